@@ -1,0 +1,76 @@
+//! `/v1/admin`: tenants and their API keys. Keys are shown once and stored
+//! only as SHA-256 hashes.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{AdminAuth, JsonBody, sha256_hex};
+use crate::domain::ids::random_hex;
+use crate::store::NewApiKey;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+use uuid::Uuid;
+
+/// A fresh secret and the record that stores its hash.
+fn new_key(tenant_id: Uuid) -> (String, NewApiKey) {
+    let secret = format!("mk_{}", random_hex(2));
+    let record = NewApiKey { key_id: Uuid::new_v4(), tenant_id, key_hash: sha256_hex(secret.as_bytes()) };
+    (secret, record)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+}
+
+pub async fn create_tenant(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    body: JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let NewTenant { name } = body.into_typed(ApiError::InvalidRequest)?;
+    let name = name.trim().to_owned();
+    if name.is_empty() || name.len() > 200 {
+        return Err(ApiError::InvalidRequest("name must be 1 to 200 characters".into()));
+    }
+    let (secret, key) = new_key(Uuid::new_v4());
+    let tenant = state.store.create_tenant(&name, &key).await?;
+    tracing::info!(tenant_id = %tenant.tenant_id, key_id = %key.key_id, "tenant created");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"tenant_id": tenant.tenant_id, "name": tenant.name, "key_id": key.key_id, "api_key": secret})),
+    ))
+}
+
+pub async fn create_key(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    Path(tenant_id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No tenant {tenant_id}."));
+    let id = Uuid::parse_str(&tenant_id).map_err(|_| not_found())?;
+    let (secret, key) = new_key(id);
+    if !state.store.create_api_key(&key).await? {
+        return Err(not_found());
+    }
+    tracing::info!(tenant_id = %id, key_id = %key.key_id, "api key issued");
+    Ok((StatusCode::CREATED, Json(json!({"tenant_id": id, "key_id": key.key_id, "api_key": secret}))))
+}
+
+pub async fn revoke_key(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    Path(key_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No live key {key_id}."));
+    let id = Uuid::parse_str(&key_id).map_err(|_| not_found())?;
+    if !state.store.revoke_api_key(id).await? {
+        return Err(not_found());
+    }
+    tracing::info!(key_id = %id, "api key revoked");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,122 @@
+//! The one error type of the HTTP layer. Every failure leaves memoryd as an
+//! RFC 9457 problem document with a stable `code`; internal details go to the
+//! log, never to the client.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("A valid bearer key is required.")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidRolloutId(String),
+    #[error("{detail}")]
+    InvalidSegment { status: StatusCode, detail: String },
+    #[error("{0}")]
+    InvalidLayout(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    LayoutConflict(String),
+    #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("{0}")]
+    GenerationDisabled(String),
+    #[error("{0}")]
+    SessionClosed(String),
+    #[error("{0}")]
+    IdempotencyConflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn internal(err: impl std::fmt::Display) -> Self {
+        Self::Internal(err.to_string())
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
+            Self::InvalidRolloutId(_) => (StatusCode::BAD_REQUEST, "invalid_rollout_id"),
+            Self::InvalidSegment { status, .. } => (*status, "invalid_segment"),
+            Self::InvalidLayout(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_layout"),
+            Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Self::LayoutConflict(_) => (StatusCode::CONFLICT, "layout_conflict"),
+            Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+            Self::GenerationDisabled(_) => (StatusCode::CONFLICT, "generation_disabled"),
+            Self::SessionClosed(_) => (StatusCode::CONFLICT, "session_closed"),
+            Self::IdempotencyConflict(_) => (StatusCode::CONFLICT, "idempotency_conflict"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// A problem document for `status`, used for errors raised outside the
+/// handlers too (unknown routes, panics, timeouts, body limits).
+pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let body = json!({
+        "type": format!("urn:memoryd:problem:{code}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+        "code": code,
+    });
+    let mut response = (status, body.to_string()).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+/// The code for a status that no handler chose (SPEC §8 plus the generic ones).
+pub fn code_for_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "invalid_request",
+        401 => "unauthorized",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        429 => "rate_limited",
+        503 => "unavailable",
+        s if s >= 500 => "internal",
+        _ => "invalid_request",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let Self::Internal(detail) = &self {
+            tracing::error!(error = %detail, "request failed");
+            return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
+        }
+        problem(status, code, &self.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(err: crate::store::StoreError) -> Self {
+        Self::internal(err)
+    }
+}

@@ -1,0 +1,109 @@
+//! Extractors: the authenticated tenant, the admin token, JSON bodies and
+//! query strings, each failing with a problem document.
+
+use super::AppState;
+use super::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()).filter(|t| !t.is_empty())
+}
+
+/// The tenant named by the request's API key: the only source of tenant ids.
+pub struct TenantAuth(pub uuid::Uuid);
+
+impl FromRequestParts<AppState> for TenantAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let key = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        let tenant = state.store.tenant_for_key_hash(&sha256_hex(key.as_bytes())).await?;
+        tenant.map(TenantAuth).ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// `Bearer <MEMORYD_ADMIN_TOKEN>`; with no token configured the admin API
+/// does not exist.
+pub struct AdminAuth;
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for AdminAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(expected) = state.config.admin_token.as_deref() else {
+            return Err(ApiError::NotFound("No such route.".into()));
+        };
+        let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            Ok(AdminAuth)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
+/// A JSON body kept as raw bytes (for idempotency hashing) and as a value
+/// whose key order is the client's. An empty body reads as `{}`.
+pub struct JsonBody {
+    pub raw: Bytes,
+    pub value: Value,
+}
+
+impl JsonBody {
+    pub fn into_typed<T: DeserializeOwned>(self, to_error: fn(String) -> ApiError) -> Result<T, ApiError> {
+        serde_json::from_value(self.value).map_err(|e| to_error(e.to_string()))
+    }
+}
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let raw = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(format!(
+                    "The body exceeds the limit of {} bytes.",
+                    state.config.max_segment_bytes
+                ))
+            } else {
+                ApiError::InvalidJson(format!("The body could not be read: {rejection}"))
+            }
+        })?;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self { raw, value: Value::Object(Default::default()) });
+        }
+        let value = serde_json::from_slice(&raw)
+            .map_err(|e| ApiError::InvalidJson(format!("The body is not valid JSON: {e}")))?;
+        Ok(Self { raw, value })
+    }
+}
+
+/// Query parameters; a malformed query is a 400 `invalid_request`.
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| QueryParams(q))
+            .map_err(|e| ApiError::InvalidRequest(e.body_text()))
+    }
+}

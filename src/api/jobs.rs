@@ -1,0 +1,51 @@
+//! `/v1/jobs`: the tenant's phase-one and phase-two jobs.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{QueryParams, TenantAuth};
+use crate::domain::ids::SessionId;
+use crate::store::{JobFilter, JobKind, JobState};
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobQuery {
+    state: Option<String>,
+    kind: Option<String>,
+    session_id: Option<String>,
+}
+
+fn parse_filter<T>(raw: Option<&str>, parse: fn(&str) -> Option<T>, what: &str, allowed: &str) -> Result<Option<T>, ApiError> {
+    raw.map(|r| parse(r).ok_or_else(|| ApiError::InvalidRequest(format!("{what} must be one of {allowed}, got: {r}"))))
+        .transpose()
+}
+
+pub async fn list_jobs(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<JobQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = JobFilter {
+        state: parse_filter(query.state.as_deref(), JobState::parse, "state", "queued, running, succeeded, skipped, failed")?,
+        kind: parse_filter(query.kind.as_deref(), JobKind::parse, "kind", "phase_one, phase_two")?,
+        session_id: query.session_id.as_deref().map(|raw| {
+            SessionId::parse(raw).ok_or_else(|| ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}")))
+        }).transpose()?,
+    };
+    let jobs = state.store.list_jobs(tenant, &filter).await?;
+    Ok(Json(json!({"jobs": jobs})))
+}
+
+pub async fn get_job(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
+    let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
+    let job = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+}

@@ -1,0 +1,98 @@
+//! `/v1/layouts`: a tenant's memory configurations (SPEC §2.1).
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{JsonBody, TenantAuth};
+use crate::domain::ids::LayoutName;
+use crate::domain::layout::{LayoutConfig, LayoutPutError, ValidLayout};
+use crate::store::{PutLayoutOutcome, StoredLayout, with_implicit_default};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+fn layout_json(name: &LayoutName, layout: &ValidLayout) -> Value {
+    let mut body = json!({"name": name, "etag": layout.etag()});
+    if let (Value::Object(out), Ok(Value::Object(config))) =
+        (&mut body, serde_json::to_value(&layout.config))
+    {
+        out.extend(config);
+    }
+    body
+}
+
+fn with_etag(status: StatusCode, name: &LayoutName, layout: &ValidLayout) -> Response {
+    let mut response = (status, Json(layout_json(name, layout))).into_response();
+    if let Ok(tag) = HeaderValue::from_str(&layout.etag()) {
+        response.headers_mut().insert(header::ETAG, tag);
+    }
+    response
+}
+
+pub(crate) fn parse_layout_name(raw: &str) -> Result<LayoutName, ApiError> {
+    LayoutName::parse(raw).ok_or_else(|| ApiError::NotFound(format!("No layout {raw}.")))
+}
+
+/// The tenant's layout `name`, stored or the implicit default; 404 otherwise.
+pub(crate) async fn find_layout(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    raw_name: &str,
+) -> Result<(LayoutName, ValidLayout), ApiError> {
+    let name = parse_layout_name(raw_name)?;
+    let stored = state.store.stored_layouts(tenant).await?;
+    crate::store::resolve_layout(stored, &name)
+        .map(|layout| (name, layout))
+        .ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
+}
+
+pub async fn put_layout(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_name): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let name = LayoutName::parse(&raw_name).ok_or_else(|| {
+        ApiError::InvalidLayout(format!(
+            "layout name must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_name}"
+        ))
+    })?;
+    let config: LayoutConfig = body.into_typed(ApiError::InvalidLayout)?;
+    let layout = ValidLayout::new(config).map_err(ApiError::InvalidLayout)?;
+    let if_match = match headers.get(header::IF_MATCH) {
+        Some(v) => Some(
+            v.to_str().map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?,
+        ),
+        None => None,
+    };
+    match state.store.put_layout(tenant, &name, &layout, if_match).await? {
+        Ok(PutLayoutOutcome::Created) => Ok(with_etag(StatusCode::CREATED, &name, &layout)),
+        Ok(PutLayoutOutcome::Unchanged | PutLayoutOutcome::Replaced) => {
+            Ok(with_etag(StatusCode::OK, &name, &layout))
+        }
+        Err(LayoutPutError::Conflict(detail)) => Err(ApiError::LayoutConflict(detail)),
+        Err(LayoutPutError::StaleEtag) => Err(ApiError::PreconditionFailed(
+            "If-Match does not match the layout's current etag.".into(),
+        )),
+    }
+}
+
+pub async fn list_layouts(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
+    let items: Vec<Value> = layouts.iter().map(|StoredLayout { name, layout, .. }| layout_json(name, layout)).collect();
+    Ok(Json(json!({"layouts": items})))
+}
+
+pub async fn get_layout(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_name): Path<String>,
+) -> Result<Response, ApiError> {
+    let (name, layout) = find_layout(&state, tenant, &raw_name).await?;
+    Ok(with_etag(StatusCode::OK, &name, &layout))
+}

@@ -1,0 +1,243 @@
+//! `/v1/sessions`: open, inspect, append segments to and close sessions
+//! (SPEC §2.2, §2.3).
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams, TenantAuth, sha256_hex};
+use super::layouts::find_layout;
+use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
+use crate::domain::segment::{SegmentError, build_segment};
+use crate::store::{
+    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, NewSession,
+    SessionState,
+};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+const MAX_CLOSE_WAIT_SECS: u64 = 300;
+
+fn session_not_found(raw: &str) -> ApiError {
+    ApiError::NotFound(format!("No session {raw}."))
+}
+
+fn parse_workspace(raw: &str) -> Result<WorkspaceName, ApiError> {
+    WorkspaceName::parse(raw).ok_or_else(|| {
+        ApiError::InvalidRequest(format!(
+            "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenSession {
+    session_id: Option<String>,
+    workspace: Option<String>,
+    metadata: Option<serde_json::Map<String, Value>>,
+}
+
+pub async fn create_session(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    body: JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let open: OpenSession = body.into_typed(ApiError::InvalidRequest)?;
+    let session_id = match open.session_id {
+        Some(raw) => SessionId::parse(&raw).ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "session_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"
+            ))
+        })?,
+        None => SessionId::generate(),
+    };
+    let workspace = match open.workspace {
+        Some(raw) => parse_workspace(&raw)?,
+        None => WorkspaceName::default_workspace(),
+    };
+    let metadata = Value::Object(open.metadata.unwrap_or_default());
+    let new = NewSession { session_id: session_id.clone(), workspace, metadata };
+    let status = match state.store.create_session(tenant, &new).await? {
+        CreateSessionOutcome::Created(_) => StatusCode::CREATED,
+        CreateSessionOutcome::Existing(existing) => {
+            if existing.workspace != new.workspace || existing.metadata != new.metadata {
+                return Err(ApiError::IdempotencyConflict(format!(
+                    "Session {session_id} already exists with another workspace or metadata."
+                )));
+            }
+            StatusCode::OK
+        }
+    };
+    let view = state.store.session_view(tenant, &session_id).await?.ok_or_else(|| session_not_found(session_id.as_str()))?;
+    Ok((status, Json(view)))
+}
+
+pub async fn get_session(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
+    let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+    Ok(Json(view))
+}
+
+#[derive(Deserialize)]
+pub struct SegmentQuery {
+    workspace: Option<String>,
+}
+
+fn idempotency_claim(
+    headers: &HeaderMap,
+    scope: &str,
+    raw_body: &[u8],
+) -> Result<Option<IdempotencyClaim>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into()))?;
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err(ApiError::InvalidRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
+        )));
+    }
+    let mut hashed = scope.as_bytes().to_vec();
+    hashed.push(0);
+    hashed.extend_from_slice(raw_body);
+    Ok(Some(IdempotencyClaim { key: key.to_owned(), request_hash: sha256_hex(&hashed) }))
+}
+
+pub async fn append_segment(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((raw_session, raw_layout)): Path<(String, String)>,
+    QueryParams(query): QueryParams<SegmentQuery>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let session_id = SessionId::parse(&raw_session).ok_or_else(|| {
+        ApiError::InvalidRequest(format!(
+            "session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_session}"
+        ))
+    })?;
+    let workspace = query.workspace.as_deref().map(parse_workspace).transpose()?;
+    let (layout_name, layout) = find_layout(&state, tenant, &raw_layout).await?;
+    let scope = format!("segment\0{session_id}\0{layout_name}\0{}", query.workspace.as_deref().unwrap_or(""));
+    let claim = idempotency_claim(&headers, &scope, &body.raw)?;
+    if layout.config.generate.is_none() {
+        return Err(generation_disabled(&layout_name));
+    }
+    let segment = build_segment(body.value, chrono::Utc::now()).map_err(|e| match e {
+        SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),
+        SegmentError::Unparseable(detail) => {
+            ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail }
+        }
+        SegmentError::Invalid(detail) => {
+            ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail }
+        }
+    })?;
+    let outcome = state
+        .store
+        .append_segment(AppendRequest {
+            tenant_id: tenant,
+            session_id: &session_id,
+            workspace: workspace.as_ref(),
+            layout_name: &layout_name,
+            layout: &layout,
+            segment: &segment,
+            idempotency: claim.as_ref(),
+            volumes: &state.volumes,
+        })
+        .await?;
+    match outcome {
+        AppendOutcome::Appended(receipt) => {
+            tracing::info!(
+                session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
+                segment_index = receipt.segment_index, bytes = segment.line.len(), "segment appended"
+            );
+            Ok((StatusCode::CREATED, Json(serde_json::to_value(receipt).map_err(ApiError::internal)?)))
+        }
+        AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first))),
+        AppendOutcome::IdempotencyConflict => Err(ApiError::IdempotencyConflict(
+            "This Idempotency-Key was used with another request.".into(),
+        )),
+        AppendOutcome::SessionClosed(s) => Err(ApiError::SessionClosed(format!(
+            "Session {session_id} is {}; open a new session for further segments.",
+            s.as_str()
+        ))),
+        AppendOutcome::WorkspaceMismatch(actual) => Err(ApiError::IdempotencyConflict(format!(
+            "Session {session_id} belongs to workspace {actual}."
+        ))),
+    }
+}
+
+fn generation_disabled(layout: &crate::domain::ids::LayoutName) -> ApiError {
+    ApiError::GenerationDisabled(format!("Layout {layout} has generate: null; it only reads memory."))
+}
+
+#[derive(Deserialize)]
+pub struct CloseQuery {
+    wait: Option<String>,
+}
+
+fn close_body(outcome: &CloseOutcome) -> Value {
+    json!({
+        "session_id": outcome.session.session_id,
+        "state": outcome.session.state,
+        "memory_status": outcome.session.memory_status,
+        "jobs": outcome.jobs.iter().map(|j| {
+            let mut job = json!({"job_id": j.job_id, "kind": j.kind, "layout": j.layout, "state": j.state});
+            if let Some(r) = &j.rollout_id {
+                job["rollout_id"] = json!(r);
+            }
+            job
+        }).collect::<Vec<_>>(),
+    })
+}
+
+pub async fn close_session(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+    QueryParams(query): QueryParams<CloseQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let wait = match query.wait.as_deref() {
+        None => None,
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(s) if s <= MAX_CLOSE_WAIT_SECS => Some(Duration::from_secs(s)),
+            _ => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "wait must be a whole number of seconds from 0 to {MAX_CLOSE_WAIT_SECS}, got: {raw}"
+                )));
+            }
+        },
+    };
+    let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
+    let mut outcome = state.store.close_session(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+    if let Some(wait) = wait {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut shutdown = state.shutdown.clone();
+        while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
+            let step = tokio::time::Instant::now() + Duration::from_millis(200);
+            tokio::select! {
+                _ = tokio::time::sleep_until(step.min(deadline)) => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => break,
+            }
+            let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+            outcome = CloseOutcome { session: view.session, jobs: view.jobs };
+        }
+    }
+    let status = if wait.is_some() && outcome.session.state == SessionState::Closed {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(close_body(&outcome))))
+}

@@ -1,0 +1,8 @@
+//! Pure domain rules: no I/O, no database, unit-tested against the R-rules.
+
+pub mod ids;
+pub mod layout;
+pub mod pyjson;
+pub mod pytext;
+pub mod segment;
+pub mod time;

@@ -1,0 +1,213 @@
+//! JSON text exactly as Python's `json.dumps` writes it with its defaults
+//! (`ensure_ascii=True`, no key sorting unless asked), because rollout lines,
+//! `phase_two_selection.json` and prompt fragments must be byte-compatible
+//! with the SDK.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+/// How to lay out the text; the presets match the `json.dumps` calls of the SDK.
+#[derive(Debug, Clone, Copy)]
+pub struct PyJsonStyle {
+    pub indent: Option<usize>,
+    pub key_separator: &'static str,
+    pub sort_keys: bool,
+}
+
+impl PyJsonStyle {
+    /// `json.dumps(v, separators=(",", ":"))`: rollout lines (R-SEG-7).
+    pub const COMPACT: Self = Self { indent: None, key_separator: ":", sort_keys: false };
+    /// `json.dumps(v, indent=2)`: `phase_two_selection.json` (R-P2-8).
+    pub const INDENT2: Self = Self { indent: Some(2), key_separator: ": ", sort_keys: false };
+    /// `json.dumps(v, sort_keys=True, separators=(",", ":"), indent=2)`: R-P1-3.
+    pub const SORTED_INDENT2_TIGHT: Self =
+        Self { indent: Some(2), key_separator: ":", sort_keys: true };
+}
+
+pub fn dumps(value: &Value, style: PyJsonStyle) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value, style, 0);
+    out
+}
+
+fn newline_and_indent(out: &mut String, style: PyJsonStyle, depth: usize) {
+    if let Some(width) = style.indent {
+        out.push('\n');
+        out.extend(std::iter::repeat_n(' ', width * depth));
+    }
+}
+
+fn write_value(out: &mut String, value: &Value, style: PyJsonStyle, depth: usize) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                write!(out, "{i}").expect("writing to a String cannot fail");
+            } else if let Some(u) = n.as_u64() {
+                write!(out, "{u}").expect("writing to a String cannot fail");
+            } else {
+                out.push_str(&py_float_repr(n.as_f64().unwrap_or(f64::NAN)));
+            }
+        }
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline_and_indent(out, style, depth + 1);
+                write_value(out, item, style, depth + 1);
+            }
+            newline_and_indent(out, style, depth);
+            out.push(']');
+        }
+        Value::Object(map) => {
+            if map.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if style.sort_keys {
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline_and_indent(out, style, depth + 1);
+                write_string(out, key);
+                out.push_str(style.key_separator);
+                write_value(out, item, style, depth + 1);
+            }
+            newline_and_indent(out, style, depth);
+            out.push('}');
+        }
+    }
+}
+
+/// `ensure_ascii` escaping: everything outside printable ASCII becomes
+/// `\uXXXX` (lower-case hex, surrogate pairs above the BMP).
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    write!(out, "\\u{unit:04x}").expect("writing to a String cannot fail");
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, in positional form
+/// for decimal exponents -4..16 and in `d.ddde±XX` form otherwise.
+pub fn py_float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("`{:e}` always has an exponent");
+    let exp: i32 = exp.parse().expect("`{:e}` exponent is an integer");
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if !(-4..16).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.abs());
+    }
+    if exp < 0 {
+        let zeros = "0".repeat((-exp - 1) as usize);
+        return format!("{sign}0.{zeros}{digits}");
+    }
+    let int_len = exp as usize + 1;
+    if digits.len() <= int_len {
+        let zeros = "0".repeat(int_len - digits.len());
+        format!("{sign}{digits}{zeros}.0")
+    } else {
+        let (int_part, frac) = digits.split_at(int_len);
+        format!("{sign}{int_part}.{frac}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn compact_matches_python_with_ensure_ascii() {
+        let v: Value = serde_json::from_str(
+            r#"{"b":1,"a":[{"content":"héllo 😀 \u0001 \u007f / \"q\"","role":"user"}],"e":{},"l":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            dumps(&v, PyJsonStyle::COMPACT),
+            r#"{"b":1,"a":[{"content":"h\u00e9llo \ud83d\ude00 \u0001 \u007f / \"q\"","role":"user"}],"e":{},"l":[]}"#
+        );
+    }
+
+    #[test]
+    fn indent2_matches_python_layout() {
+        let v = json!({"version": 1, "selected": [{"a": "x"}], "empty": []});
+        assert_eq!(
+            dumps(&v, PyJsonStyle::INDENT2),
+            "{\n  \"version\": 1,\n  \"selected\": [\n    {\n      \"a\": \"x\"\n    }\n  ],\n  \"empty\": []\n}"
+        );
+    }
+
+    #[test]
+    fn sorted_tight_indent_matches_r_p1_3() {
+        let v = json!({"terminal_state": "completed", "exception_type": null,
+                       "has_final_output": true, "exception_message": null});
+        assert_eq!(
+            dumps(&v, PyJsonStyle::SORTED_INDENT2_TIGHT),
+            "{\n  \"exception_message\":null,\n  \"exception_type\":null,\n  \"has_final_output\":true,\n  \"terminal_state\":\"completed\"\n}"
+        );
+    }
+
+    #[test]
+    fn floats_print_like_python_repr() {
+        for (f, expected) in [
+            (1.0, "1.0"),
+            (0.5, "0.5"),
+            (1e-5, "1e-05"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (1e16, "1e+16"),
+            (1.2345678901234568e17, "1.2345678901234568e+17"),
+            (123456789.125, "123456789.125"),
+            (1e15, "1000000000000000.0"),
+            (-0.0, "-0.0"),
+            (-2.5, "-2.5"),
+            (0.1, "0.1"),
+        ] {
+            assert_eq!(py_float_repr(f), expected, "{f}");
+        }
+    }
+}

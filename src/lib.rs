@@ -1,0 +1,8 @@
+//! memoryd: long-term memory for AI agents, as an HTTP service.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod store;
+pub mod workspace;

@@ -1,0 +1,49 @@
+use clap::Parser;
+use memoryd::app::{SHUTDOWN_GRACE, start, termination_signal};
+use memoryd::config::{Cli, Command, Config};
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(config: &Config) {
+    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if config.log_format.eq_ignore_ascii_case("json") {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let Cli { command } = Cli::parse();
+    let Command::Serve(config) = command;
+    init_logging(&config);
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, listen = %config.listen, "cannot listen");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let server = match start(config, listener).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(addr = %server.addr, "memoryd listening");
+    termination_signal().await;
+    tracing::info!("shutting down");
+    match tokio::time::timeout(SHUTDOWN_GRACE, server.shutdown()).await {
+        Ok(Ok(())) => std::process::ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "server failed while shutting down");
+            std::process::ExitCode::FAILURE
+        }
+        Err(_) => {
+            tracing::warn!("in-flight requests did not finish within the grace period");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

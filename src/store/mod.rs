@@ -1,0 +1,403 @@
+//! The store: one interface over the state memoryd keeps in a database, with a
+//! Postgres implementation for production and an embedded SQLite one for a
+//! single replica. Both run the same tests.
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::layout::{LayoutPutError, ValidLayout};
+use crate::domain::segment::Segment;
+use crate::workspace::Volumes;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub type TenantId = Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(String),
+    #[error("workspace I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("workspace path refused: {0}")]
+    Path(#[from] crate::workspace::PathError),
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Tenant {
+    pub tenant_id: TenantId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An API key as stored: only the SHA-256 of the secret.
+#[derive(Debug, Clone)]
+pub struct NewApiKey {
+    pub key_id: Uuid,
+    pub tenant_id: TenantId,
+    pub key_hash: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredLayout {
+    pub name: LayoutName,
+    pub layout: ValidLayout,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutLayoutOutcome {
+    Created,
+    Unchanged,
+    Replaced,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Open,
+    Closing,
+    Closed,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closing => "closing",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> StoreResult<Self> {
+        match s {
+            "open" => Ok(Self::Open),
+            "closing" => Ok(Self::Closing),
+            "closed" => Ok(Self::Closed),
+            other => Err(StoreError::Corrupt(format!("unknown session state {other}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRecord {
+    pub session_id: SessionId,
+    pub workspace: WorkspaceName,
+    pub state: SessionState,
+    pub metadata: Value,
+    pub memory_status: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TouchedRollout {
+    pub layout: LayoutName,
+    pub rollout_id: RolloutId,
+    pub segment_count: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    PhaseOne,
+    PhaseTwo,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PhaseOne => "phase_one",
+            Self::PhaseTwo => "phase_two",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "phase_one" => Some(Self::PhaseOne),
+            "phase_two" => Some(Self::PhaseTwo),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Skipped,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Skipped => "skipped",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "queued" => Some(Self::Queued),
+            "running" => Some(Self::Running),
+            "succeeded" => Some(Self::Succeeded),
+            "skipped" => Some(Self::Skipped),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRecord {
+    pub job_id: Uuid,
+    pub kind: JobKind,
+    pub state: JobState,
+    pub session_id: SessionId,
+    pub workspace: WorkspaceName,
+    pub layout: LayoutName,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<RolloutId>,
+    pub attempts: i64,
+    pub run_after: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub usage: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub session: SessionRecord,
+    pub rollouts: Vec<TouchedRollout>,
+    pub jobs: Vec<JobRecord>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub kind: Option<JobKind>,
+    pub session_id: Option<SessionId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub session_id: SessionId,
+    pub workspace: WorkspaceName,
+    pub metadata: Value,
+}
+
+#[derive(Debug, Clone)]
+pub enum CreateSessionOutcome {
+    Created(SessionRecord),
+    Existing(SessionRecord),
+}
+
+/// A client's `Idempotency-Key` and the hash of what it was sent with.
+#[derive(Debug, Clone)]
+pub struct IdempotencyClaim {
+    pub key: String,
+    pub request_hash: String,
+}
+
+pub struct AppendRequest<'a> {
+    pub tenant_id: TenantId,
+    pub session_id: &'a SessionId,
+    /// `?workspace=`; `None` means the session's own (or `default` for a new one).
+    pub workspace: Option<&'a WorkspaceName>,
+    pub layout_name: &'a LayoutName,
+    pub layout: &'a ValidLayout,
+    pub segment: &'a Segment,
+    pub idempotency: Option<&'a IdempotencyClaim>,
+    pub volumes: &'a Volumes,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SegmentReceipt {
+    pub session_id: SessionId,
+    pub layout: LayoutName,
+    pub rollout_id: RolloutId,
+    pub segment_index: i64,
+    pub rollout_path: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum AppendOutcome {
+    Appended(SegmentReceipt),
+    /// The first response to this idempotency key, returned again.
+    Replayed(Value),
+    IdempotencyConflict,
+    SessionClosed(SessionState),
+    WorkspaceMismatch(WorkspaceName),
+}
+
+#[derive(Debug, Clone)]
+pub struct CloseOutcome {
+    pub session: SessionRecord,
+    pub jobs: Vec<JobRecord>,
+}
+
+/// The committed state of one rollout file.
+#[derive(Debug, Clone)]
+pub struct CommittedRollout {
+    pub rollout_path: String,
+    pub committed_len: u64,
+    pub segment_count: i64,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn ping(&self) -> StoreResult<()>;
+
+    async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant>;
+    /// `false` when the tenant does not exist.
+    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool>;
+    /// `false` when no live key has that id.
+    async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool>;
+    async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
+
+    /// The stored layouts; the implicit default is added by the caller.
+    async fn stored_layouts(&self, tenant: TenantId) -> StoreResult<Vec<StoredLayout>>;
+    async fn put_layout(
+        &self,
+        tenant: TenantId,
+        name: &LayoutName,
+        layout: &ValidLayout,
+        if_match: Option<&str>,
+    ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>>;
+
+    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome>;
+    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>>;
+    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
+    /// Durable append: the line is on disk and recorded before this returns `Appended`.
+    async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome>;
+    /// `None` for an unknown session. Moves an open session to `closing` and
+    /// queues its jobs in one transaction; idempotent afterwards.
+    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>>;
+
+    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>>;
+    async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>>;
+
+    async fn committed_rollout(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<CommittedRollout>>;
+}
+
+pub type DynStore = Arc<dyn Store>;
+
+/// Opens the store named by `database_url` and applies its migrations.
+pub async fn connect(database_url: &str) -> StoreResult<DynStore> {
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::connect(database_url).await?))
+    } else if database_url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(database_url).await?))
+    } else {
+        Err(StoreError::Migration(
+            "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
+        ))
+    }
+}
+
+/// Migrations are SQL files embedded at build time, applied in order, each
+/// once; the applied versions are kept in `memoryd_migrations`.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub sql: &'static str,
+}
+
+/// The layout a job or segment uses: a stored one or the implicit default.
+pub fn resolve_layout(stored: Vec<StoredLayout>, name: &LayoutName) -> Option<ValidLayout> {
+    stored
+        .into_iter()
+        .find(|l| &l.name == name)
+        .map(|l| l.layout)
+        .or_else(|| (name == &LayoutName::default_layout()).then(default_layout))
+}
+
+pub fn default_layout() -> ValidLayout {
+    ValidLayout::new(Default::default()).expect("the default layout is valid")
+}
+
+/// Every layout of a tenant, the implicit default included (SPEC §1).
+pub fn with_implicit_default(mut stored: Vec<StoredLayout>) -> Vec<StoredLayout> {
+    let default_name = LayoutName::default_layout();
+    if !stored.iter().any(|l| l.name == default_name) {
+        stored.insert(0, StoredLayout { name: default_name, layout: default_layout(), updated_at: None });
+    }
+    stored
+}
+
+/// `rollout_path` as the SDK prints it (R-P1-11): normalised sessions dir and file.
+pub fn rollout_path(layout: &ValidLayout, rollout: &RolloutId) -> String {
+    format!("{}/{}", layout.sessions_dir.normalized, rollout.file_name())
+}
+
+pub(crate) fn parse_layout_config(text: &str) -> StoreResult<ValidLayout> {
+    let config = serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("stored layout config: {e}")))?;
+    ValidLayout::new(config).map_err(StoreError::Corrupt)
+}
+
+pub(crate) fn parse_id<T>(parse: fn(&str) -> Option<T>, s: &str, what: &str) -> StoreResult<T> {
+    parse(s).ok_or_else(|| StoreError::Corrupt(format!("stored {what} {s:?} is not valid")))
+}
+
+/// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
+/// and layout, and a phase-two job per touched layout.
+pub(crate) fn jobs_for_close(touched: &[TouchedRollout]) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
+    let mut jobs = Vec::new();
+    let mut layouts: Vec<&LayoutName> = Vec::new();
+    for t in touched {
+        jobs.push((JobKind::PhaseOne, t.layout.clone(), Some(t.rollout_id.clone())));
+        if !layouts.contains(&&t.layout) {
+            layouts.push(&t.layout);
+        }
+    }
+    for layout in layouts {
+        jobs.push((JobKind::PhaseTwo, layout.clone(), None));
+    }
+    jobs
+}
+
+/// The stored answer to an idempotency key, or a conflict when the key came
+/// with another request.
+pub(crate) fn replay_or_conflict(
+    claim: &IdempotencyClaim,
+    stored_hash: String,
+    stored_response: Option<String>,
+) -> StoreResult<AppendOutcome> {
+    if stored_hash != claim.request_hash {
+        return Ok(AppendOutcome::IdempotencyConflict);
+    }
+    let response = stored_response
+        .ok_or_else(|| StoreError::Corrupt("committed idempotency key without a response".into()))?;
+    Ok(AppendOutcome::Replayed(
+        serde_json::from_str(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+    ))
+}

@@ -1,0 +1,215 @@
+//! The tenant volumes on disk: path confinement, layout folders, durable
+//! appends to rollout files and atomic writes of Markdown and JSON files.
+
+use crate::domain::ids::WorkspaceName;
+use crate::domain::layout::ValidLayout;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Component, Path, PathBuf};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error("path must be non-empty")]
+    Empty,
+    #[error("path must be relative: {0}")]
+    Absolute(String),
+    #[error("path must not escape root: {0}")]
+    Escapes(String),
+    #[error("could not resolve path: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The one gate between a relative path from anywhere (API, layout, tool
+/// call) and the disk: the result lies under `root`, also after following
+/// every symlink that exists on the way.
+pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
+    if relative.is_empty() {
+        return Err(PathError::Empty);
+    }
+    let rel = Path::new(relative);
+    let mut joined = root.to_path_buf();
+    for component in rel.components() {
+        match component {
+            Component::Normal(part) => joined.push(part),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(PathError::Absolute(relative.to_owned()));
+            }
+            Component::ParentDir => return Err(PathError::Escapes(relative.to_owned())),
+        }
+    }
+    let real_root = match root.canonicalize() {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(joined),
+        Err(e) => return Err(e.into()),
+    };
+    let mut existing = joined.as_path();
+    loop {
+        match existing.canonicalize() {
+            Ok(real) => {
+                if real.starts_with(&real_root) {
+                    return Ok(joined);
+                }
+                return Err(PathError::Escapes(relative.to_owned()));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if fs::symlink_metadata(existing).is_ok() {
+                    // A dangling symlink: it could be created to point anywhere.
+                    return Err(PathError::Escapes(relative.to_owned()));
+                }
+                match existing.parent() {
+                    Some(parent) if parent.starts_with(root) => existing = parent,
+                    _ => return Ok(joined),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `<data_dir>/workspaces`: one volume per tenant below it.
+#[derive(Debug, Clone)]
+pub struct Volumes {
+    root: PathBuf,
+}
+
+impl Volumes {
+    pub fn new(data_dir: &Path) -> Self {
+        Self { root: data_dir.join("workspaces") }
+    }
+
+    /// `<volumes>/<tenant>/<workspace>`; both parts are validated ids, and the
+    /// result still goes through [`confine`].
+    pub fn workspace_root(&self, tenant: Uuid, workspace: &WorkspaceName) -> Result<PathBuf, PathError> {
+        confine(&self.root, &format!("{tenant}/{workspace}"))
+    }
+}
+
+fn ensure_file(path: &Path) -> io::Result<()> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(file) => file.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// R-LAY-3: the layout's folders and empty `MEMORY.md` / `memory_summary.md`.
+pub fn ensure_layout(workspace_root: &Path, layout: &ValidLayout) -> Result<(), PathError> {
+    let sessions = confine(workspace_root, &layout.sessions_dir.normalized)?;
+    let memories = confine(workspace_root, &layout.memories_dir.normalized)?;
+    fs::create_dir_all(&sessions)?;
+    for sub in ["raw_memories", "rollout_summaries", "skills"] {
+        fs::create_dir_all(confine(&memories, sub)?)?;
+    }
+    for file in ["MEMORY.md", "memory_summary.md"] {
+        ensure_file(&confine(&memories, file)?)?;
+    }
+    Ok(())
+}
+
+/// Appends `line` at `committed_len`: anything beyond it is the tail of a
+/// write that was never acknowledged and is cut first. Returns the new
+/// committed length once the bytes are on disk.
+pub fn append_durably(path: &Path, committed_len: u64, line: &[u8]) -> io::Result<u64> {
+    let created = !path.exists();
+    let mut file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+    let on_disk = file.metadata()?.len();
+    if on_disk < committed_len {
+        return Err(io::Error::other(format!(
+            "rollout file is shorter ({on_disk} bytes) than its committed length ({committed_len})"
+        )));
+    }
+    if on_disk > committed_len {
+        file.set_len(committed_len)?;
+    }
+    file.seek(SeekFrom::Start(committed_len))?;
+    file.write_all(line)?;
+    file.sync_data()?;
+    if created && let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(committed_len + line.len() as u64)
+}
+
+/// The acknowledged part of a rollout file: its first `committed_len` bytes.
+pub fn read_committed(path: &Path, committed_len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(committed_len as usize);
+    File::open(path)?.take(committed_len).read_to_end(&mut buf)?;
+    if (buf.len() as u64) < committed_len {
+        return Err(io::Error::other("rollout file is shorter than its committed length"));
+    }
+    Ok(buf)
+}
+
+/// Temp file in the same folder, fsync, rename, fsync the folder: readers see
+/// the old or the new content, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
+    fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confine_refuses_escapes_and_absolute_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        assert!(matches!(confine(root, "../x"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "a/../../x"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "a/../b"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "/etc/passwd"), Err(PathError::Absolute(_))));
+        assert!(matches!(confine(root, ""), Err(PathError::Empty)));
+        assert_eq!(confine(root, "a//b/./c").unwrap(), root.join("a/b/c"));
+    }
+
+    #[test]
+    fn confine_follows_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+        std::os::unix::fs::symlink(root.join("nowhere"), root.join("dangling")).unwrap();
+        fs::create_dir(root.join("inside")).unwrap();
+        std::os::unix::fs::symlink(root.join("inside"), root.join("alias")).unwrap();
+        assert!(matches!(confine(root, "out/x"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "out"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "dangling"), Err(PathError::Escapes(_))));
+        assert!(confine(root, "alias/new.md").is_ok());
+        assert!(confine(root, "not/yet/there.md").is_ok());
+    }
+
+    #[test]
+    fn append_cuts_an_unacknowledged_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let len = append_durably(&path, 0, b"{\"a\":1}\n").unwrap();
+        fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"torn\":").unwrap();
+        assert_eq!(read_committed(&path, len).unwrap(), b"{\"a\":1}\n");
+        let len = append_durably(&path, len, b"{\"b\":2}\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(len, 16);
+        assert!(append_durably(&path, 100, b"x\n").is_err());
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/MEMORY.md");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    }
+}
