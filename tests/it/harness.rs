@@ -1,0 +1,133 @@
+use memoryd::app::{RunningServer, start};
+use memoryd::config::Config;
+use reqwest::{Client, Method, RequestBuilder, Response};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// The Postgres the tests use: `MEMORYD_TEST_DATABASE_URL`, else a
+/// `memoryd_test` database on the local server, created when missing.
+async fn postgres_url() -> String {
+    if let Ok(url) = std::env::var("MEMORYD_TEST_DATABASE_URL") {
+        return url;
+    }
+    let admin_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let base = admin_url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin_url.clone());
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
+        .await
+        .expect("the tests need a Postgres: set MEMORYD_TEST_DATABASE_URL or DATABASE_URL, or run scripts/test.sh");
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'memoryd_test'")
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
+    if exists.is_none() {
+        // Parallel test processes race here; losing the race is fine.
+        let _ = sqlx::query("CREATE DATABASE memoryd_test").execute(&mut conn).await;
+    }
+    format!("{base}/memoryd_test")
+}
+
+pub struct TestApp {
+    pub server: Option<RunningServer>,
+    pub base: String,
+    pub client: Client,
+    pub data_dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub struct Tenant {
+    pub id: String,
+    pub key: String,
+}
+
+impl TestApp {
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let database_url = match backend {
+            Backend::Postgres => Some(postgres_url().await),
+            Backend::Sqlite => None,
+        };
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            database_url,
+            admin_token: Some(ADMIN_TOKEN.into()),
+            max_segment_bytes: 33_554_432,
+            log: "warn".into(),
+            log_format: "text".into(),
+        };
+        adjust(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let data_dir = config.data_dir.clone();
+        let server = start(config, listener).await.expect("memoryd starts");
+        let base = format!("http://{}", server.addr);
+        Self { server: Some(server), base, client: Client::new(), data_dir, _dir: dir }
+    }
+
+    pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
+        self.client.request(method, format!("{}{}", self.base, path)).bearer_auth(key)
+    }
+
+    pub async fn tenant(&self) -> Tenant {
+        let res = self
+            .request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN)
+            .json(&json!({"name": "acme"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+        let body: Value = res.json().await.unwrap();
+        Tenant { id: body["tenant_id"].as_str().unwrap().into(), key: body["api_key"].as_str().unwrap().into() }
+    }
+
+    pub async fn post_segment(&self, key: &str, session: &str, layout: &str, body: Value) -> Response {
+        self.request(Method::POST, &format!("/v1/sessions/{session}/layouts/{layout}/segments"), key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub fn workspace_dir(&self, tenant: &Tenant, workspace: &str) -> PathBuf {
+        self.data_dir.join("workspaces").join(&tenant.id).join(workspace)
+    }
+}
+
+/// Status, problem `code` and body of a response.
+pub async fn status_code_body(res: Response) -> (u16, String, Value) {
+    let status = res.status().as_u16();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    let code = body["code"].as_str().unwrap_or("").to_owned();
+    (status, code, body)
+}
+
+/// Runs each listed test body once against Postgres and once against SQLite.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::harness::Backend::Postgres).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::harness::Backend::Sqlite).await
+                }
+            }
+        )*
+    };
+}

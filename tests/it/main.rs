@@ -1,0 +1,10 @@
+//! HTTP tests against the real router on a free port, once on Postgres and
+//! once on SQLite (see `both_backends!`).
+
+mod harness;
+
+mod admin;
+mod deploy_files;
+mod ingest;
+mod layouts;
+mod sessions;
