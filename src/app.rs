@@ -30,12 +30,20 @@ impl RunningServer {
     }
 }
 
-pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
+pub async fn start(
+    config: Config,
+    listener: TcpListener,
+) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
     std::fs::create_dir_all(&config.data_dir)?;
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let state = AppState { store, volumes, config: Arc::new(config), shutdown: shutdown_rx.clone() };
+    let state = AppState {
+        store,
+        volumes,
+        config: Arc::new(config),
+        shutdown: shutdown_rx.clone(),
+    };
     let app = router(state.clone());
     let addr = listener.local_addr()?;
     let mut stop = shutdown_rx;
@@ -46,7 +54,12 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
             })
             .await
     });
-    Ok(RunningServer { addr, state, shutdown: shutdown_tx, task })
+    Ok(RunningServer {
+        addr,
+        state,
+        shutdown: shutdown_tx,
+        task,
+    })
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

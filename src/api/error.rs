@@ -78,11 +78,14 @@ pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
         "code": code,
     });
     let mut response = (status, body.to_string()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
 }
@@ -109,7 +112,11 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         if let Self::Internal(detail) = &self {
             tracing::error!(error = %detail, "request failed");
-            return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
+            return problem(
+                status,
+                code,
+                "An internal error occurred; the request id identifies it in the log.",
+            );
         }
         problem(status, code, &self.to_string())
     }

@@ -22,7 +22,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .await
         .unwrap_or(false);
     if !writable {
-        return Err(ApiError::Unavailable("The data dir is not writable.".into()));
+        return Err(ApiError::Unavailable(
+            "The data dir is not writable.".into(),
+        ));
     }
     Ok(Json(json!({"status": "ready"})))
 }

@@ -18,9 +18,18 @@ pub struct JobQuery {
     session_id: Option<String>,
 }
 
-fn parse_filter<T>(raw: Option<&str>, parse: fn(&str) -> Option<T>, what: &str, allowed: &str) -> Result<Option<T>, ApiError> {
-    raw.map(|r| parse(r).ok_or_else(|| ApiError::InvalidRequest(format!("{what} must be one of {allowed}, got: {r}"))))
-        .transpose()
+fn parse_filter<T>(
+    raw: Option<&str>,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+    allowed: &str,
+) -> Result<Option<T>, ApiError> {
+    raw.map(|r| {
+        parse(r).ok_or_else(|| {
+            ApiError::InvalidRequest(format!("{what} must be one of {allowed}, got: {r}"))
+        })
+    })
+    .transpose()
 }
 
 pub async fn list_jobs(
@@ -29,11 +38,27 @@ pub async fn list_jobs(
     QueryParams(query): QueryParams<JobQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let filter = JobFilter {
-        state: parse_filter(query.state.as_deref(), JobState::parse, "state", "queued, running, succeeded, skipped, failed")?,
-        kind: parse_filter(query.kind.as_deref(), JobKind::parse, "kind", "phase_one, phase_two")?,
-        session_id: query.session_id.as_deref().map(|raw| {
-            SessionId::parse(raw).ok_or_else(|| ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}")))
-        }).transpose()?,
+        state: parse_filter(
+            query.state.as_deref(),
+            JobState::parse,
+            "state",
+            "queued, running, succeeded, skipped, failed",
+        )?,
+        kind: parse_filter(
+            query.kind.as_deref(),
+            JobKind::parse,
+            "kind",
+            "phase_one, phase_two",
+        )?,
+        session_id: query
+            .session_id
+            .as_deref()
+            .map(|raw| {
+                SessionId::parse(raw).ok_or_else(|| {
+                    ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}"))
+                })
+            })
+            .transpose()?,
     };
     let jobs = state.store.list_jobs(tenant, &filter).await?;
     Ok(Json(json!({"jobs": jobs})))
@@ -46,6 +71,10 @@ pub async fn get_job(
 ) -> Result<Json<Value>, ApiError> {
     let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
     let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let job = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    let job = state
+        .store
+        .get_job(tenant, id)
+        .await?
+        .ok_or_else(not_found)?;
     Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
 }

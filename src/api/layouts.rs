@@ -63,11 +63,16 @@ pub async fn put_layout(
     let layout = ValidLayout::new(config).map_err(ApiError::InvalidLayout)?;
     let if_match = match headers.get(header::IF_MATCH) {
         Some(v) => Some(
-            v.to_str().map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?,
+            v.to_str()
+                .map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?,
         ),
         None => None,
     };
-    match state.store.put_layout(tenant, &name, &layout, if_match).await? {
+    match state
+        .store
+        .put_layout(tenant, &name, &layout, if_match)
+        .await?
+    {
         Ok(PutLayoutOutcome::Created) => Ok(with_etag(StatusCode::CREATED, &name, &layout)),
         Ok(PutLayoutOutcome::Unchanged | PutLayoutOutcome::Replaced) => {
             Ok(with_etag(StatusCode::OK, &name, &layout))
@@ -84,7 +89,10 @@ pub async fn list_layouts(
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
     let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
-    let items: Vec<Value> = layouts.iter().map(|StoredLayout { name, layout, .. }| layout_json(name, layout)).collect();
+    let items: Vec<Value> = layouts
+        .iter()
+        .map(|StoredLayout { name, layout, .. }| layout_json(name, layout))
+        .collect();
     Ok(Json(json!({"layouts": items})))
 }
 

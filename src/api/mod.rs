@@ -56,7 +56,9 @@ async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
             StatusCode::METHOD_NOT_ALLOWED => "This route does not take that method.",
             StatusCode::REQUEST_TIMEOUT => "The request took too long.",
             StatusCode::PAYLOAD_TOO_LARGE => "The body is too large.",
-            s if s.is_server_error() => "An internal error occurred; the request id identifies it in the log.",
+            s if s.is_server_error() => {
+                "An internal error occurred; the request id identifies it in the log."
+            }
             _ => "The request was refused.",
         };
         if status.is_server_error() {
@@ -78,11 +80,20 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/tenants/{tenant_id}/keys", post(admin::create_key))
         .route("/admin/keys/{key_id}", delete(admin::revoke_key))
         .route("/layouts", get(layouts::list_layouts))
-        .route("/layouts/{layout}", put(layouts::put_layout).get(layouts::get_layout))
+        .route(
+            "/layouts/{layout}",
+            put(layouts::put_layout).get(layouts::get_layout),
+        )
         .route("/sessions", post(sessions::create_session))
         .route("/sessions/{session_id}", get(sessions::get_session))
-        .route("/sessions/{session_id}/layouts/{layout}/segments", post(sessions::append_segment))
-        .route("/sessions/{session_id}/close", post(sessions::close_session))
+        .route(
+            "/sessions/{session_id}/layouts/{layout}/segments",
+            post(sessions::append_segment),
+        )
+        .route(
+            "/sessions/{session_id}/close",
+            post(sessions::close_session),
+        )
         .route("/jobs", get(jobs::list_jobs))
         .route("/jobs/{job_id}", get(jobs::get_job));
     Router::new()

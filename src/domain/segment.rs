@@ -85,7 +85,11 @@ fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError>
     let items = match value {
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
-        _ => return Err(SegmentError::Invalid(format!("{field} must be an array of items"))),
+        _ => {
+            return Err(SegmentError::Invalid(format!(
+                "{field} must be an array of items"
+            )));
+        }
     };
     let mut kept = Vec::with_capacity(items.len());
     for item in items {
@@ -95,7 +99,11 @@ fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError>
                     kept.push(item);
                 }
             }
-            _ => return Err(SegmentError::Invalid(format!("{field} items must be objects"))),
+            _ => {
+                return Err(SegmentError::Invalid(format!(
+                    "{field} items must be objects"
+                )));
+            }
         }
     }
     Ok(kept)
@@ -137,7 +145,11 @@ fn terminal_metadata(
             m
         }
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(SegmentError::Invalid("terminal_metadata must be an object".into())),
+        Some(_) => {
+            return Err(SegmentError::Invalid(
+                "terminal_metadata must be an object".into(),
+            ));
+        }
     };
     let state = match meta.remove("terminal_state") {
         Some(Value::String(s)) if TERMINAL_STATES.contains(&s.as_str()) => s,
@@ -172,7 +184,9 @@ fn terminal_metadata(
 /// carries no `updated_at`.
 pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, SegmentError> {
     let Value::Object(mut body) = body else {
-        return Err(SegmentError::Invalid("a segment must be a JSON object".into()));
+        return Err(SegmentError::Invalid(
+            "a segment must be a JSON object".into(),
+        ));
     };
     let rollout_id = match body.shift_remove("rollout_id") {
         None | Some(Value::Null) => RolloutId::generate(),
@@ -201,20 +215,36 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
         Some(other) => sanitize_items("input", other)?,
         None => Vec::new(),
     };
-    let generated_items =
-        sanitize_items("generated_items", body.shift_remove("generated_items").unwrap_or(Value::Null))?;
+    let generated_items = sanitize_items(
+        "generated_items",
+        body.shift_remove("generated_items").unwrap_or(Value::Null),
+    )?;
     let interruptions = match body.shift_remove("interruptions") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items,
-        Some(_) => return Err(SegmentError::Invalid("interruptions must be an array".into())),
+        Some(_) => {
+            return Err(SegmentError::Invalid(
+                "interruptions must be an array".into(),
+            ));
+        }
     };
     let final_output = body.shift_remove("final_output").unwrap_or(Value::Null);
-    let meta = terminal_metadata(body.shift_remove("terminal_metadata"), &final_output, &interruptions)?;
-    let terminal_state = meta["terminal_state"].as_str().unwrap_or("unknown").to_owned();
+    let meta = terminal_metadata(
+        body.shift_remove("terminal_metadata"),
+        &final_output,
+        &interruptions,
+    )?;
+    let terminal_state = meta["terminal_state"]
+        .as_str()
+        .unwrap_or("unknown")
+        .to_owned();
 
     let mut line = Map::new();
     line.insert("updated_at".into(), Value::String(updated_at.clone()));
-    line.insert("rollout_id".into(), Value::String(rollout_id.as_str().into()));
+    line.insert(
+        "rollout_id".into(),
+        Value::String(rollout_id.as_str().into()),
+    );
     line.insert("input".into(), Value::Array(input));
     line.insert("generated_items".into(), Value::Array(generated_items));
     if !interruptions.is_empty() {
@@ -227,7 +257,12 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
     line.extend(body);
     let mut text = dumps(&Value::Object(line), PyJsonStyle::COMPACT);
     text.push('\n');
-    Ok(Segment { rollout_id, updated_at, terminal_state, line: text })
+    Ok(Segment {
+        rollout_id,
+        updated_at,
+        terminal_state,
+        line: text,
+    })
 }
 
 #[cfg(test)]
@@ -253,8 +288,16 @@ mod tests {
 
     #[test]
     fn dropped_types_unknown_types_and_bare_items_are_dropped() {
-        for t in ["compaction", "image_generation_call", "reasoning", "file_search_call",
-                  "code_interpreter_call", "item_reference", "message", "brand_new_type"] {
+        for t in [
+            "compaction",
+            "image_generation_call",
+            "reasoning",
+            "file_search_call",
+            "code_interpreter_call",
+            "item_reference",
+            "message",
+            "brand_new_type",
+        ] {
             assert!(!keep(json!({"type": t})), "{t}");
         }
         assert!(!keep(json!({"content": "no role, no type"})));
@@ -263,7 +306,9 @@ mod tests {
     #[test]
     fn roles_decide_before_types() {
         assert!(!keep(json!({"role": "developer", "content": "debug"})));
-        assert!(!keep(json!({"role": "system", "content": "sys", "type": "message"})));
+        assert!(!keep(
+            json!({"role": "system", "content": "sys", "type": "message"})
+        ));
         for role in ["assistant", "tool", "user"] {
             assert!(keep(json!({"role": role, "type": "reasoning"})), "{role}");
         }
@@ -333,10 +378,22 @@ mod tests {
         )
         .unwrap();
         let line: Value = serde_json::from_str(&seg.line).unwrap();
-        let keys: Vec<&str> = line.as_object().unwrap().keys().map(String::as_str).collect();
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             keys,
-            ["updated_at", "rollout_id", "input", "generated_items", "interruptions", "terminal_metadata"]
+            [
+                "updated_at",
+                "rollout_id",
+                "input",
+                "generated_items",
+                "interruptions",
+                "terminal_metadata"
+            ]
         );
         assert_eq!(line["interruptions"][1], json!({"type": "reasoning"}));
         assert_eq!(line["updated_at"], "2026-04-15T12:34:56+00:00");
@@ -345,8 +402,12 @@ mod tests {
             json!({"terminal_state": "interrupted", "exception_type": null,
                    "exception_message": null, "has_final_output": false})
         );
-        let seg = build_segment(json!({"rollout_id": "c", "interruptions": [],
-                                       "terminal_metadata": {"terminal_state": "failed"}}), now()).unwrap();
+        let seg = build_segment(
+            json!({"rollout_id": "c", "interruptions": [],
+                                       "terminal_metadata": {"terminal_state": "failed"}}),
+            now(),
+        )
+        .unwrap();
         assert!(!seg.line.contains("interruptions"));
     }
 
@@ -378,24 +439,48 @@ mod tests {
     fn missing_terminal_metadata_is_derived_as_the_sdk_would() {
         let state = |body| build_segment(body, now()).unwrap().terminal_state;
         assert_eq!(state(json!({"final_output": "x"})), "completed");
-        assert_eq!(state(json!({"interruptions": [{"type": "function_call"}]})), "interrupted");
+        assert_eq!(
+            state(json!({"interruptions": [{"type": "function_call"}]})),
+            "interrupted"
+        );
         assert_eq!(state(json!({})), "failed");
     }
 
     #[test]
     fn bad_ids_timestamps_and_types_are_refused() {
-        assert!(matches!(build_segment(json!({"rollout_id": "../x"}), now()), Err(SegmentError::RolloutId(_))));
-        assert!(matches!(build_segment(json!({"rollout_id": 5}), now()), Err(SegmentError::Invalid(_))));
-        assert!(matches!(build_segment(json!({"updated_at": "soon"}), now()), Err(SegmentError::Unparseable(_))));
-        assert!(matches!(build_segment(json!({"input": 5}), now()), Err(SegmentError::Invalid(_))));
-        assert!(matches!(build_segment(json!({"input": ["text"]}), now()), Err(SegmentError::Invalid(_))));
-        assert!(matches!(build_segment(json!([1]), now()), Err(SegmentError::Invalid(_))));
+        assert!(matches!(
+            build_segment(json!({"rollout_id": "../x"}), now()),
+            Err(SegmentError::RolloutId(_))
+        ));
+        assert!(matches!(
+            build_segment(json!({"rollout_id": 5}), now()),
+            Err(SegmentError::Invalid(_))
+        ));
+        assert!(matches!(
+            build_segment(json!({"updated_at": "soon"}), now()),
+            Err(SegmentError::Unparseable(_))
+        ));
+        assert!(matches!(
+            build_segment(json!({"input": 5}), now()),
+            Err(SegmentError::Invalid(_))
+        ));
+        assert!(matches!(
+            build_segment(json!({"input": ["text"]}), now()),
+            Err(SegmentError::Invalid(_))
+        ));
+        assert!(matches!(
+            build_segment(json!([1]), now()),
+            Err(SegmentError::Invalid(_))
+        ));
     }
 
     #[test]
     fn absent_rollout_id_gets_a_fresh_run_id() {
         let seg = build_segment(json!({"final_output": "x"}), now()).unwrap();
         assert!(seg.rollout_id.as_str().starts_with("run-"));
-        assert!(seg.line.contains(&format!("\"rollout_id\":\"{}\"", seg.rollout_id)));
+        assert!(
+            seg.line
+                .contains(&format!("\"rollout_id\":\"{}\"", seg.rollout_id))
+        );
     }
 }

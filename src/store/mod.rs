@@ -88,7 +88,9 @@ impl SessionState {
             "open" => Ok(Self::Open),
             "closing" => Ok(Self::Closing),
             "closed" => Ok(Self::Closed),
-            other => Err(StoreError::Corrupt(format!("unknown session state {other}"))),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown session state {other}"
+            ))),
         }
     }
 }
@@ -288,14 +290,30 @@ pub trait Store: Send + Sync + 'static {
         if_match: Option<&str>,
     ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>>;
 
-    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome>;
-    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>>;
-    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
+    async fn create_session(
+        &self,
+        tenant: TenantId,
+        new: &NewSession,
+    ) -> StoreResult<CreateSessionOutcome>;
+    async fn session_view(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionView>>;
+    async fn session_state(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionState>>;
     /// Durable append: the line is on disk and recorded before this returns `Appended`.
     async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome>;
     /// `None` for an unknown session. Moves an open session to `closing` and
     /// queues its jobs in one transaction; idempotent afterwards.
-    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>>;
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<CloseOutcome>>;
 
     async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>>;
     async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>>;
@@ -348,7 +366,14 @@ pub fn default_layout() -> ValidLayout {
 pub fn with_implicit_default(mut stored: Vec<StoredLayout>) -> Vec<StoredLayout> {
     let default_name = LayoutName::default_layout();
     if !stored.iter().any(|l| l.name == default_name) {
-        stored.insert(0, StoredLayout { name: default_name, layout: default_layout(), updated_at: None });
+        stored.insert(
+            0,
+            StoredLayout {
+                name: default_name,
+                layout: default_layout(),
+                updated_at: None,
+            },
+        );
     }
     stored
 }
@@ -370,11 +395,17 @@ pub(crate) fn parse_id<T>(parse: fn(&str) -> Option<T>, s: &str, what: &str) -> 
 
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
 /// and layout, and a phase-two job per touched layout.
-pub(crate) fn jobs_for_close(touched: &[TouchedRollout]) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
+pub(crate) fn jobs_for_close(
+    touched: &[TouchedRollout],
+) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
     let mut jobs = Vec::new();
     let mut layouts: Vec<&LayoutName> = Vec::new();
     for t in touched {
-        jobs.push((JobKind::PhaseOne, t.layout.clone(), Some(t.rollout_id.clone())));
+        jobs.push((
+            JobKind::PhaseOne,
+            t.layout.clone(),
+            Some(t.rollout_id.clone()),
+        ));
         if !layouts.contains(&&t.layout) {
             layouts.push(&t.layout);
         }
@@ -395,8 +426,9 @@ pub(crate) fn replay_or_conflict(
     if stored_hash != claim.request_hash {
         return Ok(AppendOutcome::IdempotencyConflict);
     }
-    let response = stored_response
-        .ok_or_else(|| StoreError::Corrupt("committed idempotency key without a response".into()))?;
+    let response = stored_response.ok_or_else(|| {
+        StoreError::Corrupt("committed idempotency key without a response".into())
+    })?;
     Ok(AppendOutcome::Replayed(
         serde_json::from_str(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?,
     ))

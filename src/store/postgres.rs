@@ -8,8 +8,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use std::str::FromStr;
 
-const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, sql: include_str!("../../migrations/postgres/0001_core.sql") }];
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../../migrations/postgres/0001_core.sql"),
+}];
 
 /// An arbitrary constant: the advisory lock that keeps replicas from
 /// migrating at the same time.
@@ -34,7 +36,10 @@ impl PgStore {
 
     async fn migrate(&self) -> StoreResult<()> {
         let mut conn = self.pool.acquire().await?;
-        sqlx::query("SELECT pg_advisory_lock($1)").bind(MIGRATION_LOCK).execute(&mut *conn).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *conn)
+            .await?;
         let result = async {
             sqlx::query(
                 "CREATE TABLE IF NOT EXISTS memoryd_migrations (version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL)",
@@ -61,12 +66,18 @@ impl PgStore {
             Ok::<_, sqlx::Error>(())
         }
         .await;
-        sqlx::query("SELECT pg_advisory_unlock($1)").bind(MIGRATION_LOCK).execute(&mut *conn).await?;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *conn)
+            .await?;
         result.map_err(|e| StoreError::Migration(e.to_string()))
     }
 
     async fn lock_tenant(tx: &mut Transaction<'_, Postgres>, tenant: TenantId) -> StoreResult<()> {
-        sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR UPDATE").bind(tenant).execute(&mut **tx).await?;
+        sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR UPDATE")
+            .bind(tenant)
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     }
 
@@ -74,10 +85,12 @@ impl PgStore {
         executor: impl sqlx::PgExecutor<'_>,
         tenant: TenantId,
     ) -> StoreResult<Vec<StoredLayout>> {
-        let rows = sqlx::query("SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name")
-            .bind(tenant)
-            .fetch_all(executor)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name",
+        )
+        .bind(tenant)
+        .fetch_all(executor)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(StoredLayout {
@@ -100,7 +113,11 @@ impl PgStore {
         } else {
             "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2"
         };
-        let row = sqlx::query(sql).bind(tenant).bind(id.as_str()).fetch_optional(executor).await?;
+        let row = sqlx::query(sql)
+            .bind(tenant)
+            .bind(id.as_str())
+            .fetch_optional(executor)
+            .await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
@@ -127,7 +144,8 @@ fn session_from_row(r: &PgRow) -> StoreResult<SessionRecord> {
         session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
         workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
         state: SessionState::parse(r.try_get("state")?)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         memory_status: memory_status
             .map(|s| serde_json::from_str(&s))
             .transpose()
@@ -149,11 +167,17 @@ fn job_from_row(r: &PgRow) -> StoreResult<JobRecord> {
         session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
         workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
         layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-        rollout_id: rollout.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
+        rollout_id: rollout
+            .as_deref()
+            .map(|s| parse_id(RolloutId::parse, s, "rollout id"))
+            .transpose()?,
         attempts: r.try_get("attempts")?,
         run_after: r.try_get("run_after")?,
         last_error: r.try_get("last_error")?,
-        usage: usage.map(|s| serde_json::from_str(&s)).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        usage: usage
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         created_at: r.try_get("created_at")?,
         started_at: r.try_get("started_at")?,
         finished_at: r.try_get("finished_at")?,
@@ -176,15 +200,21 @@ impl Store for PgStore {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(key.key_id)
-            .bind(key.tenant_id)
-            .bind(&key.key_hash)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(key.key_id)
+        .bind(key.tenant_id)
+        .bind(&key.key_hash)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
+        Ok(Tenant {
+            tenant_id: key.tenant_id,
+            name: name.to_owned(),
+            created_at: now,
+        })
     }
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
@@ -201,19 +231,22 @@ impl Store for PgStore {
     }
 
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
-        let updated = sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-            .bind(key_id)
-            .bind(Utc::now())
-            .execute(&self.pool)
-            .await?;
+        let updated =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(key_id)
+                .bind(Utc::now())
+                .execute(&self.pool)
+                .await?;
         Ok(updated.rows_affected() == 1)
     }
 
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
-        Ok(sqlx::query_scalar("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-            .bind(key_hash)
-            .fetch_optional(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(
+            "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     async fn stored_layouts(&self, tenant: TenantId) -> StoreResult<Vec<StoredLayout>> {
@@ -229,10 +262,11 @@ impl Store for PgStore {
     ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>> {
         let mut tx = self.pool.begin().await?;
         Self::lock_tenant(&mut tx, tenant).await?;
-        let existing: Vec<(LayoutName, ValidLayout)> = with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
-            .into_iter()
-            .map(|l| (l.name, l.layout))
-            .collect();
+        let existing: Vec<(LayoutName, ValidLayout)> =
+            with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
+                .into_iter()
+                .map(|l| (l.name, l.layout))
+                .collect();
         let decision = match decide_layout_put(&existing, name, layout, if_match) {
             Ok(d) => d,
             Err(e) => return Ok(Err(e)),
@@ -263,7 +297,11 @@ impl Store for PgStore {
         Ok(Ok(outcome))
     }
 
-    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
+    async fn create_session(
+        &self,
+        tenant: TenantId,
+        new: &NewSession,
+    ) -> StoreResult<CreateSessionOutcome> {
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING",
@@ -285,7 +323,11 @@ impl Store for PgStore {
         })
     }
 
-    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>> {
+    async fn session_view(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionView>> {
         let Some(session) = Self::session_in(&self.pool, tenant, id, false).await? else {
             return Ok(None);
         };
@@ -308,16 +350,25 @@ impl Store for PgStore {
             })
             .collect::<StoreResult<Vec<_>>>()?;
         let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
-        Ok(Some(SessionView { session, rollouts, jobs }))
+        Ok(Some(SessionView {
+            session,
+            rollouts,
+            jobs,
+        }))
     }
 
-    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>> {
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
-                .bind(tenant)
-                .bind(id.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
+    async fn session_state(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionState>> {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
         state.as_deref().map(SessionState::parse).transpose()
     }
 
@@ -341,11 +392,18 @@ impl Store for PgStore {
                     .bind(&claim.key)
                     .fetch_one(&mut *tx)
                     .await?;
-                return replay_or_conflict(claim, row.try_get("request_hash")?, row.try_get("response")?);
+                return replay_or_conflict(
+                    claim,
+                    row.try_get("request_hash")?,
+                    row.try_get("response")?,
+                );
             }
         }
 
-        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
+        let workspace = req
+            .workspace
+            .cloned()
+            .unwrap_or_else(WorkspaceName::default_workspace);
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING",
@@ -393,7 +451,9 @@ impl Store for PgStore {
         let committed_len: i64 = row.try_get("committed_len")?;
         let segment_index: i64 = row.try_get("segment_count")?;
 
-        let root = req.volumes.workspace_root(req.tenant_id, &session.workspace)?;
+        let root = req
+            .volumes
+            .workspace_root(req.tenant_id, &session.workspace)?;
         let layout = req.layout.clone();
         let line = req.segment.line.clone();
         let file_name = rollout_id.file_name();
@@ -401,7 +461,11 @@ impl Store for PgStore {
             ensure_layout(&root, &layout)?;
             let sessions = crate::workspace::confine(&root, &layout.sessions_dir.normalized)?;
             let path = crate::workspace::confine(&sessions, &file_name)?;
-            Ok(append_durably(&path, committed_len as u64, line.as_bytes())?)
+            Ok(append_durably(
+                &path,
+                committed_len as u64,
+                line.as_bytes(),
+            )?)
         })
         .await
         .map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
@@ -442,18 +506,24 @@ impl Store for PgStore {
             rollout_path: path_text,
         };
         if let Some(claim) = req.idempotency {
-            sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
-                .bind(req.tenant_id)
-                .bind(&claim.key)
-                .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2",
+            )
+            .bind(req.tenant_id)
+            .bind(&claim.key)
+            .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(AppendOutcome::Appended(receipt))
     }
 
-    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<CloseOutcome>> {
         let mut tx = self.pool.begin().await?;
         let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
             return Ok(None);
@@ -473,15 +543,20 @@ impl Store for PgStore {
                 .map(|r| {
                     Ok(TouchedRollout {
                         layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-                        rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                        rollout_id: parse_id(
+                            RolloutId::parse,
+                            r.try_get("rollout_id")?,
+                            "rollout id",
+                        )?,
                         segment_count: r.try_get("segment_count")?,
                     })
                 })
                 .collect::<StoreResult<Vec<_>>>()?;
             let layouts = Self::layouts_in(&mut *tx, tenant).await?;
             for (kind, layout_name, rollout) in jobs_for_close(&touched) {
-                let layout = resolve_layout(layouts.clone(), &layout_name)
-                    .ok_or_else(|| StoreError::Corrupt(format!("layout {layout_name} of a session is gone")))?;
+                let layout = resolve_layout(layouts.clone(), &layout_name).ok_or_else(|| {
+                    StoreError::Corrupt(format!("layout {layout_name} of a session is gone"))
+                })?;
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
                                        state, attempts, run_after, created_at)
@@ -500,7 +575,11 @@ impl Store for PgStore {
                 .await?;
             }
             let (state, status, closed_at) = if touched.is_empty() {
-                (SessionState::Closed, Some(serde_json::json!({"status": "complete", "failures": []})), Some(now))
+                (
+                    SessionState::Closed,
+                    Some(serde_json::json!({"status": "complete", "failures": []})),
+                    Some(now),
+                )
             } else {
                 (SessionState::Closing, None, None)
             };

@@ -6,12 +6,16 @@
 use super::*;
 use crate::domain::layout::{LayoutPutDecision, decide_layout_put};
 use crate::workspace::{append_durably, ensure_layout};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, SqlitePool};
 use std::str::FromStr;
 
-const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, sql: include_str!("../../migrations/sqlite/0001_core.sql") }];
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../../migrations/sqlite/0001_core.sql"),
+}];
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -23,7 +27,8 @@ pub(crate) fn ts(t: DateTime<Utc>) -> String {
 }
 
 fn parse_ts(s: &str) -> StoreResult<DateTime<Utc>> {
-    crate::domain::time::parse_rfc3339(s).ok_or_else(|| StoreError::Corrupt(format!("stored timestamp {s:?}")))
+    crate::domain::time::parse_rfc3339(s)
+        .ok_or_else(|| StoreError::Corrupt(format!("stored timestamp {s:?}")))
 }
 
 fn get_ts(r: &SqliteRow, column: &str) -> StoreResult<DateTime<Utc>> {
@@ -31,7 +36,9 @@ fn get_ts(r: &SqliteRow, column: &str) -> StoreResult<DateTime<Utc>> {
 }
 
 fn get_opt_ts(r: &SqliteRow, column: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    r.try_get::<Option<&str>, _>(column)?.map(parse_ts).transpose()
+    r.try_get::<Option<&str>, _>(column)?
+        .map(parse_ts)
+        .transpose()
 }
 
 fn parse_uuid(s: &str) -> StoreResult<Uuid> {
@@ -49,7 +56,10 @@ impl SqliteStore {
         if let Some(dir) = options.get_filename().parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
         let store = Self { pool };
         store.migrate().await?;
         Ok(store)
@@ -89,10 +99,12 @@ impl SqliteStore {
         executor: impl sqlx::SqliteExecutor<'_>,
         tenant: TenantId,
     ) -> StoreResult<Vec<StoredLayout>> {
-        let rows = sqlx::query("SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name")
-            .bind(tenant.to_string())
-            .fetch_all(executor)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name",
+        )
+        .bind(tenant.to_string())
+        .fetch_all(executor)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(StoredLayout {
@@ -108,14 +120,13 @@ impl SqliteStore {
         executor: impl sqlx::SqliteExecutor<'_>,
         tenant: TenantId,
         id: &SessionId,
-        for_update: bool,
     ) -> StoreResult<Option<SessionRecord>> {
-        let sql = if for_update {
-            "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2"
-        } else {
-            "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2"
-        };
-        let row = sqlx::query(sql).bind(tenant.to_string()).bind(id.as_str()).fetch_optional(executor).await?;
+        // BEGIN IMMEDIATE already holds the database's write lock.
+        let row = sqlx::query("SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+            .bind(tenant.to_string())
+            .bind(id.as_str())
+            .fetch_optional(executor)
+            .await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
@@ -142,7 +153,8 @@ fn session_from_row(r: &SqliteRow) -> StoreResult<SessionRecord> {
         session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
         workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
         state: SessionState::parse(r.try_get("state")?)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         memory_status: memory_status
             .map(|s| serde_json::from_str(&s))
             .transpose()
@@ -164,11 +176,17 @@ fn job_from_row(r: &SqliteRow) -> StoreResult<JobRecord> {
         session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
         workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
         layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-        rollout_id: rollout.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
+        rollout_id: rollout
+            .as_deref()
+            .map(|s| parse_id(RolloutId::parse, s, "rollout id"))
+            .transpose()?,
         attempts: r.try_get("attempts")?,
         run_after: get_ts(r, "run_after")?,
         last_error: r.try_get("last_error")?,
-        usage: usage.map(|s| serde_json::from_str(&s)).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        usage: usage
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         created_at: get_ts(r, "created_at")?,
         started_at: get_opt_ts(r, "started_at")?,
         finished_at: get_opt_ts(r, "finished_at")?,
@@ -191,15 +209,21 @@ impl Store for SqliteStore {
             .bind(ts(now))
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(key.key_id.to_string())
-            .bind(key.tenant_id.to_string())
-            .bind(&key.key_hash)
-            .bind(ts(now))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(key.key_id.to_string())
+        .bind(key.tenant_id.to_string())
+        .bind(&key.key_hash)
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
+        Ok(Tenant {
+            tenant_id: key.tenant_id,
+            name: name.to_owned(),
+            created_at: now,
+        })
     }
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
@@ -216,20 +240,22 @@ impl Store for SqliteStore {
     }
 
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
-        let updated = sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-            .bind(key_id.to_string())
-            .bind(ts(Utc::now()))
-            .execute(&self.pool)
-            .await?;
+        let updated =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(key_id.to_string())
+                .bind(ts(Utc::now()))
+                .execute(&self.pool)
+                .await?;
         Ok(updated.rows_affected() == 1)
     }
 
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
-        let tenant: Option<String> =
-            sqlx::query_scalar("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-                .bind(key_hash)
-                .fetch_optional(&self.pool)
-                .await?;
+        let tenant: Option<String> = sqlx::query_scalar(
+            "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?;
         tenant.as_deref().map(parse_uuid).transpose()
     }
 
@@ -245,10 +271,11 @@ impl Store for SqliteStore {
         if_match: Option<&str>,
     ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let existing: Vec<(LayoutName, ValidLayout)> = with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
-            .into_iter()
-            .map(|l| (l.name, l.layout))
-            .collect();
+        let existing: Vec<(LayoutName, ValidLayout)> =
+            with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
+                .into_iter()
+                .map(|l| (l.name, l.layout))
+                .collect();
         let decision = match decide_layout_put(&existing, name, layout, if_match) {
             Ok(d) => d,
             Err(e) => return Ok(Err(e)),
@@ -279,7 +306,11 @@ impl Store for SqliteStore {
         Ok(Ok(outcome))
     }
 
-    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
+    async fn create_session(
+        &self,
+        tenant: TenantId,
+        new: &NewSession,
+    ) -> StoreResult<CreateSessionOutcome> {
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING",
@@ -291,7 +322,7 @@ impl Store for SqliteStore {
         .bind(ts(Utc::now()))
         .execute(&self.pool)
         .await?;
-        let record = Self::session_in(&self.pool, tenant, &new.session_id, false)
+        let record = Self::session_in(&self.pool, tenant, &new.session_id)
             .await?
             .ok_or_else(|| StoreError::Corrupt("session vanished after insert".into()))?;
         Ok(if inserted.rows_affected() == 1 {
@@ -301,8 +332,12 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>> {
-        let Some(session) = Self::session_in(&self.pool, tenant, id, false).await? else {
+    async fn session_view(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionView>> {
+        let Some(session) = Self::session_in(&self.pool, tenant, id).await? else {
             return Ok(None);
         };
         let rows = sqlx::query(
@@ -324,16 +359,25 @@ impl Store for SqliteStore {
             })
             .collect::<StoreResult<Vec<_>>>()?;
         let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
-        Ok(Some(SessionView { session, rollouts, jobs }))
+        Ok(Some(SessionView {
+            session,
+            rollouts,
+            jobs,
+        }))
     }
 
-    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>> {
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
-                .bind(tenant.to_string())
-                .bind(id.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
+    async fn session_state(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionState>> {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+        )
+        .bind(tenant.to_string())
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
         state.as_deref().map(SessionState::parse).transpose()
     }
 
@@ -357,11 +401,18 @@ impl Store for SqliteStore {
                     .bind(&claim.key)
                     .fetch_one(&mut *tx)
                     .await?;
-                return replay_or_conflict(claim, row.try_get("request_hash")?, row.try_get("response")?);
+                return replay_or_conflict(
+                    claim,
+                    row.try_get("request_hash")?,
+                    row.try_get("response")?,
+                );
             }
         }
 
-        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
+        let workspace = req
+            .workspace
+            .cloned()
+            .unwrap_or_else(WorkspaceName::default_workspace);
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING",
@@ -372,7 +423,7 @@ impl Store for SqliteStore {
         .bind(ts(now))
         .execute(&mut *tx)
         .await?;
-        let session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true)
+        let session = Self::session_in(&mut *tx, req.tenant_id, req.session_id)
             .await?
             .ok_or_else(|| StoreError::Corrupt("session vanished after insert".into()))?;
         if req.workspace.is_some_and(|w| w != &session.workspace) {
@@ -409,7 +460,9 @@ impl Store for SqliteStore {
         let committed_len: i64 = row.try_get("committed_len")?;
         let segment_index: i64 = row.try_get("segment_count")?;
 
-        let root = req.volumes.workspace_root(req.tenant_id, &session.workspace)?;
+        let root = req
+            .volumes
+            .workspace_root(req.tenant_id, &session.workspace)?;
         let layout = req.layout.clone();
         let line = req.segment.line.clone();
         let file_name = rollout_id.file_name();
@@ -417,7 +470,11 @@ impl Store for SqliteStore {
             ensure_layout(&root, &layout)?;
             let sessions = crate::workspace::confine(&root, &layout.sessions_dir.normalized)?;
             let path = crate::workspace::confine(&sessions, &file_name)?;
-            Ok(append_durably(&path, committed_len as u64, line.as_bytes())?)
+            Ok(append_durably(
+                &path,
+                committed_len as u64,
+                line.as_bytes(),
+            )?)
         })
         .await
         .map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
@@ -458,20 +515,26 @@ impl Store for SqliteStore {
             rollout_path: path_text,
         };
         if let Some(claim) = req.idempotency {
-            sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
-                .bind(req.tenant_id.to_string())
-                .bind(&claim.key)
-                .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2",
+            )
+            .bind(req.tenant_id.to_string())
+            .bind(&claim.key)
+            .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(AppendOutcome::Appended(receipt))
     }
 
-    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<CloseOutcome>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
+        let Some(mut session) = Self::session_in(&mut *tx, tenant, id).await? else {
             return Ok(None);
         };
         if session.state == SessionState::Open {
@@ -489,15 +552,20 @@ impl Store for SqliteStore {
                 .map(|r| {
                     Ok(TouchedRollout {
                         layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-                        rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                        rollout_id: parse_id(
+                            RolloutId::parse,
+                            r.try_get("rollout_id")?,
+                            "rollout id",
+                        )?,
                         segment_count: r.try_get("segment_count")?,
                     })
                 })
                 .collect::<StoreResult<Vec<_>>>()?;
             let layouts = Self::layouts_in(&mut *tx, tenant).await?;
             for (kind, layout_name, rollout) in jobs_for_close(&touched) {
-                let layout = resolve_layout(layouts.clone(), &layout_name)
-                    .ok_or_else(|| StoreError::Corrupt(format!("layout {layout_name} of a session is gone")))?;
+                let layout = resolve_layout(layouts.clone(), &layout_name).ok_or_else(|| {
+                    StoreError::Corrupt(format!("layout {layout_name} of a session is gone"))
+                })?;
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
                                        state, attempts, run_after, created_at)
@@ -516,7 +584,11 @@ impl Store for SqliteStore {
                 .await?;
             }
             let (state, status, closed_at) = if touched.is_empty() {
-                (SessionState::Closed, Some(serde_json::json!({"status": "complete", "failures": []})), Some(now))
+                (
+                    SessionState::Closed,
+                    Some(serde_json::json!({"status": "complete", "failures": []})),
+                    Some(now),
+                )
             } else {
                 (SessionState::Closing, None, None)
             };

@@ -6,25 +6,43 @@ fn repo_file(name: &str) -> String {
 
 #[test]
 fn compose_file_is_valid_yaml_with_memoryd_postgres_and_named_volumes() {
-    let compose: serde_yaml::Value = serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
+    let compose: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
     let services = compose["services"].as_mapping().unwrap();
     for name in ["memoryd", "postgres"] {
         let service = &compose["services"][name];
         assert!(services.contains_key(name), "{name}");
-        assert!(service["healthcheck"]["test"].is_sequence(), "{name} has a health check");
+        assert!(
+            service["healthcheck"]["test"].is_sequence(),
+            "{name} has a health check"
+        );
     }
     let memoryd = &compose["services"]["memoryd"];
     let env = memoryd["environment"].as_mapping().unwrap();
     assert!(env.keys().any(|k| k.as_str() == Some("DATABASE_URL")));
-    assert_eq!(memoryd["depends_on"]["postgres"]["condition"].as_str(), Some("service_healthy"));
+    assert_eq!(
+        memoryd["depends_on"]["postgres"]["condition"].as_str(),
+        Some("service_healthy")
+    );
     let volumes = compose["volumes"].as_mapping().unwrap();
-    assert!(volumes.len() >= 2, "named volumes for the database and the workspaces");
+    assert!(
+        volumes.len() >= 2,
+        "named volumes for the database and the workspaces"
+    );
     for service in ["memoryd", "postgres"] {
-        let mounts = compose["services"][service]["volumes"].as_sequence().unwrap();
-        let named = mounts.iter().filter_map(|m| m.as_str()).filter_map(|m| m.split(':').next());
+        let mounts = compose["services"][service]["volumes"]
+            .as_sequence()
+            .unwrap();
+        let named = mounts
+            .iter()
+            .filter_map(|m| m.as_str())
+            .filter_map(|m| m.split(':').next());
         assert!(named.clone().count() > 0);
         for volume in named {
-            assert!(volumes.keys().any(|k| k.as_str() == Some(volume)), "{volume} is declared");
+            assert!(
+                volumes.keys().any(|k| k.as_str() == Some(volume)),
+                "{volume} is declared"
+            );
         }
     }
 }
@@ -32,11 +50,23 @@ fn compose_file_is_valid_yaml_with_memoryd_postgres_and_named_volumes() {
 #[test]
 fn dockerfile_is_multi_stage_and_runs_as_non_root() {
     let dockerfile = repo_file("Dockerfile");
-    let stages = dockerfile.lines().filter(|l| l.trim_start().to_uppercase().starts_with("FROM ")).count();
+    let stages = dockerfile
+        .lines()
+        .filter(|l| l.trim_start().to_uppercase().starts_with("FROM "))
+        .count();
     assert!(stages >= 2, "multi-stage build");
-    let user = dockerfile.lines().rev().find(|l| l.trim_start().to_uppercase().starts_with("USER ")).unwrap();
-    assert!(!user.contains("root") && !user.trim().ends_with(" 0"), "{user}");
-    assert!(dockerfile.contains("HEALTHCHECK") || repo_file("docker-compose.yml").contains("healthz"));
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().to_uppercase().starts_with("USER "))
+        .unwrap();
+    assert!(
+        !user.contains("root") && !user.trim().ends_with(" 0"),
+        "{user}"
+    );
+    assert!(
+        dockerfile.contains("HEALTHCHECK") || repo_file("docker-compose.yml").contains("healthz")
+    );
 }
 
 #[test]
@@ -45,4 +75,44 @@ fn ci_runs_the_test_command_that_the_readme_names() {
     let ci = repo_file(".ci/run");
     assert!(readme.contains("scripts/test.sh"));
     assert!(ci.contains("scripts/test.sh"));
+}
+
+/// `(METHOD, path)` of every route the router registers, read from its source.
+fn routes_in_router() -> Vec<(String, String)> {
+    let source = repo_file("src/api/mod.rs");
+    let mut routes = Vec::new();
+    for chunk in source.split(".route(\"").skip(1) {
+        let (path, rest) = chunk.split_once('"').unwrap();
+        let call = &rest[..rest.find(")\n").unwrap_or(rest.len())];
+        let full = if path.starts_with("/healthz") || path.starts_with("/readyz") {
+            path.to_owned()
+        } else {
+            format!("/v1{path}")
+        };
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if call.contains(&format!("{method}(")) {
+                routes.push((method.to_uppercase(), full.clone()));
+            }
+        }
+    }
+    routes.sort();
+    routes
+}
+
+#[test]
+fn openapi_lists_exactly_the_routes_the_router_serves() {
+    let spec: serde_yaml::Value = serde_yaml::from_str(&repo_file("openapi.yaml")).unwrap();
+    let mut documented = Vec::new();
+    for (path, item) in spec["paths"].as_mapping().unwrap() {
+        for (method, _) in item.as_mapping().unwrap() {
+            let method = method.as_str().unwrap();
+            if method != "parameters" {
+                documented.push((method.to_uppercase(), path.as_str().unwrap().to_owned()));
+            }
+        }
+    }
+    documented.sort();
+    let served = routes_in_router();
+    assert!(served.len() >= 13, "{served:?}");
+    assert_eq!(documented, served);
 }

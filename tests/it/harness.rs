@@ -20,17 +20,23 @@ async fn postgres_url() -> String {
     }
     let admin_url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let base = admin_url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin_url.clone());
+    let base = admin_url
+        .rsplit_once('/')
+        .map(|(b, _)| b.to_owned())
+        .unwrap_or(admin_url.clone());
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
         .await
         .expect("the tests need a Postgres: set MEMORYD_TEST_DATABASE_URL or DATABASE_URL, or run scripts/test.sh");
-    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'memoryd_test'")
-        .fetch_optional(&mut conn)
-        .await
-        .unwrap();
+    let exists: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'memoryd_test'")
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
     if exists.is_none() {
         // Parallel test processes race here; losing the race is fine.
-        let _ = sqlx::query("CREATE DATABASE memoryd_test").execute(&mut conn).await;
+        let _ = sqlx::query("CREATE DATABASE memoryd_test")
+            .execute(&mut conn)
+            .await;
     }
     format!("{base}/memoryd_test")
 }
@@ -73,11 +79,19 @@ impl TestApp {
         let data_dir = config.data_dir.clone();
         let server = start(config, listener).await.expect("memoryd starts");
         let base = format!("http://{}", server.addr);
-        Self { server: Some(server), base, client: Client::new(), data_dir, _dir: dir }
+        Self {
+            server: Some(server),
+            base,
+            client: Client::new(),
+            data_dir,
+            _dir: dir,
+        }
     }
 
     pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
-        self.client.request(method, format!("{}{}", self.base, path)).bearer_auth(key)
+        self.client
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(key)
     }
 
     pub async fn tenant(&self) -> Tenant {
@@ -89,19 +103,35 @@ impl TestApp {
             .unwrap();
         assert_eq!(res.status(), 201);
         let body: Value = res.json().await.unwrap();
-        Tenant { id: body["tenant_id"].as_str().unwrap().into(), key: body["api_key"].as_str().unwrap().into() }
+        Tenant {
+            id: body["tenant_id"].as_str().unwrap().into(),
+            key: body["api_key"].as_str().unwrap().into(),
+        }
     }
 
-    pub async fn post_segment(&self, key: &str, session: &str, layout: &str, body: Value) -> Response {
-        self.request(Method::POST, &format!("/v1/sessions/{session}/layouts/{layout}/segments"), key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+    pub async fn post_segment(
+        &self,
+        key: &str,
+        session: &str,
+        layout: &str,
+        body: Value,
+    ) -> Response {
+        self.request(
+            Method::POST,
+            &format!("/v1/sessions/{session}/layouts/{layout}/segments"),
+            key,
+        )
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
     }
 
     pub fn workspace_dir(&self, tenant: &Tenant, workspace: &str) -> PathBuf {
-        self.data_dir.join("workspaces").join(&tenant.id).join(workspace)
+        self.data_dir
+            .join("workspaces")
+            .join(&tenant.id)
+            .join(workspace)
     }
 }
 

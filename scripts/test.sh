@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The whole test suite, against Postgres and against SQLite.
+#
+# Postgres is found in this order: $DATABASE_URL, then a server on
+# 127.0.0.1:5432 (user postgres), else a throwaway cluster is started with
+# initdb/pg_ctl in a temp dir (Debian's postgresql package is installed first
+# when its binaries are missing). The tests use a fresh database
+# `memoryd_test` on it; SQLite needs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+
+pg_bin_dir() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  command -v initdb >/dev/null 2>&1 && { dirname "$(command -v initdb)"; return 0; }
+  return 1
+}
+
+ensure_pg_binaries() {
+  pg_bin_dir >/dev/null && return 0
+  log "PostgreSQL binaries are missing; installing Debian's postgresql package"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+}
+
+pg_answers() {
+  local psql
+  psql="$(command -v psql || true)"
+  [ -z "$psql" ] && psql="$(pg_bin_dir 2>/dev/null)/psql"
+  [ -x "$psql" ] && "$psql" "$1" -Atqc 'select 1' >/dev/null 2>&1
+}
+
+THROWAWAY=""
+cleanup() {
+  if [ -n "$THROWAWAY" ]; then
+    local bin; bin="$(pg_bin_dir)"
+    if [ "$(id -u)" -eq 0 ]; then
+      runuser -u postgres -- "$bin/pg_ctl" -D "$THROWAWAY/data" -m immediate stop >/dev/null 2>&1 || true
+    else
+      "$bin/pg_ctl" -D "$THROWAWAY/data" -m immediate stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$THROWAWAY"
+  fi
+}
+trap cleanup EXIT
+
+start_throwaway() {
+  ensure_pg_binaries
+  local bin port as
+  bin="$(pg_bin_dir)"
+  port=$(( 20000 + RANDOM % 20000 ))
+  THROWAWAY="$(mktemp -d /tmp/memoryd-pg.XXXXXX)"
+  as=()
+  if [ "$(id -u)" -eq 0 ]; then
+    # initdb refuses to run as root.
+    id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+    chown postgres "$THROWAWAY"
+    as=(runuser -u postgres --)
+  fi
+  "${as[@]}" "$bin/initdb" -D "$THROWAWAY/data" -U postgres --auth=trust >/dev/null
+  "${as[@]}" "$bin/pg_ctl" -D "$THROWAWAY/data" -l "$THROWAWAY/log" -w \
+    -o "-p $port -k $THROWAWAY -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+  ADMIN_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  log "started a throwaway PostgreSQL on port $port"
+}
+
+if [ -n "${DATABASE_URL:-}" ] && [[ "$DATABASE_URL" == postgres* ]] && pg_answers "$DATABASE_URL"; then
+  ADMIN_URL="$DATABASE_URL"
+elif pg_answers "postgres://postgres@127.0.0.1:5432/postgres"; then
+  ADMIN_URL="postgres://postgres@127.0.0.1:5432/postgres"
+else
+  start_throwaway
+fi
+
+PSQL="$(command -v psql || echo "$(pg_bin_dir)/psql")"
+"$PSQL" "$ADMIN_URL" -qc 'DROP DATABASE IF EXISTS memoryd_test WITH (FORCE)' >/dev/null
+"$PSQL" "$ADMIN_URL" -qc 'CREATE DATABASE memoryd_test' >/dev/null
+export MEMORYD_TEST_DATABASE_URL="${ADMIN_URL%/*}/memoryd_test"
+log "Postgres for the tests: ${MEMORYD_TEST_DATABASE_URL}"
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --no-fail-fast "$@"
+else
+  cargo test --no-fail-fast "$@"
+fi
