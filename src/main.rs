@@ -5,7 +5,9 @@ use tracing_subscriber::EnvFilter;
 
 fn init_logging(config: &Config) {
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if config.log_format.eq_ignore_ascii_case("json") {
         builder.json().flatten_event(true).init();
     } else {

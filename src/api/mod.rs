@@ -27,7 +27,7 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 /// Longer than the longest `?wait=` of a close (300 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(330);
@@ -111,7 +111,7 @@ pub fn router(state: AppState) -> Router {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("-");
                     tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
-                }))
+                }).on_response(DefaultOnResponse::new().level(tracing::Level::INFO)))
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(middleware::from_fn(problem_for_bare_errors))
                 .layer(CatchPanicLayer::new())

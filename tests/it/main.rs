@@ -7,4 +7,5 @@ mod admin;
 mod deploy_files;
 mod ingest;
 mod layouts;
+mod process;
 mod sessions;
