@@ -1,20 +1,20 @@
--- Same schema as Postgres; ids and timestamps are stored as text (RFC 3339, UTC).
+-- The Postgres schema in SQLite types: UUIDs as 16-byte blobs, timestamps as RFC 3339 text.
 CREATE TABLE tenants (
-    id TEXT PRIMARY KEY,
+    id BLOB PRIMARY KEY,
     name TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
 
 CREATE TABLE api_keys (
-    id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    id BLOB PRIMARY KEY,
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     key_hash TEXT NOT NULL UNIQUE,
     created_at TEXT NOT NULL,
     revoked_at TEXT
 );
 
 CREATE TABLE layouts (
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     name TEXT NOT NULL,
     config TEXT NOT NULL,
     created_at TEXT NOT NULL,
@@ -23,7 +23,7 @@ CREATE TABLE layouts (
 );
 
 CREATE TABLE sessions (
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     session_id TEXT NOT NULL,
     workspace TEXT NOT NULL,
     state TEXT NOT NULL,
@@ -36,7 +36,7 @@ CREATE TABLE sessions (
 
 -- One row per rollout file; committed_len is the acknowledged prefix of the file.
 CREATE TABLE rollouts (
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     workspace TEXT NOT NULL,
     layout TEXT NOT NULL,
     rollout_id TEXT NOT NULL,
@@ -50,7 +50,7 @@ CREATE TABLE rollouts (
 );
 
 CREATE TABLE session_rollouts (
-    tenant_id TEXT NOT NULL,
+    tenant_id BLOB NOT NULL,
     session_id TEXT NOT NULL,
     layout TEXT NOT NULL,
     rollout_id TEXT NOT NULL,
@@ -60,8 +60,8 @@ CREATE TABLE session_rollouts (
 );
 
 CREATE TABLE jobs (
-    id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    id BLOB PRIMARY KEY,
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     kind TEXT NOT NULL,
     session_id TEXT NOT NULL,
     workspace TEXT NOT NULL,
@@ -72,7 +72,7 @@ CREATE TABLE jobs (
     attempts INTEGER NOT NULL DEFAULT 0,
     run_after TEXT NOT NULL,
     lease_owner TEXT,
-    lease_token TEXT,
+    lease_token BLOB,
     lease_expires_at TEXT,
     last_error TEXT,
     usage TEXT,
@@ -86,7 +86,7 @@ CREATE INDEX jobs_by_tenant ON jobs (tenant_id, created_at);
 CREATE INDEX jobs_by_session ON jobs (tenant_id, session_id);
 
 CREATE TABLE idempotency_keys (
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    tenant_id BLOB NOT NULL REFERENCES tenants(id),
     key TEXT NOT NULL,
     request_hash TEXT NOT NULL,
     response TEXT,

@@ -15,10 +15,11 @@ use crate::workspace::Volumes;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Request, StatusCode, header};
+use axum::handler::Handler;
+use axum::http::{Method, Request, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{delete, get, post, put};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use error::{code_for_status, problem};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,33 +74,85 @@ async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
     response
 }
 
+/// One route: its method, its full path and its handler.
+struct Endpoint {
+    method: Method,
+    path: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+fn endpoint<H, T>(method: Method, path: &'static str, handler: H) -> Endpoint
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).expect("endpoints use standard methods");
+    Endpoint {
+        method,
+        path,
+        handler: on(filter, handler),
+    }
+}
+
+/// Every route memoryd serves; `openapi.yaml` is tested against this list.
+fn endpoints() -> Vec<Endpoint> {
+    vec![
+        endpoint(Method::GET, "/healthz", health::healthz),
+        endpoint(Method::GET, "/readyz", health::readyz),
+        endpoint(Method::POST, "/v1/admin/tenants", admin::create_tenant),
+        endpoint(
+            Method::POST,
+            "/v1/admin/tenants/{tenant_id}/keys",
+            admin::create_key,
+        ),
+        endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
+        endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
+        endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
+        endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
+        endpoint(Method::POST, "/v1/sessions", sessions::create_session),
+        endpoint(
+            Method::GET,
+            "/v1/sessions/{session_id}",
+            sessions::get_session,
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/sessions/{session_id}/layouts/{layout}/segments",
+            sessions::append_segment,
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/sessions/{session_id}/close",
+            sessions::close_session,
+        ),
+        endpoint(Method::GET, "/v1/jobs", jobs::list_jobs),
+        endpoint(Method::GET, "/v1/jobs/{job_id}", jobs::get_job),
+    ]
+}
+
+/// `(method, path)` of every route, as the router serves them.
+pub fn route_list() -> Vec<(Method, &'static str)> {
+    endpoints()
+        .into_iter()
+        .map(|e| (e.method, e.path))
+        .collect()
+}
+
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.max_segment_bytes;
-    let v1 = Router::new()
-        .route("/admin/tenants", post(admin::create_tenant))
-        .route("/admin/tenants/{tenant_id}/keys", post(admin::create_key))
-        .route("/admin/keys/{key_id}", delete(admin::revoke_key))
-        .route("/layouts", get(layouts::list_layouts))
-        .route(
-            "/layouts/{layout}",
-            put(layouts::put_layout).get(layouts::get_layout),
-        )
-        .route("/sessions", post(sessions::create_session))
-        .route("/sessions/{session_id}", get(sessions::get_session))
-        .route(
-            "/sessions/{session_id}/layouts/{layout}/segments",
-            post(sessions::append_segment),
-        )
-        .route(
-            "/sessions/{session_id}/close",
-            post(sessions::close_session),
-        )
-        .route("/jobs", get(jobs::list_jobs))
-        .route("/jobs/{job_id}", get(jobs::get_job));
-    Router::new()
-        .nest("/v1", v1)
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
+    let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
+    for Endpoint { path, handler, .. } in endpoints() {
+        match by_path.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, routes)) => *routes = std::mem::take(routes).merge(handler),
+            None => by_path.push((path, handler)),
+        }
+    }
+    let routes = by_path
+        .into_iter()
+        .fold(Router::new(), |router, (path, handler)| {
+            router.route(path, handler)
+        });
+    routes
         .with_state(state)
         .layer(
             ServiceBuilder::new()

@@ -3,9 +3,11 @@
 //! single replica. Both run the same tests.
 
 mod postgres;
+mod sql;
 mod sqlite;
 
 pub use postgres::PgStore;
+pub use sql::{Dialect, SqlStore};
 pub use sqlite::SqliteStore;
 
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
@@ -332,9 +334,9 @@ pub type DynStore = Arc<dyn Store>;
 /// Opens the store named by `database_url` and applies its migrations.
 pub async fn connect(database_url: &str) -> StoreResult<DynStore> {
     if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-        Ok(Arc::new(PgStore::connect(database_url).await?))
+        Ok(Arc::new(postgres::connect(database_url).await?))
     } else if database_url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::connect(database_url).await?))
+        Ok(Arc::new(sqlite::connect(database_url).await?))
     } else {
         Err(StoreError::Migration(
             "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
@@ -344,7 +346,7 @@ pub async fn connect(database_url: &str) -> StoreResult<DynStore> {
 
 /// Migrations are SQL files embedded at build time, applied in order, each
 /// once; the applied versions are kept in `memoryd_migrations`.
-pub(crate) struct Migration {
+pub struct Migration {
     pub version: i64,
     pub sql: &'static str,
 }
@@ -391,6 +393,30 @@ pub(crate) fn parse_layout_config(text: &str) -> StoreResult<ValidLayout> {
 
 pub(crate) fn parse_id<T>(parse: fn(&str) -> Option<T>, s: &str, what: &str) -> StoreResult<T> {
     parse(s).ok_or_else(|| StoreError::Corrupt(format!("stored {what} {s:?} is not valid")))
+}
+
+/// Where a close leaves a session: closed at once when it touched nothing,
+/// otherwise closing until its jobs finish.
+pub(crate) struct CloseTransition {
+    pub state: SessionState,
+    pub memory_status: Option<Value>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+pub(crate) fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> CloseTransition {
+    if touched_nothing {
+        CloseTransition {
+            state: SessionState::Closed,
+            memory_status: Some(serde_json::json!({"status": "complete", "failures": []})),
+            closed_at: Some(now),
+        }
+    } else {
+        CloseTransition {
+            state: SessionState::Closing,
+            memory_status: None,
+            closed_at: None,
+        }
+    }
 }
 
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout

@@ -1,0 +1,672 @@
+//! The store over SQL, written once for both databases. What differs between
+//! Postgres and SQLite — how a transaction takes its locks, the migrations —
+//! is the [`Dialect`] of each; the queries themselves are common SQL.
+
+use super::*;
+use crate::domain::layout::{LayoutPutDecision, decide_layout_put};
+use crate::workspace::{append_durably, confine, ensure_layout};
+use sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
+};
+
+/// What one database does its own way.
+pub trait Dialect: Database {
+    /// This backend's schema, in order.
+    const MIGRATIONS: &'static [Migration];
+    /// Appended to a `SELECT` whose rows the transaction must hold until it
+    /// ends (`FOR UPDATE`); empty where the write transaction already
+    /// excludes every other writer.
+    const LOCK_ROWS: &'static str;
+    /// Starts a transaction that will write.
+    const BEGIN_WRITE: &'static str;
+    /// Statements around migrations so that replicas never migrate at once.
+    const MIGRATION_LOCK: Option<(&'static str, &'static str)>;
+}
+
+/// A store on any [`Dialect`].
+pub struct SqlStore<DB: Database> {
+    pool: Pool<DB>,
+}
+
+/// A query that must lock the rows it reads.
+fn locking<DB: Dialect>(select: &str) -> AssertSqlSafe<String> {
+    AssertSqlSafe(format!("{select}{}", DB::LOCK_ROWS))
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+impl<DB> SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> Uuid: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<Uuid>: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<DateTime<Utc>>: Encode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    /// Wraps a connected pool and brings its schema up to date.
+    pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
+        let store = Self { pool };
+        store
+            .migrate()
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        if let Some((lock, _)) = DB::MIGRATION_LOCK {
+            sqlx::query(lock).execute(&mut *conn).await?;
+        }
+        let result = async {
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS memoryd_migrations (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)",
+            )
+            .execute(&mut *conn)
+            .await?;
+            for m in DB::MIGRATIONS {
+                let done = sqlx::query("SELECT version FROM memoryd_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if done.is_some() {
+                    continue;
+                }
+                let mut tx = sqlx::Connection::begin_with(&mut *conn, DB::BEGIN_WRITE).await?;
+                sqlx::raw_sql(AssertSqlSafe(m.sql)).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO memoryd_migrations (version, applied_at) VALUES ($1, $2)")
+                    .bind(m.version)
+                    .bind(Utc::now().to_rfc3339())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+            }
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        if let Some((_, unlock)) = DB::MIGRATION_LOCK {
+            sqlx::query(unlock).execute(&mut *conn).await?;
+        }
+        result
+    }
+
+    async fn layouts_in<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+    ) -> StoreResult<Vec<StoredLayout>> {
+        let rows = sqlx::query(
+            "SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name",
+        )
+        .bind(tenant)
+        .fetch_all(executor)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredLayout {
+                    name: parse_id(LayoutName::parse, r.try_get("name")?, "layout name")?,
+                    layout: parse_layout_config(r.try_get("config")?)?,
+                    updated_at: Some(r.try_get("updated_at")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn session_in<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+        lock: bool,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let select = "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2";
+        let sql = if lock {
+            locking::<DB>(select)
+        } else {
+            AssertSqlSafe(select.to_owned())
+        };
+        let row = sqlx::query(sql)
+            .bind(tenant)
+            .bind(id.as_str())
+            .fetch_optional(executor)
+            .await?;
+        row.as_ref().map(Self::session_from_row).transpose()
+    }
+
+    async fn touched_in<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Vec<TouchedRollout>> {
+        let rows = sqlx::query(
+            "SELECT layout, rollout_id, segment_count FROM session_rollouts
+             WHERE tenant_id = $1 AND session_id = $2 ORDER BY layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_all(executor)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TouchedRollout {
+                    layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
+                    rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                    segment_count: r.try_get("segment_count")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn jobs_of_session<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE tenant_id = $1 AND session_id = $2 ORDER BY created_at, kind, layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_all(executor)
+        .await?;
+        rows.iter().map(Self::job_from_row).collect()
+    }
+
+    fn session_from_row(r: &DB::Row) -> StoreResult<SessionRecord> {
+        let metadata: String = r.try_get("metadata")?;
+        let memory_status: Option<String> = r.try_get("memory_status")?;
+        Ok(SessionRecord {
+            session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
+            workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
+            state: SessionState::parse(r.try_get("state")?)?,
+            metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
+            memory_status: memory_status
+                .map(|s| serde_json::from_str(&s))
+                .transpose()
+                .map_err(corrupt)?,
+            created_at: r.try_get("created_at")?,
+            closed_at: r.try_get("closed_at")?,
+        })
+    }
+
+    fn job_from_row(r: &DB::Row) -> StoreResult<JobRecord> {
+        let rollout: Option<String> = r.try_get("rollout_id")?;
+        let usage: Option<String> = r.try_get("usage")?;
+        Ok(JobRecord {
+            job_id: r.try_get("id")?,
+            kind: parse_id(JobKind::parse, r.try_get("kind")?, "job kind")?,
+            state: parse_id(JobState::parse, r.try_get("state")?, "job state")?,
+            session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
+            workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
+            layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
+            rollout_id: rollout
+                .as_deref()
+                .map(|s| parse_id(RolloutId::parse, s, "rollout id"))
+                .transpose()?,
+            attempts: r.try_get("attempts")?,
+            run_after: r.try_get("run_after")?,
+            last_error: r.try_get("last_error")?,
+            usage: usage
+                .map(|s| serde_json::from_str(&s))
+                .transpose()
+                .map_err(corrupt)?,
+            created_at: r.try_get("created_at")?,
+            started_at: r.try_get("started_at")?,
+            finished_at: r.try_get("finished_at")?,
+        })
+    }
+}
+
+#[async_trait]
+impl<DB> Store for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> Uuid: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<Uuid>: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<DateTime<Utc>>: Encode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant> {
+        let now = Utc::now();
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(key.tenant_id)
+            .bind(name)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(key.key_id)
+        .bind(key.tenant_id)
+        .bind(key.key_hash.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Tenant {
+            tenant_id: key.tenant_id,
+            name: name.to_owned(),
+            created_at: now,
+        })
+    }
+
+    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
+        let inserted = sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at)
+             SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 RETURNING id",
+        )
+        .bind(key.key_id)
+        .bind(key.tenant_id)
+        .bind(key.key_hash.as_str())
+        .bind(Utc::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(inserted.is_some())
+    }
+
+    async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
+        let revoked = sqlx::query(
+            "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id",
+        )
+        .bind(key_id)
+        .bind(Utc::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(revoked.is_some())
+    }
+
+    async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
+        let row = sqlx::query(
+            "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
+    }
+
+    async fn stored_layouts(&self, tenant: TenantId) -> StoreResult<Vec<StoredLayout>> {
+        Self::layouts_in(&self.pool, tenant).await
+    }
+
+    async fn put_layout(
+        &self,
+        tenant: TenantId,
+        name: &LayoutName,
+        layout: &ValidLayout,
+        if_match: Option<&str>,
+    ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        // The tenant row serialises layout changes, so two concurrent PUTs
+        // cannot both pass the conflict rules.
+        sqlx::query(locking::<DB>("SELECT id FROM tenants WHERE id = $1"))
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?;
+        let existing: Vec<(LayoutName, ValidLayout)> =
+            with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
+                .into_iter()
+                .map(|l| (l.name, l.layout))
+                .collect();
+        let decision = match decide_layout_put(&existing, name, layout, if_match) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(e)),
+        };
+        if decision == LayoutPutDecision::Unchanged {
+            return Ok(Ok(PutLayoutOutcome::Unchanged));
+        }
+        sqlx::query(
+            "INSERT INTO layouts (tenant_id, name, config, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
+             ON CONFLICT (tenant_id, name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at",
+        )
+        .bind(tenant)
+        .bind(name.as_str())
+        .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(if decision == LayoutPutDecision::Create {
+            PutLayoutOutcome::Created
+        } else {
+            PutLayoutOutcome::Replaced
+        }))
+    }
+
+    async fn create_session(
+        &self,
+        tenant: TenantId,
+        new: &NewSession,
+    ) -> StoreResult<CreateSessionOutcome> {
+        let inserted = sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+             VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING RETURNING session_id",
+        )
+        .bind(tenant)
+        .bind(new.session_id.as_str())
+        .bind(new.workspace.as_str())
+        .bind(new.metadata.to_string())
+        .bind(Utc::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        let record = Self::session_in(&self.pool, tenant, &new.session_id, false)
+            .await?
+            .ok_or_else(|| corrupt("session vanished after insert"))?;
+        Ok(if inserted.is_some() {
+            CreateSessionOutcome::Created(record)
+        } else {
+            CreateSessionOutcome::Existing(record)
+        })
+    }
+
+    async fn session_view(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionView>> {
+        let Some(session) = Self::session_in(&self.pool, tenant, id, false).await? else {
+            return Ok(None);
+        };
+        let rollouts = Self::touched_in(&self.pool, tenant, id).await?;
+        let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
+        Ok(Some(SessionView {
+            session,
+            rollouts,
+            jobs,
+        }))
+    }
+
+    async fn session_state(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionState>> {
+        let row =
+            sqlx::query("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+                .bind(tenant)
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| SessionState::parse(r.try_get("state")?))
+            .transpose()
+    }
+
+    async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome> {
+        let now = Utc::now();
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        if let Some(claim) = req.idempotency {
+            // A concurrent holder of the same key makes this insert wait for
+            // its commit, after which the stored answer is there to replay.
+            let claimed = sqlx::query(
+                "INSERT INTO idempotency_keys (tenant_id, key, request_hash, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT DO NOTHING RETURNING key",
+            )
+            .bind(req.tenant_id)
+            .bind(claim.key.as_str())
+            .bind(claim.request_hash.as_str())
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if claimed.is_none() {
+                let row = sqlx::query("SELECT request_hash, response FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
+                    .bind(req.tenant_id)
+                    .bind(claim.key.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                return replay_or_conflict(
+                    claim,
+                    row.try_get("request_hash")?,
+                    row.try_get("response")?,
+                );
+            }
+        }
+
+        let workspace = req
+            .workspace
+            .cloned()
+            .unwrap_or_else(WorkspaceName::default_workspace);
+        sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+             VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(req.tenant_id)
+        .bind(req.session_id.as_str())
+        .bind(workspace.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        // Holding the session row keeps a concurrent close from queuing its
+        // jobs before this segment is in.
+        let session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true)
+            .await?
+            .ok_or_else(|| corrupt("session vanished after insert"))?;
+        if req.workspace.is_some_and(|w| w != &session.workspace) {
+            return Ok(AppendOutcome::WorkspaceMismatch(session.workspace));
+        }
+        if session.state != SessionState::Open {
+            return Ok(AppendOutcome::SessionClosed(session.state));
+        }
+
+        let rollout_id = &req.segment.rollout_id;
+        let path_text = rollout_path(req.layout, rollout_id);
+        sqlx::query(
+            "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len, segment_count, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(req.tenant_id)
+        .bind(session.workspace.as_str())
+        .bind(req.layout_name.as_str())
+        .bind(rollout_id.as_str())
+        .bind(path_text.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(locking::<DB>(
+            "SELECT committed_len, segment_count FROM rollouts
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        ))
+        .bind(req.tenant_id)
+        .bind(session.workspace.as_str())
+        .bind(req.layout_name.as_str())
+        .bind(rollout_id.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        let committed_len: i64 = row.try_get("committed_len")?;
+        let segment_index: i64 = row.try_get("segment_count")?;
+
+        let root = req
+            .volumes
+            .workspace_root(req.tenant_id, &session.workspace)?;
+        let layout = req.layout.clone();
+        let line = req.segment.line.clone();
+        let file_name = rollout_id.file_name();
+        let new_len = tokio::task::spawn_blocking(move || -> StoreResult<u64> {
+            ensure_layout(&root, &layout)?;
+            let sessions = confine(&root, &layout.sessions_dir.normalized)?;
+            Ok(append_durably(
+                &confine(&sessions, &file_name)?,
+                committed_len as u64,
+                line.as_bytes(),
+            )?)
+        })
+        .await
+        .map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
+
+        sqlx::query(
+            "UPDATE rollouts SET committed_len = $5, segment_count = segment_count + 1, last_updated_at = $6,
+                    last_terminal_state = $7, updated_at = $8
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        )
+        .bind(req.tenant_id)
+        .bind(session.workspace.as_str())
+        .bind(req.layout_name.as_str())
+        .bind(rollout_id.as_str())
+        .bind(new_len as i64)
+        .bind(req.segment.updated_at.as_str())
+        .bind(req.segment.terminal_state.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, segment_count, first_seen_at)
+             VALUES ($1, $2, $3, $4, 1, $5)
+             ON CONFLICT (tenant_id, session_id, layout, rollout_id)
+             DO UPDATE SET segment_count = session_rollouts.segment_count + 1",
+        )
+        .bind(req.tenant_id)
+        .bind(req.session_id.as_str())
+        .bind(req.layout_name.as_str())
+        .bind(rollout_id.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let receipt = SegmentReceipt {
+            session_id: req.session_id.clone(),
+            layout: req.layout_name.clone(),
+            rollout_id: rollout_id.clone(),
+            segment_index,
+            rollout_path: path_text,
+        };
+        if let Some(claim) = req.idempotency {
+            sqlx::query(
+                "UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2",
+            )
+            .bind(req.tenant_id)
+            .bind(claim.key.as_str())
+            .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(AppendOutcome::Appended(receipt))
+    }
+
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<CloseOutcome>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
+            return Ok(None);
+        };
+        if session.state == SessionState::Open {
+            let now = Utc::now();
+            let touched = Self::touched_in(&mut *tx, tenant, id).await?;
+            let layouts = Self::layouts_in(&mut *tx, tenant).await?;
+            for (kind, layout_name, rollout) in jobs_for_close(&touched) {
+                let layout = resolve_layout(layouts.clone(), &layout_name)
+                    .ok_or_else(|| corrupt(format!("layout {layout_name} of a session is gone")))?;
+                sqlx::query(
+                    "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
+                                       state, attempts, run_after, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', 0, $9, $9)",
+                )
+                .bind(Uuid::new_v4())
+                .bind(tenant)
+                .bind(kind.as_str())
+                .bind(id.as_str())
+                .bind(session.workspace.as_str())
+                .bind(layout_name.as_str())
+                .bind(rollout.as_ref().map(RolloutId::as_str))
+                .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let transition = close_transition(touched.is_empty(), now);
+            sqlx::query(
+                "UPDATE sessions SET state = $3, memory_status = $4, closed_at = $5 WHERE tenant_id = $1 AND session_id = $2",
+            )
+            .bind(tenant)
+            .bind(id.as_str())
+            .bind(transition.state.as_str())
+            .bind(transition.memory_status.as_ref().map(Value::to_string))
+            .bind(transition.closed_at)
+            .execute(&mut *tx)
+            .await?;
+            session.state = transition.state;
+            session.memory_status = transition.memory_status;
+            session.closed_at = transition.closed_at;
+        }
+        let jobs = Self::jobs_of_session(&mut *tx, tenant, id).await?;
+        tx.commit().await?;
+        Ok(Some(CloseOutcome { session, jobs }))
+    }
+
+    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE tenant_id = $1
+               AND ($2 IS NULL OR state = $2)
+               AND ($3 IS NULL OR kind = $3)
+               AND ($4 IS NULL OR session_id = $4)
+             ORDER BY created_at DESC, id LIMIT 1000",
+        )
+        .bind(tenant)
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.kind.map(JobKind::as_str))
+        .bind(filter.session_id.as_ref().map(SessionId::as_str))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::job_from_row).collect()
+    }
+
+    async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>> {
+        let row = sqlx::query("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant)
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(Self::job_from_row).transpose()
+    }
+
+    async fn committed_rollout(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<CommittedRollout>> {
+        let row = sqlx::query(
+            "SELECT rollout_path, committed_len, segment_count FROM rollouts
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(rollout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(CommittedRollout {
+                rollout_path: r.try_get("rollout_path")?,
+                committed_len: r.try_get::<i64, _>("committed_len")? as u64,
+                segment_count: r.try_get("segment_count")?,
+            })
+        })
+        .transpose()
+    }
+}
