@@ -4,5 +4,6 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod domain;
+pub mod pipeline;
 pub mod store;
 pub mod workspace;

@@ -1,0 +1,5 @@
+//! The memory pipeline: phase one (extraction per rollout) and its prompts.
+
+pub mod phase_one;
+pub mod prompts;
+pub mod truncate;
