@@ -1,64 +1,145 @@
-//! Wiring: open the store, build the router, serve until shutdown.
+//! Wiring: open the store, choose the model provider, start the API and the
+//! workers, and stop them gracefully.
 
 use crate::api::{AppState, router};
 use crate::config::Config;
-use crate::store;
+use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
+use crate::llm::{LlmApi, OpenAiModel, Provider};
+use crate::store::{self, DynStore};
 use crate::workspace::Volumes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
-/// How long in-flight requests get after SIGTERM before the process exits.
+/// How long in-flight requests and jobs get after SIGTERM before the process exits.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// A server running in this process.
+type StartError = Box<dyn std::error::Error + Send + Sync>;
+
+/// SPEC §5: `openai` when an API key is configured, else `extractive`.
+pub fn provider(config: &Config) -> Result<Provider, StartError> {
+    let key = config.resolved_llm_api_key();
+    let name = config.llm_provider.clone().unwrap_or_else(|| if key.is_some() { "openai" } else { "extractive" }.into());
+    match name.as_str() {
+        "extractive" => Ok(Provider::Extractive),
+        "openai" => {
+            let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;
+            let api = LlmApi::parse(&config.llm_api).ok_or("MEMORYD_LLM_API must be responses or chat_completions")?;
+            let timeout = Duration::from_secs(config.llm_timeout_secs.max(1));
+            Ok(Provider::Model(Arc::new(OpenAiModel::new(&config.llm_base_url, &key, api, timeout)?)))
+        }
+        other => Err(format!("MEMORYD_LLM_PROVIDER must be openai or extractive, got: {other}").into()),
+    }
+}
+
+fn worker_settings(config: &Config) -> WorkerSettings {
+    WorkerSettings {
+        worker_id: format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]),
+        concurrency: config.worker_concurrency.max(1),
+        max_attempts: config.max_attempts.max(1),
+        retry_base: Duration::from_millis(config.retry_base_ms),
+        lease: Duration::from_secs(config.job_lease_secs.max(1)),
+        poll: Duration::from_millis(500),
+        log_content: config.log_content,
+    }
+}
+
+struct Core {
+    store: DynStore,
+    volumes: Volumes,
+    config: Arc<Config>,
+    wake: Arc<Notify>,
+    shutdown: watch::Sender<bool>,
+}
+
+async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let provider = provider(&config)?;
+    let store = store::connect(&config.database_url()).await?;
+    let volumes = Volumes::new(&config.data_dir);
+    let (shutdown, _) = watch::channel(false);
+    Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown }, provider))
+}
+
+fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
+    let ctx = WorkerContext {
+        store: core.store.clone(),
+        volumes: core.volumes.clone(),
+        provider,
+        settings: worker_settings(&core.config),
+        wake: core.wake.clone(),
+    };
+    spawn_workers(Arc::new(ctx), core.shutdown.subscribe())
+}
+
+/// memoryd running in this process: the API, and the workers unless `--no-workers`.
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub state: AppState,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<std::io::Result<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    workers: Option<JoinSet<()>>,
 }
 
 impl RunningServer {
-    /// Stops accepting, lets in-flight requests finish, and waits for that.
-    pub async fn shutdown(self) -> std::io::Result<()> {
+    /// Stops accepting and claiming, lets in-flight requests finish, gives
+    /// back held jobs, and waits for all of that.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
         let _ = self.shutdown.send(true);
-        self.task.await.map_err(std::io::Error::other)?
+        if let Some(mut workers) = self.workers.take() {
+            while workers.join_next().await.is_some() {}
+        }
+        match self.server.take() {
+            Some(server) => server.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
     }
 }
 
-pub async fn start(
-    config: Config,
-    listener: TcpListener,
-) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
-    std::fs::create_dir_all(&config.data_dir)?;
-    let store = store::connect(&config.database_url()).await?;
-    let volumes = Volumes::new(&config.data_dir);
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServer, StartError> {
+    let run_workers = !config.no_workers;
+    let (core, provider) = open_core(config).await?;
+    let workers = run_workers.then(|| start_workers(&core, provider));
     let state = AppState {
-        store,
-        volumes,
-        config: Arc::new(config),
-        shutdown: shutdown_rx.clone(),
+        store: core.store.clone(),
+        volumes: core.volumes.clone(),
+        config: core.config.clone(),
+        shutdown: core.shutdown.subscribe(),
+        wake: core.wake.clone(),
     };
     let app = router(state.clone());
     let addr = listener.local_addr()?;
-    let mut stop = shutdown_rx;
-    let task = tokio::spawn(async move {
+    let mut stop = core.shutdown.subscribe();
+    let server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
             .await
     });
+    Ok(RunningServer { addr, state, shutdown: core.shutdown, server: Some(server), workers })
+}
+
+/// `memoryd worker`: the workers alone.
+pub async fn start_worker_only(config: Config) -> Result<RunningServer, StartError> {
+    let (core, provider) = open_core(config).await?;
+    let workers = start_workers(&core, provider);
+    let state = AppState {
+        store: core.store.clone(),
+        volumes: core.volumes.clone(),
+        config: core.config.clone(),
+        shutdown: core.shutdown.subscribe(),
+        wake: core.wake.clone(),
+    };
     Ok(RunningServer {
-        addr,
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         state,
-        shutdown: shutdown_tx,
-        task,
+        shutdown: core.shutdown,
+        server: None,
+        workers: Some(workers),
     })
 }
 

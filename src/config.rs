@@ -6,11 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "memoryd",
-    version,
-    about = "Long-term memory for AI agents over HTTP"
-)]
+#[command(name = "memoryd", version, about = "Long-term memory for AI agents over HTTP")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -18,56 +14,74 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP API.
+    /// Run the HTTP API and the workers (`--no-workers`: the API alone).
     Serve(Config),
+    /// Run the workers alone, with no HTTP API.
+    Worker(Config),
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// Address to listen on.
-    #[arg(
-        long = "listen",
-        env = "MEMORYD_LISTEN",
-        default_value = "127.0.0.1:8080"
-    )]
+    #[arg(long = "listen", env = "MEMORYD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Where workspaces (and the SQLite file, when used) live.
-    #[arg(
-        long = "data-dir",
-        env = "MEMORYD_DATA_DIR",
-        default_value = "./memoryd-data"
-    )]
+    #[arg(long = "data-dir", env = "MEMORYD_DATA_DIR", default_value = "./memoryd-data")]
     pub data_dir: PathBuf,
     /// `postgres://…` or `sqlite://…`; default: `sqlite://<data dir>/memoryd.db`.
     #[arg(long = "database-url", env = "DATABASE_URL")]
     pub database_url: Option<String>,
     /// Bearer token of `/v1/admin`; unset: the admin API answers 404.
-    #[arg(
-        long = "admin-token",
-        env = "MEMORYD_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long = "admin-token", env = "MEMORYD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Largest accepted request body, in bytes.
-    #[arg(
-        long = "max-segment-bytes",
-        env = "MEMORYD_MAX_SEGMENT_BYTES",
-        default_value_t = 33_554_432
-    )]
+    #[arg(long = "max-segment-bytes", env = "MEMORYD_MAX_SEGMENT_BYTES", default_value_t = 33_554_432)]
     pub max_segment_bytes: usize,
     /// Log filter (tracing `EnvFilter` syntax).
     #[arg(long = "log", env = "MEMORYD_LOG", default_value = "info")]
     pub log: String,
     /// `text` or `json` (one JSON object a line).
-    #[arg(
-        long = "log-format",
-        env = "MEMORYD_LOG_FORMAT",
-        default_value = "text"
-    )]
+    #[arg(long = "log-format", env = "MEMORYD_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// Log prompts and model output too (off: never).
+    #[arg(long = "log-content", env = "MEMORYD_LOG_CONTENT", default_value_t = false)]
+    pub log_content: bool,
+    /// Serve the API without running jobs (run `memoryd worker` elsewhere).
+    #[arg(long = "no-workers", default_value_t = false)]
+    pub no_workers: bool,
+    /// `openai` or `extractive`; default: `openai` when an API key is set.
+    #[arg(long = "llm-provider", env = "MEMORYD_LLM_PROVIDER")]
+    pub llm_provider: Option<String>,
+    /// `responses` or `chat_completions`.
+    #[arg(long = "llm-api", env = "MEMORYD_LLM_API", default_value = "responses")]
+    pub llm_api: String,
+    #[arg(long = "llm-base-url", env = "MEMORYD_LLM_BASE_URL", default_value = "https://api.openai.com/v1")]
+    pub llm_base_url: String,
+    /// Falls back to `OPENAI_API_KEY`.
+    #[arg(long = "llm-api-key", env = "MEMORYD_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+    #[arg(long = "llm-timeout-secs", env = "MEMORYD_LLM_TIMEOUT_SECS", default_value_t = 600)]
+    pub llm_timeout_secs: u64,
+    /// Jobs run at once by this process.
+    #[arg(long = "worker-concurrency", env = "MEMORYD_WORKER_CONCURRENCY", default_value_t = 8)]
+    pub worker_concurrency: usize,
+    /// Attempts before a job is `failed`.
+    #[arg(long = "max-attempts", env = "MEMORYD_MAX_ATTEMPTS", default_value_t = 5)]
+    pub max_attempts: i64,
+    /// First retry delay; it doubles with each attempt (with jitter).
+    #[arg(long = "retry-base-ms", env = "MEMORYD_RETRY_BASE_MS", default_value_t = 2000)]
+    pub retry_base_ms: u64,
+    /// How long a claimed job stays owned without a renewal.
+    #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value_t = 120)]
+    pub job_lease_secs: u64,
 }
 
 impl Config {
+    /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.
+    pub fn resolved_llm_api_key(&self) -> Option<String> {
+        self.llm_api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())
+    }
+
     pub fn database_url(&self) -> String {
         self.database_url
             .clone()

@@ -4,6 +4,8 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod domain;
+pub mod jobs;
+pub mod llm;
 pub mod pipeline;
 pub mod store;
 pub mod workspace;

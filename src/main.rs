@@ -1,13 +1,11 @@
 use clap::Parser;
-use memoryd::app::{SHUTDOWN_GRACE, start, termination_signal};
+use memoryd::app::{SHUTDOWN_GRACE, start, start_worker_only, termination_signal};
 use memoryd::config::{Cli, Command, Config};
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(config: &Config) {
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log_format.eq_ignore_ascii_case("json") {
         builder.json().flatten_event(true).init();
     } else {
@@ -18,23 +16,34 @@ fn init_logging(config: &Config) {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
-    let Command::Serve(config) = command;
-    init_logging(&config);
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %e, listen = %config.listen, "cannot listen");
-            return std::process::ExitCode::FAILURE;
-        }
+    let (config, api) = match command {
+        Command::Serve(config) => (config, true),
+        Command::Worker(config) => (config, false),
     };
-    let server = match start(config, listener).await {
+    init_logging(&config);
+    let started = if api {
+        match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(listener) => start(config, listener).await,
+            Err(e) => {
+                tracing::error!(error = %e, listen = %config.listen, "cannot listen");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    } else {
+        start_worker_only(config).await
+    };
+    let server = match started {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot start");
             return std::process::ExitCode::FAILURE;
         }
     };
-    tracing::info!(addr = %server.addr, "memoryd listening");
+    if api {
+        tracing::info!(addr = %server.addr, "memoryd listening");
+    } else {
+        tracing::info!("memoryd workers running");
+    }
     termination_signal().await;
     tracing::info!("shutting down");
     match tokio::time::timeout(SHUTDOWN_GRACE, server.shutdown()).await {

@@ -17,11 +17,7 @@ use uuid::Uuid;
 /// A fresh secret and the record that stores its hash.
 fn new_key(tenant_id: Uuid) -> (String, NewApiKey) {
     let secret = format!("mk_{}", random_hex(2));
-    let record = NewApiKey {
-        key_id: Uuid::new_v4(),
-        tenant_id,
-        key_hash: sha256_hex(secret.as_bytes()),
-    };
+    let record = NewApiKey { key_id: Uuid::new_v4(), tenant_id, key_hash: sha256_hex(secret.as_bytes()) };
     (secret, record)
 }
 
@@ -39,18 +35,14 @@ pub async fn create_tenant(
     let NewTenant { name } = body.into_typed(ApiError::InvalidRequest)?;
     let name = name.trim().to_owned();
     if name.is_empty() || name.len() > 200 {
-        return Err(ApiError::InvalidRequest(
-            "name must be 1 to 200 characters".into(),
-        ));
+        return Err(ApiError::InvalidRequest("name must be 1 to 200 characters".into()));
     }
     let (secret, key) = new_key(Uuid::new_v4());
     let tenant = state.store.create_tenant(&name, &key).await?;
     tracing::info!(tenant_id = %tenant.tenant_id, key_id = %key.key_id, "tenant created");
     Ok((
         StatusCode::CREATED,
-        Json(
-            json!({"tenant_id": tenant.tenant_id, "name": tenant.name, "key_id": key.key_id, "api_key": secret}),
-        ),
+        Json(json!({"tenant_id": tenant.tenant_id, "name": tenant.name, "key_id": key.key_id, "api_key": secret})),
     ))
 }
 
@@ -66,10 +58,7 @@ pub async fn create_key(
         return Err(not_found());
     }
     tracing::info!(tenant_id = %id, key_id = %key.key_id, "api key issued");
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"tenant_id": id, "key_id": key.key_id, "api_key": secret})),
-    ))
+    Ok((StatusCode::CREATED, Json(json!({"tenant_id": id, "key_id": key.key_id, "api_key": secret}))))
 }
 
 pub async fn revoke_key(

@@ -35,6 +35,8 @@ pub enum ApiError {
     #[error("{0}")]
     PayloadTooLarge(String),
     #[error("{0}")]
+    JobNotFailed(String),
+    #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
     Internal(String),
@@ -60,6 +62,7 @@ impl ApiError {
             Self::SessionClosed(_) => (StatusCode::CONFLICT, "session_closed"),
             Self::IdempotencyConflict(_) => (StatusCode::CONFLICT, "idempotency_conflict"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::JobNotFailed(_) => (StatusCode::CONFLICT, "job_not_failed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -78,14 +81,9 @@ pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
         "code": code,
     });
     let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
     if status == StatusCode::UNAUTHORIZED {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
 }
@@ -112,11 +110,7 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         if let Self::Internal(detail) = &self {
             tracing::error!(error = %detail, "request failed");
-            return problem(
-                status,
-                code,
-                "An internal error occurred; the request id identifies it in the log.",
-            );
+            return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
         }
         problem(status, code, &self.to_string())
     }

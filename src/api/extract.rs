@@ -12,19 +12,13 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()).filter(|t| !t.is_empty())
 }
 
 /// The tenant named by the request's API key: the only source of tenant ids.
@@ -35,10 +29,7 @@ impl FromRequestParts<AppState> for TenantAuth {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        let tenant = state
-            .store
-            .tenant_for_key_hash(&sha256_hex(key.as_bytes()))
-            .await?;
+        let tenant = state.store.tenant_for_key_hash(&sha256_hex(key.as_bytes())).await?;
         tenant.map(TenantAuth).ok_or(ApiError::Unauthorized)
     }
 }
@@ -75,10 +66,7 @@ pub struct JsonBody {
 }
 
 impl JsonBody {
-    pub fn into_typed<T: DeserializeOwned>(
-        self,
-        to_error: fn(String) -> ApiError,
-    ) -> Result<T, ApiError> {
+    pub fn into_typed<T: DeserializeOwned>(self, to_error: fn(String) -> ApiError) -> Result<T, ApiError> {
         serde_json::from_value(self.value).map_err(|e| to_error(e.to_string()))
     }
 }
@@ -98,10 +86,7 @@ impl FromRequest<AppState> for JsonBody {
             }
         })?;
         if raw.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self {
-                raw,
-                value: Value::Object(Default::default()),
-            });
+            return Ok(Self { raw, value: Value::Object(Default::default()) });
         }
         let value = serde_json::from_slice(&raw)
             .map_err(|e| ApiError::InvalidJson(format!("The body is not valid JSON: {e}")))?;

@@ -4,7 +4,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{QueryParams, TenantAuth};
 use crate::domain::ids::SessionId;
-use crate::store::{JobFilter, JobKind, JobState};
+use crate::store::{JobFilter, JobKind, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
@@ -24,12 +24,8 @@ fn parse_filter<T>(
     what: &str,
     allowed: &str,
 ) -> Result<Option<T>, ApiError> {
-    raw.map(|r| {
-        parse(r).ok_or_else(|| {
-            ApiError::InvalidRequest(format!("{what} must be one of {allowed}, got: {r}"))
-        })
-    })
-    .transpose()
+    raw.map(|r| parse(r).ok_or_else(|| ApiError::InvalidRequest(format!("{what} must be one of {allowed}, got: {r}"))))
+        .transpose()
 }
 
 pub async fn list_jobs(
@@ -44,19 +40,13 @@ pub async fn list_jobs(
             "state",
             "queued, running, succeeded, skipped, failed",
         )?,
-        kind: parse_filter(
-            query.kind.as_deref(),
-            JobKind::parse,
-            "kind",
-            "phase_one, phase_two",
-        )?,
+        kind: parse_filter(query.kind.as_deref(), JobKind::parse, "kind", "phase_one, phase_two")?,
         session_id: query
             .session_id
             .as_deref()
             .map(|raw| {
-                SessionId::parse(raw).ok_or_else(|| {
-                    ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}"))
-                })
+                SessionId::parse(raw)
+                    .ok_or_else(|| ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}")))
             })
             .transpose()?,
     };
@@ -71,10 +61,27 @@ pub async fn get_job(
 ) -> Result<Json<Value>, ApiError> {
     let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
     let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let job = state
-        .store
-        .get_job(tenant, id)
-        .await?
-        .ok_or_else(not_found)?;
+    let job = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
     Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+}
+
+/// Puts a `failed` job back in the queue with a fresh attempt budget.
+pub async fn retry_job(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
+    let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
+    match state.store.retry_job(tenant, id).await?.ok_or_else(not_found)? {
+        RetryOutcome::Requeued(job) => {
+            state.wake.notify_waiters();
+            tracing::info!(job_id = %id, "failed job queued again");
+            Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+        }
+        RetryOutcome::NotFailed(current) => Err(ApiError::JobNotFailed(format!(
+            "Only a failed job can be retried; this one is {}.",
+            current.as_str()
+        ))),
+    }
 }

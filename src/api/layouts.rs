@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 
 fn layout_json(name: &LayoutName, layout: &ValidLayout) -> Value {
     let mut body = json!({"name": name, "etag": layout.etag()});
-    if let (Value::Object(out), Ok(Value::Object(config))) =
-        (&mut body, serde_json::to_value(&layout.config))
-    {
+    if let (Value::Object(out), Ok(Value::Object(config))) = (&mut body, serde_json::to_value(&layout.config)) {
         out.extend(config);
     }
     body
@@ -55,32 +53,21 @@ pub async fn put_layout(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let name = LayoutName::parse(&raw_name).ok_or_else(|| {
-        ApiError::InvalidLayout(format!(
-            "layout name must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_name}"
-        ))
+        ApiError::InvalidLayout(format!("layout name must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_name}"))
     })?;
     let config: LayoutConfig = body.into_typed(ApiError::InvalidLayout)?;
     let layout = ValidLayout::new(config).map_err(ApiError::InvalidLayout)?;
     let if_match = match headers.get(header::IF_MATCH) {
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?,
-        ),
+        Some(v) => Some(v.to_str().map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?),
         None => None,
     };
-    match state
-        .store
-        .put_layout(tenant, &name, &layout, if_match)
-        .await?
-    {
+    match state.store.put_layout(tenant, &name, &layout, if_match).await? {
         Ok(PutLayoutOutcome::Created) => Ok(with_etag(StatusCode::CREATED, &name, &layout)),
-        Ok(PutLayoutOutcome::Unchanged | PutLayoutOutcome::Replaced) => {
-            Ok(with_etag(StatusCode::OK, &name, &layout))
-        }
+        Ok(PutLayoutOutcome::Unchanged | PutLayoutOutcome::Replaced) => Ok(with_etag(StatusCode::OK, &name, &layout)),
         Err(LayoutPutError::Conflict(detail)) => Err(ApiError::LayoutConflict(detail)),
-        Err(LayoutPutError::StaleEtag) => Err(ApiError::PreconditionFailed(
-            "If-Match does not match the layout's current etag.".into(),
-        )),
+        Err(LayoutPutError::StaleEtag) => {
+            Err(ApiError::PreconditionFailed("If-Match does not match the layout's current etag.".into()))
+        }
     }
 }
 
@@ -89,10 +76,7 @@ pub async fn list_layouts(
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
     let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
-    let items: Vec<Value> = layouts
-        .iter()
-        .map(|StoredLayout { name, layout, .. }| layout_json(name, layout))
-        .collect();
+    let items: Vec<Value> = layouts.iter().map(|StoredLayout { name, layout, .. }| layout_json(name, layout)).collect();
     Ok(Json(json!({"layouts": items})))
 }
 

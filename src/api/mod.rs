@@ -40,6 +40,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Flips to `true` on SIGTERM, so long polls answer at once.
     pub shutdown: watch::Receiver<bool>,
+    /// Wakes this process's idle workers when a close queues jobs.
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 /// Errors made outside the handlers (unknown route, wrong method, panic,
@@ -57,9 +59,7 @@ async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
             StatusCode::METHOD_NOT_ALLOWED => "This route does not take that method.",
             StatusCode::REQUEST_TIMEOUT => "The request took too long.",
             StatusCode::PAYLOAD_TOO_LARGE => "The body is too large.",
-            s if s.is_server_error() => {
-                "An internal error occurred; the request id identifies it in the log."
-            }
+            s if s.is_server_error() => "An internal error occurred; the request id identifies it in the log.",
             _ => "The request was refused.",
         };
         if status.is_server_error() {
@@ -87,11 +87,7 @@ where
     T: 'static,
 {
     let filter = MethodFilter::try_from(method.clone()).expect("endpoints use standard methods");
-    Endpoint {
-        method,
-        path,
-        handler: on(filter, handler),
-    }
+    Endpoint { method, path, handler: on(filter, handler) }
 }
 
 /// Every route memoryd serves; `openapi.yaml` is tested against this list.
@@ -100,42 +96,24 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/healthz", health::healthz),
         endpoint(Method::GET, "/readyz", health::readyz),
         endpoint(Method::POST, "/v1/admin/tenants", admin::create_tenant),
-        endpoint(
-            Method::POST,
-            "/v1/admin/tenants/{tenant_id}/keys",
-            admin::create_key,
-        ),
+        endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", admin::create_key),
         endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
         endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
         endpoint(Method::POST, "/v1/sessions", sessions::create_session),
-        endpoint(
-            Method::GET,
-            "/v1/sessions/{session_id}",
-            sessions::get_session,
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/sessions/{session_id}/layouts/{layout}/segments",
-            sessions::append_segment,
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/sessions/{session_id}/close",
-            sessions::close_session,
-        ),
+        endpoint(Method::GET, "/v1/sessions/{session_id}", sessions::get_session),
+        endpoint(Method::POST, "/v1/sessions/{session_id}/layouts/{layout}/segments", sessions::append_segment),
+        endpoint(Method::POST, "/v1/sessions/{session_id}/close", sessions::close_session),
         endpoint(Method::GET, "/v1/jobs", jobs::list_jobs),
         endpoint(Method::GET, "/v1/jobs/{job_id}", jobs::get_job),
+        endpoint(Method::POST, "/v1/jobs/{job_id}/retry", jobs::retry_job),
     ]
 }
 
 /// `(method, path)` of every route, as the router serves them.
 pub fn route_list() -> Vec<(Method, &'static str)> {
-    endpoints()
-        .into_iter()
-        .map(|e| (e.method, e.path))
-        .collect()
+    endpoints().into_iter().map(|e| (e.method, e.path)).collect()
 }
 
 pub fn router(state: AppState) -> Router {
@@ -147,28 +125,22 @@ pub fn router(state: AppState) -> Router {
             None => by_path.push((path, handler)),
         }
     }
-    let routes = by_path
-        .into_iter()
-        .fold(Router::new(), |router, (path, handler)| {
-            router.route(path, handler)
-        });
-    routes
-        .with_state(state)
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
-                    let request_id = req
-                        .headers()
-                        .get("x-request-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("-");
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
-                }).on_response(DefaultOnResponse::new().level(tracing::Level::INFO)))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(middleware::from_fn(problem_for_bare_errors))
-                .layer(CatchPanicLayer::new())
-                .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
-                .layer(DefaultBodyLimit::max(body_limit)),
-        )
+    let routes = by_path.into_iter().fold(Router::new(), |router, (path, handler)| router.route(path, handler));
+    routes.with_state(state).layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(|req: &Request<Body>| {
+                        let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
+                    })
+                    .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+            )
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(middleware::from_fn(problem_for_bare_errors))
+            .layer(CatchPanicLayer::new())
+            .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+            .layer(DefaultBodyLimit::max(body_limit)),
+    )
 }

@@ -8,8 +8,7 @@ use super::layouts::find_layout;
 use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
 use crate::domain::segment::{SegmentError, build_segment};
 use crate::store::{
-    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, NewSession,
-    SessionState,
+    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, NewSession, SessionState,
 };
 use axum::Json;
 use axum::extract::{Path, State};
@@ -28,9 +27,7 @@ fn session_not_found(raw: &str) -> ApiError {
 
 fn parse_workspace(raw: &str) -> Result<WorkspaceName, ApiError> {
     WorkspaceName::parse(raw).ok_or_else(|| {
-        ApiError::InvalidRequest(format!(
-            "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"
-        ))
+        ApiError::InvalidRequest(format!("workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"))
     })
 }
 
@@ -50,9 +47,7 @@ pub async fn create_session(
     let open: OpenSession = body.into_typed(ApiError::InvalidRequest)?;
     let session_id = match open.session_id {
         Some(raw) => SessionId::parse(&raw).ok_or_else(|| {
-            ApiError::InvalidRequest(format!(
-                "session_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"
-            ))
+            ApiError::InvalidRequest(format!("session_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"))
         })?,
         None => SessionId::generate(),
     };
@@ -61,11 +56,7 @@ pub async fn create_session(
         None => WorkspaceName::default_workspace(),
     };
     let metadata = Value::Object(open.metadata.unwrap_or_default());
-    let new = NewSession {
-        session_id: session_id.clone(),
-        workspace,
-        metadata,
-    };
+    let new = NewSession { session_id: session_id.clone(), workspace, metadata };
     let status = match state.store.create_session(tenant, &new).await? {
         CreateSessionOutcome::Created(_) => StatusCode::CREATED,
         CreateSessionOutcome::Existing(existing) => {
@@ -77,11 +68,8 @@ pub async fn create_session(
             StatusCode::OK
         }
     };
-    let view = state
-        .store
-        .session_view(tenant, &session_id)
-        .await?
-        .ok_or_else(|| session_not_found(session_id.as_str()))?;
+    let view =
+        state.store.session_view(tenant, &session_id).await?.ok_or_else(|| session_not_found(session_id.as_str()))?;
     Ok((status, Json(view)))
 }
 
@@ -91,11 +79,7 @@ pub async fn get_session(
     Path(raw_id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
-    let view = state
-        .store
-        .session_view(tenant, &id)
-        .await?
-        .ok_or_else(|| session_not_found(&raw_id))?;
+    let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
     Ok(Json(view))
 }
 
@@ -104,17 +88,11 @@ pub struct SegmentQuery {
     workspace: Option<String>,
 }
 
-fn idempotency_claim(
-    headers: &HeaderMap,
-    scope: &str,
-    raw_body: &[u8],
-) -> Result<Option<IdempotencyClaim>, ApiError> {
+fn idempotency_claim(headers: &HeaderMap, scope: &str, raw_body: &[u8]) -> Result<Option<IdempotencyClaim>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let key = value
-        .to_str()
-        .map_err(|_| ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into()))?;
+    let key = value.to_str().map_err(|_| ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into()))?;
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
         return Err(ApiError::InvalidRequest(format!(
             "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
@@ -123,10 +101,7 @@ fn idempotency_claim(
     let mut hashed = scope.as_bytes().to_vec();
     hashed.push(0);
     hashed.extend_from_slice(raw_body);
-    Ok(Some(IdempotencyClaim {
-        key: key.to_owned(),
-        request_hash: sha256_hex(&hashed),
-    }))
+    Ok(Some(IdempotencyClaim { key: key.to_owned(), request_hash: sha256_hex(&hashed) }))
 }
 
 pub async fn append_segment(
@@ -142,30 +117,17 @@ pub async fn append_segment(
             "session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_session}"
         ))
     })?;
-    let workspace = query
-        .workspace
-        .as_deref()
-        .map(parse_workspace)
-        .transpose()?;
+    let workspace = query.workspace.as_deref().map(parse_workspace).transpose()?;
     let (layout_name, layout) = find_layout(&state, tenant, &raw_layout).await?;
-    let scope = format!(
-        "segment\0{session_id}\0{layout_name}\0{}",
-        query.workspace.as_deref().unwrap_or("")
-    );
+    let scope = format!("segment\0{session_id}\0{layout_name}\0{}", query.workspace.as_deref().unwrap_or(""));
     let claim = idempotency_claim(&headers, &scope, &body.raw)?;
     if layout.config.generate.is_none() {
         return Err(generation_disabled(&layout_name));
     }
     let segment = build_segment(body.value, chrono::Utc::now()).map_err(|e| match e {
         SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),
-        SegmentError::Unparseable(detail) => ApiError::InvalidSegment {
-            status: StatusCode::BAD_REQUEST,
-            detail,
-        },
-        SegmentError::Invalid(detail) => ApiError::InvalidSegment {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            detail,
-        },
+        SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
+        SegmentError::Invalid(detail) => ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail },
     })?;
     let outcome = state
         .store
@@ -186,29 +148,24 @@ pub async fn append_segment(
                 session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
                 segment_index = receipt.segment_index, bytes = segment.line.len(), "segment appended"
             );
-            Ok((
-                StatusCode::CREATED,
-                Json(serde_json::to_value(receipt).map_err(ApiError::internal)?),
-            ))
+            Ok((StatusCode::CREATED, Json(serde_json::to_value(receipt).map_err(ApiError::internal)?)))
         }
         AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first))),
-        AppendOutcome::IdempotencyConflict => Err(ApiError::IdempotencyConflict(
-            "This Idempotency-Key was used with another request.".into(),
-        )),
+        AppendOutcome::IdempotencyConflict => {
+            Err(ApiError::IdempotencyConflict("This Idempotency-Key was used with another request.".into()))
+        }
         AppendOutcome::SessionClosed(s) => Err(ApiError::SessionClosed(format!(
             "Session {session_id} is {}; open a new session for further segments.",
             s.as_str()
         ))),
-        AppendOutcome::WorkspaceMismatch(actual) => Err(ApiError::IdempotencyConflict(format!(
-            "Session {session_id} belongs to workspace {actual}."
-        ))),
+        AppendOutcome::WorkspaceMismatch(actual) => {
+            Err(ApiError::IdempotencyConflict(format!("Session {session_id} belongs to workspace {actual}.")))
+        }
     }
 }
 
 fn generation_disabled(layout: &crate::domain::ids::LayoutName) -> ApiError {
-    ApiError::GenerationDisabled(format!(
-        "Layout {layout} has generate: null; it only reads memory."
-    ))
+    ApiError::GenerationDisabled(format!("Layout {layout} has generate: null; it only reads memory."))
 }
 
 #[derive(Deserialize)]
@@ -249,31 +206,19 @@ pub async fn close_session(
         },
     };
     let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
-    let mut outcome = state
-        .store
-        .close_session(tenant, &id)
-        .await?
-        .ok_or_else(|| session_not_found(&raw_id))?;
+    let mut outcome = state.store.close_session(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+    state.wake.notify_waiters();
     if let Some(wait) = wait {
         let deadline = tokio::time::Instant::now() + wait;
         let mut shutdown = state.shutdown.clone();
-        while outcome.session.state != SessionState::Closed
-            && tokio::time::Instant::now() < deadline
-        {
+        while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
             let step = tokio::time::Instant::now() + Duration::from_millis(200);
             tokio::select! {
                 _ = tokio::time::sleep_until(step.min(deadline)) => {}
                 _ = shutdown.wait_for(|stopping| *stopping) => break,
             }
-            let view = state
-                .store
-                .session_view(tenant, &id)
-                .await?
-                .ok_or_else(|| session_not_found(&raw_id))?;
-            outcome = CloseOutcome {
-                session: view.session,
-                jobs: view.jobs,
-            };
+            let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+            outcome = CloseOutcome { session: view.session, jobs: view.jobs };
         }
     }
     let status = if wait.is_some() && outcome.session.state == SessionState::Closed {

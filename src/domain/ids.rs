@@ -5,7 +5,8 @@ use super::pytext::py_strip;
 use std::fmt;
 
 /// The SDK's message for an id that fails R-RID-2.
-pub const ROLLOUT_ID_ERROR: &str = "Sandbox memory rollout ID must be a file-safe ID containing only letters, numbers, '.', '_', or '-'.";
+pub const ROLLOUT_ID_ERROR: &str =
+    "Sandbox memory rollout ID must be a file-safe ID containing only letters, numbers, '.', '_', or '-'.";
 
 /// `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
 pub fn is_file_safe_id(s: &str) -> bool {
@@ -13,16 +14,12 @@ pub fn is_file_safe_id(s: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 128
         && bytes[0].is_ascii_alphanumeric()
-        && bytes[1..]
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && bytes[1..].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Lower-case hex of random bytes, for generated ids and secrets.
 pub fn random_hex(uuid_count: usize) -> String {
-    (0..uuid_count)
-        .map(|_| uuid::Uuid::new_v4().simple().to_string())
-        .collect()
+    (0..uuid_count).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect()
 }
 
 macro_rules! file_safe_name {
@@ -119,22 +116,11 @@ mod tests {
 
     #[test]
     fn rollout_ids_follow_r_rid_2() {
-        assert_eq!(
-            RolloutId::parse_client("chat-session.2026_04")
-                .unwrap()
-                .file_name(),
-            "chat-session.2026_04.jsonl"
-        );
-        assert_eq!(
-            RolloutId::parse_client("../chat-session"),
-            Err(ROLLOUT_ID_ERROR)
-        );
+        assert_eq!(RolloutId::parse_client("chat-session.2026_04").unwrap().file_name(), "chat-session.2026_04.jsonl");
+        assert_eq!(RolloutId::parse_client("../chat-session"), Err(ROLLOUT_ID_ERROR));
         assert_eq!(RolloutId::parse_client(" "), Err(ROLLOUT_ID_ERROR));
         assert_eq!(RolloutId::parse_client(""), Err(ROLLOUT_ID_ERROR));
-        assert_eq!(
-            RolloutId::parse_client("  chat-1 \u{1f}").unwrap().as_str(),
-            "chat-1"
-        );
+        assert_eq!(RolloutId::parse_client("  chat-1 \u{1f}").unwrap().as_str(), "chat-1");
         assert!(RolloutId::parse_client("user:42").is_err());
         assert!(RolloutId::parse_client("has space").is_err());
         assert!(RolloutId::parse_client(".hidden").is_err());
@@ -144,10 +130,7 @@ mod tests {
         let max = format!("a{}", "b".repeat(127));
         assert_eq!(RolloutId::parse_client(&max).unwrap().as_str().len(), 128);
         assert!(RolloutId::parse_client(&format!("{max}c")).is_err());
-        assert_eq!(
-            RolloutId::parse_client("a.b").unwrap().file_name(),
-            "a.b.jsonl"
-        );
+        assert_eq!(RolloutId::parse_client("a.b").unwrap().file_name(), "a.b.jsonl");
     }
 
     #[test]
@@ -155,25 +138,14 @@ mod tests {
         let id = RolloutId::generate();
         let hex = id.as_str().strip_prefix("run-").unwrap();
         assert_eq!(hex.len(), 32);
-        assert!(
-            hex.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        );
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         assert_ne!(RolloutId::generate(), id);
     }
 
     #[test]
     fn file_names_map_back_to_ids_by_the_last_suffix() {
-        assert_eq!(
-            RolloutId::from_file_name("a.b.jsonl").unwrap().as_str(),
-            "a.b"
-        );
-        assert_eq!(
-            RolloutId::from_file_name("sessions/chat-1.jsonl")
-                .unwrap()
-                .as_str(),
-            "chat-1"
-        );
+        assert_eq!(RolloutId::from_file_name("a.b.jsonl").unwrap().as_str(), "a.b");
+        assert_eq!(RolloutId::from_file_name("sessions/chat-1.jsonl").unwrap().as_str(), "chat-1");
         assert!(RolloutId::from_file_name("sessions/.jsonl").is_none());
     }
 }

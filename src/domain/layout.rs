@@ -86,10 +86,7 @@ pub struct LayoutDir {
 
 /// `str(PurePosixPath(value))`.
 fn pathlib_str(value: &str) -> String {
-    let parts: Vec<&str> = value
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .collect();
+    let parts: Vec<&str> = value.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
     let root = if value.starts_with("//") && !value.starts_with("///") {
         "//"
     } else if value.starts_with('/') {
@@ -108,23 +105,16 @@ fn pathlib_str(value: &str) -> String {
 pub fn validate_layout_dir(field: &str, value: &str) -> Result<LayoutDir, String> {
     let shown = pathlib_str(value);
     if value.starts_with('/') {
-        return Err(format!(
-            "layout.{field} must be relative to the sandbox workspace root, got: {shown}"
-        ));
+        return Err(format!("layout.{field} must be relative to the sandbox workspace root, got: {shown}"));
     }
-    let parts: Vec<&str> = value
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .collect();
+    let parts: Vec<&str> = value.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
     if parts.contains(&"..") {
         return Err(format!("layout.{field} must not escape root, got: {shown}"));
     }
     if parts.is_empty() {
         return Err(format!("layout.{field} must be non-empty"));
     }
-    Ok(LayoutDir {
-        normalized: parts.join("/"),
-    })
+    Ok(LayoutDir { normalized: parts.join("/") })
 }
 
 /// A layout config that passed every rule, with its directories normalised.
@@ -142,11 +132,7 @@ impl ValidLayout {
         if let Some(generate) = &config.generate {
             validate_generate(generate)?;
         }
-        Ok(Self {
-            config,
-            memories_dir,
-            sessions_dir,
-        })
+        Ok(Self { config, memories_dir, sessions_dir })
     }
 
     /// Quoted, as an HTTP entity tag; derived from the whole config so that
@@ -161,13 +147,12 @@ impl ValidLayout {
 
 fn validate_generate(g: &GenerateConfig) -> Result<(), String> {
     if g.max_raw_memories_for_consolidation <= 0 {
-        return Err(
-            "MemoryGenerateConfig.max_raw_memories_for_consolidation must be greater than 0."
-                .into(),
-        );
+        return Err("MemoryGenerateConfig.max_raw_memories_for_consolidation must be greater than 0.".into());
     }
     if g.max_raw_memories_for_consolidation > MAX_RAW_MEMORIES_LIMIT {
-        return Err("MemoryGenerateConfig.max_raw_memories_for_consolidation must be less than or equal to 4096.".into());
+        return Err(
+            "MemoryGenerateConfig.max_raw_memories_for_consolidation must be less than or equal to 4096.".into()
+        );
     }
     if g.phase_two_max_turns <= 0 {
         return Err("MemoryGenerateConfig.phase_two_max_turns must be greater than 0.".into());
@@ -209,12 +194,10 @@ pub enum LayoutPutDecision {
 }
 
 fn etag_matches(if_match: &str, etag: &str) -> bool {
-    if_match.split(',').map(str::trim).any(|tag| {
-        tag == "*"
-            || tag == etag
-            || tag.strip_prefix("W/") == Some(etag)
-            || format!("\"{tag}\"") == etag
-    })
+    if_match
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == etag || tag.strip_prefix("W/") == Some(etag) || format!("\"{tag}\"") == etag)
 }
 
 /// The conflict rules of SPEC §2.1 and R-LAY-5 as one pure decision.
@@ -260,11 +243,7 @@ pub fn decide_layout_put(
             )));
         }
     }
-    Ok(if current.is_some() {
-        LayoutPutDecision::Replace
-    } else {
-        LayoutPutDecision::Create
-    })
+    Ok(if current.is_some() { LayoutPutDecision::Replace } else { LayoutPutDecision::Create })
 }
 
 #[cfg(test)]
@@ -287,18 +266,9 @@ mod tests {
     #[test]
     fn layout_dirs_follow_r_lay_1() {
         let err = |v| validate_layout_dir("memories_dir", v).unwrap_err();
-        assert_eq!(
-            err("/memory"),
-            "layout.memories_dir must be relative to the sandbox workspace root, got: /memory"
-        );
-        assert_eq!(
-            err("../memory"),
-            "layout.memories_dir must not escape root, got: ../memory"
-        );
-        assert_eq!(
-            err("a/../b"),
-            "layout.memories_dir must not escape root, got: a/../b"
-        );
+        assert_eq!(err("/memory"), "layout.memories_dir must be relative to the sandbox workspace root, got: /memory");
+        assert_eq!(err("../memory"), "layout.memories_dir must not escape root, got: ../memory");
+        assert_eq!(err("a/../b"), "layout.memories_dir must not escape root, got: a/../b");
         assert_eq!(err(""), "layout.memories_dir must be non-empty");
         assert_eq!(err("."), "layout.memories_dir must be non-empty");
         assert_eq!(err("./"), "layout.memories_dir must be non-empty");
@@ -317,34 +287,24 @@ mod tests {
     fn generate_limits_have_the_sdk_messages() {
         let with = |n| {
             ValidLayout::new(LayoutConfig {
-                generate: Some(GenerateConfig {
-                    max_raw_memories_for_consolidation: n,
-                    ..GenerateConfig::default()
-                }),
+                generate: Some(GenerateConfig { max_raw_memories_for_consolidation: n, ..GenerateConfig::default() }),
                 ..LayoutConfig::default()
             })
         };
         assert!(with(0).unwrap_err().ends_with("must be greater than 0."));
         assert!(with(-1).unwrap_err().ends_with("must be greater than 0."));
-        assert!(
-            with(4097)
-                .unwrap_err()
-                .ends_with("must be less than or equal to 4096.")
-        );
+        assert!(with(4097).unwrap_err().ends_with("must be less than or equal to 4096."));
         assert!(with(1).is_ok());
         assert!(with(4096).is_ok());
     }
 
     #[test]
     fn generate_and_read_default_when_absent_and_disable_when_null() {
-        let c: LayoutConfig =
-            serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s"}"#).unwrap();
+        let c: LayoutConfig = serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s"}"#).unwrap();
         assert_eq!(c.generate, Some(GenerateConfig::default()));
         assert_eq!(c.read, Some(ReadConfig { live_update: true }));
-        let c: LayoutConfig = serde_json::from_str(
-            r#"{"memories_dir":"m","sessions_dir":"s","generate":null,"read":null}"#,
-        )
-        .unwrap();
+        let c: LayoutConfig =
+            serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s","generate":null,"read":null}"#).unwrap();
         assert_eq!((c.generate, c.read), (None, None));
     }
 
@@ -352,41 +312,24 @@ mod tests {
     fn shared_dirs_conflict_after_normalising() {
         let existing = vec![(name("default"), layout("memories", "sessions"))];
         let err = decide_layout_put(&existing, &name("b"), &layout("./memories/", "s2"), None);
-        assert!(
-            matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("memories_dir='memories'"))
-        );
+        assert!(matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("memories_dir='memories'")));
         let existing = vec![(name("a"), layout("memory_a", "shared_sessions"))];
-        let err = decide_layout_put(
-            &existing,
-            &name("b"),
-            &layout("memory_b", "shared_sessions"),
-            None,
-        );
-        assert!(
-            matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("sessions_dir='shared_sessions'"))
-        );
+        let err = decide_layout_put(&existing, &name("b"), &layout("memory_b", "shared_sessions"), None);
+        assert!(matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("sessions_dir='shared_sessions'")));
         let existing = vec![(name("a"), layout("x//y", "s1"))];
         assert!(decide_layout_put(&existing, &name("b"), &layout("x/y", "s2"), None).is_err());
-        assert_eq!(
-            decide_layout_put(&existing, &name("b"), &layout("x/z", "s2"), None),
-            Ok(LayoutPutDecision::Create)
-        );
+        assert_eq!(decide_layout_put(&existing, &name("b"), &layout("x/z", "s2"), None), Ok(LayoutPutDecision::Create));
     }
 
     #[test]
     fn replacing_needs_the_current_etag() {
         let current = layout("m", "s");
         let existing = vec![(name("a"), current.clone())];
-        assert_eq!(
-            decide_layout_put(&existing, &name("a"), &current, None),
-            Ok(LayoutPutDecision::Unchanged)
-        );
+        assert_eq!(decide_layout_put(&existing, &name("a"), &current, None), Ok(LayoutPutDecision::Unchanged));
         let mut changed = current.clone();
         changed.config.generate.as_mut().unwrap().extra_prompt = Some("x".into());
         let err = decide_layout_put(&existing, &name("a"), &changed, None);
-        assert!(
-            matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("different memory generation config"))
-        );
+        assert!(matches!(err, Err(LayoutPutError::Conflict(d)) if d.contains("different memory generation config")));
         assert_eq!(
             decide_layout_put(&existing, &name("a"), &changed, Some("\"stale\"")),
             Err(LayoutPutError::StaleEtag)

@@ -16,23 +16,11 @@ pub struct PyJsonStyle {
 
 impl PyJsonStyle {
     /// `json.dumps(v, separators=(",", ":"))`: rollout lines (R-SEG-7).
-    pub const COMPACT: Self = Self {
-        indent: None,
-        key_separator: ":",
-        sort_keys: false,
-    };
+    pub const COMPACT: Self = Self { indent: None, key_separator: ":", sort_keys: false };
     /// `json.dumps(v, indent=2)`: `phase_two_selection.json` (R-P2-8).
-    pub const INDENT2: Self = Self {
-        indent: Some(2),
-        key_separator: ": ",
-        sort_keys: false,
-    };
+    pub const INDENT2: Self = Self { indent: Some(2), key_separator: ": ", sort_keys: false };
     /// `json.dumps(v, sort_keys=True, separators=(",", ":"), indent=2)`: R-P1-3.
-    pub const SORTED_INDENT2_TIGHT: Self = Self {
-        indent: Some(2),
-        key_separator: ":",
-        sort_keys: true,
-    };
+    pub const SORTED_INDENT2_TIGHT: Self = Self { indent: Some(2), key_separator: ":", sort_keys: true };
 }
 
 pub fn dumps(value: &Value, style: PyJsonStyle) -> String {
@@ -136,11 +124,7 @@ pub fn py_float_repr(f: f64) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return if f > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     let sci = format!("{f:e}");
     let (mantissa, exp) = sci.split_once('e').expect("`{:e}` always has an exponent");
@@ -152,11 +136,7 @@ pub fn py_float_repr(f: f64) -> String {
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
     if !(-4..16).contains(&exp) {
         let (first, rest) = digits.split_at(1);
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
         let exp_sign = if exp < 0 { '-' } else { '+' };
         return format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.abs());
     }

@@ -25,15 +25,7 @@ pub fn py_splitlines(s: &str) -> Vec<&str> {
     while let Some((i, c)) = chars.next() {
         let is_break = matches!(
             c,
-            '\n' | '\r'
-                | '\u{b}'
-                | '\u{c}'
-                | '\u{1c}'
-                | '\u{1d}'
-                | '\u{1e}'
-                | '\u{85}'
-                | '\u{2028}'
-                | '\u{2029}'
+            '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}'
         );
         if is_break {
             lines.push(&s[start..i]);
@@ -65,10 +57,7 @@ mod tests {
 
     #[test]
     fn splitlines_matches_python() {
-        assert_eq!(
-            py_splitlines("a\nb\r\nc\rd\u{2028}e\u{85}f"),
-            ["a", "b", "c", "d", "e", "f"]
-        );
+        assert_eq!(py_splitlines("a\nb\r\nc\rd\u{2028}e\u{85}f"), ["a", "b", "c", "d", "e", "f"]);
         assert_eq!(py_splitlines("a\n\nb\n"), ["a", "", "b"]);
         assert_eq!(py_splitlines(""), Vec::<&str>::new());
         assert_eq!(py_splitlines("\n"), [""]);

@@ -34,14 +34,8 @@ pub const KEPT_TYPES: [&str; 20] = [
     "web_search_call",
 ];
 
-pub const TERMINAL_STATES: [&str; 6] = [
-    "completed",
-    "interrupted",
-    "cancelled",
-    "failed",
-    "max_turns_exceeded",
-    "guardrail_tripped",
-];
+pub const TERMINAL_STATES: [&str; 6] =
+    ["completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"];
 
 /// R-SEG-5: whether an item of `input` or `generated_items` is remembered.
 pub fn should_keep_item(item: &Map<String, Value>) -> bool {
@@ -86,9 +80,7 @@ fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError>
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
         _ => {
-            return Err(SegmentError::Invalid(format!(
-                "{field} must be an array of items"
-            )));
+            return Err(SegmentError::Invalid(format!("{field} must be an array of items")));
         }
     };
     let mut kept = Vec::with_capacity(items.len());
@@ -100,9 +92,7 @@ fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError>
                 }
             }
             _ => {
-                return Err(SegmentError::Invalid(format!(
-                    "{field} items must be objects"
-                )));
+                return Err(SegmentError::Invalid(format!("{field} items must be objects")));
             }
         }
     }
@@ -113,9 +103,7 @@ fn optional_string(meta: &mut Map<String, Value>, key: &str) -> Result<Value, Se
     match meta.remove(key) {
         None | Some(Value::Null) => Ok(Value::Null),
         Some(Value::String(s)) => Ok(Value::String(s)),
-        Some(_) => Err(SegmentError::Invalid(format!(
-            "terminal_metadata.{key} must be a string or null"
-        ))),
+        Some(_) => Err(SegmentError::Invalid(format!("terminal_metadata.{key} must be a string or null"))),
     }
 }
 
@@ -146,9 +134,7 @@ fn terminal_metadata(
         }
         Some(Value::Object(m)) => m,
         Some(_) => {
-            return Err(SegmentError::Invalid(
-                "terminal_metadata must be an object".into(),
-            ));
+            return Err(SegmentError::Invalid("terminal_metadata must be an object".into()));
         }
     };
     let state = match meta.remove("terminal_state") {
@@ -166,9 +152,7 @@ fn terminal_metadata(
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => b,
         Some(_) => {
-            return Err(SegmentError::Invalid(
-                "terminal_metadata.has_final_output must be a boolean".into(),
-            ));
+            return Err(SegmentError::Invalid("terminal_metadata.has_final_output must be a boolean".into()));
         }
     };
     let mut ordered = Map::new();
@@ -184,9 +168,7 @@ fn terminal_metadata(
 /// carries no `updated_at`.
 pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, SegmentError> {
     let Value::Object(mut body) = body else {
-        return Err(SegmentError::Invalid(
-            "a segment must be a JSON object".into(),
-        ));
+        return Err(SegmentError::Invalid("a segment must be a JSON object".into()));
     };
     let rollout_id = match body.shift_remove("rollout_id") {
         None | Some(Value::Null) => RolloutId::generate(),
@@ -197,9 +179,7 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
         None | Some(Value::Null) => py_isoformat(now),
         Some(Value::String(s)) => {
             if parse_rfc3339(&s).is_none() {
-                return Err(SegmentError::Unparseable(format!(
-                    "updated_at must be an RFC 3339 timestamp, got: {s}"
-                )));
+                return Err(SegmentError::Unparseable(format!("updated_at must be an RFC 3339 timestamp, got: {s}")));
             }
             s
         }
@@ -215,36 +195,22 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
         Some(other) => sanitize_items("input", other)?,
         None => Vec::new(),
     };
-    let generated_items = sanitize_items(
-        "generated_items",
-        body.shift_remove("generated_items").unwrap_or(Value::Null),
-    )?;
+    let generated_items =
+        sanitize_items("generated_items", body.shift_remove("generated_items").unwrap_or(Value::Null))?;
     let interruptions = match body.shift_remove("interruptions") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items,
         Some(_) => {
-            return Err(SegmentError::Invalid(
-                "interruptions must be an array".into(),
-            ));
+            return Err(SegmentError::Invalid("interruptions must be an array".into()));
         }
     };
     let final_output = body.shift_remove("final_output").unwrap_or(Value::Null);
-    let meta = terminal_metadata(
-        body.shift_remove("terminal_metadata"),
-        &final_output,
-        &interruptions,
-    )?;
-    let terminal_state = meta["terminal_state"]
-        .as_str()
-        .unwrap_or("unknown")
-        .to_owned();
+    let meta = terminal_metadata(body.shift_remove("terminal_metadata"), &final_output, &interruptions)?;
+    let terminal_state = meta["terminal_state"].as_str().unwrap_or("unknown").to_owned();
 
     let mut line = Map::new();
     line.insert("updated_at".into(), Value::String(updated_at.clone()));
-    line.insert(
-        "rollout_id".into(),
-        Value::String(rollout_id.as_str().into()),
-    );
+    line.insert("rollout_id".into(), Value::String(rollout_id.as_str().into()));
     line.insert("input".into(), Value::Array(input));
     line.insert("generated_items".into(), Value::Array(generated_items));
     if !interruptions.is_empty() {
@@ -257,12 +223,7 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
     line.extend(body);
     let mut text = dumps(&Value::Object(line), PyJsonStyle::COMPACT);
     text.push('\n');
-    Ok(Segment {
-        rollout_id,
-        updated_at,
-        terminal_state,
-        line: text,
-    })
+    Ok(Segment { rollout_id, updated_at, terminal_state, line: text })
 }
 
 #[cfg(test)]
@@ -306,9 +267,7 @@ mod tests {
     #[test]
     fn roles_decide_before_types() {
         assert!(!keep(json!({"role": "developer", "content": "debug"})));
-        assert!(!keep(
-            json!({"role": "system", "content": "sys", "type": "message"})
-        ));
+        assert!(!keep(json!({"role": "system", "content": "sys", "type": "message"})));
         for role in ["assistant", "tool", "user"] {
             assert!(keep(json!({"role": role, "type": "reasoning"})), "{role}");
         }
@@ -378,22 +337,10 @@ mod tests {
         )
         .unwrap();
         let line: Value = serde_json::from_str(&seg.line).unwrap();
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let keys: Vec<&str> = line.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,
-            [
-                "updated_at",
-                "rollout_id",
-                "input",
-                "generated_items",
-                "interruptions",
-                "terminal_metadata"
-            ]
+            ["updated_at", "rollout_id", "input", "generated_items", "interruptions", "terminal_metadata"]
         );
         assert_eq!(line["interruptions"][1], json!({"type": "reasoning"}));
         assert_eq!(line["updated_at"], "2026-04-15T12:34:56+00:00");
@@ -414,18 +361,12 @@ mod tests {
     #[test]
     fn terminal_states_are_checked() {
         for state in TERMINAL_STATES {
-            let seg = build_segment(
-                json!({"rollout_id": "c", "terminal_metadata": {"terminal_state": state}}),
-                now(),
-            )
-            .unwrap();
+            let seg = build_segment(json!({"rollout_id": "c", "terminal_metadata": {"terminal_state": state}}), now())
+                .unwrap();
             assert_eq!(seg.terminal_state, state);
         }
         for bad in [json!("done"), json!(null), json!(3)] {
-            let err = build_segment(
-                json!({"rollout_id": "c", "terminal_metadata": {"terminal_state": bad}}),
-                now(),
-            );
+            let err = build_segment(json!({"rollout_id": "c", "terminal_metadata": {"terminal_state": bad}}), now());
             assert!(matches!(err, Err(SegmentError::Invalid(_))));
         }
         let err = build_segment(
@@ -439,48 +380,24 @@ mod tests {
     fn missing_terminal_metadata_is_derived_as_the_sdk_would() {
         let state = |body| build_segment(body, now()).unwrap().terminal_state;
         assert_eq!(state(json!({"final_output": "x"})), "completed");
-        assert_eq!(
-            state(json!({"interruptions": [{"type": "function_call"}]})),
-            "interrupted"
-        );
+        assert_eq!(state(json!({"interruptions": [{"type": "function_call"}]})), "interrupted");
         assert_eq!(state(json!({})), "failed");
     }
 
     #[test]
     fn bad_ids_timestamps_and_types_are_refused() {
-        assert!(matches!(
-            build_segment(json!({"rollout_id": "../x"}), now()),
-            Err(SegmentError::RolloutId(_))
-        ));
-        assert!(matches!(
-            build_segment(json!({"rollout_id": 5}), now()),
-            Err(SegmentError::Invalid(_))
-        ));
-        assert!(matches!(
-            build_segment(json!({"updated_at": "soon"}), now()),
-            Err(SegmentError::Unparseable(_))
-        ));
-        assert!(matches!(
-            build_segment(json!({"input": 5}), now()),
-            Err(SegmentError::Invalid(_))
-        ));
-        assert!(matches!(
-            build_segment(json!({"input": ["text"]}), now()),
-            Err(SegmentError::Invalid(_))
-        ));
-        assert!(matches!(
-            build_segment(json!([1]), now()),
-            Err(SegmentError::Invalid(_))
-        ));
+        assert!(matches!(build_segment(json!({"rollout_id": "../x"}), now()), Err(SegmentError::RolloutId(_))));
+        assert!(matches!(build_segment(json!({"rollout_id": 5}), now()), Err(SegmentError::Invalid(_))));
+        assert!(matches!(build_segment(json!({"updated_at": "soon"}), now()), Err(SegmentError::Unparseable(_))));
+        assert!(matches!(build_segment(json!({"input": 5}), now()), Err(SegmentError::Invalid(_))));
+        assert!(matches!(build_segment(json!({"input": ["text"]}), now()), Err(SegmentError::Invalid(_))));
+        assert!(matches!(build_segment(json!([1]), now()), Err(SegmentError::Invalid(_))));
     }
 
     #[test]
     fn absent_rollout_id_gets_a_fresh_run_id() {
         let seg = build_segment(json!({"final_output": "x"}), now()).unwrap();
         assert!(seg.rollout_id.as_str().starts_with("run-"));
-        assert!(
-            seg.line
-                .contains(&format!("\"rollout_id\":\"{}\"", seg.rollout_id))
-        );
+        assert!(seg.line.contains(&format!("\"rollout_id\":\"{}\"", seg.rollout_id)));
     }
 }

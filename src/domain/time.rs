@@ -14,9 +14,7 @@ pub fn py_isoformat(t: DateTime<Utc>) -> String {
 
 /// Parses an RFC 3339 timestamp as sent by clients (`Z` or an offset).
 pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
 }
 
 #[cfg(test)]

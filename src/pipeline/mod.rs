@@ -1,5 +1,6 @@
 //! The memory pipeline: phase one (extraction per rollout) and its prompts.
 
+pub mod extractive;
 pub mod phase_one;
 pub mod prompts;
 pub mod truncate;

@@ -57,10 +57,7 @@ fn py_str_or_unknown(value: Option<&Value>) -> String {
 }
 
 fn terminal_metadata_of(segment: &Value) -> Value {
-    segment
-        .get("terminal_metadata")
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Map::new()))
+    segment.get("terminal_metadata").cloned().unwrap_or_else(|| Value::Object(Map::new()))
 }
 
 /// R-P1-3: one segment's metadata, or the summary of several.
@@ -97,8 +94,7 @@ pub fn render_phase_one(
         if py_strip(line).is_empty() {
             continue;
         }
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| format!("invalid JSONL record: {e}"))?;
+        let value: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSONL record: {e}"))?;
         segments.push(value);
     }
     let Some(last) = segments.last() else {
@@ -123,24 +119,10 @@ pub fn render_phase_one(
         )
     };
     let metadata = terminal_metadata_json(&segments);
-    let user_message = render(
-        PHASE_ONE_USER,
-        &[
-            ("terminal_metadata_json", &metadata),
-            ("rollout_contents", &rendered),
-        ],
-    );
-    let instructions = render(
-        PHASE_ONE_SYSTEM,
-        &[("extra_prompt_section", &extra_prompt_section(extra_prompt))],
-    );
-    Ok((
-        PhaseOnePrompt {
-            instructions,
-            user_message,
-        },
-        facts,
-    ))
+    let user_message =
+        render(PHASE_ONE_USER, &[("terminal_metadata_json", &metadata), ("rollout_contents", &rendered)]);
+    let instructions = render(PHASE_ONE_SYSTEM, &[("extra_prompt_section", &extra_prompt_section(extra_prompt))]);
+    Ok((PhaseOnePrompt { instructions, user_message }, facts))
 }
 
 /// The model's structured answer.
@@ -156,20 +138,12 @@ pub struct RolloutArtifacts {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Extraction {
     Empty,
-    Memory {
-        slug: String,
-        rollout_summary: String,
-        raw_memory: String,
-    },
+    Memory { slug: String, rollout_summary: String, raw_memory: String },
 }
 
 /// Python's `repr()` of a string, for the SDK's error messages.
 fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     let mut out = String::from(quote);
     for c in s.chars() {
         match c {
@@ -181,9 +155,7 @@ fn py_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -199,20 +171,13 @@ pub fn normalize_slug(value: &str) -> Result<String, String> {
     let valid = !bytes.is_empty()
         && bytes.len() <= 80
         && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
-    if valid {
-        Ok(slug.to_owned())
-    } else {
-        Err(format!("Invalid rollout_slug: {}", py_repr(value)))
-    }
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
+    if valid { Ok(slug.to_owned()) } else { Err(format!("Invalid rollout_slug: {}", py_repr(value))) }
 }
 
 /// R-P1-8 and R-P1-10.
 pub fn check_artifacts(a: &RolloutArtifacts) -> Result<Extraction, String> {
-    let blank =
-        [&a.rollout_slug, &a.rollout_summary, &a.raw_memory].map(|f| py_strip(f).is_empty());
+    let blank = [&a.rollout_slug, &a.rollout_summary, &a.raw_memory].map(|f| py_strip(f).is_empty());
     if blank.iter().all(|b| *b) {
         return Ok(Extraction::Empty);
     }
@@ -248,12 +213,7 @@ pub fn format_raw_memory(
 }
 
 /// R-P1-13; `session_id` is the session whose close produced the job.
-pub fn format_rollout_summary(
-    session_id: &str,
-    facts: &RolloutFacts,
-    rollout_path: &str,
-    summary: &str,
-) -> String {
+pub fn format_rollout_summary(session_id: &str, facts: &RolloutFacts, rollout_path: &str, summary: &str) -> String {
     format!(
         "session_id: {session_id}\nupdated_at: {}\nrollout_path: {rollout_path}\nterminal_state: {}\n\n{}\n",
         facts.updated_at,
@@ -275,12 +235,7 @@ mod tests {
         assert!(prompt.user_message.contains(
             "```json\n{\n  \"exception_message\":null,\n  \"exception_type\":null,\n  \"has_final_output\":true,\n  \"terminal_state\":\"completed\"\n}\n```"
         ));
-        assert!(
-            prompt
-                .user_message
-                .contains(&format!("{ONE}\n\nIMPORTANT:")),
-            "two blank lines before IMPORTANT"
-        );
+        assert!(prompt.user_message.contains(&format!("{ONE}\n\nIMPORTANT:")), "two blank lines before IMPORTANT");
         assert_eq!(
             facts,
             RolloutFacts {
@@ -289,48 +244,27 @@ mod tests {
                 segment_count: 1
             }
         );
-        assert!(
-            !prompt
-                .instructions
-                .contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE")
-        );
+        assert!(!prompt.instructions.contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE"));
         assert!(!prompt.instructions.contains("{{"));
     }
 
     #[test]
     fn several_segments_give_count_last_metadata_and_states() {
         let text = format!("{ONE}\n{TWO}");
-        let (prompt, facts) =
-            render_phase_one(&text, PHASE_ONE_TOKEN_LIMIT, Some("Remember tea.")).unwrap();
+        let (prompt, facts) = render_phase_one(&text, PHASE_ONE_TOKEN_LIMIT, Some("Remember tea.")).unwrap();
         assert!(prompt.user_message.contains("\"segment_count\":2"));
-        assert!(
-            prompt
-                .user_message
-                .contains("\"terminal_states\":[\n    \"completed\",\n    \"interrupted\"\n  ]")
-        );
-        assert!(
-            prompt
-                .user_message
-                .contains("\"final_terminal_metadata\":{\n    \"exception_message\":null,")
-        );
+        assert!(prompt.user_message.contains("\"terminal_states\":[\n    \"completed\",\n    \"interrupted\"\n  ]"));
+        assert!(prompt.user_message.contains("\"final_terminal_metadata\":{\n    \"exception_message\":null,"));
         assert_eq!(facts.terminal_state, "interrupted");
         assert_eq!(facts.updated_at, "2026-04-16T00:00:00+00:00");
         assert_eq!(facts.segment_count, 2);
-        assert!(
-            prompt
-                .instructions
-                .contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE")
-        );
+        assert!(prompt.instructions.contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE"));
         assert!(prompt.instructions.contains("Remember tea."));
     }
 
     #[test]
     fn a_huge_rollout_is_truncated_with_both_markers() {
-        let content = format!(
-            "start{}middle{}end",
-            "a".repeat(700_000),
-            "z".repeat(700_000)
-        );
+        let content = format!("start{}middle{}end", "a".repeat(700_000), "z".repeat(700_000));
         let line = format!(
             "{{\"updated_at\":\"x\",\"input\":[{{\"content\":\"{content}\",\"role\":\"user\"}}],\"terminal_metadata\":{{\"terminal_state\":\"completed\"}}}}\n"
         );
@@ -350,20 +284,13 @@ mod tests {
             render_phase_one("\n  \n", 10, None).unwrap_err(),
             "rollout_contents must contain at least one JSONL record"
         );
-        assert!(
-            render_phase_one("{not json\n", 10, None)
-                .unwrap_err()
-                .starts_with("invalid JSONL record")
-        );
+        assert!(render_phase_one("{not json\n", 10, None).unwrap_err().starts_with("invalid JSONL record"));
     }
 
     #[test]
     fn unknown_facts_fall_back_to_unknown() {
         let (_, facts) = render_phase_one("{\"terminal_metadata\":\"x\"}\n", 10, None).unwrap();
-        assert_eq!(
-            (facts.updated_at.as_str(), facts.terminal_state.as_str()),
-            ("unknown", "unknown")
-        );
+        assert_eq!((facts.updated_at.as_str(), facts.terminal_state.as_str()), ("unknown", "unknown"));
     }
 
     #[test]
@@ -372,14 +299,8 @@ mod tests {
         assert_eq!(normalize_slug("a_b-1").unwrap(), "a_b-1");
         assert_eq!(normalize_slug(&"a".repeat(80)).unwrap().len(), 80);
         assert!(normalize_slug(&"a".repeat(81)).is_err());
-        assert_eq!(
-            normalize_slug("Fix Bug").unwrap_err(),
-            "Invalid rollout_slug: 'Fix Bug'"
-        );
-        assert_eq!(
-            normalize_slug("it's").unwrap_err(),
-            "Invalid rollout_slug: \"it's\""
-        );
+        assert_eq!(normalize_slug("Fix Bug").unwrap_err(), "Invalid rollout_slug: 'Fix Bug'");
+        assert_eq!(normalize_slug("it's").unwrap_err(), "Invalid rollout_slug: \"it's\"");
         assert!(normalize_slug("-x").is_err());
         assert!(normalize_slug("../x").is_err());
     }
@@ -396,10 +317,7 @@ mod tests {
             check_artifacts(&a("x", "", "m")).unwrap_err(),
             "Phase 1 returned partially-empty memory artifacts."
         );
-        assert!(matches!(
-            check_artifacts(&a("x", "s", "m")),
-            Ok(Extraction::Memory { .. })
-        ));
+        assert!(matches!(check_artifacts(&a("x", "s", "m")), Ok(Extraction::Memory { .. })));
         assert!(check_artifacts(&a("X", "s", "m")).is_err());
     }
 
@@ -421,12 +339,7 @@ mod tests {
             "rollout_id: chat-1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/chat-1.jsonl\nrollout_summary_file: rollout_summaries/chat-1_fix-bug.md\nterminal_state: completed\n\nmemory\n"
         );
         assert_eq!(
-            format_rollout_summary(
-                "6f1c0f0e-0000-4000-8000-000000000000",
-                &facts,
-                "sessions/chat-1.jsonl",
-                "summary "
-            ),
+            format_rollout_summary("6f1c0f0e-0000-4000-8000-000000000000", &facts, "sessions/chat-1.jsonl", "summary "),
             "session_id: 6f1c0f0e-0000-4000-8000-000000000000\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/chat-1.jsonl\nterminal_state: completed\n\nsummary\n"
         );
     }

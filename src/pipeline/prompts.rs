@@ -10,8 +10,7 @@ const EXTRA_PROMPT_SECTION: &str = include_str!("prompts/extra_prompt_section.md
 /// Replaces each `{{ name }}` of `template` in one pass, so that text
 /// inserted for one placeholder is never searched for another.
 pub fn render(template: &str, values: &[(&str, &str)]) -> String {
-    let mut out =
-        String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut out = String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
     let mut rest = template;
     while let Some(open) = rest.find("{{ ") {
         let after = &rest[open + 3..];
@@ -47,10 +46,7 @@ mod tests {
 
     #[test]
     fn render_is_one_pass() {
-        let out = render(
-            "a {{ x }} b {{ y }} c {{ z }}",
-            &[("x", "{{ y }}"), ("y", "Y")],
-        );
+        let out = render("a {{ x }} b {{ y }} c {{ z }}", &[("x", "{{ y }}"), ("y", "Y")]);
         assert_eq!(out, "a {{ y }} b Y c {{ z }}");
     }
 
@@ -67,10 +63,7 @@ mod tests {
     fn every_placeholder_of_the_prompts_is_known() {
         for (template, names) in [
             (PHASE_ONE_SYSTEM, &["extra_prompt_section"][..]),
-            (
-                PHASE_ONE_USER,
-                &["terminal_metadata_json", "rollout_contents"][..],
-            ),
+            (PHASE_ONE_USER, &["terminal_metadata_json", "rollout_contents"][..]),
         ] {
             let values: Vec<(&str, &str)> = names.iter().map(|n| (*n, "")).collect();
             assert!(!render(template, &values).contains("{{ "), "{names:?}");

@@ -51,10 +51,7 @@ pub fn truncate_text(text: &str, max_tokens: usize) -> String {
     }
     let suffix = &text[start..];
     let removed = text.len() - prefix.len() - suffix.len();
-    format!(
-        "{prefix}{}{suffix}",
-        marker(removed.div_ceil(APPROX_BYTES_PER_TOKEN))
-    )
+    format!("{prefix}{}{suffix}", marker(removed.div_ceil(APPROX_BYTES_PER_TOKEN)))
 }
 
 #[cfg(test)]
@@ -75,11 +72,7 @@ mod tests {
 
     #[test]
     fn the_huge_jsonl_line_of_the_seed_test() {
-        let content = format!(
-            "start{}middle{}end",
-            "a".repeat(700_000),
-            "z".repeat(700_000)
-        );
+        let content = format!("start{}middle{}end", "a".repeat(700_000), "z".repeat(700_000));
         let line = format!(
             "{{\"updated_at\":\"2026-04-15T00:00:00+00:00\",\"rollout_id\":\"r\",\"input\":[{{\"content\":\"{content}\",\"role\":\"user\"}}],\"generated_items\":[]}}\n"
         );
@@ -87,10 +80,7 @@ mod tests {
         let pad = 1_400_152 - line.len();
         let line = format!("{}{}\n", &line[..line.len() - 1], " ".repeat(pad));
         assert_eq!(line.len(), 1_400_152);
-        assert_eq!(
-            marker(approx_token_count(&line)),
-            "\u{2026}350038 tokens truncated\u{2026}"
-        );
+        assert_eq!(marker(approx_token_count(&line)), "\u{2026}350038 tokens truncated\u{2026}");
         let out = truncate_text(&line, 150_000);
         assert_eq!(out.len(), 600_000);
         assert_eq!(out.chars().count(), 599_996);
@@ -118,15 +108,10 @@ mod tests {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..3000 {
             let len = (rng.next() % 200) as usize;
-            let text: String = (0..len)
-                .map(|_| alphabet[(rng.next() % alphabet.len() as u64) as usize])
-                .collect();
+            let text: String = (0..len).map(|_| alphabet[(rng.next() % alphabet.len() as u64) as usize]).collect();
             let tokens = (rng.next() % 60) as usize;
             let out = truncate_text(&text, tokens);
-            assert!(
-                out.len() <= tokens * 4 || (out == text && tokens > 0),
-                "{text:?} {tokens}"
-            );
+            assert!(out.len() <= tokens * 4 || (out == text && tokens > 0), "{text:?} {tokens}");
             if text.len() <= tokens * 4 && tokens > 0 {
                 assert_eq!(out, text);
             } else if let Some(pos) = out.find('\u{2026}') {

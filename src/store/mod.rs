@@ -90,9 +90,7 @@ impl SessionState {
             "open" => Ok(Self::Open),
             "closing" => Ok(Self::Closing),
             "closed" => Ok(Self::Closed),
-            other => Err(StoreError::Corrupt(format!(
-                "unknown session state {other}"
-            ))),
+            other => Err(StoreError::Corrupt(format!("unknown session state {other}"))),
         }
     }
 }
@@ -271,6 +269,64 @@ pub struct CommittedRollout {
     pub segment_count: i64,
 }
 
+/// What a worker asks the queue for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub worker: &'a str,
+    pub kinds: &'a [JobKind],
+    pub now: DateTime<Utc>,
+    pub lease: chrono::Duration,
+}
+
+/// A job a worker owns until its lease runs out; `token` fences every write.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub job: JobRecord,
+    pub tenant_id: TenantId,
+    /// The layout config the job was queued with.
+    pub layout: ValidLayout,
+    pub token: Uuid,
+    /// A smaller phase-one budget after a context-window overflow.
+    pub token_limit: Option<i64>,
+}
+
+/// The index row of one raw memory (the header of its file, and the
+/// rollout file length it was extracted from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawMemoryRecord {
+    pub rollout_id: RolloutId,
+    pub updated_at: String,
+    pub rollout_path: String,
+    pub rollout_summary_file: String,
+    pub terminal_state: String,
+    pub extracted_len: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum JobOutcome {
+    Succeeded { raw_memory: Option<RawMemoryRecord> },
+    Skipped,
+    RetryAt { at: DateTime<Utc>, error: String, token_limit: Option<i64> },
+    Failed { error: String },
+}
+
+/// File writes that must happen only while the worker still owns the job:
+/// they run inside the transaction that records the outcome.
+pub type JobEffects = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
+pub struct JobFinish {
+    pub outcome: JobOutcome,
+    /// The job's token usage over all its attempts so far.
+    pub usage: Value,
+    pub effects: Option<JobEffects>,
+}
+
+#[derive(Debug, Clone)]
+pub enum RetryOutcome {
+    Requeued(JobRecord),
+    NotFailed(JobState),
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> StoreResult<()>;
@@ -292,30 +348,14 @@ pub trait Store: Send + Sync + 'static {
         if_match: Option<&str>,
     ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>>;
 
-    async fn create_session(
-        &self,
-        tenant: TenantId,
-        new: &NewSession,
-    ) -> StoreResult<CreateSessionOutcome>;
-    async fn session_view(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<SessionView>>;
-    async fn session_state(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<SessionState>>;
+    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome>;
+    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>>;
+    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
     /// Durable append: the line is on disk and recorded before this returns `Appended`.
     async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome>;
     /// `None` for an unknown session. Moves an open session to `closing` and
     /// queues its jobs in one transaction; idempotent afterwards.
-    async fn close_session(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<CloseOutcome>>;
+    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>>;
 
     async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>>;
     async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>>;
@@ -327,6 +367,28 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         rollout: &RolloutId,
     ) -> StoreResult<Option<CommittedRollout>>;
+
+    /// Takes the next due job (or one whose lease expired) of `kinds`,
+    /// preferring tenants with the fewest running jobs. Phase two waits for
+    /// its close's phase-one jobs and runs alone per layout.
+    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>>;
+    /// `false` when the worker no longer owns the job.
+    async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool>;
+    /// Records the outcome (and runs its effects) only while `token` still
+    /// owns the job; `false` means the result was discarded.
+    async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool>;
+    /// Gives a job back to the queue untouched (shutdown): another replica
+    /// takes it at once, and the attempt does not count.
+    async fn release_job(&self, job_id: Uuid, token: Uuid) -> StoreResult<bool>;
+    /// `POST /v1/jobs/{id}/retry`; `None` for an unknown job.
+    async fn retry_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<RetryOutcome>>;
+    async fn raw_memory(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<RawMemoryRecord>>;
 }
 
 pub type DynStore = Arc<dyn Store>;
@@ -338,9 +400,7 @@ pub async fn connect(database_url: &str) -> StoreResult<DynStore> {
     } else if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::connect(database_url).await?))
     } else {
-        Err(StoreError::Migration(
-            "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
-        ))
+        Err(StoreError::Migration("DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into()))
     }
 }
 
@@ -368,14 +428,7 @@ pub fn default_layout() -> ValidLayout {
 pub fn with_implicit_default(mut stored: Vec<StoredLayout>) -> Vec<StoredLayout> {
     let default_name = LayoutName::default_layout();
     if !stored.iter().any(|l| l.name == default_name) {
-        stored.insert(
-            0,
-            StoredLayout {
-                name: default_name,
-                layout: default_layout(),
-                updated_at: None,
-            },
-        );
+        stored.insert(0, StoredLayout { name: default_name, layout: default_layout(), updated_at: None });
     }
     stored
 }
@@ -386,8 +439,7 @@ pub fn rollout_path(layout: &ValidLayout, rollout: &RolloutId) -> String {
 }
 
 pub(crate) fn parse_layout_config(text: &str) -> StoreResult<ValidLayout> {
-    let config = serde_json::from_str(text)
-        .map_err(|e| StoreError::Corrupt(format!("stored layout config: {e}")))?;
+    let config = serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored layout config: {e}")))?;
     ValidLayout::new(config).map_err(StoreError::Corrupt)
 }
 
@@ -407,31 +459,27 @@ pub(crate) fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> Clo
     if touched_nothing {
         CloseTransition {
             state: SessionState::Closed,
-            memory_status: Some(serde_json::json!({"status": "complete", "failures": []})),
+            memory_status: Some(settled_memory_status(Vec::new())),
             closed_at: Some(now),
         }
     } else {
-        CloseTransition {
-            state: SessionState::Closing,
-            memory_status: None,
-            closed_at: None,
-        }
+        CloseTransition { state: SessionState::Closing, memory_status: None, closed_at: None }
     }
+}
+
+/// A session's state once none of its jobs is left to run (SPEC §2.3).
+pub(crate) fn settled_memory_status(failures: Vec<Value>) -> Value {
+    let status = if failures.is_empty() { "complete" } else { "partial" };
+    serde_json::json!({"status": status, "failures": failures})
 }
 
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
 /// and layout, and a phase-two job per touched layout.
-pub(crate) fn jobs_for_close(
-    touched: &[TouchedRollout],
-) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
+pub(crate) fn jobs_for_close(touched: &[TouchedRollout]) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
     let mut jobs = Vec::new();
     let mut layouts: Vec<&LayoutName> = Vec::new();
     for t in touched {
-        jobs.push((
-            JobKind::PhaseOne,
-            t.layout.clone(),
-            Some(t.rollout_id.clone()),
-        ));
+        jobs.push((JobKind::PhaseOne, t.layout.clone(), Some(t.rollout_id.clone())));
         if !layouts.contains(&&t.layout) {
             layouts.push(&t.layout);
         }
@@ -452,10 +500,7 @@ pub(crate) fn replay_or_conflict(
     if stored_hash != claim.request_hash {
         return Ok(AppendOutcome::IdempotencyConflict);
     }
-    let response = stored_response.ok_or_else(|| {
-        StoreError::Corrupt("committed idempotency key without a response".into())
-    })?;
-    Ok(AppendOutcome::Replayed(
-        serde_json::from_str(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-    ))
+    let response =
+        stored_response.ok_or_else(|| StoreError::Corrupt("committed idempotency key without a response".into()))?;
+    Ok(AppendOutcome::Replayed(serde_json::from_str(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?))
 }

@@ -9,17 +9,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 impl Dialect for Postgres {
-    const MIGRATIONS: &'static [Migration] = &[Migration {
-        version: 1,
-        sql: include_str!("../../migrations/postgres/0001_core.sql"),
-    }];
+    const MIGRATIONS: &'static [Migration] = &[
+        Migration { version: 1, sql: include_str!("../../migrations/postgres/0001_core.sql") },
+        Migration { version: 2, sql: include_str!("../../migrations/postgres/0002_jobs.sql") },
+    ];
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const CLAIM_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     // The key is arbitrary; it only has to be the same for every replica.
-    const MIGRATION_LOCK: Option<(&'static str, &'static str)> = Some((
-        "SELECT pg_advisory_lock(7235159010001)",
-        "SELECT pg_advisory_unlock(7235159010001)",
-    ));
+    const MIGRATION_LOCK: Option<(&'static str, &'static str)> =
+        Some(("SELECT pg_advisory_lock(7235159010001)", "SELECT pg_advisory_unlock(7235159010001)"));
 }
 
 pub type PgStore = SqlStore<Postgres>;

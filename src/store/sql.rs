@@ -5,9 +5,7 @@
 use super::*;
 use crate::domain::layout::{LayoutPutDecision, decide_layout_put};
 use crate::workspace::{append_durably, confine, ensure_layout};
-use sqlx::{
-    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
-};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 /// What one database does its own way.
 pub trait Dialect: Database {
@@ -17,6 +15,8 @@ pub trait Dialect: Database {
     /// ends (`FOR UPDATE`); empty where the write transaction already
     /// excludes every other writer.
     const LOCK_ROWS: &'static str;
+    /// Appended to the claim query: skip rows another worker is claiming.
+    const CLAIM_ROWS: &'static str;
     /// Starts a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Statements around migrations so that replicas never migrate at once.
@@ -49,6 +49,7 @@ where
     for<'q> &'q str: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> DateTime<Utc>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<DateTime<Utc>>: Encode<'q, DB>,
     for<'a> &'a str: ColumnIndex<DB::Row>,
@@ -56,10 +57,7 @@ where
     /// Wraps a connected pool and brings its schema up to date.
     pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
         let store = Self { pool };
-        store
-            .migrate()
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        store.migrate().await.map_err(|e| StoreError::Migration(e.to_string()))?;
         Ok(store)
     }
 
@@ -104,12 +102,10 @@ where
         executor: impl Executor<'e, Database = DB>,
         tenant: TenantId,
     ) -> StoreResult<Vec<StoredLayout>> {
-        let rows = sqlx::query(
-            "SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name",
-        )
-        .bind(tenant)
-        .fetch_all(executor)
-        .await?;
+        let rows = sqlx::query("SELECT name, config, updated_at FROM layouts WHERE tenant_id = $1 ORDER BY name")
+            .bind(tenant)
+            .fetch_all(executor)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(StoredLayout {
@@ -128,16 +124,8 @@ where
         lock: bool,
     ) -> StoreResult<Option<SessionRecord>> {
         let select = "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2";
-        let sql = if lock {
-            locking::<DB>(select)
-        } else {
-            AssertSqlSafe(select.to_owned())
-        };
-        let row = sqlx::query(sql)
-            .bind(tenant)
-            .bind(id.as_str())
-            .fetch_optional(executor)
-            .await?;
+        let sql = if lock { locking::<DB>(select) } else { AssertSqlSafe(select.to_owned()) };
+        let row = sqlx::query(sql).bind(tenant).bind(id.as_str()).fetch_optional(executor).await?;
         row.as_ref().map(Self::session_from_row).transpose()
     }
 
@@ -180,6 +168,66 @@ where
         rows.iter().map(Self::job_from_row).collect()
     }
 
+    /// Closes a `closing` session once none of its jobs is queued or running.
+    async fn settle_session(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        session_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let open = sqlx::query(
+            "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if open.try_get::<i64, _>("n")? > 0 {
+            return Ok(());
+        }
+        let failed = sqlx::query(
+            "SELECT id, kind, layout, rollout_id, last_error FROM jobs
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'failed' ORDER BY created_at, kind, layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        let failures = failed
+            .iter()
+            .map(|r| {
+                Ok(serde_json::json!({
+                    "job_id": r.try_get::<Uuid, _>("id")?,
+                    "kind": r.try_get::<String, _>("kind")?,
+                    "layout": r.try_get::<String, _>("layout")?,
+                    "rollout_id": r.try_get::<Option<String>, _>("rollout_id")?,
+                    "error": r.try_get::<Option<String>, _>("last_error")?,
+                }))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        sqlx::query(
+            "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closing'",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .bind(settled_memory_status(failures).to_string())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    fn claimed_from_row(r: &DB::Row, token: Uuid) -> StoreResult<ClaimedJob> {
+        Ok(ClaimedJob {
+            job: Self::job_from_row(r)?,
+            tenant_id: r.try_get("tenant_id")?,
+            layout: parse_layout_config(r.try_get("layout_config")?)?,
+            token,
+            token_limit: r.try_get("token_limit")?,
+        })
+    }
+
     fn session_from_row(r: &DB::Row) -> StoreResult<SessionRecord> {
         let metadata: String = r.try_get("metadata")?;
         let memory_status: Option<String> = r.try_get("memory_status")?;
@@ -188,10 +236,7 @@ where
             workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
             state: SessionState::parse(r.try_get("state")?)?,
             metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
-            memory_status: memory_status
-                .map(|s| serde_json::from_str(&s))
-                .transpose()
-                .map_err(corrupt)?,
+            memory_status: memory_status.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
             created_at: r.try_get("created_at")?,
             closed_at: r.try_get("closed_at")?,
         })
@@ -207,17 +252,11 @@ where
             session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
             workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
             layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-            rollout_id: rollout
-                .as_deref()
-                .map(|s| parse_id(RolloutId::parse, s, "rollout id"))
-                .transpose()?,
+            rollout_id: rollout.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
             attempts: r.try_get("attempts")?,
             run_after: r.try_get("run_after")?,
             last_error: r.try_get("last_error")?,
-            usage: usage
-                .map(|s| serde_json::from_str(&s))
-                .transpose()
-                .map_err(corrupt)?,
+            usage: usage.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
             created_at: r.try_get("created_at")?,
             started_at: r.try_get("started_at")?,
             finished_at: r.try_get("finished_at")?,
@@ -238,6 +277,7 @@ where
     for<'q> &'q str: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> DateTime<Utc>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<DateTime<Utc>>: Encode<'q, DB>,
     for<'a> &'a str: ColumnIndex<DB::Row>,
@@ -256,21 +296,15 @@ where
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(key.key_id)
-        .bind(key.tenant_id)
-        .bind(key.key_hash.as_str())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(key.key_id)
+            .bind(key.tenant_id)
+            .bind(key.key_hash.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(Tenant {
-            tenant_id: key.tenant_id,
-            name: name.to_owned(),
-            created_at: now,
-        })
+        Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
     }
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
@@ -288,23 +322,20 @@ where
     }
 
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
-        let revoked = sqlx::query(
-            "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id",
-        )
-        .bind(key_id)
-        .bind(Utc::now())
-        .fetch_optional(&self.pool)
-        .await?;
+        let revoked =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id")
+                .bind(key_id)
+                .bind(Utc::now())
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(revoked.is_some())
     }
 
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
-        let row = sqlx::query(
-            "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
-        )
-        .bind(key_hash)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+            .bind(key_hash)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
     }
 
@@ -322,15 +353,11 @@ where
         let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
         // The tenant row serialises layout changes, so two concurrent PUTs
         // cannot both pass the conflict rules.
-        sqlx::query(locking::<DB>("SELECT id FROM tenants WHERE id = $1"))
-            .bind(tenant)
-            .execute(&mut *tx)
-            .await?;
-        let existing: Vec<(LayoutName, ValidLayout)> =
-            with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
-                .into_iter()
-                .map(|l| (l.name, l.layout))
-                .collect();
+        sqlx::query(locking::<DB>("SELECT id FROM tenants WHERE id = $1")).bind(tenant).execute(&mut *tx).await?;
+        let existing: Vec<(LayoutName, ValidLayout)> = with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?)
+            .into_iter()
+            .map(|l| (l.name, l.layout))
+            .collect();
         let decision = match decide_layout_put(&existing, name, layout, if_match) {
             Ok(d) => d,
             Err(e) => return Ok(Err(e)),
@@ -356,11 +383,7 @@ where
         }))
     }
 
-    async fn create_session(
-        &self,
-        tenant: TenantId,
-        new: &NewSession,
-    ) -> StoreResult<CreateSessionOutcome> {
+    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING RETURNING session_id",
@@ -382,36 +405,22 @@ where
         })
     }
 
-    async fn session_view(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<SessionView>> {
+    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>> {
         let Some(session) = Self::session_in(&self.pool, tenant, id, false).await? else {
             return Ok(None);
         };
         let rollouts = Self::touched_in(&self.pool, tenant, id).await?;
         let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
-        Ok(Some(SessionView {
-            session,
-            rollouts,
-            jobs,
-        }))
+        Ok(Some(SessionView { session, rollouts, jobs }))
     }
 
-    async fn session_state(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<SessionState>> {
-        let row =
-            sqlx::query("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
-                .bind(tenant)
-                .bind(id.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
-        row.map(|r| SessionState::parse(r.try_get("state")?))
-            .transpose()
+    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>> {
+        let row = sqlx::query("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+            .bind(tenant)
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| SessionState::parse(r.try_get("state")?)).transpose()
     }
 
     async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome> {
@@ -431,23 +440,18 @@ where
             .fetch_optional(&mut *tx)
             .await?;
             if claimed.is_none() {
-                let row = sqlx::query("SELECT request_hash, response FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
-                    .bind(req.tenant_id)
-                    .bind(claim.key.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?;
-                return replay_or_conflict(
-                    claim,
-                    row.try_get("request_hash")?,
-                    row.try_get("response")?,
-                );
+                let row = sqlx::query(
+                    "SELECT request_hash, response FROM idempotency_keys WHERE tenant_id = $1 AND key = $2",
+                )
+                .bind(req.tenant_id)
+                .bind(claim.key.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+                return replay_or_conflict(claim, row.try_get("request_hash")?, row.try_get("response")?);
             }
         }
 
-        let workspace = req
-            .workspace
-            .cloned()
-            .unwrap_or_else(WorkspaceName::default_workspace);
+        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING",
@@ -497,20 +501,14 @@ where
         let committed_len: i64 = row.try_get("committed_len")?;
         let segment_index: i64 = row.try_get("segment_count")?;
 
-        let root = req
-            .volumes
-            .workspace_root(req.tenant_id, &session.workspace)?;
+        let root = req.volumes.workspace_root(req.tenant_id, &session.workspace)?;
         let layout = req.layout.clone();
         let line = req.segment.line.clone();
         let file_name = rollout_id.file_name();
         let new_len = tokio::task::spawn_blocking(move || -> StoreResult<u64> {
             ensure_layout(&root, &layout)?;
             let sessions = confine(&root, &layout.sessions_dir.normalized)?;
-            Ok(append_durably(
-                &confine(&sessions, &file_name)?,
-                committed_len as u64,
-                line.as_bytes(),
-            )?)
+            Ok(append_durably(&confine(&sessions, &file_name)?, committed_len as u64, line.as_bytes())?)
         })
         .await
         .map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
@@ -551,24 +549,18 @@ where
             rollout_path: path_text,
         };
         if let Some(claim) = req.idempotency {
-            sqlx::query(
-                "UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2",
-            )
-            .bind(req.tenant_id)
-            .bind(claim.key.as_str())
-            .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
+                .bind(req.tenant_id)
+                .bind(claim.key.as_str())
+                .bind(serde_json::to_string(&receipt).expect("a receipt always serialises"))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(AppendOutcome::Appended(receipt))
     }
 
-    async fn close_session(
-        &self,
-        tenant: TenantId,
-        id: &SessionId,
-    ) -> StoreResult<Option<CloseOutcome>> {
+    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
         let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
         let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
             return Ok(None);
@@ -665,6 +657,219 @@ where
                 rollout_path: r.try_get("rollout_path")?,
                 committed_len: r.try_get::<i64, _>("committed_len")? as u64,
                 segment_count: r.try_get("segment_count")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let candidate = sqlx::query(AssertSqlSafe(format!(
+            "SELECT j.id FROM jobs j
+             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
+               AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
+               AND (j.kind <> 'phase_two' OR NOT EXISTS (
+                     SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = j.session_id
+                        AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running')))
+               AND (j.kind <> 'phase_two' OR NOT EXISTS (
+                     SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
+                        AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
+             ORDER BY (SELECT count(*) FROM jobs r
+                        WHERE r.tenant_id = j.tenant_id AND r.state = 'running' AND r.lease_expires_at > $3),
+                      j.run_after, j.created_at
+             LIMIT 1{}",
+            DB::CLAIM_ROWS
+        )))
+        .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
+        .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
+        .bind(req.now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(candidate) = candidate else {
+            return Ok(None);
+        };
+        let job_id: Uuid = candidate.try_get("id")?;
+        let token = Uuid::new_v4();
+        let claimed = sqlx::query(
+            "UPDATE jobs SET state = 'running', lease_owner = $2, lease_token = $3, lease_expires_at = $4,
+                    attempts = attempts + 1, started_at = COALESCE(started_at, $5)
+             WHERE id = $1 RETURNING *",
+        )
+        .bind(job_id)
+        .bind(req.worker)
+        .bind(token)
+        .bind(req.now + req.lease)
+        .bind(req.now)
+        .fetch_one(&mut *tx)
+        .await;
+        let row = match claimed {
+            Ok(row) => row,
+            // Another replica started this layout's phase two first.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let claimed = Self::claimed_from_row(&row, token)?;
+        tx.commit().await?;
+        Ok(Some(claimed))
+    }
+
+    async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool> {
+        let renewed = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING id",
+        )
+        .bind(job_id)
+        .bind(token)
+        .bind(until)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(renewed.is_some())
+    }
+
+    async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool> {
+        let now = Utc::now();
+        let job = &claimed.job;
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let owned =
+            sqlx::query(locking::<DB>("SELECT id FROM jobs WHERE id = $1 AND lease_token = $2 AND state = 'running'"))
+                .bind(job.job_id)
+                .bind(claimed.token)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if owned.is_none() {
+            return Ok(false);
+        }
+        if let Some(effects) = finish.effects {
+            tokio::task::spawn_blocking(effects).await.map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
+        }
+        let usage = finish.usage.to_string();
+        let (state, run_after, error, token_limit, finished_at) = match &finish.outcome {
+            JobOutcome::Succeeded { .. } => (JobState::Succeeded, job.run_after, None, None, Some(now)),
+            JobOutcome::Skipped => (JobState::Skipped, job.run_after, None, None, Some(now)),
+            JobOutcome::RetryAt { at, error, token_limit } => {
+                (JobState::Queued, *at, Some(error.as_str()), *token_limit, None)
+            }
+            JobOutcome::Failed { error } => (JobState::Failed, job.run_after, Some(error.as_str()), None, Some(now)),
+        };
+        sqlx::query(
+            "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
+                    finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE id = $1",
+        )
+        .bind(job.job_id)
+        .bind(state.as_str())
+        .bind(run_after)
+        .bind(error)
+        .bind(token_limit)
+        .bind(finished_at)
+        .bind(usage)
+        .execute(&mut *tx)
+        .await?;
+        if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
+            sqlx::query(
+                "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
+                                           rollout_summary_file, terminal_state, extracted_len, job_id, written_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                 ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
+                    updated_at = excluded.updated_at, rollout_path = excluded.rollout_path,
+                    rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
+                    extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
+            )
+            .bind(claimed.tenant_id)
+            .bind(job.workspace.as_str())
+            .bind(job.layout.as_str())
+            .bind(raw.rollout_id.as_str())
+            .bind(raw.updated_at.as_str())
+            .bind(raw.rollout_path.as_str())
+            .bind(raw.rollout_summary_file.as_str())
+            .bind(raw.terminal_state.as_str())
+            .bind(raw.extracted_len as i64)
+            .bind(job.job_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if finished_at.is_some() {
+            Self::settle_session(&mut tx, claimed.tenant_id, job.session_id.as_str(), now).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn release_job(&self, job_id: Uuid, token: Uuid) -> StoreResult<bool> {
+        let released = sqlx::query(
+            "UPDATE jobs SET state = 'queued', attempts = attempts - 1, run_after = $3,
+                    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING id",
+        )
+        .bind(job_id)
+        .bind(token)
+        .bind(Utc::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(released.is_some())
+    }
+
+    async fn retry_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<RetryOutcome>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let Some(row) = sqlx::query(locking::<DB>("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2"))
+            .bind(tenant)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let job = Self::job_from_row(&row)?;
+        if job.state != JobState::Failed {
+            return Ok(Some(RetryOutcome::NotFailed(job.state)));
+        }
+        let now = Utc::now();
+        let row = sqlx::query(
+            "UPDATE jobs SET state = 'queued', attempts = 0, run_after = $2, finished_at = NULL
+             WHERE id = $1 RETURNING *",
+        )
+        .bind(job_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        // The session waits for this job again.
+        sqlx::query(
+            "UPDATE sessions SET state = 'closing', memory_status = NULL, closed_at = NULL
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closed'",
+        )
+        .bind(tenant)
+        .bind(job.session_id.as_str())
+        .execute(&mut *tx)
+        .await?;
+        let job = Self::job_from_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(RetryOutcome::Requeued(job)))
+    }
+
+    async fn raw_memory(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<RawMemoryRecord>> {
+        let row = sqlx::query(
+            "SELECT * FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(rollout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(RawMemoryRecord {
+                rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                updated_at: r.try_get("updated_at")?,
+                rollout_path: r.try_get("rollout_path")?,
+                rollout_summary_file: r.try_get("rollout_summary_file")?,
+                terminal_state: r.try_get("terminal_state")?,
+                extracted_len: r.try_get::<i64, _>("extracted_len")? as u64,
             })
         })
         .transpose()

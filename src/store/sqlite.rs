@@ -10,12 +10,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 impl Dialect for Sqlite {
-    const MIGRATIONS: &'static [Migration] = &[Migration {
-        version: 1,
-        sql: include_str!("../../migrations/sqlite/0001_core.sql"),
-    }];
+    const MIGRATIONS: &'static [Migration] = &[
+        Migration { version: 1, sql: include_str!("../../migrations/sqlite/0001_core.sql") },
+        Migration { version: 2, sql: include_str!("../../migrations/sqlite/0002_jobs.sql") },
+    ];
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const CLAIM_ROWS: &'static str = "";
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> = None;
 }
 
@@ -31,9 +32,6 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
     if let Some(dir) = options.get_filename().parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        .connect_with(options)
-        .await?;
+    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
     SqlStore::open(pool).await
 }

@@ -76,18 +76,12 @@ pub struct Volumes {
 
 impl Volumes {
     pub fn new(data_dir: &Path) -> Self {
-        Self {
-            root: data_dir.join("workspaces"),
-        }
+        Self { root: data_dir.join("workspaces") }
     }
 
     /// `<volumes>/<tenant>/<workspace>`; both parts are validated ids, and the
     /// result still goes through [`confine`].
-    pub fn workspace_root(
-        &self,
-        tenant: Uuid,
-        workspace: &WorkspaceName,
-    ) -> Result<PathBuf, PathError> {
+    pub fn workspace_root(&self, tenant: Uuid, workspace: &WorkspaceName) -> Result<PathBuf, PathError> {
         confine(&self.root, &format!("{tenant}/{workspace}"))
     }
 }
@@ -123,11 +117,7 @@ pub fn ensure_layout(workspace_root: &Path, layout: &ValidLayout) -> Result<(), 
 /// committed length once the bytes are on disk.
 pub fn append_durably(path: &Path, committed_len: u64, line: &[u8]) -> io::Result<u64> {
     let created = !path.exists();
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
+    let mut file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
     let on_disk = file.metadata()?.len();
     if on_disk < committed_len {
         return Err(io::Error::other(format!(
@@ -149,13 +139,9 @@ pub fn append_durably(path: &Path, committed_len: u64, line: &[u8]) -> io::Resul
 /// The acknowledged part of a rollout file: its first `committed_len` bytes.
 pub fn read_committed(path: &Path, committed_len: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(committed_len as usize);
-    File::open(path)?
-        .take(committed_len)
-        .read_to_end(&mut buf)?;
+    File::open(path)?.take(committed_len).read_to_end(&mut buf)?;
     if (buf.len() as u64) < committed_len {
-        return Err(io::Error::other(
-            "rollout file is shorter than its committed length",
-        ));
+        return Err(io::Error::other("rollout file is shorter than its committed length"));
     }
     Ok(buf)
 }
@@ -163,9 +149,7 @@ pub fn read_committed(path: &Path, committed_len: u64) -> io::Result<Vec<u8>> {
 /// Temp file in the same folder, fsync, rename, fsync the folder: readers see
 /// the old or the new content, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("path has no parent"))?;
+    let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
@@ -183,18 +167,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         assert!(matches!(confine(root, "../x"), Err(PathError::Escapes(_))));
-        assert!(matches!(
-            confine(root, "a/../../x"),
-            Err(PathError::Escapes(_))
-        ));
-        assert!(matches!(
-            confine(root, "a/../b"),
-            Err(PathError::Escapes(_))
-        ));
-        assert!(matches!(
-            confine(root, "/etc/passwd"),
-            Err(PathError::Absolute(_))
-        ));
+        assert!(matches!(confine(root, "a/../../x"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "a/../b"), Err(PathError::Escapes(_))));
+        assert!(matches!(confine(root, "/etc/passwd"), Err(PathError::Absolute(_))));
         assert!(matches!(confine(root, ""), Err(PathError::Empty)));
         assert_eq!(confine(root, "a//b/./c").unwrap(), root.join("a/b/c"));
     }
@@ -210,10 +185,7 @@ mod tests {
         std::os::unix::fs::symlink(root.join("inside"), root.join("alias")).unwrap();
         assert!(matches!(confine(root, "out/x"), Err(PathError::Escapes(_))));
         assert!(matches!(confine(root, "out"), Err(PathError::Escapes(_))));
-        assert!(matches!(
-            confine(root, "dangling"),
-            Err(PathError::Escapes(_))
-        ));
+        assert!(matches!(confine(root, "dangling"), Err(PathError::Escapes(_))));
         assert!(confine(root, "alias/new.md").is_ok());
         assert!(confine(root, "not/yet/there.md").is_ok());
     }
@@ -223,12 +195,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
         let len = append_durably(&path, 0, b"{\"a\":1}\n").unwrap();
-        fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-            .write_all(b"{\"torn\":")
-            .unwrap();
+        fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"torn\":").unwrap();
         assert_eq!(read_committed(&path, len).unwrap(), b"{\"a\":1}\n");
         let len = append_durably(&path, len, b"{\"b\":2}\n").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"{\"a\":1}\n{\"b\":2}\n");

@@ -12,84 +12,34 @@ both_backends!(
 async fn keys_authenticate_tenants_and_can_be_revoked(backend: Backend) {
     let app = TestApp::start(backend).await;
     let tenant = app.tenant().await;
-    let res = app
-        .request(Method::GET, "/v1/layouts", &tenant.key)
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::GET, "/v1/layouts", &tenant.key).send().await.unwrap();
     assert_eq!(res.status(), 200);
 
-    let (status, code, _) = status_code_body(
-        app.request(Method::GET, "/v1/layouts", "mk_wrong")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, code, _) =
+        status_code_body(app.request(Method::GET, "/v1/layouts", "mk_wrong").send().await.unwrap()).await;
     assert_eq!((status, code.as_str()), (401, "unauthorized"));
-    let res = app
-        .client
-        .get(format!("{}/v1/layouts", app.base))
-        .send()
-        .await
-        .unwrap();
+    let res = app.client.get(format!("{}/v1/layouts", app.base)).send().await.unwrap();
     assert_eq!(res.headers()["www-authenticate"], "Bearer");
     assert_eq!(res.status(), 401);
 
-    let res = app
-        .request(
-            Method::POST,
-            &format!("/v1/admin/tenants/{}/keys", tenant.id),
-            ADMIN_TOKEN,
-        )
-        .send()
-        .await
-        .unwrap();
+    let res =
+        app.request(Method::POST, &format!("/v1/admin/tenants/{}/keys", tenant.id), ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(res.status(), 201);
     let second: serde_json::Value = res.json().await.unwrap();
     let second_key = second["api_key"].as_str().unwrap();
     assert_ne!(second_key, tenant.key);
-    assert_eq!(
-        app.request(Method::GET, "/v1/layouts", second_key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.request(Method::GET, "/v1/layouts", second_key).send().await.unwrap().status(), 200);
 
     let res = app
-        .request(
-            Method::DELETE,
-            &format!("/v1/admin/keys/{}", second["key_id"].as_str().unwrap()),
-            ADMIN_TOKEN,
-        )
+        .request(Method::DELETE, &format!("/v1/admin/keys/{}", second["key_id"].as_str().unwrap()), ADMIN_TOKEN)
         .send()
         .await
         .unwrap();
     assert_eq!(res.status(), 204);
-    assert_eq!(
-        app.request(Method::GET, "/v1/layouts", second_key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        401
-    );
-    assert_eq!(
-        app.request(Method::GET, "/v1/layouts", &tenant.key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.request(Method::GET, "/v1/layouts", second_key).send().await.unwrap().status(), 401);
+    assert_eq!(app.request(Method::GET, "/v1/layouts", &tenant.key).send().await.unwrap().status(), 200);
     let res = app
-        .request(
-            Method::DELETE,
-            &format!("/v1/admin/keys/{}", second["key_id"].as_str().unwrap()),
-            ADMIN_TOKEN,
-        )
+        .request(Method::DELETE, &format!("/v1/admin/keys/{}", second["key_id"].as_str().unwrap()), ADMIN_TOKEN)
         .send()
         .await
         .unwrap();
@@ -97,31 +47,16 @@ async fn keys_authenticate_tenants_and_can_be_revoked(backend: Backend) {
 
     let unknown = uuid::Uuid::new_v4();
     let (status, code, _) = status_code_body(
-        app.request(
-            Method::POST,
-            &format!("/v1/admin/tenants/{unknown}/keys"),
-            ADMIN_TOKEN,
-        )
-        .send()
-        .await
-        .unwrap(),
+        app.request(Method::POST, &format!("/v1/admin/tenants/{unknown}/keys"), ADMIN_TOKEN).send().await.unwrap(),
     )
     .await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
     // A tenant key is no admin token.
-    let res = app
-        .request(Method::POST, "/v1/admin/tenants", &tenant.key)
-        .json(&json!({"name": "x"}))
-        .send()
-        .await
-        .unwrap();
+    let res =
+        app.request(Method::POST, "/v1/admin/tenants", &tenant.key).json(&json!({"name": "x"})).send().await.unwrap();
     assert_eq!(res.status(), 401);
     let (status, code, _) = status_code_body(
-        app.request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN)
-            .json(&json!({"name": " "}))
-            .send()
-            .await
-            .unwrap(),
+        app.request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN).json(&json!({"name": " "})).send().await.unwrap(),
     )
     .await;
     assert_eq!((status, code.as_str()), (400, "invalid_request"));
@@ -130,11 +65,7 @@ async fn keys_authenticate_tenants_and_can_be_revoked(backend: Backend) {
 async fn admin_api_needs_its_token(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.admin_token = None).await;
     let (status, code, _) = status_code_body(
-        app.request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN)
-            .json(&json!({"name": "x"}))
-            .send()
-            .await
-            .unwrap(),
+        app.request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN).json(&json!({"name": "x"})).send().await.unwrap(),
     )
     .await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
@@ -142,28 +73,13 @@ async fn admin_api_needs_its_token(backend: Backend) {
 
 async fn health_and_errors_are_well_formed(backend: Backend) {
     let app = TestApp::start(backend).await;
-    let res = app
-        .client
-        .get(format!("{}/healthz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let res = app.client.get(format!("{}/healthz", app.base)).send().await.unwrap();
     assert_eq!(res.status(), 200);
     assert!(res.headers().contains_key("x-request-id"));
-    let res = app
-        .client
-        .get(format!("{}/readyz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let res = app.client.get(format!("{}/readyz", app.base)).send().await.unwrap();
     assert_eq!(res.status(), 200);
 
-    let res = app
-        .client
-        .get(format!("{}/v1/nothing-here", app.base))
-        .send()
-        .await
-        .unwrap();
+    let res = app.client.get(format!("{}/v1/nothing-here", app.base)).send().await.unwrap();
     assert!(res.headers().contains_key("x-request-id"));
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     let (status, code, body) = status_code_body(res).await;
@@ -172,11 +88,7 @@ async fn health_and_errors_are_well_formed(backend: Backend) {
     assert!(body["type"].is_string() && body["title"].is_string() && body["detail"].is_string());
 
     let tenant = app.tenant().await;
-    let res = app
-        .request(Method::DELETE, "/v1/layouts", &tenant.key)
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::DELETE, "/v1/layouts", &tenant.key).send().await.unwrap();
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     let (status, code, _) = status_code_body(res).await;
     assert_eq!((status, code.as_str()), (405, "method_not_allowed"));

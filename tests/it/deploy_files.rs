@@ -6,43 +6,25 @@ fn repo_file(name: &str) -> String {
 
 #[test]
 fn compose_file_is_valid_yaml_with_memoryd_postgres_and_named_volumes() {
-    let compose: serde_yaml::Value =
-        serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
+    let compose: serde_yaml::Value = serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
     let services = compose["services"].as_mapping().unwrap();
     for name in ["memoryd", "postgres"] {
         let service = &compose["services"][name];
         assert!(services.contains_key(name), "{name}");
-        assert!(
-            service["healthcheck"]["test"].is_sequence(),
-            "{name} has a health check"
-        );
+        assert!(service["healthcheck"]["test"].is_sequence(), "{name} has a health check");
     }
     let memoryd = &compose["services"]["memoryd"];
     let env = memoryd["environment"].as_mapping().unwrap();
     assert!(env.keys().any(|k| k.as_str() == Some("DATABASE_URL")));
-    assert_eq!(
-        memoryd["depends_on"]["postgres"]["condition"].as_str(),
-        Some("service_healthy")
-    );
+    assert_eq!(memoryd["depends_on"]["postgres"]["condition"].as_str(), Some("service_healthy"));
     let volumes = compose["volumes"].as_mapping().unwrap();
-    assert!(
-        volumes.len() >= 2,
-        "named volumes for the database and the workspaces"
-    );
+    assert!(volumes.len() >= 2, "named volumes for the database and the workspaces");
     for service in ["memoryd", "postgres"] {
-        let mounts = compose["services"][service]["volumes"]
-            .as_sequence()
-            .unwrap();
-        let named = mounts
-            .iter()
-            .filter_map(|m| m.as_str())
-            .filter_map(|m| m.split(':').next());
+        let mounts = compose["services"][service]["volumes"].as_sequence().unwrap();
+        let named = mounts.iter().filter_map(|m| m.as_str()).filter_map(|m| m.split(':').next());
         assert!(named.clone().count() > 0);
         for volume in named {
-            assert!(
-                volumes.keys().any(|k| k.as_str() == Some(volume)),
-                "{volume} is declared"
-            );
+            assert!(volumes.keys().any(|k| k.as_str() == Some(volume)), "{volume} is declared");
         }
     }
 }
@@ -50,23 +32,11 @@ fn compose_file_is_valid_yaml_with_memoryd_postgres_and_named_volumes() {
 #[test]
 fn dockerfile_is_multi_stage_and_runs_as_non_root() {
     let dockerfile = repo_file("Dockerfile");
-    let stages = dockerfile
-        .lines()
-        .filter(|l| l.trim_start().to_uppercase().starts_with("FROM "))
-        .count();
+    let stages = dockerfile.lines().filter(|l| l.trim_start().to_uppercase().starts_with("FROM ")).count();
     assert!(stages >= 2, "multi-stage build");
-    let user = dockerfile
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().to_uppercase().starts_with("USER "))
-        .unwrap();
-    assert!(
-        !user.contains("root") && !user.trim().ends_with(" 0"),
-        "{user}"
-    );
-    assert!(
-        dockerfile.contains("HEALTHCHECK") || repo_file("docker-compose.yml").contains("healthz")
-    );
+    let user = dockerfile.lines().rev().find(|l| l.trim_start().to_uppercase().starts_with("USER ")).unwrap();
+    assert!(!user.contains("root") && !user.trim().ends_with(" 0"), "{user}");
+    assert!(dockerfile.contains("HEALTHCHECK") || repo_file("docker-compose.yml").contains("healthz"));
 }
 
 #[test]
@@ -90,10 +60,8 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
         }
     }
     documented.sort();
-    let mut served: Vec<(String, String)> = memoryd::api::route_list()
-        .into_iter()
-        .map(|(m, p)| (m.to_string(), p.to_owned()))
-        .collect();
+    let mut served: Vec<(String, String)> =
+        memoryd::api::route_list().into_iter().map(|(m, p)| (m.to_string(), p.to_owned())).collect();
     served.sort();
     assert_eq!(documented, served);
 }

@@ -18,25 +18,19 @@ async fn postgres_url() -> String {
     if let Ok(url) = std::env::var("MEMORYD_TEST_DATABASE_URL") {
         return url;
     }
-    let admin_url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let base = admin_url
-        .rsplit_once('/')
-        .map(|(b, _)| b.to_owned())
-        .unwrap_or(admin_url.clone());
+    let admin_url =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let base = admin_url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin_url.clone());
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
         .await
         .expect("the tests need a Postgres: set MEMORYD_TEST_DATABASE_URL or DATABASE_URL, or run scripts/test.sh");
-    let exists: Option<i32> =
-        sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'memoryd_test'")
-            .fetch_optional(&mut conn)
-            .await
-            .unwrap();
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'memoryd_test'")
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
     if exists.is_none() {
         // Parallel test processes race here; losing the race is fine.
-        let _ = sqlx::query("CREATE DATABASE memoryd_test")
-            .execute(&mut conn)
-            .await;
+        let _ = sqlx::query("CREATE DATABASE memoryd_test").execute(&mut conn).await;
     }
     format!("{base}/memoryd_test")
 }
@@ -73,25 +67,28 @@ impl TestApp {
             max_segment_bytes: 33_554_432,
             log: "warn".into(),
             log_format: "text".into(),
+            log_content: false,
+            no_workers: false,
+            llm_provider: Some("extractive".into()),
+            llm_api: "responses".into(),
+            llm_base_url: "http://127.0.0.1:9/v1".into(),
+            llm_api_key: None,
+            llm_timeout_secs: 10,
+            worker_concurrency: 4,
+            max_attempts: 3,
+            retry_base_ms: 50,
+            job_lease_secs: 30,
         };
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let data_dir = config.data_dir.clone();
         let server = start(config, listener).await.expect("memoryd starts");
         let base = format!("http://{}", server.addr);
-        Self {
-            server: Some(server),
-            base,
-            client: Client::new(),
-            data_dir,
-            _dir: dir,
-        }
+        Self { server: Some(server), base, client: Client::new(), data_dir, _dir: dir }
     }
 
     pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
-        self.client
-            .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(key)
+        self.client.request(method, format!("{}{}", self.base, path)).bearer_auth(key)
     }
 
     pub async fn tenant(&self) -> Tenant {
@@ -103,35 +100,33 @@ impl TestApp {
             .unwrap();
         assert_eq!(res.status(), 201);
         let body: Value = res.json().await.unwrap();
-        Tenant {
-            id: body["tenant_id"].as_str().unwrap().into(),
-            key: body["api_key"].as_str().unwrap().into(),
+        Tenant { id: body["tenant_id"].as_str().unwrap().into(), key: body["api_key"].as_str().unwrap().into() }
+    }
+
+    pub async fn post_segment(&self, key: &str, session: &str, layout: &str, body: Value) -> Response {
+        self.request(Method::POST, &format!("/v1/sessions/{session}/layouts/{layout}/segments"), key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Polls the tenant's jobs of `kind` until none is queued or running.
+    pub async fn settled_jobs(&self, key: &str, query: &str) -> Vec<Value> {
+        let started = std::time::Instant::now();
+        loop {
+            let body: Value = self.request(Method::GET, &format!("/v1/jobs?{query}"), key).send().await.unwrap().json().await.unwrap();
+            let jobs = body["jobs"].as_array().unwrap().clone();
+            if !jobs.is_empty() && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
+                return jobs;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(60), "jobs did not settle: {jobs:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 
-    pub async fn post_segment(
-        &self,
-        key: &str,
-        session: &str,
-        layout: &str,
-        body: Value,
-    ) -> Response {
-        self.request(
-            Method::POST,
-            &format!("/v1/sessions/{session}/layouts/{layout}/segments"),
-            key,
-        )
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-    }
-
     pub fn workspace_dir(&self, tenant: &Tenant, workspace: &str) -> PathBuf {
-        self.data_dir
-            .join("workspaces")
-            .join(&tenant.id)
-            .join(workspace)
+        self.data_dir.join("workspaces").join(&tenant.id).join(workspace)
     }
 }
 

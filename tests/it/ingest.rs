@@ -46,11 +46,7 @@ async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
         json!({"session_id": "s", "layout": "default", "rollout_id": "chat-42", "segment_index": 0,
                "rollout_path": "sessions/chat-42.jsonl"})
     );
-    let line = std::fs::read_to_string(
-        app.workspace_dir(&t, "default")
-            .join("sessions/chat-42.jsonl"),
-    )
-    .unwrap();
+    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/chat-42.jsonl")).unwrap();
     assert_eq!(
         line,
         concat!(
@@ -69,38 +65,13 @@ async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
         .await;
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["segment_index"], 1);
-    let text = std::fs::read_to_string(
-        app.workspace_dir(&t, "default")
-            .join("sessions/chat-42.jsonl"),
-    )
-    .unwrap();
+    let text = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/chat-42.jsonl")).unwrap();
     let second: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
-    let keys: Vec<&str> = second
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "updated_at",
-            "rollout_id",
-            "input",
-            "generated_items",
-            "interruptions",
-            "terminal_metadata"
-        ]
-    );
-    assert_eq!(
-        second["input"],
-        json!([{"content": "again", "role": "user"}])
-    );
+    let keys: Vec<&str> = second.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["updated_at", "rollout_id", "input", "generated_items", "interruptions", "terminal_metadata"]);
+    assert_eq!(second["input"], json!([{"content": "again", "role": "user"}]));
     let stamp = second["updated_at"].as_str().unwrap();
-    assert!(
-        stamp.ends_with("+00:00") && chrono::DateTime::parse_from_rfc3339(stamp).is_ok(),
-        "{stamp}"
-    );
+    assert!(stamp.ends_with("+00:00") && chrono::DateTime::parse_from_rfc3339(stamp).is_ok(), "{stamp}");
 }
 
 async fn rollout_ids_follow_the_sdk_rules(backend: Backend) {
@@ -108,24 +79,10 @@ async fn rollout_ids_follow_the_sdk_rules(backend: Backend) {
     let t = app.tenant().await;
     let long_ok = format!("a{}", "b".repeat(127));
     let too_long = format!("{long_ok}c");
-    for bad in [
-        "../chat-session",
-        " ",
-        "",
-        "user:42",
-        "a b",
-        too_long.as_str(),
-    ] {
-        let (status, code, body) = status_code_body(
-            app.post_segment(&t.key, "s", "default", json!({"rollout_id": bad}))
-                .await,
-        )
-        .await;
-        assert_eq!(
-            (status, code.as_str()),
-            (400, "invalid_rollout_id"),
-            "{bad:?}"
-        );
+    for bad in ["../chat-session", " ", "", "user:42", "a b", too_long.as_str()] {
+        let (status, code, body) =
+            status_code_body(app.post_segment(&t.key, "s", "default", json!({"rollout_id": bad})).await).await;
+        assert_eq!((status, code.as_str()), (400, "invalid_rollout_id"), "{bad:?}");
         assert_eq!(
             body["detail"],
             "Sandbox memory rollout ID must be a file-safe ID containing only letters, numbers, '.', '_', or '-'."
@@ -136,31 +93,18 @@ async fn rollout_ids_follow_the_sdk_rules(backend: Backend) {
         ("a.b", "a.b.jsonl".into()),
         ("  padded ", "padded.jsonl".into()),
     ] {
-        let res = app
-            .post_segment(&t.key, "s", "default", json!({"rollout_id": given}))
-            .await;
+        let res = app.post_segment(&t.key, "s", "default", json!({"rollout_id": given})).await;
         assert_eq!(res.status(), 201, "{given:?}");
         let receipt: Value = res.json().await.unwrap();
         assert_eq!(receipt["rollout_path"], format!("sessions/{file}"));
-        assert!(
-            app.workspace_dir(&t, "default")
-                .join("sessions")
-                .join(&file)
-                .exists()
-        );
+        assert!(app.workspace_dir(&t, "default").join("sessions").join(&file).exists());
     }
-    let res = app
-        .post_segment(&t.key, "s", "default", json!({"final_output": "x"}))
-        .await;
+    let res = app.post_segment(&t.key, "s", "default", json!({"final_output": "x"})).await;
     let receipt: Value = res.json().await.unwrap();
     let id = receipt["rollout_id"].as_str().unwrap();
     let hex = id.strip_prefix("run-").unwrap();
     assert!(hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-    let line = std::fs::read_to_string(
-        app.workspace_dir(&t, "default")
-            .join(format!("sessions/{id}.jsonl")),
-    )
-    .unwrap();
+    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join(format!("sessions/{id}.jsonl"))).unwrap();
     assert!(line.contains(&format!("\"rollout_id\":\"{id}\"")));
 }
 
@@ -169,16 +113,8 @@ async fn bad_segments_get_problem_documents(backend: Backend) {
     let t = app.tenant().await;
     let cases = [
         (json!({"updated_at": "yesterday"}), 400, "invalid_segment"),
-        (
-            json!({"terminal_metadata": {"terminal_state": "done"}}),
-            422,
-            "invalid_segment",
-        ),
-        (
-            json!({"terminal_metadata": "completed"}),
-            422,
-            "invalid_segment",
-        ),
+        (json!({"terminal_metadata": {"terminal_state": "done"}}), 422, "invalid_segment"),
+        (json!({"terminal_metadata": "completed"}), 422, "invalid_segment"),
         (json!({"input": 7}), 422, "invalid_segment"),
         (json!({"generated_items": {"a": 1}}), 422, "invalid_segment"),
         (json!({"interruptions": "no"}), 422, "invalid_segment"),
@@ -191,11 +127,7 @@ async fn bad_segments_get_problem_documents(backend: Backend) {
         assert_eq!((got_status, got_code.as_str()), (status, code), "{body}");
     }
     let res = app
-        .request(
-            Method::POST,
-            "/v1/sessions/s/layouts/default/segments",
-            &t.key,
-        )
+        .request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key)
         .body("{\"input\": [")
         .send()
         .await
@@ -203,24 +135,14 @@ async fn bad_segments_get_problem_documents(backend: Backend) {
     let (status, code, _) = status_code_body(res).await;
     assert_eq!((status, code.as_str()), (400, "invalid_json"));
     let huge = json!({"input": "x".repeat(10_000)});
-    let (status, code, _) =
-        status_code_body(app.post_segment(&t.key, "s", "default", huge).await).await;
+    let (status, code, _) = status_code_body(app.post_segment(&t.key, "s", "default", huge).await).await;
     assert_eq!((status, code.as_str()), (413, "payload_too_large"));
-    let (status, code, _) =
-        status_code_body(app.post_segment(&t.key, "s", "missing", json!({})).await).await;
+    let (status, code, _) = status_code_body(app.post_segment(&t.key, "s", "missing", json!({})).await).await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
-    let (status, code, _) = status_code_body(
-        app.post_segment(&t.key, "bad:id", "default", json!({}))
-            .await,
-    )
-    .await;
+    let (status, code, _) = status_code_body(app.post_segment(&t.key, "bad:id", "default", json!({})).await).await;
     assert_eq!((status, code.as_str()), (400, "invalid_request"));
     let res = app
-        .request(
-            Method::POST,
-            "/v1/sessions/s/layouts/default/segments?workspace=../up",
-            &t.key,
-        )
+        .request(Method::POST, "/v1/sessions/s/layouts/default/segments?workspace=../up", &t.key)
         .json(&json!({}))
         .send()
         .await
@@ -233,27 +155,12 @@ async fn bad_segments_get_problem_documents(backend: Backend) {
         .send()
         .await
         .unwrap();
-    let (status, code, _) = status_code_body(
-        app.post_segment(&t.key, "s", "ro", json!({"rollout_id": "r"}))
-            .await,
-    )
-    .await;
+    let (status, code, _) =
+        status_code_body(app.post_segment(&t.key, "s", "ro", json!({"rollout_id": "r"})).await).await;
     assert_eq!((status, code.as_str()), (409, "generation_disabled"));
-    assert!(
-        !app.workspace_dir(&t, "default")
-            .join("ro_sessions/r.jsonl")
-            .exists()
-    );
-    let res = app
-        .request(Method::GET, "/v1/sessions/s", &t.key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        res.status(),
-        404,
-        "refused segments neither append nor open a session"
-    );
+    assert!(!app.workspace_dir(&t, "default").join("ro_sessions/r.jsonl").exists());
+    let res = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 404, "refused segments neither append nor open a session");
 }
 
 async fn segments_create_sessions_and_layout_folders(backend: Backend) {
@@ -265,11 +172,7 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
         .await
         .unwrap();
     let res = app
-        .request(
-            Method::POST,
-            "/v1/sessions/fresh/layouts/team/segments?workspace=proj-1",
-            &t.key,
-        )
+        .request(Method::POST, "/v1/sessions/fresh/layouts/team/segments?workspace=proj-1", &t.key)
         .json(&json!({"rollout_id": "r1"}))
         .send()
         .await
@@ -278,47 +181,27 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["rollout_path"], "team_sessions/r1.jsonl");
     let root = app.workspace_dir(&t, "proj-1");
-    for dir in [
-        "team_sessions",
-        "team/memory/raw_memories",
-        "team/memory/rollout_summaries",
-        "team/memory/skills",
-    ] {
+    for dir in ["team_sessions", "team/memory/raw_memories", "team/memory/rollout_summaries", "team/memory/skills"] {
         assert!(root.join(dir).is_dir(), "{dir}");
     }
     for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
         assert_eq!(std::fs::read(root.join(file)).unwrap(), b"", "{file}");
     }
-    let view: Value = app
-        .request(Method::GET, "/v1/sessions/fresh", &t.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: Value =
+        app.request(Method::GET, "/v1/sessions/fresh", &t.key).send().await.unwrap().json().await.unwrap();
     assert_eq!(view["workspace"], "proj-1");
     assert_eq!(view["state"], "open");
     let (status, code, _) = status_code_body(
-        app.request(
-            Method::POST,
-            "/v1/sessions/fresh/layouts/team/segments?workspace=other",
-            &t.key,
-        )
-        .json(&json!({"rollout_id": "r1"}))
-        .send()
-        .await
-        .unwrap(),
+        app.request(Method::POST, "/v1/sessions/fresh/layouts/team/segments?workspace=other", &t.key)
+            .json(&json!({"rollout_id": "r1"}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!((status, code.as_str()), (409, "idempotency_conflict"));
     // Without ?workspace= the session's own workspace is used.
-    assert_eq!(
-        app.post_segment(&t.key, "fresh", "team", json!({"rollout_id": "r1"}))
-            .await
-            .status(),
-        201
-    );
+    assert_eq!(app.post_segment(&t.key, "fresh", "team", json!({"rollout_id": "r1"})).await.status(), 201);
     let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
     assert_eq!(text.lines().count(), 2);
 }
@@ -327,14 +210,10 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     let send = |key: &'static str, body: Value| {
-        app.request(
-            Method::POST,
-            "/v1/sessions/s/layouts/default/segments",
-            &t.key,
-        )
-        .header("idempotency-key", key)
-        .json(&body)
-        .send()
+        app.request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key)
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
     };
     let body = json!({"input": "hello", "final_output": "done"});
     let first = send("k1", body.clone()).await.unwrap();
@@ -343,30 +222,16 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
     let rollout = first["rollout_id"].as_str().unwrap().to_owned();
     let replay = send("k1", body.clone()).await.unwrap();
     assert_eq!(replay.status(), 201);
-    assert_eq!(
-        replay.json::<Value>().await.unwrap(),
-        first,
-        "the first response, generated id included"
-    );
-    let path = app
-        .workspace_dir(&t, "default")
-        .join(format!("sessions/{rollout}.jsonl"));
+    assert_eq!(replay.json::<Value>().await.unwrap(), first, "the first response, generated id included");
+    let path = app.workspace_dir(&t, "default").join(format!("sessions/{rollout}.jsonl"));
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
 
-    let (status, code, _) =
-        status_code_body(send("k1", json!({"input": "other"})).await.unwrap()).await;
+    let (status, code, _) = status_code_body(send("k1", json!({"input": "other"})).await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "idempotency_conflict"));
 
-    app.request(Method::POST, "/v1/sessions/s/close", &t.key)
-        .send()
-        .await
-        .unwrap();
+    app.request(Method::POST, "/v1/sessions/s/close", &t.key).send().await.unwrap();
     let replay = send("k1", body.clone()).await.unwrap();
-    assert_eq!(
-        replay.status(),
-        201,
-        "a replay after close still gets the first response"
-    );
+    assert_eq!(replay.status(), 201, "a replay after close still gets the first response");
     assert_eq!(replay.json::<Value>().await.unwrap(), first);
     let (status, code, _) = status_code_body(send("k2", body.clone()).await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "session_closed"));
@@ -374,11 +239,7 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
 
     let other = app.tenant().await;
     let res = app
-        .request(
-            Method::POST,
-            "/v1/sessions/s/layouts/default/segments",
-            &other.key,
-        )
+        .request(Method::POST, "/v1/sessions/s/layouts/default/segments", &other.key)
         .header("idempotency-key", "k1")
         .json(&body)
         .send()
@@ -386,11 +247,7 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
         .unwrap();
     assert_eq!(res.status(), 201, "keys are scoped to the tenant");
     let res = app
-        .request(
-            Method::POST,
-            "/v1/sessions/s/layouts/default/segments",
-            &other.key,
-        )
+        .request(Method::POST, "/v1/sessions/s/layouts/default/segments", &other.key)
         .header("idempotency-key", "x".repeat(256))
         .json(&body)
         .send()
@@ -403,14 +260,7 @@ async fn torn_tails_never_become_visible(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     assert_eq!(
-        app.post_segment(
-            &t.key,
-            "s",
-            "default",
-            json!({"rollout_id": "r", "final_output": "one"})
-        )
-        .await
-        .status(),
+        app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "final_output": "one"})).await.status(),
         201
     );
     let path = app.workspace_dir(&t, "default").join("sessions/r.jsonl");
@@ -438,33 +288,14 @@ async fn torn_tails_never_become_visible(backend: Backend) {
         .unwrap();
     assert_eq!(committed.committed_len, acknowledged.len() as u64);
     assert_eq!(committed.segment_count, 1);
-    assert_eq!(
-        memoryd::workspace::read_committed(&path, committed.committed_len).unwrap(),
-        acknowledged
-    );
+    assert_eq!(memoryd::workspace::read_committed(&path, committed.committed_len).unwrap(), acknowledged);
 
-    let res = app
-        .post_segment(
-            &t.key,
-            "s",
-            "default",
-            json!({"rollout_id": "r", "final_output": "two"}),
-        )
-        .await;
+    let res = app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "final_output": "two"})).await;
     assert_eq!(res.status(), 201);
     assert_eq!(res.json::<Value>().await.unwrap()["segment_index"], 1);
     let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("every line is whole JSON"))
-        .collect();
-    assert_eq!(
-        lines
-            .iter()
-            .map(|l| l["final_output"].as_str().unwrap())
-            .collect::<Vec<_>>(),
-        ["one", "two"]
-    );
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("every line is whole JSON")).collect();
+    assert_eq!(lines.iter().map(|l| l["final_output"].as_str().unwrap()).collect::<Vec<_>>(), ["one", "two"]);
     assert!(text.ends_with('\n'));
 }
 
@@ -499,37 +330,17 @@ async fn concurrent_appends_to_one_rollout_stay_whole_and_ordered(backend: Backe
     let mut acknowledged = Vec::new();
     for task in tasks {
         let mine = task.await.unwrap();
-        assert!(
-            mine.windows(2).all(|w| w[0].0 < w[1].0),
-            "one client's segments keep their order"
-        );
+        assert!(mine.windows(2).all(|w| w[0].0 < w[1].0), "one client's segments keep their order");
         acknowledged.extend(mine);
     }
-    let text = std::fs::read_to_string(
-        app.workspace_dir(&t, "default")
-            .join("sessions/shared.jsonl"),
-    )
-    .unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("whole JSON lines"))
-        .collect();
+    let text = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/shared.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("whole JSON lines")).collect();
     assert_eq!(lines.len(), CLIENTS * SEGMENTS);
     acknowledged.sort();
     for (position, (index, tag)) in acknowledged.iter().enumerate() {
-        assert_eq!(
-            *index, position,
-            "indices are 0..800 without gaps or repeats"
-        );
+        assert_eq!(*index, position, "indices are 0..800 without gaps or repeats");
         assert_eq!(lines[position]["final_output"].as_str().unwrap(), tag);
     }
-    let view: Value = app
-        .request(Method::GET, "/v1/sessions/s", &t.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: Value = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().json().await.unwrap();
     assert_eq!(view["rollouts"][0]["segment_count"], CLIENTS * SEGMENTS);
 }

@@ -10,16 +10,8 @@ both_backends!(
     layouts_are_private_to_a_tenant
 );
 
-async fn put(
-    app: &TestApp,
-    key: &str,
-    name: &str,
-    body: Value,
-    if_match: Option<&str>,
-) -> reqwest::Response {
-    let mut req = app
-        .request(Method::PUT, &format!("/v1/layouts/{name}"), key)
-        .json(&body);
+async fn put(app: &TestApp, key: &str, name: &str, body: Value, if_match: Option<&str>) -> reqwest::Response {
+    let mut req = app.request(Method::PUT, &format!("/v1/layouts/{name}"), key).json(&body);
     if let Some(tag) = if_match {
         req = req.header("if-match", tag);
     }
@@ -29,22 +21,12 @@ async fn put(
 async fn layouts_are_created_read_and_replaced_with_etags(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
-    let res = app
-        .request(Method::GET, "/v1/layouts", &t.key)
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::GET, "/v1/layouts", &t.key).send().await.unwrap();
     let listed: Value = res.json().await.unwrap();
     assert_eq!(listed["layouts"][0]["name"], "default");
     assert_eq!(listed["layouts"][0]["memories_dir"], "memories");
-    assert_eq!(
-        listed["layouts"][0]["generate"]["max_raw_memories_for_consolidation"],
-        256
-    );
-    assert_eq!(
-        listed["layouts"][0]["generate"]["phase_two_model"],
-        "gpt-5.5"
-    );
+    assert_eq!(listed["layouts"][0]["generate"]["max_raw_memories_for_consolidation"], 256);
+    assert_eq!(listed["layouts"][0]["generate"]["phase_two_model"], "gpt-5.5");
     assert_eq!(listed["layouts"][0]["read"]["live_update"], true);
 
     let config = json!({"memories_dir": "team//memory", "sessions_dir": "team_sessions"});
@@ -53,10 +35,7 @@ async fn layouts_are_created_read_and_replaced_with_etags(backend: Backend) {
     let etag = res.headers()["etag"].to_str().unwrap().to_owned();
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["etag"], etag.as_str());
-    assert_eq!(
-        body["memories_dir"], "team//memory",
-        "the raw spelling is kept"
-    );
+    assert_eq!(body["memories_dir"], "team//memory", "the raw spelling is kept");
     assert_eq!(body["generate"]["phase_one_reasoning_effort"], "medium");
 
     let res = put(&app, &t.key, "team", config.clone(), None).await;
@@ -65,38 +44,22 @@ async fn layouts_are_created_read_and_replaced_with_etags(backend: Backend) {
 
     let changed = json!({"memories_dir": "team//memory", "sessions_dir": "team_sessions",
                          "generate": {"max_raw_memories_for_consolidation": 1}});
-    let (status, code, body) =
-        status_code_body(put(&app, &t.key, "team", changed.clone(), None).await).await;
+    let (status, code, body) = status_code_body(put(&app, &t.key, "team", changed.clone(), None).await).await;
     assert_eq!((status, code.as_str()), (409, "layout_conflict"));
-    assert!(
-        body["detail"]
-            .as_str()
-            .unwrap()
-            .contains("different memory generation config")
-    );
-    let (status, code, _) =
-        status_code_body(put(&app, &t.key, "team", changed.clone(), Some("\"0000\"")).await).await;
+    assert!(body["detail"].as_str().unwrap().contains("different memory generation config"));
+    let (status, code, _) = status_code_body(put(&app, &t.key, "team", changed.clone(), Some("\"0000\"")).await).await;
     assert_eq!((status, code.as_str()), (412, "precondition_failed"));
     let res = put(&app, &t.key, "team", changed.clone(), Some(&etag)).await;
     assert_eq!(res.status(), 200);
     let new_etag = res.headers()["etag"].to_str().unwrap().to_owned();
     assert_ne!(new_etag, etag);
 
-    let res = app
-        .request(Method::GET, "/v1/layouts/team", &t.key)
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::GET, "/v1/layouts/team", &t.key).send().await.unwrap();
     assert_eq!(res.headers()["etag"].to_str().unwrap(), new_etag);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["generate"]["max_raw_memories_for_consolidation"], 1);
-    let (status, code, _) = status_code_body(
-        app.request(Method::GET, "/v1/layouts/nope", &t.key)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, code, _) =
+        status_code_body(app.request(Method::GET, "/v1/layouts/nope", &t.key).send().await.unwrap()).await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
 
     let read_only = json!({"memories_dir": "ro", "sessions_dir": "ro_sessions", "generate": null, "read": null});
@@ -122,18 +85,9 @@ async fn layout_rules_give_the_sdk_messages(backend: Backend) {
             json!({"memories_dir": "a/../b", "sessions_dir": "s"}),
             "layout.memories_dir must not escape root, got: a/../b",
         ),
-        (
-            json!({"memories_dir": "", "sessions_dir": "s"}),
-            "layout.memories_dir must be non-empty",
-        ),
-        (
-            json!({"memories_dir": ".", "sessions_dir": "s"}),
-            "layout.memories_dir must be non-empty",
-        ),
-        (
-            json!({"memories_dir": "m", "sessions_dir": "./"}),
-            "layout.sessions_dir must be non-empty",
-        ),
+        (json!({"memories_dir": "", "sessions_dir": "s"}), "layout.memories_dir must be non-empty"),
+        (json!({"memories_dir": ".", "sessions_dir": "s"}), "layout.memories_dir must be non-empty"),
+        (json!({"memories_dir": "m", "sessions_dir": "./"}), "layout.sessions_dir must be non-empty"),
         (
             json!({"memories_dir": "m", "sessions_dir": "/sessions"}),
             "layout.sessions_dir must be relative to the sandbox workspace root, got: /sessions",
@@ -152,8 +106,7 @@ async fn layout_rules_give_the_sdk_messages(backend: Backend) {
         ),
     ];
     for (body, detail) in cases {
-        let (status, code, problem) =
-            status_code_body(put(&app, &t.key, "x", body, None).await).await;
+        let (status, code, problem) = status_code_body(put(&app, &t.key, "x", body, None).await).await;
         assert_eq!((status, code.as_str()), (422, "invalid_layout"), "{detail}");
         assert_eq!(problem["detail"], detail);
     }
@@ -165,25 +118,12 @@ async fn layout_rules_give_the_sdk_messages(backend: Backend) {
         let (status, code, _) = status_code_body(put(&app, &t.key, "x", body, None).await).await;
         assert_eq!((status, code.as_str()), (422, "invalid_layout"));
     }
-    let res = app
-        .request(Method::PUT, "/v1/layouts/x", &t.key)
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::PUT, "/v1/layouts/x", &t.key).body("{not json").send().await.unwrap();
     let (status, code, _) = status_code_body(res).await;
     assert_eq!((status, code.as_str()), (400, "invalid_json"));
-    let (status, code, _) = status_code_body(
-        put(
-            &app,
-            &t.key,
-            "bad:name",
-            json!({"memories_dir": "m", "sessions_dir": "s"}),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (status, code, _) =
+        status_code_body(put(&app, &t.key, "bad:name", json!({"memories_dir": "m", "sessions_dir": "s"}), None).await)
+            .await;
     assert_eq!((status, code.as_str()), (422, "invalid_layout"));
 }
 
@@ -191,64 +131,27 @@ async fn layouts_conflict_on_shared_dirs(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     let (status, code, body) = status_code_body(
-        put(
-            &app,
-            &t.key,
-            "other",
-            json!({"memories_dir": "./memories/", "sessions_dir": "other_sessions"}),
-            None,
-        )
-        .await,
+        put(&app, &t.key, "other", json!({"memories_dir": "./memories/", "sessions_dir": "other_sessions"}), None)
+            .await,
     )
     .await;
     assert_eq!((status, code.as_str()), (409, "layout_conflict"));
-    assert!(
-        body["detail"]
-            .as_str()
-            .unwrap()
-            .contains("memories_dir='memories'")
-    );
+    assert!(body["detail"].as_str().unwrap().contains("memories_dir='memories'"));
 
     assert_eq!(
-        put(
-            &app,
-            &t.key,
-            "a",
-            json!({"memories_dir": "memory_a", "sessions_dir": "shared_sessions"}),
-            None
-        )
-        .await
-        .status(),
+        put(&app, &t.key, "a", json!({"memories_dir": "memory_a", "sessions_dir": "shared_sessions"}), None)
+            .await
+            .status(),
         201
     );
     let (status, code, body) = status_code_body(
-        put(
-            &app,
-            &t.key,
-            "b",
-            json!({"memories_dir": "memory_b", "sessions_dir": "shared_sessions"}),
-            None,
-        )
-        .await,
+        put(&app, &t.key, "b", json!({"memories_dir": "memory_b", "sessions_dir": "shared_sessions"}), None).await,
     )
     .await;
     assert_eq!((status, code.as_str()), (409, "layout_conflict"));
-    assert!(
-        body["detail"]
-            .as_str()
-            .unwrap()
-            .contains("sessions_dir='shared_sessions'")
-    );
+    assert!(body["detail"].as_str().unwrap().contains("sessions_dir='shared_sessions'"));
     assert_eq!(
-        put(
-            &app,
-            &t.key,
-            "b",
-            json!({"memories_dir": "memory_b", "sessions_dir": "b_sessions"}),
-            None
-        )
-        .await
-        .status(),
+        put(&app, &t.key, "b", json!({"memories_dir": "memory_b", "sessions_dir": "b_sessions"}), None).await.status(),
         201
     );
 }
@@ -258,54 +161,22 @@ async fn layouts_are_private_to_a_tenant(backend: Backend) {
     let a = app.tenant().await;
     let b = app.tenant().await;
     assert_eq!(
-        put(
-            &app,
-            &a.key,
-            "mine",
-            json!({"memories_dir": "m1", "sessions_dir": "s1"}),
-            None
-        )
-        .await
-        .status(),
+        put(&app, &a.key, "mine", json!({"memories_dir": "m1", "sessions_dir": "s1"}), None).await.status(),
         201
     );
-    let res = app
-        .request(Method::GET, "/v1/layouts/mine", &b.key)
-        .send()
-        .await
-        .unwrap();
+    let res = app.request(Method::GET, "/v1/layouts/mine", &b.key).send().await.unwrap();
     assert_eq!(res.status(), 404);
     // The same dirs are free for another tenant.
     assert_eq!(
-        put(
-            &app,
-            &b.key,
-            "mine",
-            json!({"memories_dir": "m1", "sessions_dir": "s1", "read": null}),
-            None
-        )
-        .await
-        .status(),
+        put(&app, &b.key, "mine", json!({"memories_dir": "m1", "sessions_dir": "s1", "read": null}), None)
+            .await
+            .status(),
         201
     );
-    let listed: Value = app
-        .request(Method::GET, "/v1/layouts", &a.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = listed["layouts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
+    let listed: Value = app.request(Method::GET, "/v1/layouts", &a.key).send().await.unwrap().json().await.unwrap();
+    let names: Vec<&str> = listed["layouts"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["default", "mine"]);
-    let res = app
-        .post_segment(&b.key, "s", "mine", json!({"rollout_id": "r"}))
-        .await;
+    let res = app.post_segment(&b.key, "s", "mine", json!({"rollout_id": "r"})).await;
     assert_eq!(res.status(), 201);
     assert!(!app.workspace_dir(&a, "default").join("s1/r.jsonl").exists());
     assert!(app.workspace_dir(&b, "default").join("s1/r.jsonl").exists());

@@ -1,11 +1,13 @@
 //! HTTP tests against the real router on a free port, once on Postgres and
 //! once on SQLite (see `both_backends!`).
 
+mod fake_llm;
 mod harness;
 
 mod admin;
 mod deploy_files;
 mod ingest;
 mod layouts;
+mod phase_one;
 mod process;
 mod sessions;

@@ -6,11 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[tokio::test]
@@ -33,17 +29,8 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let started = Instant::now();
-    while http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "memoryd did not become ready"
-        );
+    while http.get(format!("{base}/readyz")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+        assert!(started.elapsed() < Duration::from_secs(20), "memoryd did not become ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -76,33 +63,18 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(res.status(), 400);
     let tenant_id = tenant["tenant_id"].as_str().unwrap();
-    let file = dir.path().join(format!(
-        "memoryd-data/workspaces/{tenant_id}/default/sessions/r.jsonl"
-    ));
-    assert!(
-        std::fs::read_to_string(file).unwrap().contains(secret),
-        "the default data dir is ./memoryd-data"
-    );
-    assert!(
-        dir.path().join("memoryd-data/memoryd.db").exists(),
-        "the default store is SQLite in the data dir"
-    );
+    let file = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/sessions/r.jsonl"));
+    assert!(std::fs::read_to_string(file).unwrap().contains(secret), "the default data dir is ./memoryd-data");
+    assert!(dir.path().join("memoryd-data/memoryd.db").exists(), "the default store is SQLite in the data dir");
 
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
     assert!(status.success());
     let stopping = Instant::now();
     let exit = loop {
         if let Some(exit) = child.try_wait().unwrap() {
             break exit;
         }
-        assert!(
-            stopping.elapsed() < Duration::from_secs(30),
-            "memoryd did not stop on SIGTERM"
-        );
+        assert!(stopping.elapsed() < Duration::from_secs(30), "memoryd did not stop on SIGTERM");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(exit.success(), "{exit:?}");
@@ -112,12 +84,8 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     assert!(log.contains("shutting down"));
     assert!(!log.contains(secret), "segment content reached the log");
     assert!(!log.contains(key), "an API key reached the log");
-    assert!(
-        !log.contains("process-test-admin"),
-        "the admin token reached the log"
-    );
+    assert!(!log.contains("process-test-admin"), "the admin token reached the log");
     for line in log.lines() {
-        serde_json::from_str::<Value>(line)
-            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
     }
 }

@@ -1,0 +1,244 @@
+//! The job engine: workers claim due jobs from the store, hold a lease they
+//! renew while working, and record the outcome only while they still own the
+//! job. Retries back off exponentially with jitter and honour `Retry-After`.
+
+mod phase_one;
+
+use crate::llm::{Provider, TokenUsage};
+use crate::store::{ClaimRequest, ClaimedJob, DynStore, JobEffects, JobFinish, JobKind, JobOutcome};
+use crate::workspace::Volumes;
+use chrono::Utc;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub worker_id: String,
+    pub concurrency: usize,
+    pub max_attempts: i64,
+    pub retry_base: Duration,
+    pub lease: Duration,
+    /// How often an idle worker looks for work that another replica queued.
+    pub poll: Duration,
+    pub log_content: bool,
+}
+
+pub struct WorkerContext {
+    pub store: DynStore,
+    pub volumes: Volumes,
+    pub provider: Provider,
+    pub settings: WorkerSettings,
+    /// Woken when this process queues jobs, so idle workers need not wait a poll.
+    pub wake: Arc<Notify>,
+}
+
+/// What a finished attempt produced.
+pub struct Completion {
+    pub outcome: JobOutcome,
+    pub effects: Option<JobEffects>,
+    pub usage: TokenUsage,
+}
+
+/// Why an attempt failed.
+#[derive(Debug)]
+pub enum AttemptError {
+    /// Worth another attempt (until `MEMORYD_MAX_ATTEMPTS`).
+    Retryable { message: String, retry_after: Option<Duration>, usage: TokenUsage, token_limit: Option<i64> },
+    /// Cannot succeed however often it runs (a rollout file that is not JSONL,
+    /// say): the job fails at once.
+    Fatal { message: String },
+}
+
+/// Exponential backoff with "equal jitter" (a random point in the upper half
+/// of the doubled delay), never sooner than the server's `Retry-After`.
+pub fn backoff(attempt: i64, base: Duration, retry_after: Option<Duration>) -> Duration {
+    let exponent = attempt.clamp(1, 20) as u32 - 1;
+    let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(Duration::from_secs(3600));
+    let random = (uuid::Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0;
+    let jittered = full.mul_f64(0.5 + random / 2.0);
+    retry_after.map_or(jittered, |after| jittered.max(after))
+}
+
+fn merged_usage(previous: Option<&Value>, attempt: TokenUsage) -> Value {
+    let field = |name: &str| previous.and_then(|p| p[name].as_u64()).unwrap_or(0);
+    json!({
+        "input_tokens": field("input_tokens") + attempt.input_tokens,
+        "output_tokens": field("output_tokens") + attempt.output_tokens,
+        "calls": field("calls") + attempt.calls,
+    })
+}
+
+/// What the store records for an attempt's result.
+fn finish_for(claimed: &ClaimedJob, result: Result<Completion, AttemptError>, settings: &WorkerSettings) -> JobFinish {
+    let previous = claimed.job.usage.as_ref();
+    match result {
+        Ok(c) => JobFinish { outcome: c.outcome, usage: merged_usage(previous, c.usage), effects: c.effects },
+        Err(AttemptError::Fatal { message }) => JobFinish {
+            outcome: JobOutcome::Failed { error: message },
+            usage: merged_usage(previous, TokenUsage::default()),
+            effects: None,
+        },
+        Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
+            let outcome = if claimed.job.attempts >= settings.max_attempts {
+                JobOutcome::Failed { error: message }
+            } else {
+                let delay = backoff(claimed.job.attempts, settings.retry_base, retry_after);
+                let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
+                JobOutcome::RetryAt { at, error: message, token_limit }
+            };
+            JobFinish { outcome, usage: merged_usage(previous, usage), effects: None }
+        }
+    }
+}
+
+fn outcome_name(outcome: &JobOutcome) -> &'static str {
+    match outcome {
+        JobOutcome::Succeeded { .. } => "succeeded",
+        JobOutcome::Skipped => "skipped",
+        JobOutcome::RetryAt { .. } => "retry",
+        JobOutcome::Failed { .. } => "failed",
+    }
+}
+
+async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+    match claimed.job.kind {
+        JobKind::PhaseOne => phase_one::run(ctx, claimed).await,
+        JobKind::PhaseTwo => Err(AttemptError::Fatal { message: "phase two is not implemented by this worker".into() }),
+    }
+}
+
+/// Runs one claimed job to a recorded outcome, renewing its lease meanwhile.
+async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch::Receiver<bool>) {
+    let job_id = claimed.job.job_id;
+    let lost = Arc::new(Notify::new());
+    let renewal = {
+        let store = ctx.store.clone();
+        let lost = lost.clone();
+        let lease = ctx.settings.lease;
+        let token = claimed.token;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let until = Utc::now() + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(2));
+                match store.renew_lease(job_id, token, until).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        lost.notify_one();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(%job_id, error = %e, "lease renewal failed; trying again"),
+                }
+            }
+        })
+    };
+    let result = tokio::select! {
+        result = run_attempt(ctx, &claimed) => Ok(result),
+        _ = lost.notified() => Err(false),
+        _ = shutdown.wait_for(|stopping| *stopping) => Err(true),
+    };
+    let result = match result {
+        Ok(result) => Some(result),
+        Err(false) => {
+            tracing::warn!(%job_id, "lease lost to another worker; this attempt's result is discarded");
+            None
+        }
+        Err(true) => {
+            match ctx.store.release_job(job_id, claimed.token).await {
+                Ok(_) => tracing::info!(%job_id, "job released for another worker at shutdown"),
+                Err(e) => tracing::warn!(%job_id, error = %e, "releasing the job failed; its lease will expire"),
+            }
+            None
+        }
+    };
+    renewal.abort();
+    let Some(result) = result else { return };
+    let finish = finish_for(&claimed, result, &ctx.settings);
+    let outcome = outcome_name(&finish.outcome);
+    let error = match &finish.outcome {
+        JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
+        _ => None,
+    };
+    match ctx.store.finish_job(&claimed, finish).await {
+        Ok(true) => tracing::info!(
+            %job_id, kind = claimed.job.kind.as_str(), tenant_id = %claimed.tenant_id,
+            attempt = claimed.job.attempts, outcome, error = error.as_deref().unwrap_or(""), "job attempt finished"
+        ),
+        Ok(false) => tracing::warn!(%job_id, "lease lost before the result was recorded; result discarded"),
+        Err(e) => {
+            tracing::error!(%job_id, error = %e, "recording the job's outcome failed");
+            let retry = finish_for(
+                &claimed,
+                Err(AttemptError::Retryable {
+                    message: format!("recording the outcome failed: {e}"),
+                    retry_after: None,
+                    usage: TokenUsage::default(),
+                    token_limit: None,
+                }),
+                &ctx.settings,
+            );
+            if let Err(e) = ctx.store.finish_job(&claimed, retry).await {
+                tracing::error!(%job_id, error = %e, "the job stays running until its lease expires");
+            }
+        }
+    }
+}
+
+async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
+    let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
+    while !*shutdown.borrow() {
+        let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds: &kinds, now: Utc::now(), lease };
+        match ctx.store.claim_job(&request).await {
+            Ok(Some(claimed)) => work_on(&ctx, claimed, &mut shutdown).await,
+            Ok(None) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(ctx.settings.poll) => {}
+                    _ = ctx.wake.notified() => {}
+                    _ = shutdown.wait_for(|stopping| *stopping) => {}
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "claiming a job failed");
+                tokio::time::sleep(ctx.settings.poll).await;
+            }
+        }
+    }
+}
+
+/// Starts `concurrency` workers; they stop claiming on shutdown and give back
+/// the jobs they hold.
+pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for _ in 0..ctx.settings.concurrency.max(1) {
+        set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne], shutdown.clone()));
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_honours_retry_after() {
+        let base = Duration::from_millis(1000);
+        for attempt in 1..=5 {
+            let full = 1000u64 << (attempt - 1);
+            for _ in 0..50 {
+                let d = backoff(attempt, base, None).as_millis() as u64;
+                assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d}");
+            }
+        }
+        assert!(backoff(1, base, Some(Duration::from_secs(30))) >= Duration::from_secs(30));
+        assert!(backoff(60, base, None) <= Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn usage_adds_up_over_attempts() {
+        let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
+        let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
+        assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
+    }
+}

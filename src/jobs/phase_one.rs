@@ -1,0 +1,138 @@
+//! A phase-one attempt: read the rollout's committed bytes, ask the model for
+//! the three artifacts, and hand back the two files to write.
+
+use super::{AttemptError, Completion, WorkerContext};
+use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsage};
+use crate::pipeline::extractive;
+use crate::pipeline::phase_one::{
+    Extraction, PHASE_ONE_TOKEN_LIMIT, RolloutArtifacts, SCHEMA_NAME, check_artifacts, format_raw_memory,
+    format_rollout_summary, render_phase_one, rollout_extraction_schema, rollout_summary_file,
+};
+use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
+use crate::workspace::{confine, read_committed, write_atomic};
+
+fn retryable(message: String, usage: TokenUsage) -> AttemptError {
+    AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
+}
+
+fn io_error(what: &str, e: impl std::fmt::Display) -> AttemptError {
+    retryable(format!("{what}: {e}"), TokenUsage::default())
+}
+
+fn model_failure(e: ModelError, token_limit: usize) -> AttemptError {
+    let message = format!("phase-one model call failed: {}", e.message);
+    match e.class {
+        FailureClass::ContextLength => AttemptError::Retryable {
+            message,
+            retry_after: None,
+            usage: e.usage,
+            token_limit: Some((token_limit / 2).max(1) as i64),
+        },
+        FailureClass::Transient | FailureClass::Permanent => {
+            AttemptError::Retryable { message, retry_after: e.retry_after, usage: e.usage, token_limit: None }
+        }
+    }
+}
+
+pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+    let job = &claimed.job;
+    let fatal = |message: String| AttemptError::Fatal { message };
+    let rollout_id = job.rollout_id.clone().ok_or_else(|| fatal("a phase-one job without a rollout".into()))?;
+    let generate = claimed
+        .layout
+        .config
+        .generate
+        .clone()
+        .ok_or_else(|| fatal(format!("layout {} no longer generates memory", job.layout)))?;
+    let committed = ctx
+        .store
+        .committed_rollout(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)
+        .await
+        .map_err(|e| io_error("reading the rollout's committed length failed", e))?
+        .ok_or_else(|| fatal(format!("rollout {rollout_id} has no committed segments")))?;
+    let root = ctx
+        .volumes
+        .workspace_root(claimed.tenant_id, &job.workspace)
+        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+    let layout = claimed.layout.clone();
+    let rollout_file =
+        confine(&root, &committed.rollout_path).map_err(|e| fatal(format!("rollout path refused: {e}")))?;
+    let committed_len = committed.committed_len;
+    let bytes = tokio::task::spawn_blocking(move || read_committed(&rollout_file, committed_len))
+        .await
+        .map_err(|e| io_error("reading the rollout failed", e))?
+        .map_err(|e| io_error("reading the rollout failed", e))?;
+    let contents = String::from_utf8_lossy(&bytes);
+
+    let token_limit = claimed.token_limit.map_or(PHASE_ONE_TOKEN_LIMIT, |l| l.max(1) as usize);
+    let (prompt, facts) = render_phase_one(&contents, token_limit, generate.extra_prompt.as_deref()).map_err(fatal)?;
+    if ctx.settings.log_content {
+        tracing::debug!(job_id = %job.job_id, instructions = %prompt.instructions, user_message = %prompt.user_message, "phase-one prompt");
+    }
+    let (artifacts, usage) = match &ctx.provider {
+        Provider::Extractive => (extractive::extract(&contents), TokenUsage::default()),
+        Provider::Model(model) => {
+            let request = StructuredRequest {
+                model: generate.phase_one_model.clone(),
+                instructions: prompt.instructions,
+                user_message: prompt.user_message,
+                schema_name: SCHEMA_NAME.into(),
+                schema: rollout_extraction_schema(),
+                reasoning_effort: generate.phase_one_reasoning_effort.clone(),
+            };
+            let reply = model.structured(&request).await.map_err(|e| model_failure(e, token_limit))?;
+            if ctx.settings.log_content {
+                tracing::debug!(job_id = %job.job_id, output = %reply.text, "phase-one model output");
+            }
+            let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text).map_err(|e| {
+                retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage)
+            })?;
+            (artifacts, reply.usage)
+        }
+    };
+    let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
+        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, effects: None, usage }),
+        Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
+    };
+
+    let summary_file = rollout_summary_file(rollout_id.as_str(), &slug);
+    let raw_text = format_raw_memory(rollout_id.as_str(), &facts, &committed.rollout_path, &summary_file, &raw_memory);
+    let summary_text =
+        format_rollout_summary(job.session_id.as_str(), &facts, &committed.rollout_path, &rollout_summary);
+    let previous_summary = ctx
+        .store
+        .raw_memory(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)
+        .await
+        .map_err(|e| io_error("reading the raw-memory index failed", e))?
+        .map(|r| r.rollout_summary_file)
+        .filter(|previous| previous != &summary_file);
+    let memories =
+        confine(&root, &layout.memories_dir.normalized).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let raw_path = confine(&memories, &format!("raw_memories/{}.md", rollout_id.as_str()))
+        .map_err(|e| fatal(format!("raw memory path refused: {e}")))?;
+    let summary_path = confine(&memories, &summary_file).map_err(|e| fatal(format!("summary path refused: {e}")))?;
+    let stale_summary = previous_summary
+        .map(|p| confine(&memories, &p))
+        .transpose()
+        .map_err(|e| fatal(format!("previous summary path refused: {e}")))?;
+    let effects = Box::new(move || {
+        write_atomic(&raw_path, raw_text.as_bytes())?;
+        write_atomic(&summary_path, summary_text.as_bytes())?;
+        if let Some(stale) = stale_summary {
+            match std::fs::remove_file(&stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    });
+    let record = RawMemoryRecord {
+        rollout_id,
+        updated_at: facts.updated_at,
+        rollout_path: committed.rollout_path,
+        rollout_summary_file: summary_file,
+        terminal_state: facts.terminal_state,
+        extracted_len: committed.committed_len,
+    };
+    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, effects: Some(effects), usage })
+}

@@ -1,0 +1,151 @@
+//! A scripted OpenAI-compatible server: the Responses API and Chat
+//! Completions, replies per call (or a default), faults (status codes,
+//! `Retry-After`, delays), and a record of every request.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A successful answer whose output text is this JSON.
+    Output(Value),
+    /// An error status with an OpenAI-style error body.
+    Status { status: u16, code: Option<&'static str>, retry_after: Option<&'static str> },
+}
+
+#[derive(Clone, Debug)]
+pub struct Scripted {
+    pub reply: Reply,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn artifacts(slug: &str, summary: &str, raw: &str) -> Self {
+        Reply::Output(json!({"rollout_slug": slug, "rollout_summary": summary, "raw_memory": raw}))
+    }
+
+    pub fn status(status: u16) -> Self {
+        Reply::Status { status, code: None, retry_after: None }
+    }
+
+    pub fn after(self, delay: Duration) -> Scripted {
+        Scripted { reply: self, delay }
+    }
+
+    pub fn now(self) -> Scripted {
+        Scripted { reply: self, delay: Duration::ZERO }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub path: String,
+    pub body: Value,
+    pub authorization: Option<String>,
+}
+
+impl Recorded {
+    /// The user message, for either API.
+    pub fn user_message(&self) -> String {
+        let from_responses = self.body["input"][0]["content"].as_str();
+        let from_chat = self.body["messages"][1]["content"].as_str();
+        from_responses.or(from_chat).unwrap_or_default().to_owned()
+    }
+
+    /// The system instructions, for either API.
+    pub fn instructions(&self) -> String {
+        let from_responses = self.body["instructions"].as_str();
+        let from_chat = self.body["messages"][0]["content"].as_str();
+        from_responses.or(from_chat).unwrap_or_default().to_owned()
+    }
+}
+
+#[derive(Default)]
+struct FakeState {
+    script: VecDeque<Scripted>,
+    default: Option<Scripted>,
+    requests: Vec<Recorded>,
+}
+
+#[derive(Clone)]
+pub struct FakeLlm {
+    pub base_url: String,
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeLlm {
+    pub async fn start() -> Self {
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let app = Router::new()
+            .route("/v1/responses", post(answer))
+            .route("/v1/chat/completions", post(answer))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { base_url: format!("http://{addr}/v1"), state }
+    }
+
+    /// Replies used in order, one per call, before the default.
+    pub fn push(&self, scripted: Scripted) {
+        self.state.lock().unwrap().script.push_back(scripted);
+    }
+
+    /// The reply once the script is used up.
+    pub fn set_default(&self, scripted: Scripted) {
+        self.state.lock().unwrap().default = Some(scripted);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+}
+
+async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: HeaderMap, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let scripted = {
+        let mut s = state.lock().unwrap();
+        s.requests.push(Recorded {
+            path: uri.path().to_owned(),
+            body: body.clone(),
+            authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+        });
+        s.script.pop_front().or_else(|| s.default.clone())
+    };
+    let Some(scripted) = scripted else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "no scripted reply").into_response();
+    };
+    tokio::time::sleep(scripted.delay).await;
+    match scripted.reply {
+        Reply::Status { status, code, retry_after } => {
+            let status = StatusCode::from_u16(status).unwrap();
+            let error = json!({"error": {"message": format!("scripted {status}"), "type": "test", "code": code}});
+            let mut response = (status, axum::Json(error)).into_response();
+            if let Some(after) = retry_after {
+                response.headers_mut().insert("retry-after", after.parse().unwrap());
+            }
+            response
+        }
+        Reply::Output(output) => {
+            let text = output.to_string();
+            let reply = if uri.path().ends_with("/responses") {
+                json!({"id": "resp_1", "object": "response", "output": [
+                    {"type": "reasoning", "summary": []},
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+                ], "usage": {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}})
+            } else {
+                json!({"id": "chatcmpl-1", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ], "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}})
+            };
+            axum::Json(reply).into_response()
+        }
+    }
+}
