@@ -22,7 +22,8 @@ type StartError = Box<dyn std::error::Error + Send + Sync>;
 /// SPEC §5: `openai` when an API key is configured, else `extractive`.
 pub fn provider(config: &Config) -> Result<Provider, StartError> {
     let key = config.resolved_llm_api_key();
-    let name = config.llm_provider.clone().unwrap_or_else(|| if key.is_some() { "openai" } else { "extractive" }.into());
+    let name =
+        config.llm_provider.clone().unwrap_or_else(|| if key.is_some() { "openai" } else { "extractive" }.into());
     match name.as_str() {
         "extractive" => Ok(Provider::Extractive),
         "openai" => {

@@ -79,9 +79,8 @@ pub async fn retry_job(
             tracing::info!(job_id = %id, "failed job queued again");
             Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
         }
-        RetryOutcome::NotFailed(current) => Err(ApiError::JobNotFailed(format!(
-            "Only a failed job can be retried; this one is {}.",
-            current.as_str()
-        ))),
+        RetryOutcome::NotFailed(current) => {
+            Err(ApiError::JobNotFailed(format!("Only a failed job can be retried; this one is {}.", current.as_str())))
+        }
     }
 }

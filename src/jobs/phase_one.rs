@@ -84,9 +84,8 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
             if ctx.settings.log_content {
                 tracing::debug!(job_id = %job.job_id, output = %reply.text, "phase-one model output");
             }
-            let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text).map_err(|e| {
-                retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage)
-            })?;
+            let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text)
+                .map_err(|e| retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage))?;
             (artifacts, reply.usage)
         }
     };

@@ -117,7 +117,11 @@ fn bullets(items: &[String]) -> String {
 pub fn extract(contents: &str) -> RolloutArtifacts {
     let d = digest(contents);
     if d.requests.is_empty() && d.answers.is_empty() {
-        return RolloutArtifacts { rollout_slug: String::new(), rollout_summary: String::new(), raw_memory: String::new() };
+        return RolloutArtifacts {
+            rollout_slug: String::new(),
+            rollout_summary: String::new(),
+            raw_memory: String::new(),
+        };
     }
     let task = d.requests.first().or(d.answers.first()).cloned().unwrap_or_default();
     let outcome = outcome(&d.states);

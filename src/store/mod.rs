@@ -323,7 +323,7 @@ pub struct JobFinish {
 
 #[derive(Debug, Clone)]
 pub enum RetryOutcome {
-    Requeued(JobRecord),
+    Requeued(Box<JobRecord>),
     NotFailed(JobState),
 }
 

@@ -843,7 +843,7 @@ where
         .await?;
         let job = Self::job_from_row(&row)?;
         tx.commit().await?;
-        Ok(Some(RetryOutcome::Requeued(job)))
+        Ok(Some(RetryOutcome::Requeued(Box::new(job))))
     }
 
     async fn raw_memory(

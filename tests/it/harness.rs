@@ -35,6 +35,17 @@ async fn postgres_url() -> String {
     format!("{base}/memoryd_test")
 }
 
+/// A Postgres URL whose `search_path` is a schema of its own, so that tests
+/// running at the same time never see (or claim) each other's rows.
+pub async fn isolated_postgres_url() -> String {
+    let url = postgres_url().await;
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}")
+}
+
 pub struct TestApp {
     pub server: Option<RunningServer>,
     pub base: String,
@@ -56,7 +67,7 @@ impl TestApp {
     pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let database_url = match backend {
-            Backend::Postgres => Some(postgres_url().await),
+            Backend::Postgres => Some(isolated_postgres_url().await),
             Backend::Sqlite => None,
         };
         let mut config = Config {
@@ -115,7 +126,14 @@ impl TestApp {
     pub async fn settled_jobs(&self, key: &str, query: &str) -> Vec<Value> {
         let started = std::time::Instant::now();
         loop {
-            let body: Value = self.request(Method::GET, &format!("/v1/jobs?{query}"), key).send().await.unwrap().json().await.unwrap();
+            let body: Value = self
+                .request(Method::GET, &format!("/v1/jobs?{query}"), key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
             let jobs = body["jobs"].as_array().unwrap().clone();
             if !jobs.is_empty() && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
                 return jobs;

@@ -7,6 +7,7 @@ mod harness;
 mod admin;
 mod deploy_files;
 mod ingest;
+mod jobs;
 mod layouts;
 mod phase_one;
 mod process;

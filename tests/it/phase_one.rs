@@ -35,7 +35,14 @@ async fn close(app: &TestApp, key: &str, session: &str) -> Value {
 
 async fn three_rollouts(backend: Backend, api: &str) {
     let fake = FakeLlm::start().await;
-    fake.set_default(Reply::artifacts("fix-ci", "Fixed the CI cache.\n\n## Tasks\n- done  \n", "---\ndescription: ci\n---\n\n### ci\n- pin keys\n\n").now());
+    fake.set_default(
+        Reply::artifacts(
+            "fix-ci",
+            "Fixed the CI cache.\n\n## Tasks\n- done  \n",
+            "---\ndescription: ci\n---\n\n### ci\n- pin keys\n\n",
+        )
+        .now(),
+    );
     let app = TestApp::start_with(backend, use_model(&fake, api)).await;
     let t = app.tenant().await;
     let res = app
@@ -65,11 +72,15 @@ async fn three_rollouts(backend: Backend, api: &str) {
     for rollout in ["chat-1", "chat-2", "chat-3"] {
         assert_eq!(
             std::fs::read_to_string(memories.join(format!("raw_memories/{rollout}.md"))).unwrap(),
-            format!("rollout_id: {rollout}\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nrollout_summary_file: rollout_summaries/{rollout}_fix-ci.md\nterminal_state: completed\n\n---\ndescription: ci\n---\n\n### ci\n- pin keys\n")
+            format!(
+                "rollout_id: {rollout}\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nrollout_summary_file: rollout_summaries/{rollout}_fix-ci.md\nterminal_state: completed\n\n---\ndescription: ci\n---\n\n### ci\n- pin keys\n"
+            )
         );
         assert_eq!(
             std::fs::read_to_string(memories.join(format!("rollout_summaries/{rollout}_fix-ci.md"))).unwrap(),
-            format!("session_id: s1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nterminal_state: completed\n\nFixed the CI cache.\n\n## Tasks\n- done\n")
+            format!(
+                "session_id: s1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nterminal_state: completed\n\nFixed the CI cache.\n\n## Tasks\n- done\n"
+            )
         );
     }
     let requests = fake.requests();
@@ -81,12 +92,18 @@ async fn three_rollouts(backend: Backend, api: &str) {
         if api == "responses" {
             assert_eq!(r.path, "/v1/responses");
             assert_eq!(r.body["reasoning"], json!({"effort": "low"}));
-            assert_eq!(r.body["text"]["format"], json!({"type": "json_schema", "name": "final_output", "schema": schema, "strict": true}));
+            assert_eq!(
+                r.body["text"]["format"],
+                json!({"type": "json_schema", "name": "final_output", "schema": schema, "strict": true})
+            );
             assert_eq!(r.body["store"], false);
         } else {
             assert_eq!(r.path, "/v1/chat/completions");
             assert_eq!(r.body["reasoning_effort"], "low");
-            assert_eq!(r.body["response_format"], json!({"type": "json_schema", "json_schema": {"name": "final_output", "schema": schema, "strict": true}}));
+            assert_eq!(
+                r.body["response_format"],
+                json!({"type": "json_schema", "json_schema": {"name": "final_output", "schema": schema, "strict": true}})
+            );
         }
         assert!(r.user_message().contains("hello from chat-"));
     }
@@ -120,16 +137,25 @@ async fn phase_one_prompts_keep_the_seed_behaviours(backend: Backend) {
     app.post_segment(&t.key, "s", "default", noisy).await;
     let huge = format!("start{}middle{}end", "a".repeat(700_000), "z".repeat(700_000));
     app.post_segment(&t.key, "s", "default", json!({"rollout_id": "huge", "input": huge, "final_output": "ok"})).await;
-    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "twice", "input": "first", "final_output": "ok"})).await;
-    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "twice", "input": "second",
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "twice", "input": "first", "final_output": "ok"}))
+        .await;
+    app.post_segment(
+        &t.key,
+        "s",
+        "default",
+        json!({"rollout_id": "twice", "input": "second",
         "interruptions": [{"type": "function_call", "call_id": "c", "name": "deploy", "arguments": "{}"}],
-        "terminal_metadata": {"terminal_state": "interrupted"}})).await;
+        "terminal_metadata": {"terminal_state": "interrupted"}}),
+    )
+    .await;
     app.post_segment(&t.key, "s", "guided", json!({"rollout_id": "guided", "input": "hi", "final_output": "ok"})).await;
     close(&app, &t.key, "s").await;
     app.settled_jobs(&t.key, "kind=phase_one").await;
     let requests = fake.requests();
     assert_eq!(requests.len(), 4);
-    let find = |needle: &str| requests.iter().find(|r| r.user_message().contains(needle)).unwrap_or_else(|| panic!("{needle}")).clone();
+    let find = |needle: &str| {
+        requests.iter().find(|r| r.user_message().contains(needle)).unwrap_or_else(|| panic!("{needle}")).clone()
+    };
 
     let noisy = find("visible request").user_message();
     for hidden in ["DEV-ONLY-NOTE", "SYSTEM-ONLY-NOTE", "HIDDEN-REASONING", "HIDDEN-COMPACTION"] {
@@ -143,7 +169,10 @@ async fn phase_one_prompts_keep_the_seed_behaviours(backend: Backend) {
     let twice = find("\"segment_count\":2").user_message();
     assert!(twice.contains("\"terminal_state\":\"interrupted\""));
     assert!(!find("visible request").instructions().contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE"));
-    let guided = requests.iter().find(|r| r.user_message().contains("guided_sessions") || r.instructions().contains("editor")).unwrap();
+    let guided = requests
+        .iter()
+        .find(|r| r.user_message().contains("guided_sessions") || r.instructions().contains("editor"))
+        .unwrap();
     assert!(guided.instructions().contains("DEVELOPER-SPECIFIC EXTRA GUIDANCE"));
     assert!(guided.instructions().contains("Track which editor the user prefers."));
 }
@@ -185,18 +214,24 @@ async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {
     assert_eq!(job["attempts"], 3, "MEMORYD_MAX_ATTEMPTS");
     assert!(job["last_error"].as_str().unwrap().contains("400"), "{job}");
     let id = job["job_id"].as_str().unwrap();
-    let detail: Value = app.request(Method::GET, &format!("/v1/jobs/{id}"), &t.key).send().await.unwrap().json().await.unwrap();
+    let detail: Value =
+        app.request(Method::GET, &format!("/v1/jobs/{id}"), &t.key).send().await.unwrap().json().await.unwrap();
     assert_eq!(detail["state"], "failed");
 
     let other = app.tenant().await;
-    assert_eq!(app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &other.key).send().await.unwrap().status(), 404);
+    assert_eq!(
+        app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &other.key).send().await.unwrap().status(),
+        404
+    );
     let res = app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &t.key).send().await.unwrap();
     assert_eq!(res.status(), 200);
     let jobs = app.settled_jobs(&t.key, "kind=phase_one").await;
     assert_eq!(jobs[0]["state"], "succeeded");
     assert_eq!(jobs[0]["attempts"], 1);
     assert!(app.workspace_dir(&t, "default").join("memories/rollout_summaries/r_healed.md").exists());
-    let (status, code, _) = status_code_body(app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &t.key).send().await.unwrap()).await;
+    let (status, code, _) =
+        status_code_body(app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &t.key).send().await.unwrap())
+            .await;
     assert_eq!((status, code.as_str()), (409, "job_not_failed"));
 }
 
@@ -212,7 +247,11 @@ async fn empty_partial_and_unusable_answers(backend: Backend) {
     assert_eq!(jobs[0]["state"], "skipped");
     assert!(!app.workspace_dir(&t, "default").join("memories/raw_memories/empty.md").exists());
 
-    for bad in [Reply::artifacts("slug", "", "m"), Reply::artifacts("Not A Slug", "s", "m"), Reply::Output(json!({"unexpected": 1}))] {
+    for bad in [
+        Reply::artifacts("slug", "", "m"),
+        Reply::artifacts("Not A Slug", "s", "m"),
+        Reply::Output(json!({"unexpected": 1})),
+    ] {
         fake.push(bad.now());
     }
     fake.set_default(Reply::artifacts("first-slug", "s1", "m1").now());
@@ -243,12 +282,19 @@ async fn empty_partial_and_unusable_answers(backend: Backend) {
 async fn extractive_provider_needs_no_model(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
-    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "chat-42", "updated_at": "2026-04-15T12:00:00+00:00",
-        "input": "Fix the flaky test in ci.yml", "final_output": "Pinned the runner image."})).await;
+    app.post_segment(
+        &t.key,
+        "s",
+        "default",
+        json!({"rollout_id": "chat-42", "updated_at": "2026-04-15T12:00:00+00:00",
+        "input": "Fix the flaky test in ci.yml", "final_output": "Pinned the runner image."}),
+    )
+    .await;
     close(&app, &t.key, "s").await;
     let jobs = app.settled_jobs(&t.key, "kind=phase_one").await;
     assert_eq!(jobs[0]["state"], "succeeded");
-    let raw = std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-42.md")).unwrap();
+    let raw =
+        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-42.md")).unwrap();
     assert!(raw.starts_with("rollout_id: chat-42\nupdated_at: 2026-04-15T12:00:00+00:00\nrollout_path: sessions/chat-42.jsonl\nrollout_summary_file: rollout_summaries/chat-42_fix-the-flaky-test-in-ci.md\nterminal_state: completed\n\n---\n"));
     assert!(raw.contains("Final answer: Pinned the runner image."));
 }

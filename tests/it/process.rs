@@ -1,42 +1,87 @@
-//! The real binary: starts with no configuration but a data dir, logs no
-//! content or keys, and exits cleanly on SIGTERM.
+//! The real binary: default configuration, logs, SIGTERM, SIGKILL during a
+//! model call, and several processes sharing one database.
 
+use crate::both_backends;
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::harness::{Backend, isolated_postgres_url};
 use serde_json::{Value, json};
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+const ADMIN: &str = "process-test-admin";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-#[tokio::test]
-async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let log_path = dir.path().join("memoryd.log");
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memoryd"))
-        .arg("serve")
-        .current_dir(dir.path())
-        .env_remove("DATABASE_URL")
-        .env("MEMORYD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("MEMORYD_ADMIN_TOKEN", "process-test-admin")
-        .env("MEMORYD_LOG", "debug")
-        .env("MEMORYD_LOG_FORMAT", "json")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    while http.get(format!("{base}/readyz")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
-        assert!(started.elapsed() < Duration::from_secs(20), "memoryd did not become ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// One `memoryd` process with its log file.
+struct Memoryd {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Memoryd {
+    fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Self {
+        let port = free_port();
+        let log = dir.join(format!("{name}.log"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_memoryd"));
+        command
+            .args(args)
+            .current_dir(dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env("MEMORYD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("MEMORYD_ADMIN_TOKEN", ADMIN)
+            .env("MEMORYD_LOG_FORMAT", "json")
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        Self { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}"), log }
     }
 
+    async fn ready(&self, http: &reqwest::Client) {
+        let started = Instant::now();
+        while http.get(format!("{}/readyz", self.base)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+            assert!(started.elapsed() < Duration::from_secs(20), "memoryd did not become ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        assert!(Command::new("kill").arg(signal).arg(self.child.id().to_string()).status().unwrap().success());
+    }
+
+    async fn exit(&mut self) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "memoryd did not stop");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Memoryd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn new_tenant(http: &reqwest::Client, base: &str) -> (String, String) {
     let tenant: Value = http
         .post(format!("{base}/v1/admin/tenants"))
-        .bearer_auth("process-test-admin")
+        .bearer_auth(ADMIN)
         .json(&json!({"name": "acme"}))
         .send()
         .await
@@ -44,11 +89,54 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
         .json()
         .await
         .unwrap();
-    let key = tenant["api_key"].as_str().unwrap();
+    (tenant["tenant_id"].as_str().unwrap().into(), tenant["api_key"].as_str().unwrap().into())
+}
+
+async fn phase_one_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Value> {
+    let body: Value =
+        http.get(format!("{base}/v1/jobs?kind=phase_one")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+    body["jobs"].as_array().unwrap().clone()
+}
+
+async fn settle(http: &reqwest::Client, base: &str, key: &str, count: usize, limit: Duration) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let jobs = phase_one_jobs(http, base, key).await;
+        if jobs.len() == count && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
+            return jobs;
+        }
+        assert!(started.elapsed() < limit, "jobs did not settle: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn model_env(fake: &FakeLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("MEMORYD_LLM_PROVIDER", "openai".into()),
+        ("MEMORYD_LLM_BASE_URL", fake.base_url.clone()),
+        ("MEMORYD_LLM_API_KEY", "process-model-key".into()),
+    ]
+}
+
+async fn database_env(backend: Backend) -> Vec<(&'static str, String)> {
+    match backend {
+        Backend::Postgres => vec![("DATABASE_URL", isolated_postgres_url().await)],
+        Backend::Sqlite => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &[("MEMORYD_LOG", "debug".into())]);
+    let http = reqwest::Client::new();
+    memoryd.ready(&http).await;
+    let base = memoryd.base.clone();
+    let (tenant_id, key) = new_tenant(&http, &base).await;
     let secret = "TOP-SECRET-SEGMENT-CONTENT-4711";
     let res = http
         .post(format!("{base}/v1/sessions/s/layouts/default/segments"))
-        .bearer_auth(key)
+        .bearer_auth(&key)
         .json(&json!({"rollout_id": "r", "input": secret, "final_output": secret}))
         .send()
         .await
@@ -56,36 +144,159 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     assert_eq!(res.status(), 201);
     let res = http
         .post(format!("{base}/v1/sessions/s/layouts/default/segments"))
-        .bearer_auth(key)
+        .bearer_auth(&key)
         .body(format!("{{\"input\": \"{secret}"))
         .send()
         .await
         .unwrap();
     assert_eq!(res.status(), 400);
-    let tenant_id = tenant["tenant_id"].as_str().unwrap();
     let file = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/sessions/r.jsonl"));
     assert!(std::fs::read_to_string(file).unwrap().contains(secret), "the default data dir is ./memoryd-data");
     assert!(dir.path().join("memoryd-data/memoryd.db").exists(), "the default store is SQLite in the data dir");
+    // The default provider (no API key) is the extractive one: phase one runs offline.
+    http.post(format!("{base}/v1/sessions/s/close")).bearer_auth(&key).send().await.unwrap();
+    let jobs = settle(&http, &base, &key, 1, Duration::from_secs(20)).await;
+    assert_eq!(jobs[0]["state"], "succeeded");
 
-    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-    assert!(status.success());
-    let stopping = Instant::now();
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        assert!(stopping.elapsed() < Duration::from_secs(30), "memoryd did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    memoryd.signal("-TERM");
+    let exit = memoryd.exit().await;
     assert!(exit.success(), "{exit:?}");
-
-    let log = std::fs::read_to_string(&log_path).unwrap();
+    let log = memoryd.log_text();
     assert!(log.contains("segment appended"), "{log}");
+    assert!(log.contains("job attempt finished"));
     assert!(log.contains("shutting down"));
     assert!(!log.contains(secret), "segment content reached the log");
-    assert!(!log.contains(key), "an API key reached the log");
-    assert!(!log.contains("process-test-admin"), "the admin token reached the log");
+    assert!(!log.contains(&key), "an API key reached the log");
+    assert!(!log.contains(ADMIN), "the admin token reached the log");
     for line in log.lines() {
         serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
     }
+}
+
+both_backends!(a_job_survives_sigkill_during_its_model_call);
+
+async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::artifacts("never-recorded", "s", "m").after(Duration::from_secs(60)));
+    fake.set_default(Reply::artifacts("after-restart", "summary", "memory").now());
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(backend).await);
+    env.push(("MEMORYD_JOB_LEASE_SECS", "2".into()));
+    env.push(("MEMORYD_WORKER_CONCURRENCY", "1".into()));
+    let http = reqwest::Client::new();
+    let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
+    first.ready(&http).await;
+    let (tenant_id, key) = new_tenant(&http, &first.base).await;
+    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
+        .bearer_auth(&key)
+        .json(&json!({"rollout_id": "r", "input": "remember me", "final_output": "ok"}))
+        .send()
+        .await
+        .unwrap();
+    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
+    let started = Instant::now();
+    while fake.requests().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the model call never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.signal("-KILL");
+    first.exit().await;
+
+    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    second.ready(&http).await;
+    let jobs = settle(&http, &second.base, &key, 1, Duration::from_secs(30)).await;
+    assert_eq!(jobs[0]["state"], "succeeded", "{:?}", jobs[0]);
+    assert_eq!(jobs[0]["attempts"], 2, "the killed attempt counts, the re-claim finished it");
+    assert_eq!(fake.requests().len(), 2);
+    let summaries = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories/rollout_summaries"));
+    assert!(summaries.join("r_after-restart.md").exists());
+    assert!(!summaries.join("r_never-recorded.md").exists());
+}
+
+#[tokio::test]
+async fn two_processes_on_one_postgres_run_each_job_once() {
+    const ROLLOUTS: usize = 50;
+    let fake = FakeLlm::start().await;
+    fake.set_default(
+        Reply::artifacts("shared", "summary MODEL-OUTPUT-SECRET", "memory MODEL-OUTPUT-SECRET")
+            .after(Duration::from_millis(50)),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(Backend::Postgres).await);
+    env.push(("MEMORYD_WORKER_CONCURRENCY", "4".into()));
+    env.push(("MEMORYD_LOG", "debug".into()));
+    let http = reqwest::Client::new();
+    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &env);
+    let worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &env);
+    api.ready(&http).await;
+    let (_, key) = new_tenant(&http, &api.base).await;
+    for i in 0..ROLLOUTS {
+        let res = http
+            .post(format!("{}/v1/sessions/s/layouts/default/segments", api.base))
+            .bearer_auth(&key)
+            .json(&json!({"rollout_id": format!("r{i}"), "input": format!("SEGMENT-SECRET-{i}"), "final_output": "ok"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+    }
+    http.post(format!("{}/v1/sessions/s/close", api.base)).bearer_auth(&key).send().await.unwrap();
+    let jobs = settle(&http, &api.base, &key, ROLLOUTS, Duration::from_secs(60)).await;
+    for job in &jobs {
+        assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{job}");
+    }
+    let mut extracted: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| {
+            let m = r.user_message();
+            let start = m.find("SEGMENT-SECRET-").unwrap();
+            m[start..].split('"').next().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(extracted.len(), ROLLOUTS, "one model call per job");
+    extracted.sort();
+    extracted.dedup();
+    assert_eq!(extracted.len(), ROLLOUTS, "every rollout extracted exactly once");
+    for process in [&api, &worker] {
+        let log = process.log_text();
+        assert!(log.contains("job attempt finished"), "both processes worked");
+        assert!(!log.contains("SEGMENT-SECRET") && !log.contains("MODEL-OUTPUT-SECRET"), "content reached the log");
+    }
+}
+
+/// Prints the phase-one figure of the issue: 32 rollouts, a model that takes
+/// 200 ms, `MEMORYD_WORKER_CONCURRENCY=8`.
+#[tokio::test]
+async fn concurrent_phase_one_figure() {
+    const ROLLOUTS: usize = 32;
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("fast", "s", "m").after(Duration::from_millis(200)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.push(("MEMORYD_WORKER_CONCURRENCY", "8".into()));
+    let http = reqwest::Client::new();
+    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &env);
+    memoryd.ready(&http).await;
+    let (_, key) = new_tenant(&http, &memoryd.base).await;
+    for i in 0..ROLLOUTS {
+        http.post(format!("{}/v1/sessions/s/layouts/default/segments", memoryd.base))
+            .bearer_auth(&key)
+            .json(&json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    http.post(format!("{}/v1/sessions/s/close", memoryd.base)).bearer_auth(&key).send().await.unwrap();
+    let jobs = settle(&http, &memoryd.base, &key, ROLLOUTS, Duration::from_secs(60)).await;
+    let elapsed = started.elapsed();
+    assert!(jobs.iter().all(|j| j["state"] == "succeeded"));
+    println!(
+        "phase one: {ROLLOUTS} rollouts, 200 ms model, concurrency 8: {} ms (sequential: {} ms)",
+        elapsed.as_millis(),
+        ROLLOUTS * 200
+    );
 }

@@ -1,0 +1,95 @@
+use crate::both_backends;
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::harness::{Backend, TestApp};
+use chrono::Utc;
+use memoryd::store::{ClaimRequest, JobFinish, JobKind, JobOutcome};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+both_backends!(a_worker_that_lost_its_lease_cannot_record_its_result, one_tenants_backlog_does_not_starve_another);
+
+async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "input": "hi"})).await;
+    app.request(Method::POST, "/v1/sessions/s/close", &t.key).send().await.unwrap();
+    let store = &app.server.as_ref().unwrap().state.store;
+    let claim = |worker, now, lease_secs| ClaimRequest {
+        worker,
+        kinds: &[JobKind::PhaseOne],
+        now,
+        lease: chrono::Duration::seconds(lease_secs),
+    };
+
+    let stale = store.claim_job(&claim("a", Utc::now(), 1)).await.unwrap().expect("a queued job");
+    assert_eq!(stale.job.attempts, 1);
+    assert!(store.claim_job(&claim("b", Utc::now(), 60)).await.unwrap().is_none(), "a live lease is not taken");
+    let owner = store
+        .claim_job(&claim("b", Utc::now() + chrono::Duration::seconds(5), 60))
+        .await
+        .unwrap()
+        .expect("an expired lease is taken over");
+    assert_eq!(owner.job.job_id, stale.job.job_id);
+    assert_ne!(owner.token, stale.token);
+    assert_eq!(owner.job.attempts, 2);
+
+    assert!(!store.renew_lease(stale.job.job_id, stale.token, Utc::now()).await.unwrap());
+    let wrote = Arc::new(AtomicBool::new(false));
+    let flag = wrote.clone();
+    let stale_finish = JobFinish {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        usage: json!({}),
+        effects: Some(Box::new(move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        })),
+    };
+    assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
+    assert!(!wrote.load(Ordering::SeqCst), "and its files are never written");
+
+    assert!(
+        store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
+    );
+    let finish = JobFinish { outcome: JobOutcome::Skipped, usage: json!({}), effects: None };
+    assert!(store.finish_job(&owner, finish).await.unwrap());
+    let job: Value = app
+        .request(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
+}
+
+async fn one_tenants_backlog_does_not_starve_another(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("x", "s", "m").after(Duration::from_millis(100)));
+    let base = fake.base_url.clone();
+    let app = TestApp::start_with(backend, move |c| {
+        c.llm_provider = Some("openai".into());
+        c.llm_base_url = base;
+        c.llm_api_key = Some("k".into());
+        c.worker_concurrency = 2;
+    })
+    .await;
+    let busy = app.tenant().await;
+    let quiet = app.tenant().await;
+    for i in 0..20 {
+        app.post_segment(&busy.key, "big", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
+    }
+    app.post_segment(&quiet.key, "small", "default", json!({"rollout_id": "q", "input": "hi"})).await;
+    app.request(Method::POST, "/v1/sessions/big/close", &busy.key).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    app.request(Method::POST, "/v1/sessions/small/close", &quiet.key).send().await.unwrap();
+    let quiet_jobs = app.settled_jobs(&quiet.key, "kind=phase_one").await;
+    let busy_jobs = app.settled_jobs(&busy.key, "kind=phase_one").await;
+    let finished = |j: &Value| chrono::DateTime::parse_from_rfc3339(j["finished_at"].as_str().unwrap()).unwrap();
+    let quiet_done = finished(&quiet_jobs[0]);
+    let busy_after = busy_jobs.iter().filter(|j| finished(j) > quiet_done).count();
+    assert!(busy_after >= 10, "the quiet tenant's job ran before most of the backlog ({busy_after} of 20 after it)");
+}
