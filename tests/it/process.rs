@@ -173,7 +173,42 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     }
 }
 
-both_backends!(a_job_survives_sigkill_during_its_model_call);
+both_backends!(a_job_survives_sigkill_during_its_model_call, sigterm_gives_a_running_job_back);
+
+async fn sigterm_gives_a_running_job_back(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::artifacts("interrupted", "s", "m").after(Duration::from_secs(60)));
+    fake.set_default(Reply::artifacts("resumed", "s", "m").now());
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(backend).await);
+    env.push(("MEMORYD_JOB_LEASE_SECS", "600".into()));
+    let http = reqwest::Client::new();
+    let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
+    first.ready(&http).await;
+    let (_, key) = new_tenant(&http, &first.base).await;
+    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
+        .bearer_auth(&key)
+        .json(&json!({"rollout_id": "r", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
+    while fake.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = Instant::now();
+    first.signal("-TERM");
+    assert!(first.exit().await.success());
+    assert!(stopping.elapsed() < Duration::from_secs(10), "{:?}", stopping.elapsed());
+    assert!(first.log_text().contains("job released for another worker at shutdown"));
+
+    // The lease was given back: a new process takes the job at once, not after 600 s.
+    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    second.ready(&http).await;
+    let jobs = settle(&http, &second.base, &key, 1, Duration::from_secs(20)).await;
+    assert_eq!((jobs[0]["state"].as_str(), jobs[0]["attempts"].as_i64()), (Some("succeeded"), Some(1)));
+}
 
 async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     let fake = FakeLlm::start().await;
