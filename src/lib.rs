@@ -8,4 +8,5 @@ pub mod jobs;
 pub mod llm;
 pub mod pipeline;
 pub mod store;
+pub mod tools;
 pub mod workspace;

@@ -1,0 +1,3 @@
+//! The consolidation agent's tools.
+
+pub mod apply_patch;
