@@ -3,4 +3,6 @@
 pub mod extractive;
 pub mod phase_one;
 pub mod prompts;
+pub mod read;
+pub mod selection;
 pub mod truncate;

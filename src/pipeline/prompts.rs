@@ -5,6 +5,10 @@ use crate::domain::pytext::py_strip;
 
 pub const PHASE_ONE_SYSTEM: &str = include_str!("prompts/phase_one_system.md");
 pub const PHASE_ONE_USER: &str = include_str!("prompts/phase_one_user.md");
+pub const PHASE_TWO: &str = include_str!("prompts/phase_two.md");
+pub const READ: &str = include_str!("prompts/read.md");
+pub const READ_LIVE_UPDATE: &str = include_str!("prompts/read_live_update.md");
+pub const READ_ONLY: &str = include_str!("prompts/read_only.md");
 const EXTRA_PROMPT_SECTION: &str = include_str!("prompts/extra_prompt_section.md");
 
 /// Replaces each `{{ name }}` of `template` in one pass, so that text
@@ -64,6 +68,9 @@ mod tests {
         for (template, names) in [
             (PHASE_ONE_SYSTEM, &["extra_prompt_section"][..]),
             (PHASE_ONE_USER, &["terminal_metadata_json", "rollout_contents"][..]),
+            (PHASE_TWO, &["memory_root", "phase_two_input_selection", "extra_prompt_section"][..]),
+            (READ, &["memory_dir", "memory_update_instructions", "memory_summary"][..]),
+            (READ_LIVE_UPDATE, &["memory_dir"][..]),
         ] {
             let values: Vec<(&str, &str)> = names.iter().map(|n| (*n, "")).collect();
             assert!(!render(template, &values).contains("{{ "), "{names:?}");

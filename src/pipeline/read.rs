@@ -1,0 +1,85 @@
+//! The read side (R-READ-2..5): the memory instructions an agent runtime
+//! injects into its next run.
+
+use super::prompts::{READ, READ_LIVE_UPDATE, READ_ONLY, render};
+use super::truncate::truncate_text;
+use crate::domain::pytext::py_strip;
+
+/// R-READ-3: `_MEMORY_SUMMARY_MAX_TOKENS`.
+pub const MEMORY_SUMMARY_TOKEN_LIMIT: usize = 15_000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryInstructions {
+    pub text: String,
+    pub truncated: bool,
+}
+
+/// `None` when the summary is blank (nothing is injected). `memory_dir` is
+/// the layout's `memories_dir` as written (R-READ-4).
+pub fn render_instructions(memory_dir: &str, summary: &[u8], live_update: bool) -> Option<MemoryInstructions> {
+    let decoded = String::from_utf8_lossy(summary);
+    let stripped = py_strip(&decoded);
+    let summary = truncate_text(stripped, MEMORY_SUMMARY_TOKEN_LIMIT);
+    if summary.is_empty() {
+        return None;
+    }
+    let update =
+        if live_update { render(READ_LIVE_UPDATE, &[("memory_dir", memory_dir)]) } else { READ_ONLY.to_owned() };
+    let text = render(
+        READ,
+        &[("memory_dir", memory_dir), ("memory_update_instructions", update.trim_end()), ("memory_summary", &summary)],
+    );
+    Some(MemoryInstructions { truncated: summary != stripped, text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_summaries_inject_nothing() {
+        assert_eq!(render_instructions("memories", b"", true), None);
+        assert_eq!(render_instructions("memories", b" \n\t\n", true), None);
+    }
+
+    #[test]
+    fn live_update_and_read_only_texts() {
+        let live = render_instructions("memories", b"\n  likes tea  \n", true).unwrap();
+        assert!(
+            live.text.contains(
+                "========= MEMORY_SUMMARY BEGINS =========\nlikes tea\n========= MEMORY_SUMMARY ENDS ========="
+            )
+        );
+        assert!(live.text.contains("memories/memory_summary.md (already provided below; do NOT open again)"));
+        assert!(live.text.contains("Memory is writable."));
+        assert!(live.text.contains("memories/MEMORY.md"));
+        assert!(live.text.contains("same turn"));
+        assert!(!live.text.contains("Never update memories."));
+        assert!(!live.truncated);
+        let read_only = render_instructions("memories", b"likes tea", false).unwrap();
+        assert!(read_only.text.contains("Never update memories. You can only read them."));
+        assert!(!read_only.text.contains("Memory is writable."));
+    }
+
+    #[test]
+    fn the_memory_dir_keeps_its_spelling_and_braces_stay() {
+        let text = render_instructions("team//memory", b"{memory_dir} {{ memory_dir }}", true).unwrap().text;
+        assert!(text.contains("team//memory/memory_summary.md"));
+        assert!(text.contains("{memory_dir} {{ memory_dir }}"));
+        let text = render_instructions("team\\memory", b"x", true).unwrap().text;
+        assert!(text.contains("team\\memory/MEMORY.md"));
+    }
+
+    #[test]
+    fn long_summaries_are_cut_to_15000_tokens() {
+        let summary = format!("start{}end", "x".repeat(70_000));
+        let out = render_instructions("memories", summary.as_bytes(), true).unwrap();
+        assert!(out.truncated);
+        assert!(out.text.contains("tokens truncated"));
+        assert!(out.text.contains("startxxx") && out.text.contains("xxxend"));
+        let begin = out.text.find("BEGINS =========\n").unwrap() + 17;
+        let end = out.text.find("\n========= MEMORY_SUMMARY ENDS").unwrap();
+        let kept = out.text[begin..end].len();
+        assert!((59_990..=60_000).contains(&kept), "{kept} bytes: the marker counts inside the 60,000-byte budget");
+    }
+}
