@@ -57,6 +57,7 @@ pub fn truncate_text(text: &str, max_tokens: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
 
     #[test]
     fn r_tr_2_examples() {
@@ -88,18 +89,6 @@ mod tests {
         assert!(out.starts_with("{\"updated_at\""));
         assert!(out.ends_with('\n'));
         assert!(!out.contains("middle"));
-    }
-
-    /// A small deterministic generator, so the property test needs no crate.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
     }
 
     #[test]

@@ -387,6 +387,7 @@ fn parse_update(file: &[&str], lines: &[&str]) -> Result<Vec<Chunk>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
 
     fn update(input: &str, diff: &str) -> Result<String, String> {
         apply_diff(input, diff, DiffMode::Update)
@@ -570,18 +571,6 @@ mod tests {
         );
     }
 
-    /// A deterministic generator, so the fuzz test needs no crate.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     #[test]
     fn the_parsers_never_panic() {
         let pieces = [
@@ -615,7 +604,7 @@ mod tests {
         for _ in 0..20_000 {
             let n = (rng.next() % 8) as usize;
             let text: Vec<&str> = (0..n).map(|_| pieces[(rng.next() % pieces.len() as u64) as usize]).collect();
-            let sep = if rng.next() % 5 == 0 { "\r\n" } else { "\n" };
+            let sep = if rng.next().is_multiple_of(5) { "\r\n" } else { "\n" };
             let diff = text.join(sep);
             let file = files[(rng.next() % files.len() as u64) as usize];
             let _ = apply_diff(file, &diff, DiffMode::Update);
