@@ -72,6 +72,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         provider,
         settings: worker_settings(&core.config),
         wake: core.wake.clone(),
+        snapshots: core.config.data_dir.join("phase_two_snapshots"),
     };
     spawn_workers(Arc::new(ctx), core.shutdown.subscribe())
 }

@@ -3,9 +3,10 @@
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
 mod phase_one;
+mod phase_two;
 
 use crate::llm::{Provider, TokenUsage};
-use crate::store::{ClaimRequest, ClaimedJob, DynStore, JobEffects, JobFinish, JobKind, JobOutcome};
+use crate::store::{ClaimRequest, ClaimedJob, DynStore, JobEffects, JobFinish, JobKind, JobOutcome, PhaseTwoReport};
 use crate::workspace::Volumes;
 use chrono::Utc;
 use serde_json::{Value, json};
@@ -33,6 +34,8 @@ pub struct WorkerContext {
     pub settings: WorkerSettings,
     /// Woken when this process queues jobs, so idle workers need not wait a poll.
     pub wake: Arc<Notify>,
+    /// Where phase-two runs keep the originals of the files they change.
+    pub snapshots: std::path::PathBuf,
 }
 
 /// What a finished attempt produced.
@@ -72,12 +75,20 @@ fn merged_usage(previous: Option<&Value>, attempt: TokenUsage) -> Value {
 }
 
 /// What the store records for an attempt's result.
-fn finish_for(claimed: &ClaimedJob, result: Result<Completion, AttemptError>, settings: &WorkerSettings) -> JobFinish {
+fn finish_for(
+    claimed: &ClaimedJob,
+    result: Result<Completion, AttemptError>,
+    phase_two: Option<PhaseTwoReport>,
+    settings: &WorkerSettings,
+) -> JobFinish {
     let previous = claimed.job.usage.as_ref();
     match result {
-        Ok(c) => JobFinish { outcome: c.outcome, usage: merged_usage(previous, c.usage), effects: c.effects },
+        Ok(c) => {
+            JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), effects: c.effects }
+        }
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
+            phase_two,
             usage: merged_usage(previous, TokenUsage::default()),
             effects: None,
         },
@@ -89,7 +100,7 @@ fn finish_for(claimed: &ClaimedJob, result: Result<Completion, AttemptError>, se
                 let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
                 JobOutcome::RetryAt { at, error: message, token_limit }
             };
-            JobFinish { outcome, usage: merged_usage(previous, usage), effects: None }
+            JobFinish { outcome, phase_two, usage: merged_usage(previous, usage), effects: None }
         }
     }
 }
@@ -103,10 +114,13 @@ fn outcome_name(outcome: &JobOutcome) -> &'static str {
     }
 }
 
-async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+/// An attempt's result, and for phase two the run record it leaves.
+type Attempt = (Result<Completion, AttemptError>, Option<PhaseTwoReport>);
+
+async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
     match claimed.job.kind {
-        JobKind::PhaseOne => phase_one::run(ctx, claimed).await,
-        JobKind::PhaseTwo => Err(AttemptError::Fatal { message: "phase two is not implemented by this worker".into() }),
+        JobKind::PhaseOne => (phase_one::run(ctx, claimed).await, None),
+        JobKind::PhaseTwo => phase_two::run(ctx, claimed).await,
     }
 }
 
@@ -154,8 +168,8 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
         }
     };
     renewal.abort();
-    let Some(result) = result else { return };
-    let finish = finish_for(&claimed, result, &ctx.settings);
+    let Some((result, report)) = result else { return };
+    let finish = finish_for(&claimed, result, report, &ctx.settings);
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
         JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
@@ -177,6 +191,7 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
                     usage: TokenUsage::default(),
                     token_limit: None,
                 }),
+                None,
                 &ctx.settings,
             );
             if let Err(e) = ctx.store.finish_job(&claimed, retry).await {
@@ -212,7 +227,7 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     for _ in 0..ctx.settings.concurrency.max(1) {
-        set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne], shutdown.clone()));
+        set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne, JobKind::PhaseTwo], shutdown.clone()));
     }
     set
 }

@@ -77,6 +77,50 @@ impl ModelError {
     }
 }
 
+/// A function tool as the model API describes it.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub parameters: Value,
+}
+
+/// A tool call the model made. `custom` marks a Responses API custom tool
+/// call (raw text input), which the SDK's own tests use for `apply_patch`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub custom: bool,
+}
+
+/// The conversation of an agent loop, in API-neutral form.
+#[derive(Debug, Clone)]
+pub enum AgentItem {
+    User(String),
+    Assistant(String),
+    Call(ToolCall),
+    Output { call: ToolCall, output: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentRequest<'a> {
+    pub model: String,
+    pub instructions: String,
+    pub items: &'a [AgentItem],
+    pub tools: &'a [ToolSpec],
+    pub reasoning_effort: Option<String>,
+}
+
+/// One model turn: tool calls to run, or (with none) the final answer.
+#[derive(Debug, Clone)]
+pub struct AgentTurn {
+    pub text: String,
+    pub calls: Vec<ToolCall>,
+    pub usage: TokenUsage,
+}
+
 /// Where memory comes from: a model, or the built-in deterministic provider.
 #[derive(Clone)]
 pub enum Provider {
@@ -87,4 +131,5 @@ pub enum Provider {
 #[async_trait]
 pub trait Model: Send + Sync + 'static {
     async fn structured(&self, request: &StructuredRequest) -> Result<ModelReply, ModelError>;
+    async fn agent_turn(&self, request: &AgentRequest<'_>) -> Result<AgentTurn, ModelError>;
 }

@@ -2,7 +2,10 @@
 //! {base}/responses`) or Chat Completions (`POST {base}/chat/completions`,
 //! for vLLM, Ollama, llama.cpp, LiteLLM).
 
-use super::{FailureClass, Model, ModelError, ModelReply, StructuredRequest, TokenUsage};
+use super::{
+    AgentItem, AgentRequest, AgentTurn, FailureClass, Model, ModelError, ModelReply, StructuredRequest, TokenUsage,
+    ToolCall,
+};
 use async_trait::async_trait;
 use reqwest::StatusCode;
 use reqwest::header::RETRY_AFTER;
@@ -71,11 +74,7 @@ impl OpenAiModel {
     }
 
     fn parse_reply(&self, body: &Value) -> Result<ModelReply, ModelError> {
-        let usage = |input: &str, output: &str| TokenUsage {
-            input_tokens: body["usage"][input].as_u64().unwrap_or(0),
-            output_tokens: body["usage"][output].as_u64().unwrap_or(0),
-            calls: 1,
-        };
+        let usage = self.usage_of(body);
         let (text, usage) = match self.api {
             LlmApi::Responses => {
                 let mut text = String::new();
@@ -84,20 +83,20 @@ impl OpenAiModel {
                         match part["type"].as_str() {
                             Some("output_text") => text.push_str(part["text"].as_str().unwrap_or("")),
                             Some("refusal") => {
-                                return Err(refused(usage("input_tokens", "output_tokens")));
+                                return Err(refused(usage));
                             }
                             _ => {}
                         }
                     }
                 }
-                (text, usage("input_tokens", "output_tokens"))
+                (text, usage)
             }
             LlmApi::ChatCompletions => {
                 let message = &body["choices"][0]["message"];
                 if message["refusal"].is_string() {
-                    return Err(refused(usage("prompt_tokens", "completion_tokens")));
+                    return Err(refused(usage));
                 }
-                (message["content"].as_str().unwrap_or("").to_owned(), usage("prompt_tokens", "completion_tokens"))
+                (message["content"].as_str().unwrap_or("").to_owned(), usage)
             }
         };
         if text.is_empty() {
@@ -145,10 +144,9 @@ fn classify(status: StatusCode, body: &str) -> FailureClass {
     }
 }
 
-#[async_trait]
-impl Model for OpenAiModel {
-    async fn structured(&self, req: &StructuredRequest) -> Result<ModelReply, ModelError> {
-        let (url, body) = self.body(req);
+impl OpenAiModel {
+    /// One POST; the parsed JSON answer, or the failure told apart.
+    async fn post(&self, url: &str, body: &Value) -> Result<Value, ModelError> {
         let transient = |message: String| ModelError {
             class: FailureClass::Transient,
             message,
@@ -157,9 +155,9 @@ impl Model for OpenAiModel {
         };
         let response = self
             .http
-            .post(&url)
+            .post(url)
             .bearer_auth(&self.api_key)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .map_err(|e| transient(format!("model request failed: {}", without_url(e))))?;
@@ -177,9 +175,150 @@ impl Model for OpenAiModel {
                 usage: TokenUsage::default(),
             });
         }
-        let parsed: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::permanent(format!("the model API's answer is not JSON: {e}")))?;
+        serde_json::from_str(&text)
+            .map_err(|e| ModelError::permanent(format!("the model API's answer is not JSON: {e}")))
+    }
+
+    fn usage_of(&self, body: &Value) -> TokenUsage {
+        let (input, output) = match self.api {
+            LlmApi::Responses => ("input_tokens", "output_tokens"),
+            LlmApi::ChatCompletions => ("prompt_tokens", "completion_tokens"),
+        };
+        TokenUsage {
+            input_tokens: body["usage"][input].as_u64().unwrap_or(0),
+            output_tokens: body["usage"][output].as_u64().unwrap_or(0),
+            calls: 1,
+        }
+    }
+
+    fn agent_body(&self, req: &AgentRequest<'_>) -> (String, Value) {
+        match self.api {
+            LlmApi::Responses => {
+                let input: Vec<Value> = req
+                    .items
+                    .iter()
+                    .map(|item| match item {
+                        AgentItem::User(text) => json!({"role": "user", "content": text}),
+                        AgentItem::Assistant(text) => json!({"role": "assistant", "content": text}),
+                        AgentItem::Call(c) if c.custom => {
+                            json!({"type": "custom_tool_call", "call_id": c.call_id, "name": c.name, "input": c.arguments})
+                        }
+                        AgentItem::Call(c) => {
+                            json!({"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments})
+                        }
+                        AgentItem::Output { call, output } if call.custom => {
+                            json!({"type": "custom_tool_call_output", "call_id": call.call_id, "output": output})
+                        }
+                        AgentItem::Output { call, output } => {
+                            json!({"type": "function_call_output", "call_id": call.call_id, "output": output})
+                        }
+                    })
+                    .collect();
+                let tools: Vec<Value> = req
+                    .tools
+                    .iter()
+                    .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": false}))
+                    .collect();
+                let mut body = json!({"model": req.model, "instructions": req.instructions, "input": input, "tools": tools, "store": false});
+                if let Some(effort) = &req.reasoning_effort {
+                    body["reasoning"] = json!({"effort": effort});
+                }
+                (format!("{}/responses", self.base_url), body)
+            }
+            LlmApi::ChatCompletions => {
+                let mut messages = vec![json!({"role": "system", "content": req.instructions})];
+                for item in req.items {
+                    match item {
+                        AgentItem::User(text) => messages.push(json!({"role": "user", "content": text})),
+                        AgentItem::Assistant(text) => messages.push(json!({"role": "assistant", "content": text})),
+                        AgentItem::Call(c) => {
+                            let call = json!({"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}});
+                            // Calls of one turn share one assistant message.
+                            match messages.last_mut() {
+                                Some(last) if last["role"] == "assistant" && last["tool_calls"].is_array() => {
+                                    last["tool_calls"].as_array_mut().expect("checked above").push(call)
+                                }
+                                _ => messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                            }
+                        }
+                        AgentItem::Output { call, output } => {
+                            messages.push(json!({"role": "tool", "tool_call_id": call.call_id, "content": output}))
+                        }
+                    }
+                }
+                let tools: Vec<Value> = req
+                    .tools
+                    .iter()
+                    .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                    .collect();
+                let mut body = json!({"model": req.model, "messages": messages, "tools": tools});
+                if let Some(effort) = &req.reasoning_effort {
+                    body["reasoning_effort"] = json!(effort);
+                }
+                (format!("{}/chat/completions", self.base_url), body)
+            }
+        }
+    }
+
+    fn parse_turn(&self, body: &Value) -> AgentTurn {
+        let usage = self.usage_of(body);
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        match self.api {
+            LlmApi::Responses => {
+                for item in body["output"].as_array().into_iter().flatten() {
+                    let field = |k: &str| item[k].as_str().unwrap_or_default().to_owned();
+                    match item["type"].as_str() {
+                        Some("function_call") => calls.push(ToolCall {
+                            call_id: field("call_id"),
+                            name: field("name"),
+                            arguments: field("arguments"),
+                            custom: false,
+                        }),
+                        Some("custom_tool_call") => calls.push(ToolCall {
+                            call_id: field("call_id"),
+                            name: field("name"),
+                            arguments: field("input"),
+                            custom: true,
+                        }),
+                        Some("message") => {
+                            for part in item["content"].as_array().into_iter().flatten() {
+                                text.push_str(part["text"].as_str().unwrap_or_default());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            LlmApi::ChatCompletions => {
+                let message = &body["choices"][0]["message"];
+                text = message["content"].as_str().unwrap_or_default().to_owned();
+                for call in message["tool_calls"].as_array().into_iter().flatten() {
+                    calls.push(ToolCall {
+                        call_id: call["id"].as_str().unwrap_or_default().to_owned(),
+                        name: call["function"]["name"].as_str().unwrap_or_default().to_owned(),
+                        arguments: call["function"]["arguments"].as_str().unwrap_or_default().to_owned(),
+                        custom: false,
+                    });
+                }
+            }
+        }
+        AgentTurn { text, calls, usage }
+    }
+}
+
+#[async_trait]
+impl Model for OpenAiModel {
+    async fn structured(&self, req: &StructuredRequest) -> Result<ModelReply, ModelError> {
+        let (url, body) = self.body(req);
+        let parsed = self.post(&url, &body).await?;
         self.parse_reply(&parsed)
+    }
+
+    async fn agent_turn(&self, req: &AgentRequest<'_>) -> Result<AgentTurn, ModelError> {
+        let (url, body) = self.agent_body(req);
+        let parsed = self.post(&url, &body).await?;
+        Ok(self.parse_turn(&parsed))
     }
 }
 

@@ -166,10 +166,117 @@ pub fn extract(contents: &str) -> RolloutArtifacts {
     RolloutArtifacts { rollout_slug: slug_from(&task), rollout_summary: summary, raw_memory: raw }
 }
 
+/// What phase two needs of one raw memory file.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RawMemoryDigest {
+    rollout_id: String,
+    updated_at: String,
+    summary_file: String,
+    task: String,
+    outcome: String,
+    keywords: String,
+    lessons: Vec<String>,
+}
+
+fn digest_raw_memory(text: &str) -> RawMemoryDigest {
+    let mut d = RawMemoryDigest::default();
+    let mut in_front_matter = false;
+    for line in text.lines() {
+        let field = |prefix: &str| line.strip_prefix(prefix).map(|v| py_strip(v).to_owned());
+        if line == "---" {
+            in_front_matter = !in_front_matter;
+            continue;
+        }
+        if let Some(v) = field("rollout_id:").filter(|_| d.rollout_id.is_empty()) {
+            d.rollout_id = v;
+        } else if let Some(v) = field("updated_at:").filter(|_| d.updated_at.is_empty()) {
+            d.updated_at = v;
+        } else if let Some(v) = field("rollout_summary_file:").filter(|_| d.summary_file.is_empty()) {
+            d.summary_file = v;
+        } else if in_front_matter {
+            if let Some(v) = field("task:") {
+                d.task = v;
+            } else if let Some(v) = field("task_outcome:") {
+                d.outcome = v;
+            } else if let Some(v) = field("keywords:") {
+                d.keywords = v;
+            } else if let Some(v) = field("description:").filter(|_| d.task.is_empty()) {
+                d.task = v;
+            }
+        } else if let Some(bullet) = line.strip_prefix("- ") {
+            d.lessons.push(bullet.to_owned());
+        }
+    }
+    if d.task.is_empty() {
+        d.task = format!("Conversation {}", d.rollout_id);
+    }
+    d
+}
+
+/// The extractive phase two: `MEMORY.md` and `memory_summary.md` rebuilt
+/// from the selected raw memories (newest first), so that what dropped out
+/// of the selection drops out of memory too.
+pub fn consolidate(raw_memories: &[String]) -> (String, String) {
+    let digests: Vec<RawMemoryDigest> = raw_memories.iter().map(|r| digest_raw_memory(r)).collect();
+    let mut memory = format!(
+        "# Memory\n\nBuilt by memoryd's extractive provider from {} raw memories, newest first.\n",
+        digests.len()
+    );
+    for d in &digests {
+        memory.push_str(&format!("\n## {}\n\n", d.task));
+        memory.push_str(&format!("- rollout_summary_files: {}\n", d.summary_file));
+        if !d.keywords.is_empty() {
+            memory.push_str(&format!("- keywords: {}\n", d.keywords));
+        }
+        if !d.outcome.is_empty() {
+            memory.push_str(&format!("- outcome: {} (updated {})\n", d.outcome, d.updated_at));
+        }
+        for lesson in &d.lessons {
+            memory.push_str(&format!("- {lesson}\n"));
+        }
+    }
+    let mut summary =
+        format!("## User profile\n\nMemory of {} recent conversations with this user or project.\n", digests.len());
+    let requests: Vec<&String> =
+        digests.iter().flat_map(|d| &d.lessons).filter(|l| l.starts_with("Follow-up request:")).take(10).collect();
+    if !requests.is_empty() {
+        summary.push_str("\n## Preferences\n\n");
+        for r in requests {
+            summary.push_str(&format!("- {r}\n"));
+        }
+    }
+    let tips: Vec<&String> =
+        digests.iter().flat_map(|d| &d.lessons).filter(|l| l.starts_with("Failed with")).take(10).collect();
+    if !tips.is_empty() {
+        summary.push_str("\n## General tips\n\n");
+        for t in tips {
+            summary.push_str(&format!("- Seen before: {t}\n"));
+        }
+    }
+    summary.push_str("\n## What's in memory\n\n");
+    for (i, d) in digests.iter().enumerate() {
+        let when = if i < 5 { "Recent" } else { "Older" };
+        summary.push_str(&format!("- {when}: {} ({}, {})\n", d.task, d.updated_at, d.outcome));
+    }
+    (memory, summary)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::phase_one::{Extraction, check_artifacts};
+
+    #[test]
+    fn consolidation_lists_every_selected_memory() {
+        let raw = "rollout_id: c\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/c.jsonl\nrollout_summary_file: rollout_summaries/c_fix.md\nterminal_state: completed\n\n---\ndescription: Fix CI\ntask: Fix CI\ntask_group: fix\ntask_outcome: done\nkeywords: fix, ci\n---\n\n### Fix CI\n\n- Follow-up request: use pnpm\n- Failed with ToolError: npm missing\n".to_owned();
+        let (memory, summary) = consolidate(&[raw]);
+        assert!(memory.contains("## Fix CI\n\n- rollout_summary_files: rollout_summaries/c_fix.md\n- keywords: fix, ci\n- outcome: done (updated 2026-04-15T00:00:00+00:00)\n- Follow-up request: use pnpm\n"));
+        assert!(summary.contains("- Follow-up request: use pnpm"));
+        assert!(summary.contains("- Seen before: Failed with ToolError: npm missing"));
+        assert!(summary.contains("- Recent: Fix CI (2026-04-15T00:00:00+00:00, done)"));
+        let (empty_memory, _) = consolidate(&[]);
+        assert!(empty_memory.contains("from 0 raw memories"));
+    }
 
     #[test]
     fn a_rollout_becomes_a_valid_memory() {

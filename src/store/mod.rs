@@ -314,8 +314,36 @@ pub enum JobOutcome {
 /// they run inside the transaction that records the outcome.
 pub type JobEffects = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
 
+/// One phase-two attempt, as `GET …/runs` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseTwoRun {
+    pub run_id: Uuid,
+    pub job_id: Uuid,
+    pub session_id: String,
+    pub state: String,
+    pub selected: i64,
+    pub added: i64,
+    pub retained: i64,
+    pub removed: i64,
+    pub files_changed: Vec<String>,
+    pub usage: Value,
+    pub turns: i64,
+    pub error: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// What a phase-two attempt leaves in the database: its run record and, on
+/// success, the new selection document (SPEC §2.4).
+#[derive(Debug, Clone)]
+pub struct PhaseTwoReport {
+    pub run: PhaseTwoRun,
+    pub selection: Option<Value>,
+}
+
 pub struct JobFinish {
     pub outcome: JobOutcome,
+    pub phase_two: Option<PhaseTwoReport>,
     /// The job's token usage over all its attempts so far.
     pub usage: Value,
     pub effects: Option<JobEffects>,
@@ -389,6 +417,31 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         rollout: &RolloutId,
     ) -> StoreResult<Option<RawMemoryRecord>>;
+
+    /// Every raw memory of a layout in a workspace: phase two's candidates.
+    async fn raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Vec<RawMemoryRecord>>;
+    /// The last successful selection document, if any.
+    async fn phase_two_selection(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Option<Value>>;
+    /// Phase-two runs, newest first.
+    async fn phase_two_runs(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        limit: i64,
+    ) -> StoreResult<Vec<PhaseTwoRun>>;
+    /// `default` always; another workspace once a session has used it.
+    async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
 }
 
 pub type DynStore = Arc<dyn Store>;

@@ -12,6 +12,7 @@ impl Dialect for Postgres {
     const MIGRATIONS: &'static [Migration] = &[
         Migration { version: 1, sql: include_str!("../../migrations/postgres/0001_core.sql") },
         Migration { version: 2, sql: include_str!("../../migrations/postgres/0002_jobs.sql") },
+        Migration { version: 3, sql: include_str!("../../migrations/postgres/0003_phase_two.sql") },
     ];
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const BEGIN_WRITE: &'static str = "BEGIN";

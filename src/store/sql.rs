@@ -218,6 +218,17 @@ where
         Ok(())
     }
 
+    fn raw_memory_from_row(r: &DB::Row) -> StoreResult<RawMemoryRecord> {
+        Ok(RawMemoryRecord {
+            rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+            updated_at: r.try_get("updated_at")?,
+            rollout_path: r.try_get("rollout_path")?,
+            rollout_summary_file: r.try_get("rollout_summary_file")?,
+            terminal_state: r.try_get("terminal_state")?,
+            extracted_len: r.try_get::<i64, _>("extracted_len")? as u64,
+        })
+    }
+
     fn claimed_from_row(r: &DB::Row, token: Uuid) -> StoreResult<ClaimedJob> {
         Ok(ClaimedJob {
             job: Self::job_from_row(r)?,
@@ -788,6 +799,49 @@ where
             .execute(&mut *tx)
             .await?;
         }
+        if let Some(report) = &finish.phase_two {
+            let run = &report.run;
+            sqlx::query(
+                "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
+                                             retained, removed, files_changed, usage, turns, error, started_at, finished_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            )
+            .bind(run.run_id)
+            .bind(claimed.tenant_id)
+            .bind(job.workspace.as_str())
+            .bind(job.layout.as_str())
+            .bind(job.job_id)
+            .bind(run.session_id.as_str())
+            .bind(run.state.as_str())
+            .bind(run.selected)
+            .bind(run.added)
+            .bind(run.retained)
+            .bind(run.removed)
+            .bind(serde_json::to_string(&run.files_changed).expect("a list of paths serialises"))
+            .bind(run.usage.to_string())
+            .bind(run.turns)
+            .bind(run.error.as_deref())
+            .bind(run.started_at)
+            .bind(run.finished_at)
+            .execute(&mut *tx)
+            .await?;
+            if let Some(document) = &report.selection {
+                sqlx::query(
+                    "INSERT INTO phase_two_selections (tenant_id, workspace, layout, run_id, document, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
+                        run_id = excluded.run_id, document = excluded.document, updated_at = excluded.updated_at",
+                )
+                .bind(claimed.tenant_id)
+                .bind(job.workspace.as_str())
+                .bind(job.layout.as_str())
+                .bind(run.run_id)
+                .bind(document.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
         if finished_at.is_some() {
             Self::settle_session(&mut tx, claimed.tenant_id, job.session_id.as_str(), now).await?;
         }
@@ -862,16 +916,91 @@ where
         .bind(rollout.as_str())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| {
-            Ok(RawMemoryRecord {
-                rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
-                updated_at: r.try_get("updated_at")?,
-                rollout_path: r.try_get("rollout_path")?,
-                rollout_summary_file: r.try_get("rollout_summary_file")?,
-                terminal_state: r.try_get("terminal_state")?,
-                extracted_len: r.try_get::<i64, _>("extracted_len")? as u64,
+        row.as_ref().map(Self::raw_memory_from_row).transpose()
+    }
+
+    async fn raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Vec<RawMemoryRecord>> {
+        let rows = sqlx::query("SELECT * FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(layout.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(Self::raw_memory_from_row).collect()
+    }
+
+    async fn phase_two_selection(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Option<Value>> {
+        let row = sqlx::query(
+            "SELECT document FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2 AND layout = $3",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| serde_json::from_str(r.try_get("document")?).map_err(corrupt)).transpose()
+    }
+
+    async fn phase_two_runs(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        limit: i64,
+    ) -> StoreResult<Vec<PhaseTwoRun>> {
+        let rows = sqlx::query(
+            "SELECT * FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+             ORDER BY finished_at DESC, id LIMIT $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let files: String = r.try_get("files_changed")?;
+                let usage: String = r.try_get("usage")?;
+                Ok(PhaseTwoRun {
+                    run_id: r.try_get("id")?,
+                    job_id: r.try_get("job_id")?,
+                    session_id: r.try_get("session_id")?,
+                    state: r.try_get("state")?,
+                    selected: r.try_get("selected")?,
+                    added: r.try_get("added")?,
+                    retained: r.try_get("retained")?,
+                    removed: r.try_get("removed")?,
+                    files_changed: serde_json::from_str(&files).map_err(corrupt)?,
+                    usage: serde_json::from_str(&usage).map_err(corrupt)?,
+                    turns: r.try_get("turns")?,
+                    error: r.try_get("error")?,
+                    started_at: r.try_get("started_at")?,
+                    finished_at: r.try_get("finished_at")?,
+                })
             })
-        })
-        .transpose()
+            .collect()
+    }
+
+    async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+        if workspace == &WorkspaceName::default_workspace() {
+            return Ok(true);
+        }
+        let row = sqlx::query("SELECT 1 AS known FROM sessions WHERE tenant_id = $1 AND workspace = $2 LIMIT 1")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
     }
 }

@@ -13,6 +13,7 @@ impl Dialect for Sqlite {
     const MIGRATIONS: &'static [Migration] = &[
         Migration { version: 1, sql: include_str!("../../migrations/sqlite/0001_core.sql") },
         Migration { version: 2, sql: include_str!("../../migrations/sqlite/0002_jobs.sql") },
+        Migration { version: 3, sql: include_str!("../../migrations/sqlite/0003_phase_two.sql") },
     ];
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";

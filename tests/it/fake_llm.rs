@@ -106,6 +106,16 @@ impl FakeLlm {
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
+
+    /// The structured-output calls of phase one (phase two's agent turns carry tools instead).
+    pub fn phase_one_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.body.get("tools").is_none()).collect()
+    }
+
+    /// Phase two's agent turns.
+    pub fn phase_two_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.body.get("tools").is_some()).collect()
+    }
 }
 
 async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: HeaderMap, body: String) -> Response {

@@ -41,6 +41,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     let flag = wrote.clone();
     let stale_finish = JobFinish {
         outcome: JobOutcome::Succeeded { raw_memory: None },
+        phase_two: None,
         usage: json!({}),
         effects: Some(Box::new(move || {
             flag.store(true, Ordering::SeqCst);
@@ -53,7 +54,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert!(
         store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
     );
-    let finish = JobFinish { outcome: JobOutcome::Skipped, usage: json!({}), effects: None };
+    let finish = JobFinish { outcome: JobOutcome::Skipped, phase_two: None, usage: json!({}), effects: None };
     assert!(store.finish_job(&owner, finish).await.unwrap());
     let job: Value = app
         .request(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key)

@@ -83,7 +83,7 @@ async fn three_rollouts(backend: Backend, api: &str) {
             )
         );
     }
-    let requests = fake.requests();
+    let requests = fake.phase_one_requests();
     assert_eq!(requests.len(), 3);
     let schema = memoryd::pipeline::phase_one::rollout_extraction_schema();
     for r in &requests {
@@ -151,7 +151,7 @@ async fn phase_one_prompts_keep_the_seed_behaviours(backend: Backend) {
     app.post_segment(&t.key, "s", "guided", json!({"rollout_id": "guided", "input": "hi", "final_output": "ok"})).await;
     close(&app, &t.key, "s").await;
     app.settled_jobs(&t.key, "kind=phase_one").await;
-    let requests = fake.requests();
+    let requests = fake.phase_one_requests();
     assert_eq!(requests.len(), 4);
     let find = |needle: &str| {
         requests.iter().find(|r| r.user_message().contains(needle)).unwrap_or_else(|| panic!("{needle}")).clone()
@@ -195,7 +195,7 @@ async fn transient_faults_are_retried_until_success(backend: Backend) {
     assert_eq!(jobs[0]["state"], "succeeded");
     assert_eq!(jobs[0]["attempts"], 3);
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After was honoured");
-    assert_eq!(fake.requests().len(), 3);
+    assert_eq!(fake.phase_one_requests().len(), 3);
 }
 
 async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {
@@ -275,7 +275,7 @@ async fn empty_partial_and_unusable_answers(backend: Backend) {
     assert!(!summaries.join("r_first-slug.md").exists(), "the summary under the old slug is removed");
     let raw = std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/r.md")).unwrap();
     assert!(raw.contains("rollout_summary_file: rollout_summaries/r_second-slug.md"));
-    let last = fake.requests().last().unwrap().user_message();
+    let last = fake.phase_one_requests().last().unwrap().user_message();
     assert!(last.contains("\"segment_count\":3"), "all segments from all sessions are extracted");
 }
 

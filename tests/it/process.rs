@@ -194,7 +194,7 @@ async fn sigterm_gives_a_running_job_back(backend: Backend) {
         .await
         .unwrap();
     http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
-    while fake.requests().is_empty() {
+    while fake.phase_one_requests().is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stopping = Instant::now();
@@ -231,7 +231,7 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
         .unwrap();
     http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
     let started = Instant::now();
-    while fake.requests().is_empty() {
+    while fake.phase_one_requests().is_empty() {
         assert!(started.elapsed() < Duration::from_secs(20), "the model call never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -243,7 +243,7 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     let jobs = settle(&http, &second.base, &key, 1, Duration::from_secs(30)).await;
     assert_eq!(jobs[0]["state"], "succeeded", "{:?}", jobs[0]);
     assert_eq!(jobs[0]["attempts"], 2, "the killed attempt counts, the re-claim finished it");
-    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(fake.phase_one_requests().len(), 2);
     let summaries = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories/rollout_summaries"));
     assert!(summaries.join("r_after-restart.md").exists());
     assert!(!summaries.join("r_never-recorded.md").exists());
@@ -283,11 +283,11 @@ async fn two_processes_on_one_postgres_run_each_job_once() {
         assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{job}");
     }
     let mut extracted: Vec<String> = fake
-        .requests()
+        .phase_one_requests()
         .iter()
         .map(|r| {
             let m = r.user_message();
-            let start = m.find("SEGMENT-SECRET-").unwrap();
+            let start = m.find("SEGMENT-SECRET-").expect("every phase-one prompt holds its rollout");
             m[start..].split('"').next().unwrap().to_owned()
         })
         .collect();

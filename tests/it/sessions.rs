@@ -170,7 +170,7 @@ async fn close_of_an_empty_session_is_immediate(backend: Backend) {
 }
 
 async fn waiting_close_answers_at_once_on_shutdown(backend: Backend) {
-    let mut app = TestApp::start(backend).await;
+    let mut app = TestApp::start_with(backend, |c| c.no_workers = true).await;
     let t = app.tenant().await;
     assert_eq!(app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r"})).await.status(), 201);
     let waiting = app.request(Method::POST, "/v1/sessions/s/close?wait=60", &t.key).send();

@@ -1,0 +1,289 @@
+//! A phase-two attempt (R-P2, SPEC §4): select the newest raw memories,
+//! rebuild `raw_memories.md`, let the consolidation agent (or the extractive
+//! provider) edit the memory folder, and on success record the selection.
+//! A failed attempt puts every file it touched back as it was.
+
+use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::domain::time::py_isoformat;
+use crate::llm::{AgentItem, AgentRequest, FailureClass, ModelError, Provider, TokenUsage};
+use crate::pipeline::extractive;
+use crate::pipeline::prompts::{PHASE_TWO, extra_prompt_section, render};
+use crate::pipeline::selection::{
+    PhaseTwoSelection, SelectionItem, build_selection, prior_from_document, raw_memories_md, render_selection_block,
+    selection_document, selection_file,
+};
+use crate::store::{ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun};
+use crate::tools::{MemoryTools, Snapshot, tool_specs};
+use crate::workspace::{confine, write_atomic};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use uuid::Uuid;
+
+const AGENT_INSTRUCTIONS: &str = "You maintain the long-term memory folder of an AI agent. Do what the user message asks with the tools you have; when the memory files are done, answer in plain text without calling a tool.";
+
+/// Everything the run record needs, filled in as the attempt goes.
+struct RunLog {
+    run_id: Uuid,
+    started_at: DateTime<Utc>,
+    selection: Option<PhaseTwoSelection>,
+    files_changed: Vec<String>,
+    usage: TokenUsage,
+    turns: i64,
+}
+
+impl RunLog {
+    fn report(
+        &self,
+        claimed: &ClaimedJob,
+        state: &str,
+        error: Option<String>,
+        selection_doc: Option<serde_json::Value>,
+    ) -> PhaseTwoReport {
+        let count = |f: fn(&PhaseTwoSelection) -> usize| self.selection.as_ref().map_or(0, f) as i64;
+        PhaseTwoReport {
+            run: PhaseTwoRun {
+                run_id: self.run_id,
+                job_id: claimed.job.job_id,
+                session_id: claimed.job.session_id.as_str().to_owned(),
+                state: state.to_owned(),
+                selected: count(|s| s.selected.len()),
+                added: count(PhaseTwoSelection::added_count),
+                retained: count(|s| s.retained.len()),
+                removed: count(|s| s.removed.len()),
+                files_changed: self.files_changed.clone(),
+                usage: json!({"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens, "calls": self.usage.calls}),
+                turns: self.turns,
+                error,
+                started_at: self.started_at,
+                finished_at: Utc::now(),
+            },
+            selection: selection_doc,
+        }
+    }
+}
+
+fn retryable(message: String, usage: TokenUsage) -> AttemptError {
+    AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
+}
+
+fn model_failure(e: ModelError) -> AttemptError {
+    let message = format!("phase-two model call failed: {}", e.message);
+    let retry_after = if e.class == FailureClass::Transient { e.retry_after } else { None };
+    AttemptError::Retryable { message, retry_after, usage: e.usage, token_limit: None }
+}
+
+fn error_text(e: &AttemptError) -> String {
+    match e {
+        AttemptError::Retryable { message, .. } | AttemptError::Fatal { message } => message.clone(),
+    }
+}
+
+pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+    let mut log = RunLog {
+        run_id: Uuid::new_v4(),
+        started_at: Utc::now(),
+        selection: None,
+        files_changed: Vec::new(),
+        usage: TokenUsage::default(),
+        turns: 0,
+    };
+    match attempt(ctx, claimed, &mut log).await {
+        Ok((completion, document)) => {
+            let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
+            let report = log.report(claimed, state, None, document);
+            (Ok(completion), Some(report))
+        }
+        Err(e) => {
+            let report = log.report(claimed, "failed", Some(error_text(&e)), None);
+            (Err(e), Some(report))
+        }
+    }
+}
+
+fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
+    (Completion { outcome: JobOutcome::Skipped, effects: None, usage }, None)
+}
+
+async fn attempt(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    log: &mut RunLog,
+) -> Result<(Completion, Option<serde_json::Value>), AttemptError> {
+    let job = &claimed.job;
+    let fatal = |message: String| AttemptError::Fatal { message };
+    let io = |what: &str, e: &dyn std::fmt::Display| retryable(format!("{what}: {e}"), TokenUsage::default());
+    let generate = claimed
+        .layout
+        .config
+        .generate
+        .clone()
+        .ok_or_else(|| fatal(format!("layout {} no longer generates memory", job.layout)))?;
+
+    // SPEC §4: no model call when none of this close's phase-one jobs wrote a memory.
+    let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(job.session_id.clone()) };
+    let phase_one =
+        ctx.store.list_jobs(claimed.tenant_id, &filter).await.map_err(|e| io("listing phase-one jobs failed", &e))?;
+    if !phase_one.iter().any(|j| j.layout == job.layout && j.state == JobState::Succeeded) {
+        return Ok(skipped(TokenUsage::default()));
+    }
+
+    let root = ctx
+        .volumes
+        .workspace_root(claimed.tenant_id, &job.workspace)
+        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+    let snapshot_dir = ctx.snapshots.join(job.job_id.to_string());
+    // An attempt that died mid-run left its snapshot: start from the folder as it was.
+    if let Some(stale) = Snapshot::find(&snapshot_dir).map_err(|e| io("reading an earlier snapshot failed", &e))? {
+        stale.restore(&root).map_err(|e| io("restoring an earlier attempt's files failed", &e))?;
+    }
+
+    let layout = &claimed.layout;
+    let memories = layout.memories_dir.normalized.clone();
+    let items: Vec<SelectionItem> = ctx
+        .store
+        .raw_memories(claimed.tenant_id, &job.workspace, &job.layout)
+        .await
+        .map_err(|e| io("reading the raw-memory index failed", &e))?
+        .into_iter()
+        .map(|r| SelectionItem {
+            rollout_id: r.rollout_id.as_str().to_owned(),
+            updated_at: r.updated_at,
+            rollout_path: r.rollout_path,
+            rollout_summary_file: r.rollout_summary_file,
+            terminal_state: r.terminal_state,
+        })
+        .collect();
+    let prior = ctx
+        .store
+        .phase_two_selection(claimed.tenant_id, &job.workspace, &job.layout)
+        .await
+        .map_err(|e| io("reading the last selection failed", &e))?
+        .map(|doc| prior_from_document(&doc))
+        .unwrap_or_default();
+    let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
+    let selection = build_selection(items, cap, &prior);
+    log.selection = Some(selection.clone());
+
+    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let mut chunks = Vec::new();
+    for item in &selection.selected {
+        let path = confine(&memory_root, &format!("raw_memories/{}.md", item.rollout_id))
+            .map_err(|e| fatal(format!("raw memory path refused: {e}")))?;
+        match std::fs::read(&path) {
+            Ok(bytes) => chunks.push(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("reading a raw memory failed", &e)),
+        }
+    }
+    if chunks.is_empty() {
+        return Ok(skipped(TokenUsage::default()));
+    }
+
+    let snapshot = Snapshot::create(snapshot_dir).map_err(|e| io("creating the snapshot failed", &e))?;
+    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized, snapshot);
+    let result = consolidate(ctx, claimed, &mut tools, &selection, &chunks, log).await;
+    log.files_changed = tools.changed_files().to_vec();
+    let snapshot = tools.into_snapshot();
+    if let Err(e) = result {
+        snapshot
+            .restore(&root)
+            .map_err(|re| io(&format!("{}; restoring the memory folder failed too", error_text(&e)), &re))?;
+        log.files_changed.clear();
+        return Err(e);
+    }
+
+    let written_at = py_isoformat(Utc::now());
+    let document = selection_document(&selection, &written_at, &log.run_id.to_string());
+    let file_text = selection_file(&selection.selected, &written_at);
+    let selection_path =
+        confine(&memory_root, "phase_two_selection.json").map_err(|e| fatal(format!("selection path refused: {e}")))?;
+    let effects = Box::new(move || {
+        write_atomic(&selection_path, file_text.as_bytes())?;
+        snapshot.discard()
+    });
+    Ok((
+        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, effects: Some(effects), usage: log.usage },
+        Some(document),
+    ))
+}
+
+/// Rebuilds `raw_memories.md`, then lets the provider edit the memory files.
+async fn consolidate(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    tools: &mut MemoryTools,
+    selection: &PhaseTwoSelection,
+    chunks: &[String],
+    log: &mut RunLog,
+) -> Result<(), AttemptError> {
+    let memories = claimed.layout.memories_dir.normalized.clone();
+    let generate = claimed.layout.config.generate.clone().expect("checked by the caller");
+    tools
+        .write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(chunks))
+        .map_err(|e| retryable(format!("writing raw_memories.md failed: {e}"), TokenUsage::default()))?;
+    match &ctx.provider {
+        Provider::Extractive => {
+            let (memory, summary) = extractive::consolidate(chunks);
+            for (file, text) in [("MEMORY.md", memory), ("memory_summary.md", summary)] {
+                tools
+                    .write_owned(&format!("{memories}/{file}"), &text)
+                    .map_err(|e| retryable(format!("writing {file} failed: {e}"), TokenUsage::default()))?;
+            }
+            log.turns = 0;
+            Ok(())
+        }
+        Provider::Model(model) => {
+            let prompt = render(
+                PHASE_TWO,
+                &[
+                    ("memory_root", claimed.layout.config.memories_dir.as_str()),
+                    ("phase_two_input_selection", &render_selection_block(selection)),
+                    ("extra_prompt_section", &extra_prompt_section(generate.extra_prompt.as_deref())),
+                ],
+            );
+            if ctx.settings.log_content {
+                tracing::debug!(job_id = %claimed.job.job_id, prompt = %prompt, "phase-two prompt");
+            }
+            let specs = tool_specs();
+            let mut items = vec![AgentItem::User(prompt)];
+            let max_turns = generate.phase_two_max_turns.max(1);
+            while log.turns < max_turns {
+                log.turns += 1;
+                let request = AgentRequest {
+                    model: generate.phase_two_model.clone(),
+                    instructions: AGENT_INSTRUCTIONS.into(),
+                    items: &items,
+                    tools: &specs,
+                    reasoning_effort: generate.phase_two_reasoning_effort.clone(),
+                };
+                let turn = model.agent_turn(&request).await.map_err(|e| {
+                    let mut failure = model_failure(e);
+                    if let AttemptError::Retryable { usage, .. } = &mut failure {
+                        usage.add(log.usage);
+                    }
+                    failure
+                })?;
+                log.usage.add(turn.usage);
+                if ctx.settings.log_content {
+                    tracing::debug!(job_id = %claimed.job.job_id, text = %turn.text, calls = turn.calls.len(), "phase-two turn");
+                }
+                if turn.calls.is_empty() {
+                    return Ok(());
+                }
+                if !turn.text.is_empty() {
+                    items.push(AgentItem::Assistant(turn.text));
+                }
+                let mut outputs = Vec::with_capacity(turn.calls.len());
+                for call in &turn.calls {
+                    outputs.push(AgentItem::Output {
+                        call: call.clone(),
+                        output: tools.call(&call.name, &call.arguments),
+                    });
+                }
+                items.extend(turn.calls.into_iter().map(AgentItem::Call));
+                items.extend(outputs);
+            }
+            Err(retryable(format!("phase two did not finish within its {max_turns} turns"), log.usage))
+        }
+    }
+}
