@@ -7,6 +7,7 @@ mod extract;
 mod health;
 mod jobs;
 mod layouts;
+mod memory;
 mod sessions;
 
 use crate::config::Config;
@@ -108,6 +109,14 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/jobs", jobs::list_jobs),
         endpoint(Method::GET, "/v1/jobs/{job_id}", jobs::get_job),
         endpoint(Method::POST, "/v1/jobs/{job_id}/retry", jobs::retry_job),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/phase_two_selection",
+            memory::phase_two_selection,
+        ),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs", memory::runs),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}", memory::file),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/instructions", memory::instructions),
     ]
 }
 

@@ -175,6 +175,13 @@ where
         session_id: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
+        // Finishes of one session's jobs take turns here, so the last of them
+        // sees all the others committed and closes the session.
+        sqlx::query(locking::<DB>("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
+            .bind(tenant)
+            .bind(session_id)
+            .execute(&mut *conn)
+            .await?;
         let open = sqlx::query(
             "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')",
         )

@@ -61,7 +61,7 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
     }
     documented.sort();
     let mut served: Vec<(String, String)> =
-        memoryd::api::route_list().into_iter().map(|(m, p)| (m.to_string(), p.to_owned())).collect();
+        memoryd::api::route_list().into_iter().map(|(m, p)| (m.to_string(), p.replace("{*", "{"))).collect();
     served.sort();
     assert_eq!(documented, served);
 }

@@ -16,6 +16,12 @@ use std::time::Duration;
 pub enum Reply {
     /// A successful answer whose output text is this JSON.
     Output(Value),
+    /// An agent turn calling function tools: `(name, arguments JSON)`.
+    Calls(Vec<(&'static str, Value)>),
+    /// A Responses API custom tool call with raw text input.
+    CustomCall(&'static str, String),
+    /// A final agent answer: text and no tool call.
+    Text(&'static str),
     /// An error status with an OpenAI-style error body.
     Status { status: u16, code: Option<&'static str>, retry_after: Option<&'static str> },
 }
@@ -71,6 +77,7 @@ impl Recorded {
 struct FakeState {
     script: VecDeque<Scripted>,
     default: Option<Scripted>,
+    agent_default: Option<Scripted>,
     requests: Vec<Recorded>,
 }
 
@@ -103,6 +110,11 @@ impl FakeLlm {
         self.state.lock().unwrap().default = Some(scripted);
     }
 
+    /// The reply to agent turns (requests with tools) once the script is used up.
+    pub fn set_agent_default(&self, scripted: Scripted) {
+        self.state.lock().unwrap().agent_default = Some(scripted);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
@@ -127,7 +139,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
             body: body.clone(),
             authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
         });
-        s.script.pop_front().or_else(|| s.default.clone())
+        let agent_turn = body.get("tools").is_some();
+        s.script.pop_front().or_else(|| {
+            if agent_turn { s.agent_default.clone().or_else(|| s.default.clone()) } else { s.default.clone() }
+        })
     };
     let Some(scripted) = scripted else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "no scripted reply").into_response();
@@ -142,6 +157,42 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
                 response.headers_mut().insert("retry-after", after.parse().unwrap());
             }
             response
+        }
+        Reply::Calls(calls) => {
+            let responses = uri.path().ends_with("/responses");
+            let items: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    if responses {
+                        json!({"type": "function_call", "call_id": format!("call_{i}"), "name": name, "arguments": args.to_string()})
+                    } else {
+                        json!({"id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+                    }
+                })
+                .collect();
+            let reply = if responses {
+                json!({"output": items, "usage": {"input_tokens": 50, "output_tokens": 10}})
+            } else {
+                json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": items}}],
+                       "usage": {"prompt_tokens": 50, "completion_tokens": 10}})
+            };
+            axum::Json(reply).into_response()
+        }
+        Reply::CustomCall(name, input) => axum::Json(json!({
+            "output": [{"type": "custom_tool_call", "call_id": "custom_0", "name": name, "input": input}],
+            "usage": {"input_tokens": 50, "output_tokens": 10}
+        }))
+        .into_response(),
+        Reply::Text(text) => {
+            let reply = if uri.path().ends_with("/responses") {
+                json!({"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+                       "usage": {"input_tokens": 50, "output_tokens": 5}})
+            } else {
+                json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+                       "usage": {"prompt_tokens": 50, "completion_tokens": 5}})
+            };
+            axum::Json(reply).into_response()
         }
         Reply::Output(output) => {
             let text = output.to_string();

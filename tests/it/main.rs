@@ -10,5 +10,6 @@ mod ingest;
 mod jobs;
 mod layouts;
 mod phase_one;
+mod phase_two;
 mod process;
 mod sessions;

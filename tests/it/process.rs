@@ -335,3 +335,58 @@ async fn concurrent_phase_one_figure() {
         ROLLOUTS * 200
     );
 }
+
+#[tokio::test]
+async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
+    const SESSIONS: usize = 4;
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("x", "s", "m").now());
+    fake.set_agent_default(Reply::Text("done").after(Duration::from_millis(300)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(Backend::Postgres).await);
+    let http = reqwest::Client::new();
+    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &env);
+    let _worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &env);
+    api.ready(&http).await;
+    let (_, key) = new_tenant(&http, &api.base).await;
+    for i in 0..SESSIONS {
+        http.post(format!("{}/v1/sessions/s{i}/layouts/default/segments", api.base))
+            .bearer_auth(&key)
+            .json(&json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}))
+            .send()
+            .await
+            .unwrap();
+    }
+    // All closes at once: four phase-two jobs of one layout become due together.
+    let closes: Vec<_> = (0..SESSIONS)
+        .map(|i| {
+            tokio::spawn(http.post(format!("{}/v1/sessions/s{i}/close?wait=60", api.base)).bearer_auth(&key).send())
+        })
+        .collect();
+    for close in closes {
+        assert_eq!(close.await.unwrap().unwrap().status(), 200);
+    }
+    let runs: Value = http
+        .get(format!("{}/v1/workspaces/default/layouts/default/runs", api.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut spans: Vec<(String, String)> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["state"] == "succeeded")
+        .map(|r| (r["started_at"].as_str().unwrap().to_owned(), r["finished_at"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(spans.len(), SESSIONS, "{runs}");
+    spans.sort();
+    let instant = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap();
+    for pair in spans.windows(2) {
+        assert!(instant(&pair[0].1) <= instant(&pair[1].0), "phase-two runs overlap: {pair:?}");
+    }
+}
