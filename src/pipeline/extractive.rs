@@ -144,7 +144,9 @@ pub fn extract(contents: &str) -> RolloutArtifacts {
     if !d.answers.is_empty() {
         summary.push_str(&format!("\n## Final answers\n\n{}", bullets(&d.answers)));
     }
-    let keywords: Vec<String> = slug_from(&task).split('-').map(str::to_owned).collect();
+    const STOP_WORDS: [&str; 8] = ["the", "and", "for", "with", "this", "that", "from", "into"];
+    let keywords: Vec<String> =
+        slug_from(&task).split('-').filter(|w| w.len() > 2 && !STOP_WORDS.contains(w)).map(str::to_owned).collect();
     let mut raw = format!(
         "---\ndescription: {task}\ntask: {task}\ntask_group: {}\ntask_outcome: {outcome}\nkeywords: {}\n---\n\n### {task}\n\n",
         keywords.first().cloned().unwrap_or_default(),

@@ -13,7 +13,30 @@ both_backends!(
     extractive_provider_builds_memory_and_instructions,
     read_side_endpoints,
     the_sdk_custom_tool_call_form_works,
+    chat_completions_agents_use_tool_messages,
 );
+
+async fn chat_completions_agents_use_tool_messages(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    let app = TestApp::start_with(backend, use_model(&fake, "chat_completions")).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "input": "hi"})).await;
+    fake.push(Reply::artifacts("r", "s", "m").now());
+    fake.push(Reply::Calls(vec![update("memories/MEMORY.md", "from chat"), ("list_files", json!({}))]).now());
+    fake.push(Reply::Text("done").now());
+    close_and_wait(&app, &t.key, "s").await;
+    assert_eq!(file(&app, &t, "memories/MEMORY.md"), "from chat\n");
+    let turns = fake.phase_two_requests();
+    assert_eq!(turns[0].path, "/v1/chat/completions");
+    assert_eq!(turns[0].body["tools"][0]["function"]["name"], "apply_patch");
+    let messages = turns[1].body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "tool"]);
+    assert_eq!(messages[2]["tool_calls"].as_array().unwrap().len(), 2, "one assistant message holds the turn's calls");
+    assert_eq!(messages[3]["tool_call_id"], "call_0");
+    assert_eq!(messages[3]["content"], "Updated memories/MEMORY.md");
+    assert!(messages[4]["content"].as_str().unwrap().contains("memories/MEMORY.md"));
+}
 
 /// The SDK's own tests drive phase two with `apply_patch` as a Responses
 /// custom tool call whose input is a JSON operation.
