@@ -65,6 +65,18 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown }, provider))
 }
 
+impl Core {
+    fn app_state(&self) -> AppState {
+        AppState {
+            store: self.store.clone(),
+            volumes: self.volumes.clone(),
+            config: self.config.clone(),
+            shutdown: self.shutdown.subscribe(),
+            wake: self.wake.clone(),
+        }
+    }
+}
+
 fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
     let ctx = WorkerContext {
         store: core.store.clone(),
@@ -105,13 +117,7 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let run_workers = !config.no_workers;
     let (core, provider) = open_core(config).await?;
     let workers = run_workers.then(|| start_workers(&core, provider));
-    let state = AppState {
-        store: core.store.clone(),
-        volumes: core.volumes.clone(),
-        config: core.config.clone(),
-        shutdown: core.shutdown.subscribe(),
-        wake: core.wake.clone(),
-    };
+    let state = core.app_state();
     let app = router(state.clone());
     let addr = listener.local_addr()?;
     let mut stop = core.shutdown.subscribe();
@@ -129,13 +135,7 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
 pub async fn start_worker_only(config: Config) -> Result<RunningServer, StartError> {
     let (core, provider) = open_core(config).await?;
     let workers = start_workers(&core, provider);
-    let state = AppState {
-        store: core.store.clone(),
-        volumes: core.volumes.clone(),
-        config: core.config.clone(),
-        shutdown: core.shutdown.subscribe(),
-        wake: core.wake.clone(),
-    };
+    let state = core.app_state();
     Ok(RunningServer {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         state,

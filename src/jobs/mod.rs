@@ -55,6 +55,14 @@ pub enum AttemptError {
     Fatal { message: String },
 }
 
+/// The layout's generate config the job was queued with; a layout made
+/// read-only since then cannot produce memory.
+fn generate_config(claimed: &ClaimedJob) -> Result<crate::domain::layout::GenerateConfig, AttemptError> {
+    claimed.layout.config.generate.clone().ok_or_else(|| AttemptError::Fatal {
+        message: format!("layout {} no longer generates memory", claimed.job.layout),
+    })
+}
+
 /// Exponential backoff with "equal jitter" (a random point in the upper half
 /// of the doubled delay), never sooner than the server's `Retry-After`.
 pub fn backoff(attempt: i64, base: Duration, retry_after: Option<Duration>) -> Duration {

@@ -38,12 +38,7 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let job = &claimed.job;
     let fatal = |message: String| AttemptError::Fatal { message };
     let rollout_id = job.rollout_id.clone().ok_or_else(|| fatal("a phase-one job without a rollout".into()))?;
-    let generate = claimed
-        .layout
-        .config
-        .generate
-        .clone()
-        .ok_or_else(|| fatal(format!("layout {} no longer generates memory", job.layout)))?;
+    let generate = super::generate_config(claimed)?;
     let committed = ctx
         .store
         .committed_rollout(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)

@@ -112,12 +112,7 @@ async fn attempt(
     let job = &claimed.job;
     let fatal = |message: String| AttemptError::Fatal { message };
     let io = |what: &str, e: &dyn std::fmt::Display| retryable(format!("{what}: {e}"), TokenUsage::default());
-    let generate = claimed
-        .layout
-        .config
-        .generate
-        .clone()
-        .ok_or_else(|| fatal(format!("layout {} no longer generates memory", job.layout)))?;
+    let generate = super::generate_config(claimed)?;
 
     // SPEC §4: no model call when none of this close's phase-one jobs wrote a memory.
     let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(job.session_id.clone()) };

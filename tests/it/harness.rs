@@ -148,6 +148,18 @@ impl TestApp {
     }
 }
 
+/// Makes a test app use the fake model over `api` (`responses` or `chat_completions`).
+pub fn use_model(fake: &crate::fake_llm::FakeLlm, api: &str) -> impl FnOnce(&mut Config) + use<> {
+    let base = fake.base_url.clone();
+    let api = api.to_owned();
+    move |c: &mut Config| {
+        c.llm_provider = Some("openai".into());
+        c.llm_base_url = base;
+        c.llm_api = api;
+        c.llm_api_key = Some("test-model-key".into());
+    }
+}
+
 /// Status, problem `code` and body of a response.
 pub async fn status_code_body(res: Response) -> (u16, String, Value) {
     let status = res.status().as_u16();

@@ -1,7 +1,6 @@
 use crate::both_backends;
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{Backend, TestApp, status_code_body};
-use memoryd::config::Config;
+use crate::harness::{Backend, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -15,17 +14,6 @@ both_backends!(
     empty_partial_and_unusable_answers,
     extractive_provider_needs_no_model,
 );
-
-fn use_model(fake: &FakeLlm, api: &str) -> impl FnOnce(&mut Config) {
-    let base = fake.base_url.clone();
-    let api = api.to_owned();
-    move |c: &mut Config| {
-        c.llm_provider = Some("openai".into());
-        c.llm_base_url = base;
-        c.llm_api = api;
-        c.llm_api_key = Some("test-model-key".into());
-    }
-}
 
 async fn close(app: &TestApp, key: &str, session: &str) -> Value {
     let res = app.request(Method::POST, &format!("/v1/sessions/{session}/close"), key).send().await.unwrap();

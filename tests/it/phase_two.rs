@@ -1,7 +1,6 @@
 use crate::both_backends;
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{Backend, Tenant, TestApp, status_code_body};
-use memoryd::config::Config;
+use crate::harness::{Backend, Tenant, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -62,17 +61,6 @@ async fn the_sdk_custom_tool_call_form_works(backend: Backend) {
             .iter()
             .any(|i| i["type"] == "custom_tool_call" && i["call_id"] == "custom_0")
     );
-}
-
-fn use_model(fake: &FakeLlm, api: &str) -> impl FnOnce(&mut Config) {
-    let base = fake.base_url.clone();
-    let api = api.to_owned();
-    move |c: &mut Config| {
-        c.llm_provider = Some("openai".into());
-        c.llm_base_url = base;
-        c.llm_api = api;
-        c.llm_api_key = Some("k".into());
-    }
 }
 
 fn update(path: &str, text: &str) -> (&'static str, Value) {
