@@ -84,6 +84,13 @@ PSQL="$(command -v psql || echo "$(pg_bin_dir)/psql")"
 export MEMORYD_TEST_DATABASE_URL="${ADMIN_URL%/*}/memoryd_test"
 log "Postgres for the tests: ${MEMORYD_TEST_DATABASE_URL}"
 
+# The API description must be valid OpenAPI (the drift against the router is a Rust test).
+if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
+  log "installing openapi-spec-validator from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator
+fi
+python3 -m openapi_spec_validator openapi.yaml
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else

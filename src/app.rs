@@ -58,6 +58,7 @@ struct Core {
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     std::fs::create_dir_all(&config.data_dir)?;
+    crate::metrics::handle();
     let provider = provider(&config)?;
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir);

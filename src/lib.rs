@@ -6,6 +6,7 @@ pub mod config;
 pub mod domain;
 pub mod jobs;
 pub mod llm;
+pub mod metrics;
 pub mod pipeline;
 pub mod store;
 pub mod tools;

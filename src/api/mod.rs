@@ -15,7 +15,7 @@ use crate::store::DynStore;
 use crate::workspace::Volumes;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath};
 use axum::handler::Handler;
 use axum::http::{Method, Request, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -96,6 +96,8 @@ fn endpoints() -> Vec<Endpoint> {
     vec![
         endpoint(Method::GET, "/healthz", health::healthz),
         endpoint(Method::GET, "/readyz", health::readyz),
+        endpoint(Method::GET, "/metrics", health::metrics),
+        endpoint(Method::GET, "/openapi.yaml", health::openapi),
         endpoint(Method::POST, "/v1/admin/tenants", admin::create_tenant),
         endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", admin::create_key),
         endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
@@ -125,6 +127,16 @@ pub fn route_list() -> Vec<(Method, &'static str)> {
     endpoints().into_iter().map(|e| (e.method, e.path)).collect()
 }
 
+/// Requests by route template, method and status, with their latency.
+async fn record_http(req: Request<Body>, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    crate::metrics::http_request(&route, &method, response.status().as_u16(), started.elapsed());
+    response
+}
+
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.max_segment_bytes;
     let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
@@ -135,7 +147,7 @@ pub fn router(state: AppState) -> Router {
         }
     }
     let routes = by_path.into_iter().fold(Router::new(), |router, (path, handler)| router.route(path, handler));
-    routes.with_state(state).layer(
+    routes.route_layer(middleware::from_fn(record_http)).with_state(state).layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(

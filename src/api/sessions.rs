@@ -58,7 +58,10 @@ pub async fn create_session(
     let metadata = Value::Object(open.metadata.unwrap_or_default());
     let new = NewSession { session_id: session_id.clone(), workspace, metadata };
     let status = match state.store.create_session(tenant, &new).await? {
-        CreateSessionOutcome::Created(_) => StatusCode::CREATED,
+        CreateSessionOutcome::Created(_) => {
+            crate::metrics::session_opened();
+            StatusCode::CREATED
+        }
         CreateSessionOutcome::Existing(existing) => {
             if existing.workspace != new.workspace || existing.metadata != new.metadata {
                 return Err(ApiError::IdempotencyConflict(format!(
@@ -143,7 +146,11 @@ pub async fn append_segment(
         })
         .await?;
     match outcome {
-        AppendOutcome::Appended(receipt) => {
+        AppendOutcome::Appended { receipt, opened_session } => {
+            crate::metrics::segment_ingested(segment.line.len());
+            if opened_session {
+                crate::metrics::session_opened();
+            }
             tracing::info!(
                 session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
                 segment_index = receipt.segment_index, bytes = segment.line.len(), "segment appended"
@@ -207,7 +214,10 @@ pub async fn close_session(
     };
     let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
     let mut outcome = state.store.close_session(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
-    state.wake.notify_waiters();
+    if outcome.closed_now {
+        crate::metrics::session_closed();
+        state.wake.notify_waiters();
+    }
     if let Some(wait) = wait {
         let deadline = tokio::time::Instant::now() + wait;
         let mut shutdown = state.shutdown.clone();
@@ -218,7 +228,7 @@ pub async fn close_session(
                 _ = shutdown.wait_for(|stopping| *stopping) => break,
             }
             let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
-            outcome = CloseOutcome { session: view.session, jobs: view.jobs };
+            outcome = CloseOutcome { session: view.session, jobs: view.jobs, closed_now: false };
         }
     }
     let status = if wait.is_some() && outcome.session.state == SessionState::Closed {

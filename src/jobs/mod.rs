@@ -135,6 +135,7 @@ async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
 /// Runs one claimed job to a recorded outcome, renewing its lease meanwhile.
 async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch::Receiver<bool>) {
     let job_id = claimed.job.job_id;
+    let started = std::time::Instant::now();
     let lost = Arc::new(Notify::new());
     let renewal = {
         let store = ctx.store.clone();
@@ -184,10 +185,13 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
         _ => None,
     };
     match ctx.store.finish_job(&claimed, finish).await {
-        Ok(true) => tracing::info!(
+        Ok(true) => {
+            crate::metrics::job_attempt(claimed.job.kind.as_str(), outcome, started.elapsed());
+            tracing::info!(
             %job_id, kind = claimed.job.kind.as_str(), tenant_id = %claimed.tenant_id,
             attempt = claimed.job.attempts, outcome, error = error.as_deref().unwrap_or(""), "job attempt finished"
-        ),
+            )
+        }
         Ok(false) => tracing::warn!(%job_id, "lease lost before the result was recorded; result discarded"),
         Err(e) => {
             tracing::error!(%job_id, error = %e, "recording the job's outcome failed");

@@ -87,17 +87,19 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
         usage: TokenUsage::default(),
         turns: 0,
     };
-    match attempt(ctx, claimed, &mut log).await {
+    let (result, report) = match attempt(ctx, claimed, &mut log).await {
         Ok((completion, document)) => {
             let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
             let report = log.report(claimed, state, None, document);
-            (Ok(completion), Some(report))
+            (Ok(completion), report)
         }
         Err(e) => {
             let report = log.report(claimed, "failed", Some(error_text(&e)), None);
-            (Err(e), Some(report))
+            (Err(e), report)
         }
-    }
+    };
+    crate::metrics::phase_two_run(&report.run.state, report.run.turns, report.run.files_changed.len());
+    (result, Some(report))
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {

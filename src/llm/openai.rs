@@ -146,6 +146,40 @@ fn classify(status: StatusCode, body: &str) -> FailureClass {
 
 impl OpenAiModel {
     /// One POST; the parsed JSON answer, or the failure told apart.
+    fn api_name(&self) -> &'static str {
+        match self.api {
+            LlmApi::Responses => "responses",
+            LlmApi::ChatCompletions => "chat_completions",
+        }
+    }
+
+    /// `post` with its outcome, latency and tokens counted for `phase`.
+    async fn measured<T>(
+        &self,
+        phase: &str,
+        call: impl std::future::Future<Output = Result<(T, TokenUsage), ModelError>>,
+    ) -> Result<T, ModelError> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        let (outcome, usage) = match &result {
+            Ok((_, usage)) => ("ok", *usage),
+            Err(e) => match e.class {
+                FailureClass::Transient => ("transient", e.usage),
+                FailureClass::ContextLength => ("context_length", e.usage),
+                FailureClass::Permanent => ("permanent", e.usage),
+            },
+        };
+        crate::metrics::model_call(
+            phase,
+            self.api_name(),
+            outcome,
+            started.elapsed(),
+            usage.input_tokens,
+            usage.output_tokens,
+        );
+        result.map(|(value, _)| value)
+    }
+
     async fn post(&self, url: &str, body: &Value) -> Result<Value, ModelError> {
         let transient = |message: String| ModelError {
             class: FailureClass::Transient,
@@ -311,14 +345,22 @@ impl OpenAiModel {
 impl Model for OpenAiModel {
     async fn structured(&self, req: &StructuredRequest) -> Result<ModelReply, ModelError> {
         let (url, body) = self.body(req);
-        let parsed = self.post(&url, &body).await?;
-        self.parse_reply(&parsed)
+        self.measured("phase_one", async {
+            let reply = self.parse_reply(&self.post(&url, &body).await?)?;
+            let usage = reply.usage;
+            Ok((reply, usage))
+        })
+        .await
     }
 
     async fn agent_turn(&self, req: &AgentRequest<'_>) -> Result<AgentTurn, ModelError> {
         let (url, body) = self.agent_body(req);
-        let parsed = self.post(&url, &body).await?;
-        Ok(self.parse_turn(&parsed))
+        self.measured("phase_two", async {
+            let turn = self.parse_turn(&self.post(&url, &body).await?);
+            let usage = turn.usage;
+            Ok((turn, usage))
+        })
+        .await
     }
 }
 

@@ -247,7 +247,11 @@ pub struct SegmentReceipt {
 
 #[derive(Debug, Clone)]
 pub enum AppendOutcome {
-    Appended(SegmentReceipt),
+    /// `opened_session`: this segment opened the session.
+    Appended {
+        receipt: SegmentReceipt,
+        opened_session: bool,
+    },
     /// The first response to this idempotency key, returned again.
     Replayed(Value),
     IdempotencyConflict,
@@ -259,6 +263,8 @@ pub enum AppendOutcome {
 pub struct CloseOutcome {
     pub session: SessionRecord,
     pub jobs: Vec<JobRecord>,
+    /// This call moved the session out of `open`.
+    pub closed_now: bool,
 }
 
 /// The committed state of one rollout file.
@@ -440,6 +446,8 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         limit: i64,
     ) -> StoreResult<Vec<PhaseTwoRun>>;
+    /// `(kind, state, count)` of every job in the database: the queue's depth.
+    async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// `default` always; another workspace once a session has used it.
     async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
 }

@@ -470,16 +470,17 @@ where
         }
 
         let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
-        sqlx::query(
+        let opened_session = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
-             VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
         )
         .bind(req.tenant_id)
         .bind(req.session_id.as_str())
         .bind(workspace.as_str())
         .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
         // Holding the session row keeps a concurrent close from queuing its
         // jobs before this segment is in.
         let session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true)
@@ -575,7 +576,7 @@ where
                 .await?;
         }
         tx.commit().await?;
-        Ok(AppendOutcome::Appended(receipt))
+        Ok(AppendOutcome::Appended { receipt, opened_session })
     }
 
     async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
@@ -583,7 +584,8 @@ where
         let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
             return Ok(None);
         };
-        if session.state == SessionState::Open {
+        let closed_now = session.state == SessionState::Open;
+        if closed_now {
             let now = Utc::now();
             let touched = Self::touched_in(&mut *tx, tenant, id).await?;
             let layouts = Self::layouts_in(&mut *tx, tenant).await?;
@@ -624,7 +626,7 @@ where
         }
         let jobs = Self::jobs_of_session(&mut *tx, tenant, id).await?;
         tx.commit().await?;
-        Ok(Some(CloseOutcome { session, jobs }))
+        Ok(Some(CloseOutcome { session, jobs, closed_now }))
     }
 
     async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>> {
@@ -997,6 +999,13 @@ where
                 })
             })
             .collect()
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
+        let rows = sqlx::query("SELECT kind, state, count(*) AS n FROM jobs GROUP BY kind, state")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("state")?, r.try_get("n")?))).collect()
     }
 
     async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {

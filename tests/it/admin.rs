@@ -102,3 +102,43 @@ async fn health_and_errors_are_well_formed(backend: Backend) {
         .unwrap();
     assert_eq!(res.headers()["x-request-id"], "caller-chosen-id");
 }
+
+both_backends!(metrics_show_every_family_after_a_walkthrough);
+
+async fn metrics_show_every_family_after_a_walkthrough(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "input": "hello", "final_output": "ok"})).await;
+    let res = app.request(Method::POST, "/v1/sessions/s/close?wait=30", &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let res = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = res.text().await.unwrap();
+    for family in [
+        "memoryd_http_requests_total",
+        "memoryd_http_request_duration_seconds_bucket",
+        "memoryd_segments_ingested_total",
+        "memoryd_segment_bytes_total",
+        "memoryd_sessions_opened_total",
+        "memoryd_sessions_closed_total",
+        "memoryd_jobs_finished_total",
+        "memoryd_job_attempts_total",
+        "memoryd_job_duration_seconds_bucket",
+        "memoryd_jobs{",
+        "memoryd_phase_two_runs_total",
+        "memoryd_phase_two_turns_bucket",
+        "memoryd_phase_two_files_changed_total",
+    ] {
+        assert!(text.contains(family), "{family} is missing:\n{text}");
+    }
+    let value = |prefix: &str| -> f64 {
+        text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()).unwrap().parse().unwrap()
+    };
+    assert!(value("memoryd_segments_ingested_total") >= 1.0);
+    assert!(value("memoryd_segment_bytes_total") > 100.0);
+    assert!(text.contains("route=\"/v1/sessions/{session_id}/layouts/{layout}/segments\""));
+    assert!(text.contains("memoryd_jobs_finished_total{kind=\"phase_one\",state=\"succeeded\"}"));
+    let spec = app.client.get(format!("{}/openapi.yaml", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(spec.starts_with("openapi: 3."));
+}

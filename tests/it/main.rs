@@ -5,6 +5,7 @@ mod fake_llm;
 mod harness;
 
 mod admin;
+mod contract;
 mod deploy_files;
 mod ingest;
 mod jobs;

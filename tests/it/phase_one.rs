@@ -95,6 +95,14 @@ async fn three_rollouts(backend: Backend, api: &str) {
         }
         assert!(r.user_message().contains("hello from chat-"));
     }
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains(&format!("memoryd_model_calls_total{{phase=\"phase_one\",api=\"{api}\",outcome=\"ok\"}} 3")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("memoryd_model_input_tokens_total{phase=\"phase_one\"} 360"));
+    assert!(metrics.contains("memoryd_model_output_tokens_total{phase=\"phase_one\"} 90"));
+    assert!(metrics.contains("memoryd_model_call_duration_seconds_bucket"));
 }
 
 async fn three_rollouts_over_the_responses_api(backend: Backend) {

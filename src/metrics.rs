@@ -1,0 +1,77 @@
+//! Prometheus metrics: one recorder per process, installed on first use, and
+//! the helpers that name every family in one place.
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+const SECONDS_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const TURN_BUCKETS: [f64; 9] = [0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 25.0, 100.0, 500.0];
+
+/// The process's recorder; installed once, shared by every server in it.
+pub fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full("memoryd_phase_two_turns".into()), &TURN_BUCKETS))
+            .expect("the buckets are not empty")
+            .install_recorder()
+            .unwrap_or_else(|_| {
+                // Another recorder is already global (only in unusual embeddings):
+                // keep one of our own so that rendering still works.
+                PrometheusBuilder::new().build_recorder().handle()
+            })
+    })
+}
+
+pub fn http_request(route: &str, method: &str, status: u16, elapsed: Duration) {
+    let labels = [("route", route.to_owned()), ("method", method.to_owned()), ("status", status.to_string())];
+    counter!("memoryd_http_requests_total", &labels).increment(1);
+    histogram!("memoryd_http_request_duration_seconds", &labels[..2]).record(elapsed.as_secs_f64());
+}
+
+pub fn segment_ingested(bytes: usize) {
+    counter!("memoryd_segments_ingested_total").increment(1);
+    counter!("memoryd_segment_bytes_total").increment(bytes as u64);
+}
+
+pub fn session_opened() {
+    counter!("memoryd_sessions_opened_total").increment(1);
+}
+
+pub fn session_closed() {
+    counter!("memoryd_sessions_closed_total").increment(1);
+}
+
+/// One finished attempt; `outcome` is `succeeded`, `skipped`, `retry` or `failed`.
+pub fn job_attempt(kind: &str, outcome: &str, elapsed: Duration) {
+    let labels = [("kind", kind.to_owned()), ("outcome", outcome.to_owned())];
+    counter!("memoryd_job_attempts_total", &labels).increment(1);
+    histogram!("memoryd_job_duration_seconds", &labels[..1]).record(elapsed.as_secs_f64());
+    if outcome != "retry" {
+        counter!("memoryd_jobs_finished_total", &[("kind", kind.to_owned()), ("state", outcome.to_owned())])
+            .increment(1);
+    }
+}
+
+/// The queue as the database holds it, set at every scrape.
+pub fn job_queue(kind: &str, state: &str, count: i64) {
+    gauge!("memoryd_jobs", &[("kind", kind.to_owned()), ("state", state.to_owned())]).set(count as f64);
+}
+
+pub fn model_call(phase: &str, api: &str, outcome: &str, elapsed: Duration, input_tokens: u64, output_tokens: u64) {
+    let labels = [("phase", phase.to_owned()), ("api", api.to_owned()), ("outcome", outcome.to_owned())];
+    counter!("memoryd_model_calls_total", &labels).increment(1);
+    histogram!("memoryd_model_call_duration_seconds", &labels[..2]).record(elapsed.as_secs_f64());
+    counter!("memoryd_model_input_tokens_total", &labels[..1]).increment(input_tokens);
+    counter!("memoryd_model_output_tokens_total", &labels[..1]).increment(output_tokens);
+}
+
+pub fn phase_two_run(state: &str, turns: i64, files_changed: usize) {
+    counter!("memoryd_phase_two_runs_total", &[("state", state.to_owned())]).increment(1);
+    histogram!("memoryd_phase_two_turns").record(turns as f64);
+    counter!("memoryd_phase_two_files_changed_total").increment(files_changed as u64);
+}

@@ -1,0 +1,204 @@
+//! Every status a route answers with is documented for it in `openapi.yaml`.
+
+use crate::both_backends;
+use crate::harness::{ADMIN_TOKEN, Backend, TestApp};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+both_backends!(every_status_served_is_documented);
+
+fn documented(spec: &serde_yaml::Value, method: &Method, template: &str) -> Vec<String> {
+    let op = &spec["paths"][template][method.as_str().to_lowercase().as_str()];
+    op["responses"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{method} {template} is not in openapi.yaml"))
+        .keys()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn every_status_served_is_documented(backend: Backend) {
+    let spec: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap())
+            .unwrap();
+    let app = TestApp::start_with(backend, |c| c.max_segment_bytes = 2048).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "done", "default", json!({"rollout_id": "r", "input": "hi"})).await;
+    let closed: Value = app
+        .request(Method::POST, "/v1/sessions/done/close?wait=30", &t.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let job = closed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    let big = json!({"input": "x".repeat(4096)});
+    let seg = "/v1/sessions/{session_id}/layouts/{layout}/segments";
+    let ws = "/v1/workspaces/{workspace}/layouts/{layout}";
+    let key = t.key.as_str();
+    let probes: Vec<(Method, String, String, Option<Value>, &str)> = vec![
+        (Method::GET, "/healthz".into(), "/healthz".into(), None, ""),
+        (Method::GET, "/readyz".into(), "/readyz".into(), None, ""),
+        (Method::GET, "/metrics".into(), "/metrics".into(), None, ""),
+        (Method::GET, "/openapi.yaml".into(), "/openapi.yaml".into(), None, ""),
+        (Method::POST, "/v1/admin/tenants".into(), "/v1/admin/tenants".into(), Some(json!({"name": "x"})), ADMIN_TOKEN),
+        (Method::POST, "/v1/admin/tenants".into(), "/v1/admin/tenants".into(), Some(json!({"name": ""})), ADMIN_TOKEN),
+        (Method::POST, "/v1/admin/tenants".into(), "/v1/admin/tenants".into(), Some(json!({"name": "x"})), "wrong"),
+        (
+            Method::POST,
+            "/v1/admin/tenants/{tenant_id}/keys".into(),
+            format!("/v1/admin/tenants/{}/keys", t.id),
+            None,
+            ADMIN_TOKEN,
+        ),
+        (
+            Method::POST,
+            "/v1/admin/tenants/{tenant_id}/keys".into(),
+            "/v1/admin/tenants/nope/keys".into(),
+            None,
+            ADMIN_TOKEN,
+        ),
+        (Method::DELETE, "/v1/admin/keys/{key_id}".into(), "/v1/admin/keys/nope".into(), None, ADMIN_TOKEN),
+        (Method::GET, "/v1/layouts".into(), "/v1/layouts".into(), None, key),
+        (Method::GET, "/v1/layouts".into(), "/v1/layouts".into(), None, "wrong"),
+        (Method::GET, "/v1/layouts/{layout}".into(), "/v1/layouts/default".into(), None, key),
+        (Method::GET, "/v1/layouts/{layout}".into(), "/v1/layouts/nope".into(), None, key),
+        (
+            Method::PUT,
+            "/v1/layouts/{layout}".into(),
+            "/v1/layouts/x".into(),
+            Some(json!({"memories_dir": "m", "sessions_dir": "s"})),
+            key,
+        ),
+        (
+            Method::PUT,
+            "/v1/layouts/{layout}".into(),
+            "/v1/layouts/x".into(),
+            Some(json!({"memories_dir": "m", "sessions_dir": "s"})),
+            key,
+        ),
+        (
+            Method::PUT,
+            "/v1/layouts/{layout}".into(),
+            "/v1/layouts/x".into(),
+            Some(json!({"memories_dir": "m2", "sessions_dir": "s2"})),
+            key,
+        ),
+        (
+            Method::PUT,
+            "/v1/layouts/{layout}".into(),
+            "/v1/layouts/y".into(),
+            Some(json!({"memories_dir": "/m", "sessions_dir": "s"})),
+            key,
+        ),
+        (Method::PUT, "/v1/layouts/{layout}".into(), "/v1/layouts/y".into(), Some(big.clone()), key),
+        (Method::POST, "/v1/sessions".into(), "/v1/sessions".into(), Some(json!({"session_id": "p"})), key),
+        (Method::POST, "/v1/sessions".into(), "/v1/sessions".into(), Some(json!({"session_id": "p"})), key),
+        (
+            Method::POST,
+            "/v1/sessions".into(),
+            "/v1/sessions".into(),
+            Some(json!({"session_id": "p", "workspace": "other"})),
+            key,
+        ),
+        (Method::POST, "/v1/sessions".into(), "/v1/sessions".into(), Some(json!({"session_id": "../p"})), key),
+        (Method::GET, "/v1/sessions/{session_id}".into(), "/v1/sessions/p".into(), None, key),
+        (Method::GET, "/v1/sessions/{session_id}".into(), "/v1/sessions/nope".into(), None, key),
+        (
+            Method::POST,
+            seg.into(),
+            "/v1/sessions/p/layouts/default/segments".into(),
+            Some(json!({"rollout_id": "r"})),
+            key,
+        ),
+        (
+            Method::POST,
+            seg.into(),
+            "/v1/sessions/p/layouts/default/segments".into(),
+            Some(json!({"rollout_id": "../r"})),
+            key,
+        ),
+        (
+            Method::POST,
+            seg.into(),
+            "/v1/sessions/p/layouts/default/segments".into(),
+            Some(json!({"terminal_metadata": {"terminal_state": "x"}})),
+            key,
+        ),
+        (Method::POST, seg.into(), "/v1/sessions/p/layouts/default/segments".into(), Some(big), key),
+        (Method::POST, seg.into(), "/v1/sessions/p/layouts/nope/segments".into(), Some(json!({})), key),
+        (Method::POST, seg.into(), "/v1/sessions/done/layouts/default/segments".into(), Some(json!({})), key),
+        (Method::POST, "/v1/sessions/{session_id}/close".into(), "/v1/sessions/p/close".into(), None, key),
+        (Method::POST, "/v1/sessions/{session_id}/close".into(), "/v1/sessions/done/close?wait=1".into(), None, key),
+        (Method::POST, "/v1/sessions/{session_id}/close".into(), "/v1/sessions/done/close?wait=x".into(), None, key),
+        (Method::POST, "/v1/sessions/{session_id}/close".into(), "/v1/sessions/nope/close".into(), None, key),
+        (Method::GET, "/v1/jobs".into(), "/v1/jobs".into(), None, key),
+        (Method::GET, "/v1/jobs".into(), "/v1/jobs?state=bad".into(), None, key),
+        (Method::GET, "/v1/jobs/{job_id}".into(), format!("/v1/jobs/{job}"), None, key),
+        (Method::GET, "/v1/jobs/{job_id}".into(), "/v1/jobs/nope".into(), None, key),
+        (Method::POST, "/v1/jobs/{job_id}/retry".into(), format!("/v1/jobs/{job}/retry"), None, key),
+        (Method::POST, "/v1/jobs/{job_id}/retry".into(), "/v1/jobs/nope/retry".into(), None, key),
+        (
+            Method::GET,
+            format!("{ws}/phase_two_selection"),
+            "/v1/workspaces/default/layouts/default/phase_two_selection".into(),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/phase_two_selection"),
+            "/v1/workspaces/default/layouts/x/phase_two_selection".into(),
+            None,
+            key,
+        ),
+        (Method::GET, format!("{ws}/runs"), "/v1/workspaces/default/layouts/default/runs".into(), None, key),
+        (Method::GET, format!("{ws}/runs"), "/v1/workspaces/default/layouts/default/runs?limit=0".into(), None, key),
+        (Method::GET, format!("{ws}/runs"), "/v1/workspaces/nope/layouts/default/runs".into(), None, key),
+        (
+            Method::GET,
+            format!("{ws}/files/{{path}}"),
+            "/v1/workspaces/default/layouts/default/files/MEMORY.md".into(),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/files/{{path}}"),
+            "/v1/workspaces/default/layouts/default/files/nope.md".into(),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/instructions"),
+            "/v1/workspaces/default/layouts/default/instructions".into(),
+            None,
+            key,
+        ),
+        (Method::GET, format!("{ws}/instructions"), "/v1/workspaces/default/layouts/x/instructions".into(), None, key),
+        (
+            Method::GET,
+            format!("{ws}/instructions"),
+            "/v1/workspaces/default/layouts/default/instructions?live_update=2".into(),
+            None,
+            key,
+        ),
+    ];
+    let mut undocumented = Vec::new();
+    for (method, template, path, body, auth) in probes {
+        let mut req = app.client.request(method.clone(), format!("{}{}", app.base, path));
+        if !auth.is_empty() {
+            req = req.bearer_auth(auth);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let status = req.send().await.unwrap().status().as_u16().to_string();
+        if !documented(&spec, &method, &template).contains(&status) {
+            undocumented.push(format!("{method} {template} answered {status} ({path})"));
+        }
+    }
+    assert!(undocumented.is_empty(), "statuses missing from openapi.yaml:\n{}", undocumented.join("\n"));
+}
