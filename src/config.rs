@@ -18,6 +18,8 @@ pub enum Command {
     Serve(Config),
     /// Run the workers alone, with no HTTP API.
     Worker(Config),
+    /// Measure memoryd: start it (SQLite and Postgres) with a fake model, print figures.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod domain;
 pub mod jobs;

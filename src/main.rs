@@ -13,12 +13,31 @@ fn init_logging(config: &Config) {
     }
 }
 
+async fn run_bench(args: memoryd::bench::BenchArgs) -> std::process::ExitCode {
+    let json = args.json;
+    match memoryd::bench::run(args).await {
+        Ok(figures) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+            } else {
+                print!("{}", memoryd::bench::render_table(&figures));
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memoryd bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
     let (config, api) = match command {
         Command::Serve(config) => (config, true),
         Command::Worker(config) => (config, false),
+        Command::Bench(args) => return run_bench(args).await,
     };
     init_logging(&config);
     let started = if api {

@@ -41,7 +41,7 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Flips to `true` on SIGTERM, so long polls answer at once.
     pub shutdown: watch::Receiver<bool>,
-    /// Wakes this process's idle workers when a close queues jobs.
+    /// Signalled when jobs are queued or finish in this process.
     pub wake: Arc<tokio::sync::Notify>,
 }
 

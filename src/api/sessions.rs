@@ -222,9 +222,11 @@ pub async fn close_session(
         let deadline = tokio::time::Instant::now() + wait;
         let mut shutdown = state.shutdown.clone();
         while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
+            // Jobs finished in this process wake us; another replica's are seen by polling.
             let step = tokio::time::Instant::now() + Duration::from_millis(200);
             tokio::select! {
                 _ = tokio::time::sleep_until(step.min(deadline)) => {}
+                _ = state.wake.notified() => {}
                 _ = shutdown.wait_for(|stopping| *stopping) => break,
             }
             let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;

@@ -3,7 +3,7 @@
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
 mod phase_one;
-mod phase_two;
+pub mod phase_two;
 
 use crate::llm::{Provider, TokenUsage};
 use crate::store::{ClaimRequest, ClaimedJob, DynStore, JobEffects, JobFinish, JobKind, JobOutcome, PhaseTwoReport};
@@ -32,7 +32,8 @@ pub struct WorkerContext {
     pub volumes: Volumes,
     pub provider: Provider,
     pub settings: WorkerSettings,
-    /// Woken when this process queues jobs, so idle workers need not wait a poll.
+    /// Woken when this process queues or finishes jobs, so idle workers and
+    /// waiting closes need not wait a poll.
     pub wake: Arc<Notify>,
     /// Where phase-two runs keep the originals of the files they change.
     pub snapshots: std::path::PathBuf,
@@ -186,6 +187,8 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
     };
     match ctx.store.finish_job(&claimed, finish).await {
         Ok(true) => {
+            // Idle workers may now claim a phase two; waiting closes may now answer.
+            ctx.wake.notify_waiters();
             crate::metrics::job_attempt(claimed.job.kind.as_str(), outcome, started.elapsed());
             tracing::info!(
             %job_id, kind = claimed.job.kind.as_str(), tenant_id = %claimed.tenant_id,

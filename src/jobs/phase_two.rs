@@ -4,6 +4,8 @@
 //! A failed attempt puts every file it touched back as it was.
 
 use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::domain::ids::{LayoutName, WorkspaceName};
+use crate::domain::layout::ValidLayout;
 use crate::domain::time::py_isoformat;
 use crate::llm::{AgentItem, AgentRequest, FailureClass, ModelError, Provider, TokenUsage};
 use crate::pipeline::extractive;
@@ -12,7 +14,9 @@ use crate::pipeline::selection::{
     PhaseTwoSelection, SelectionItem, build_selection, prior_from_document, raw_memories_md, render_selection_block,
     selection_document, selection_file,
 };
-use crate::store::{ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun};
+use crate::store::{
+    ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
+};
 use crate::tools::{MemoryTools, Snapshot, tool_specs};
 use crate::workspace::{confine, write_atomic};
 use chrono::{DateTime, Utc};
@@ -136,42 +140,13 @@ async fn attempt(
 
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
-    let items: Vec<SelectionItem> = ctx
-        .store
-        .raw_memories(claimed.tenant_id, &job.workspace, &job.layout)
-        .await
-        .map_err(|e| io("reading the raw-memory index failed", &e))?
-        .into_iter()
-        .map(|r| SelectionItem {
-            rollout_id: r.rollout_id.as_str().to_owned(),
-            updated_at: r.updated_at,
-            rollout_path: r.rollout_path,
-            rollout_summary_file: r.rollout_summary_file,
-            terminal_state: r.terminal_state,
-        })
-        .collect();
-    let prior = ctx
-        .store
-        .phase_two_selection(claimed.tenant_id, &job.workspace, &job.layout)
-        .await
-        .map_err(|e| io("reading the last selection failed", &e))?
-        .map(|doc| prior_from_document(&doc))
-        .unwrap_or_default();
     let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
-    let selection = build_selection(items, cap, &prior);
+    let PhaseTwoInput { selection, chunks } =
+        prepare_input(ctx.store.as_ref(), &root, claimed.tenant_id, &job.workspace, &job.layout, layout, cap)
+            .await
+            .map_err(|e| retryable(e, TokenUsage::default()))?;
     log.selection = Some(selection.clone());
-
     let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
-    let mut chunks = Vec::new();
-    for item in &selection.selected {
-        let path = confine(&memory_root, &format!("raw_memories/{}.md", item.rollout_id))
-            .map_err(|e| fatal(format!("raw memory path refused: {e}")))?;
-        match std::fs::read(&path) {
-            Ok(bytes) => chunks.push(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("reading a raw memory failed", &e)),
-        }
-    }
     if chunks.is_empty() {
         return Ok(skipped(TokenUsage::default()));
     }
@@ -202,6 +177,59 @@ async fn attempt(
         Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, effects: Some(effects), usage: log.usage },
         Some(document),
     ))
+}
+
+/// Phase two's input: the selection and the selected raw memories' text.
+pub struct PhaseTwoInput {
+    pub selection: PhaseTwoSelection,
+    /// One entry per selected raw memory whose file exists, newest first.
+    pub chunks: Vec<String>,
+}
+
+/// R-P2-2..4 from the raw-memory index: order, cap, diff against the last
+/// successful selection, and read the selected files.
+pub async fn prepare_input(
+    store: &dyn Store,
+    root: &std::path::Path,
+    tenant: TenantId,
+    workspace: &WorkspaceName,
+    layout_name: &LayoutName,
+    layout: &ValidLayout,
+    cap: usize,
+) -> Result<PhaseTwoInput, String> {
+    let items: Vec<SelectionItem> = store
+        .raw_memories(tenant, workspace, layout_name)
+        .await
+        .map_err(|e| format!("reading the raw-memory index failed: {e}"))?
+        .into_iter()
+        .map(|r| SelectionItem {
+            rollout_id: r.rollout_id.as_str().to_owned(),
+            updated_at: r.updated_at,
+            rollout_path: r.rollout_path,
+            rollout_summary_file: r.rollout_summary_file,
+            terminal_state: r.terminal_state,
+        })
+        .collect();
+    let prior = store
+        .phase_two_selection(tenant, workspace, layout_name)
+        .await
+        .map_err(|e| format!("reading the last selection failed: {e}"))?
+        .map(|doc| prior_from_document(&doc))
+        .unwrap_or_default();
+    let selection = build_selection(items, cap, &prior);
+    let memory_root =
+        confine(root, &layout.memories_dir.normalized).map_err(|e| format!("memories path refused: {e}"))?;
+    let mut chunks = Vec::with_capacity(selection.selected.len());
+    for item in &selection.selected {
+        let path = confine(&memory_root, &format!("raw_memories/{}.md", item.rollout_id))
+            .map_err(|e| format!("raw memory path refused: {e}"))?;
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => chunks.push(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("reading a raw memory failed: {e}")),
+        }
+    }
+    Ok(PhaseTwoInput { selection, chunks })
 }
 
 /// Rebuilds `raw_memories.md`, then lets the provider edit the memory files.

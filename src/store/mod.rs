@@ -446,6 +446,15 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         limit: i64,
     ) -> StoreResult<Vec<PhaseTwoRun>>;
+    /// Index rows for raw memory files that are already on disk (written by
+    /// the SDK or another tool); their job id is the nil UUID.
+    async fn import_raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        records: &[RawMemoryRecord],
+    ) -> StoreResult<()>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// `default` always; another workspace once a session has used it.

@@ -225,6 +225,40 @@ where
         Ok(())
     }
 
+    async fn upsert_raw_memory(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        raw: &RawMemoryRecord,
+        job_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
+                                       rollout_summary_file, terminal_state, extracted_len, job_id, written_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
+                updated_at = excluded.updated_at, rollout_path = excluded.rollout_path,
+                rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
+                extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(raw.rollout_id.as_str())
+        .bind(raw.updated_at.as_str())
+        .bind(raw.rollout_path.as_str())
+        .bind(raw.rollout_summary_file.as_str())
+        .bind(raw.terminal_state.as_str())
+        .bind(raw.extracted_len as i64)
+        .bind(job_id)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
     fn raw_memory_from_row(r: &DB::Row) -> StoreResult<RawMemoryRecord> {
         Ok(RawMemoryRecord {
             rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
@@ -785,28 +819,8 @@ where
         .execute(&mut *tx)
         .await?;
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
-            sqlx::query(
-                "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
-                                           rollout_summary_file, terminal_state, extracted_len, job_id, written_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                 ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
-                    updated_at = excluded.updated_at, rollout_path = excluded.rollout_path,
-                    rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
-                    extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
-            )
-            .bind(claimed.tenant_id)
-            .bind(job.workspace.as_str())
-            .bind(job.layout.as_str())
-            .bind(raw.rollout_id.as_str())
-            .bind(raw.updated_at.as_str())
-            .bind(raw.rollout_path.as_str())
-            .bind(raw.rollout_summary_file.as_str())
-            .bind(raw.terminal_state.as_str())
-            .bind(raw.extracted_len as i64)
-            .bind(job.job_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            Self::upsert_raw_memory(&mut tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
+                .await?;
         }
         if let Some(report) = &finish.phase_two {
             let run = &report.run;
@@ -999,6 +1013,22 @@ where
                 })
             })
             .collect()
+    }
+
+    async fn import_raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        records: &[RawMemoryRecord],
+    ) -> StoreResult<()> {
+        let now = Utc::now();
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        for raw in records {
+            Self::upsert_raw_memory(&mut tx, tenant, workspace, layout, raw, Uuid::nil(), now).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {

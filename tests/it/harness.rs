@@ -14,7 +14,7 @@ pub enum Backend {
 
 /// The Postgres the tests use: `MEMORYD_TEST_DATABASE_URL`, else a
 /// `memoryd_test` database on the local server, created when missing.
-async fn postgres_url() -> String {
+pub async fn postgres_url() -> String {
     if let Ok(url) = std::env::var("MEMORYD_TEST_DATABASE_URL") {
         return url;
     }

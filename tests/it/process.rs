@@ -3,7 +3,7 @@
 
 use crate::both_backends;
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{Backend, isolated_postgres_url};
+use crate::harness::{Backend, isolated_postgres_url, postgres_url};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -388,5 +388,29 @@ async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
     let instant = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap();
     for pair in spans.windows(2) {
         assert!(instant(&pair[0].1) <= instant(&pair[1].0), "phase-two runs overlap: {pair:?}");
+    }
+}
+
+/// The benchmark command stays runnable: its quick run covers every workload
+/// on both backends and prints parsable figures.
+#[tokio::test]
+async fn the_benchmark_runs_every_workload_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
+        .args(["bench", "--quick", "--runs", "1", "--latency-ms", "10", "--json", "--postgres-url"])
+        .arg(postgres_url().await)
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for backend in ["sqlite", "postgres"] {
+        for workload in ["close", "append", "ingest", "selection"] {
+            let found = figures.as_array().unwrap().iter().any(|f| {
+                f["backend"] == backend && f["workload"] == workload && f["median"].as_f64().is_some_and(|m| m > 0.0)
+            });
+            assert!(found, "{workload} on {backend} is missing: {figures}");
+        }
     }
 }

@@ -1,0 +1,415 @@
+//! `memoryd bench`: the performance figures of the README, measured against a
+//! real memoryd (in this process, on SQLite and on Postgres) and a fake model
+//! with a fixed latency. Each figure is the median of several runs, with the
+//! minimum and the maximum.
+
+mod fake_model;
+
+use crate::app::{RunningServer, start};
+use crate::config::Config;
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+use crate::jobs::phase_two::prepare_input;
+use crate::pipeline::selection::raw_memories_md;
+use crate::store::{RawMemoryRecord, default_layout};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    Close,
+    Append,
+    Ingest,
+    Selection,
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    Sqlite,
+    Postgres,
+    Both,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    #[arg(long, value_enum, default_value = "all")]
+    pub workload: Workload,
+    #[arg(long, value_enum, default_value = "both")]
+    pub backend: BackendChoice,
+    /// The Postgres server to use (a schema of its own is created and dropped).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pub postgres_url: String,
+    /// Runs per figure.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// The fake model's latency for every call.
+    #[arg(long, default_value_t = 100)]
+    pub latency_ms: u64,
+    /// Small sizes only: a smoke run that finishes in seconds.
+    #[arg(long, default_value_t = false)]
+    pub quick: bool,
+    /// One JSON document instead of the table.
+    #[arg(long, default_value_t = false)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub workload: &'static str,
+    pub backend: &'static str,
+    pub case: String,
+    pub metric: &'static str,
+    pub unit: &'static str,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+fn figure(
+    workload: &'static str,
+    backend: &'static str,
+    case: String,
+    metric: &'static str,
+    unit: &'static str,
+    mut values: Vec<f64>,
+) -> Figure {
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
+    let (min, max) = (values.first().copied().unwrap_or(f64::NAN), values.last().copied().unwrap_or(f64::NAN));
+    Figure { workload, backend, case, metric, unit, median, min, max }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Peak resident memory of this process since the last reset, in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn reset_peak_rss() {
+    // Writing 5 to clear_refs resets VmHWM (Linux ≥ 4.0).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+struct Bench {
+    server: RunningServer,
+    base: String,
+    http: reqwest::Client,
+    key: String,
+    tenant: uuid::Uuid,
+    backend: &'static str,
+    runs: usize,
+    _dir: tempfile::TempDir,
+}
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Bench {
+    async fn post(&self, path: &str, body: &Value) -> BenchResult<(u16, Value)> {
+        let res = self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.key).json(body).send().await?;
+        let status = res.status().as_u16();
+        Ok((status, res.json().await.unwrap_or(Value::Null)))
+    }
+
+    async fn segment(&self, session: &str, workspace: &str, rollout: &str, input: &str) -> BenchResult<()> {
+        let (status, body) = self
+            .post(
+                &format!("/v1/sessions/{session}/layouts/default/segments?workspace={workspace}"),
+                &json!({"rollout_id": rollout, "input": input, "final_output": "ok"}),
+            )
+            .await?;
+        if status != 201 {
+            return Err(format!("segment answered {status}: {body}").into());
+        }
+        Ok(())
+    }
+
+    async fn close(&self, k: usize) -> BenchResult<Figure> {
+        let mut times = Vec::new();
+        let input = "x".repeat(1000);
+        for run in 0..self.runs {
+            let name = format!("close-{k}-{run}");
+            for i in 0..k {
+                self.segment(&name, &name, &format!("r{i}"), &input).await?;
+            }
+            let started = Instant::now();
+            let (status, body) = self.post(&format!("/v1/sessions/{name}/close?wait=300"), &json!({})).await?;
+            if status != 200 || body["memory_status"]["status"] != "complete" {
+                return Err(format!("close of {k} rollouts answered {status}: {body}").into());
+            }
+            times.push(started.elapsed().as_secs_f64());
+        }
+        Ok(figure("close", self.backend, format!("K={k}"), "close?wait to closed", "s", times))
+    }
+
+    async fn append(&self, segments: usize) -> BenchResult<Vec<Figure>> {
+        let (mut first, mut last) = (Vec::new(), Vec::new());
+        let input = "x".repeat(8000);
+        for run in 0..self.runs {
+            let name = format!("append-{segments}-{run}");
+            let mut times = Vec::with_capacity(segments);
+            for _ in 0..segments {
+                let started = Instant::now();
+                self.segment(&name, &name, "one", &input).await?;
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            let window = 100.min(segments);
+            first.push(times[..window].iter().sum::<f64>() / window as f64);
+            last.push(times[segments - window..].iter().sum::<f64>() / window as f64);
+        }
+        Ok(vec![
+            figure("append", self.backend, format!("S={segments}"), "first 100, per segment", "ms", first),
+            figure("append", self.backend, format!("S={segments}"), "last 100, per segment", "ms", last),
+        ])
+    }
+
+    async fn ingest(&self, clients: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
+        let (mut rates, mut p50s, mut p99s, mut maxes, mut rss) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for run in 0..self.runs {
+            reset_peak_rss();
+            let started = Instant::now();
+            let mut tasks = Vec::new();
+            for client in 0..clients {
+                let (http, base, key) = (self.http.clone(), self.base.clone(), self.key.clone());
+                let url = format!(
+                    "{base}/v1/sessions/ingest-{clients}-{run}-{client}/layouts/default/segments?workspace=ingest"
+                );
+                tasks.push(tokio::spawn(async move {
+                    let body =
+                        json!({"rollout_id": format!("ingest-{clients}-{run}-{client}"), "input": "x".repeat(8000)});
+                    let mut latencies = Vec::new();
+                    while started.elapsed() < duration {
+                        let t = Instant::now();
+                        let res = http.post(&url).bearer_auth(&key).json(&body).send().await;
+                        match res {
+                            Ok(r) if r.status() == 201 => latencies.push(t.elapsed().as_secs_f64() * 1000.0),
+                            Ok(r) => return Err(format!("ingest answered {}", r.status())),
+                            Err(e) => return Err(e.to_string()),
+                        }
+                    }
+                    Ok(latencies)
+                }));
+            }
+            let mut all = Vec::new();
+            for task in tasks {
+                all.extend(task.await??);
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            all.sort_by(f64::total_cmp);
+            rates.push(all.len() as f64 / elapsed);
+            p50s.push(percentile(&all, 0.50));
+            p99s.push(percentile(&all, 0.99));
+            maxes.push(all.last().copied().unwrap_or(f64::NAN));
+            rss.push(peak_rss_mib());
+        }
+        let case = format!("C={clients}");
+        Ok(vec![
+            figure("ingest", self.backend, case.clone(), "throughput", "segments/s", rates),
+            figure("ingest", self.backend, case.clone(), "latency p50", "ms", p50s),
+            figure("ingest", self.backend, case.clone(), "latency p99", "ms", p99s),
+            figure("ingest", self.backend, case.clone(), "latency max", "ms", maxes),
+            figure("ingest", self.backend, case, "peak RSS (server and clients)", "MiB", rss),
+        ])
+    }
+
+    async fn selection(&self, count: usize) -> BenchResult<Figure> {
+        let state = &self.server.state;
+        let workspace = WorkspaceName::parse(&format!("selection-{count}")).ok_or("bad workspace name")?;
+        let layout_name = LayoutName::default_layout();
+        let layout = default_layout();
+        // The workspace exists once a session used it.
+        self.segment(&format!("selection-{count}"), workspace.as_str(), "seed", "seed").await?;
+        let root = state.volumes.workspace_root(self.tenant, &workspace)?;
+        let raw_dir = root.join("memories/raw_memories");
+        std::fs::create_dir_all(&raw_dir)?;
+        let mut records = Vec::with_capacity(count);
+        for i in 0..count {
+            let id = format!("r{i:05}");
+            let day = 1 + i % 28;
+            let record = RawMemoryRecord {
+                rollout_id: RolloutId::parse(&id).ok_or("bad rollout id")?,
+                updated_at: format!("2026-{:02}-{day:02}T{:02}:00:00+00:00", 1 + (i / 28) % 12, i % 24),
+                rollout_path: format!("sessions/{id}.jsonl"),
+                rollout_summary_file: format!("rollout_summaries/{id}_bench.md"),
+                terminal_state: "completed".into(),
+                extracted_len: 1000,
+            };
+            let text = format!(
+                "rollout_id: {id}\nupdated_at: {}\nrollout_path: {}\nrollout_summary_file: {}\nterminal_state: completed\n\n- a lesson of about one line for the benchmark, number {i}\n",
+                record.updated_at, record.rollout_path, record.rollout_summary_file
+            );
+            std::fs::write(raw_dir.join(format!("{id}.md")), text)?;
+            records.push(record);
+        }
+        state.store.import_raw_memories(self.tenant, &workspace, &layout_name, &records).await?;
+        let mut times = Vec::new();
+        for _ in 0..self.runs {
+            let started = Instant::now();
+            let input =
+                prepare_input(state.store.as_ref(), &root, self.tenant, &workspace, &layout_name, &layout, 256).await?;
+            let text = raw_memories_md(&input.chunks);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            if input.selection.selected.len() != count.min(256) || text.is_empty() {
+                return Err("the selection came out wrong".into());
+            }
+        }
+        Ok(figure(
+            "selection",
+            self.backend,
+            format!("R={count}"),
+            "select and rebuild raw_memories.md (cap 256)",
+            "ms",
+            times,
+        ))
+    }
+}
+
+async fn isolated_postgres(url: &str) -> BenchResult<(String, String)> {
+    use sqlx::Connection;
+    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok((format!("{url}{separator}options=-c%20search_path%3D{schema}"), schema))
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut conn).await;
+    }
+}
+
+async fn open_bench(backend: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
+    let dir = tempfile::tempdir()?;
+    let model = fake_model::start(Duration::from_millis(args.latency_ms)).await?;
+    let admin = uuid::Uuid::new_v4().to_string();
+    let config = Config {
+        listen: "127.0.0.1:0".parse()?,
+        data_dir: dir.path().join("data"),
+        database_url,
+        admin_token: Some(admin.clone()),
+        max_segment_bytes: 33_554_432,
+        log: "warn".into(),
+        log_format: "text".into(),
+        log_content: false,
+        no_workers: false,
+        llm_provider: Some("openai".into()),
+        llm_api: "responses".into(),
+        llm_base_url: model,
+        llm_api_key: Some("bench".into()),
+        llm_timeout_secs: 60,
+        worker_concurrency: 8,
+        max_attempts: 3,
+        retry_base_ms: 100,
+        job_lease_secs: 120,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = start(config, listener).await?;
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let tenant: Value = http
+        .post(format!("{base}/v1/admin/tenants"))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "bench"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+    let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
+    Ok(Bench { server, base, http, key, tenant, backend, runs: args.runs.max(1), _dir: dir })
+}
+
+async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
+    let wants = |w: Workload| args.workload == w || args.workload == Workload::All;
+    let progress = |f: &Figure| {
+        if !args.json {
+            eprintln!("  {} {} {} {}: {:.2} {}", f.workload, f.backend, f.case, f.metric, f.median, f.unit);
+        }
+    };
+    if wants(Workload::Close) {
+        for k in if args.quick { vec![1, 8] } else { vec![1, 8, 32, 128] } {
+            let f = bench.close(k).await?;
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Append) {
+        for s in if args.quick { vec![100] } else { vec![100, 1000, 3000] } {
+            for f in bench.append(s).await? {
+                progress(&f);
+                out.push(f);
+            }
+        }
+    }
+    if wants(Workload::Ingest) {
+        let duration = Duration::from_secs(if args.quick { 1 } else { 5 });
+        for c in if args.quick { vec![1, 8] } else { vec![1, 8, 32] } {
+            for f in bench.ingest(c, duration).await? {
+                progress(&f);
+                out.push(f);
+            }
+        }
+    }
+    if wants(Workload::Selection) {
+        for r in if args.quick { vec![100] } else { vec![100, 1000, 10_000] } {
+            let f = bench.selection(r).await?;
+            progress(&f);
+            out.push(f);
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(args: BenchArgs) -> BenchResult<Vec<Figure>> {
+    let mut figures = Vec::new();
+    if matches!(args.backend, BackendChoice::Sqlite | BackendChoice::Both) {
+        let bench = open_bench("sqlite", None, &args).await?;
+        let result = run_backend(&bench, &args, &mut figures).await;
+        bench.server.shutdown().await?;
+        result?;
+    }
+    if matches!(args.backend, BackendChoice::Postgres | BackendChoice::Both) {
+        let (url, schema) = isolated_postgres(&args.postgres_url).await?;
+        let bench = open_bench("postgres", Some(url), &args).await;
+        let result = match bench {
+            Ok(bench) => {
+                let result = run_backend(&bench, &args, &mut figures).await;
+                bench.server.shutdown().await?;
+                result
+            }
+            Err(e) => Err(e),
+        };
+        drop_schema(&args.postgres_url, &schema).await;
+        result?;
+    }
+    Ok(figures)
+}
+
+/// The table the README shows.
+pub fn render_table(figures: &[Figure]) -> String {
+    let mut out = String::from(
+        "| workload | backend | case | metric | median | min | max |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for f in figures {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} {} | {:.2} | {:.2} |\n",
+            f.workload, f.backend, f.case, f.metric, f.median, f.unit, f.min, f.max
+        ));
+    }
+    out
+}
