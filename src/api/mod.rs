@@ -43,6 +43,7 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Signalled when jobs are queued or finish in this process.
     pub wake: Arc<tokio::sync::Notify>,
+    pub keys: Arc<extract::KeyCache>,
 }
 
 /// Errors made outside the handlers (unknown route, wrong method, panic,

@@ -18,6 +18,7 @@ impl Dialect for Postgres {
     const BEGIN_WRITE: &'static str = "BEGIN";
     const CLAIM_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     // The key is arbitrary; it only has to be the same for every replica.
+    const ONE_WRITER: bool = false;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> =
         Some(("SELECT pg_advisory_lock(7235159010001)", "SELECT pg_advisory_unlock(7235159010001)"));
 }

@@ -21,11 +21,41 @@ pub trait Dialect: Database {
     const BEGIN_WRITE: &'static str;
     /// Statements around migrations so that replicas never migrate at once.
     const MIGRATION_LOCK: Option<(&'static str, &'static str)>;
+    /// The database admits one writer at a time: queue writers in the process
+    /// (fairly, without the busy-wait sleeps of a contended lock).
+    const ONE_WRITER: bool;
 }
 
 /// A store on any [`Dialect`].
 pub struct SqlStore<DB: Database> {
     pool: Pool<DB>,
+    write_gate: Option<tokio::sync::Mutex<()>>,
+}
+
+/// A write transaction, holding the process's write gate where the dialect has one.
+struct WriteTx<'g, DB: Database> {
+    tx: sqlx::Transaction<'static, DB>,
+    _gate: Option<tokio::sync::MutexGuard<'g, ()>>,
+}
+
+impl<DB: Database> std::ops::Deref for WriteTx<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        &self.tx
+    }
+}
+
+impl<DB: Database> std::ops::DerefMut for WriteTx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.tx
+    }
+}
+
+impl<DB: Database> WriteTx<'_, DB> {
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
 }
 
 /// A query that must lock the rows it reads.
@@ -56,9 +86,17 @@ where
 {
     /// Wraps a connected pool and brings its schema up to date.
     pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
-        let store = Self { pool };
+        let store = Self { pool, write_gate: DB::ONE_WRITER.then(|| tokio::sync::Mutex::new(())) };
         store.migrate().await.map_err(|e| StoreError::Migration(e.to_string()))?;
         Ok(store)
+    }
+
+    async fn begin_write(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
+        let gate = match &self.write_gate {
+            Some(gate) => Some(gate.lock().await),
+            None => None,
+        };
+        Ok(WriteTx { tx: self.pool.begin_with(DB::BEGIN_WRITE).await?, _gate: gate })
     }
 
     async fn migrate(&self) -> Result<(), sqlx::Error> {
@@ -341,7 +379,7 @@ where
 
     async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant> {
         let now = Utc::now();
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(key.tenant_id)
             .bind(name)
@@ -402,7 +440,7 @@ where
         layout: &ValidLayout,
         if_match: Option<&str>,
     ) -> StoreResult<Result<PutLayoutOutcome, LayoutPutError>> {
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         // The tenant row serialises layout changes, so two concurrent PUTs
         // cannot both pass the conflict rules.
         sqlx::query(locking::<DB>("SELECT id FROM tenants WHERE id = $1")).bind(tenant).execute(&mut *tx).await?;
@@ -477,7 +515,7 @@ where
 
     async fn append_segment(&self, req: AppendRequest<'_>) -> StoreResult<AppendOutcome> {
         let now = Utc::now();
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         if let Some(claim) = req.idempotency {
             // A concurrent holder of the same key makes this insert wait for
             // its commit, after which the stored answer is there to replay.
@@ -504,22 +542,26 @@ where
         }
 
         let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
-        let opened_session = sqlx::query(
-            "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
-             VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
-        )
-        .bind(req.tenant_id)
-        .bind(req.session_id.as_str())
-        .bind(workspace.as_str())
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?
-        .is_some();
+        // The common case first: the session exists, and one statement locks it.
+        let mut session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true).await?;
+        let mut opened_session = false;
+        if session.is_none() {
+            opened_session = sqlx::query(
+                "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+                 VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
+            )
+            .bind(req.tenant_id)
+            .bind(req.session_id.as_str())
+            .bind(workspace.as_str())
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+            session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true).await?;
+        }
         // Holding the session row keeps a concurrent close from queuing its
         // jobs before this segment is in.
-        let session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true)
-            .await?
-            .ok_or_else(|| corrupt("session vanished after insert"))?;
+        let session = session.ok_or_else(|| corrupt("session vanished after insert"))?;
         if req.workspace.is_some_and(|w| w != &session.workspace) {
             return Ok(AppendOutcome::WorkspaceMismatch(session.workspace));
         }
@@ -529,28 +571,44 @@ where
 
         let rollout_id = &req.segment.rollout_id;
         let path_text = rollout_path(req.layout, rollout_id);
-        sqlx::query(
-            "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len, segment_count, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(req.tenant_id)
-        .bind(session.workspace.as_str())
-        .bind(req.layout_name.as_str())
-        .bind(rollout_id.as_str())
-        .bind(path_text.as_str())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let row = sqlx::query(locking::<DB>(
-            "SELECT committed_len, segment_count FROM rollouts
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-        ))
-        .bind(req.tenant_id)
-        .bind(session.workspace.as_str())
-        .bind(req.layout_name.as_str())
-        .bind(rollout_id.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
+        let lock_rollout = || {
+            locking::<DB>(
+                "SELECT committed_len, segment_count FROM rollouts
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            )
+        };
+        let existing = sqlx::query(lock_rollout())
+            .bind(req.tenant_id)
+            .bind(session.workspace.as_str())
+            .bind(req.layout_name.as_str())
+            .bind(rollout_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let row = match existing {
+            Some(row) => row,
+            None => {
+                sqlx::query(
+                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
+                                           segment_count, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(req.tenant_id)
+                .bind(session.workspace.as_str())
+                .bind(req.layout_name.as_str())
+                .bind(rollout_id.as_str())
+                .bind(path_text.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(lock_rollout())
+                    .bind(req.tenant_id)
+                    .bind(session.workspace.as_str())
+                    .bind(req.layout_name.as_str())
+                    .bind(rollout_id.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+        };
         let committed_len: i64 = row.try_get("committed_len")?;
         let segment_index: i64 = row.try_get("segment_count")?;
 
@@ -614,7 +672,7 @@ where
     }
 
     async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
             return Ok(None);
         };
@@ -717,7 +775,7 @@ where
     }
 
     async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         let candidate = sqlx::query(AssertSqlSafe(format!(
             "SELECT j.id FROM jobs j
              WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
@@ -782,7 +840,7 @@ where
     async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool> {
         let now = Utc::now();
         let job = &claimed.job;
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         let owned =
             sqlx::query(locking::<DB>("SELECT id FROM jobs WHERE id = $1 AND lease_token = $2 AND state = 'running'"))
                 .bind(job.job_id)
@@ -887,7 +945,7 @@ where
     }
 
     async fn retry_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<RetryOutcome>> {
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         let Some(row) = sqlx::query(locking::<DB>("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2"))
             .bind(tenant)
             .bind(job_id)
@@ -1023,7 +1081,7 @@ where
         records: &[RawMemoryRecord],
     ) -> StoreResult<()> {
         let now = Utc::now();
-        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let mut tx = self.begin_write().await?;
         for raw in records {
             Self::upsert_raw_memory(&mut tx, tenant, workspace, layout, raw, Uuid::nil(), now).await?;
         }

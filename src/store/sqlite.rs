@@ -18,6 +18,7 @@ impl Dialect for Sqlite {
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CLAIM_ROWS: &'static str = "";
+    const ONE_WRITER: bool = true;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> = None;
 }
 
