@@ -74,7 +74,7 @@ impl Core {
             config: self.config.clone(),
             shutdown: self.shutdown.subscribe(),
             wake: self.wake.clone(),
-            keys: Default::default(),
+            caches: Default::default(),
         }
     }
 }

@@ -71,7 +71,7 @@ pub async fn revoke_key(
     if !state.store.revoke_api_key(id).await? {
         return Err(not_found());
     }
-    state.keys.clear();
+    state.caches.keys.clear();
     tracing::info!(key_id = %id, "api key revoked");
     Ok(StatusCode::NO_CONTENT)
 }

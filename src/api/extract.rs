@@ -21,37 +21,6 @@ fn bearer(parts: &Parts) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()).filter(|t| !t.is_empty())
 }
 
-/// API key hash → tenant (or no tenant), remembered for a few seconds so that
-/// a busy client costs no database round trip per request. A key revoked on
-/// another replica stops working here within `KEY_CACHE_TTL`.
-pub const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
-const KEY_CACHE_MAX: usize = 10_000;
-
-#[derive(Default)]
-pub struct KeyCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, (Option<uuid::Uuid>, std::time::Instant)>>,
-}
-
-impl KeyCache {
-    fn get(&self, hash: &str) -> Option<Option<uuid::Uuid>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(hash).filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL).map(|(tenant, _)| *tenant)
-    }
-
-    fn put(&self, hash: String, tenant: Option<uuid::Uuid>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= KEY_CACHE_MAX {
-            entries.clear();
-        }
-        entries.insert(hash, (tenant, std::time::Instant::now()));
-    }
-
-    /// After a revocation in this process: forget everything at once.
-    pub fn clear(&self) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
-
 /// The tenant named by the request's API key: the only source of tenant ids.
 pub struct TenantAuth(pub uuid::Uuid);
 
@@ -61,11 +30,11 @@ impl FromRequestParts<AppState> for TenantAuth {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer(parts).ok_or(ApiError::Unauthorized)?;
         let hash = sha256_hex(key.as_bytes());
-        let tenant = match state.keys.get(&hash) {
+        let tenant = match state.caches.keys.get(&hash) {
             Some(tenant) => tenant,
             None => {
                 let tenant = state.store.tenant_for_key_hash(&hash).await?;
-                state.keys.put(hash, tenant);
+                state.caches.keys.put(hash, tenant);
                 tenant
             }
         };

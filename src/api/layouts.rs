@@ -39,7 +39,14 @@ pub(crate) async fn find_layout(
     raw_name: &str,
 ) -> Result<(LayoutName, ValidLayout), ApiError> {
     let name = parse_layout_name(raw_name)?;
-    let stored = state.store.stored_layouts(tenant).await?;
+    let stored = match state.caches.layouts.get(&tenant) {
+        Some(stored) => stored,
+        None => {
+            let stored = state.store.stored_layouts(tenant).await?;
+            state.caches.layouts.put(tenant, stored.clone());
+            stored
+        }
+    };
     crate::store::resolve_layout(stored, &name)
         .map(|layout| (name, layout))
         .ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
@@ -61,7 +68,9 @@ pub async fn put_layout(
         Some(v) => Some(v.to_str().map_err(|_| ApiError::InvalidRequest("If-Match must be ASCII".into()))?),
         None => None,
     };
-    match state.store.put_layout(tenant, &name, &layout, if_match).await? {
+    let outcome = state.store.put_layout(tenant, &name, &layout, if_match).await?;
+    state.caches.layouts.remove(&tenant);
+    match outcome {
         Ok(PutLayoutOutcome::Created) => Ok(with_etag(StatusCode::CREATED, &name, &layout)),
         Ok(PutLayoutOutcome::Unchanged | PutLayoutOutcome::Replaced) => Ok(with_etag(StatusCode::OK, &name, &layout)),
         Err(LayoutPutError::Conflict(detail)) => Err(ApiError::LayoutConflict(detail)),

@@ -2,6 +2,7 @@
 //! Handlers stay thin; rules live in `domain`, state in `store`.
 
 mod admin;
+mod cache;
 pub mod error;
 mod extract;
 mod health;
@@ -43,7 +44,25 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Signalled when jobs are queued or finish in this process.
     pub wake: Arc<tokio::sync::Notify>,
-    pub keys: Arc<extract::KeyCache>,
+    pub caches: Arc<Caches>,
+}
+
+/// Lookups every request makes. A key revoked or a layout changed on another
+/// replica takes effect here within the time to live.
+pub struct Caches {
+    /// API key hash → tenant (or no tenant).
+    pub keys: cache::TtlCache<String, Option<uuid::Uuid>>,
+    /// Tenant → its stored layouts.
+    pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self {
+            keys: cache::TtlCache::new(Duration::from_secs(5)),
+            layouts: cache::TtlCache::new(Duration::from_secs(2)),
+        }
+    }
 }
 
 /// Errors made outside the handlers (unknown route, wrong method, panic,
