@@ -198,7 +198,7 @@ pub async fn prepare_input(
     cap: usize,
 ) -> Result<PhaseTwoInput, String> {
     let items: Vec<SelectionItem> = store
-        .raw_memories(tenant, workspace, layout_name)
+        .newest_raw_memories(tenant, workspace, layout_name, cap)
         .await
         .map_err(|e| format!("reading the raw-memory index failed: {e}"))?
         .into_iter()

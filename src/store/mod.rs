@@ -424,12 +424,15 @@ pub trait Store: Send + Sync + 'static {
         rollout: &RolloutId,
     ) -> StoreResult<Option<RawMemoryRecord>>;
 
-    /// Every raw memory of a layout in a workspace: phase two's candidates.
-    async fn raw_memories(
+    /// The newest `limit` raw memories of a layout in a workspace (R-P2-2:
+    /// newest `updated_at` first as instants, unknown last, ties by rollout id
+    /// descending): phase two's selection.
+    async fn newest_raw_memories(
         &self,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
+        limit: usize,
     ) -> StoreResult<Vec<RawMemoryRecord>>;
     /// The last successful selection document, if any.
     async fn phase_two_selection(

@@ -13,11 +13,13 @@ impl Dialect for Postgres {
         Migration { version: 1, sql: include_str!("../../migrations/postgres/0001_core.sql") },
         Migration { version: 2, sql: include_str!("../../migrations/postgres/0002_jobs.sql") },
         Migration { version: 3, sql: include_str!("../../migrations/postgres/0003_phase_two.sql") },
+        Migration { version: 4, sql: include_str!("../../migrations/postgres/0004_selection_order.sql") },
     ];
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const CLAIM_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     // The key is arbitrary; it only has to be the same for every replica.
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const ONE_WRITER: bool = false;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> =
         Some(("SELECT pg_advisory_lock(7235159010001)", "SELECT pg_advisory_unlock(7235159010001)"));

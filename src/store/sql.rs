@@ -21,6 +21,9 @@ pub trait Dialect: Database {
     const BEGIN_WRITE: &'static str;
     /// Statements around migrations so that replicas never migrate at once.
     const MIGRATION_LOCK: Option<(&'static str, &'static str)>;
+    /// Makes a text `ORDER BY` compare bytes (code points), whatever the
+    /// database's collation.
+    const BYTE_ORDER: &'static str;
     /// The database admits one writer at a time: queue writers in the process
     /// (fairly, without the busy-wait sleeps of a contended lock).
     const ONE_WRITER: bool;
@@ -63,6 +66,14 @@ fn locking<DB: Dialect>(select: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(format!("{select}{}", DB::LOCK_ROWS))
 }
 
+/// `updated_at` as fixed-width UTC text that sorts as the instants do; empty
+/// when it is unknown or unparseable (it then sorts after every instant).
+fn sortable_instant(updated_at: &str) -> String {
+    crate::domain::time::parse_rfc3339(crate::domain::pytext::py_strip(updated_at))
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string())
+        .unwrap_or_default()
+}
+
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
@@ -88,7 +99,31 @@ where
     pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
         let store = Self { pool, write_gate: DB::ONE_WRITER.then(|| tokio::sync::Mutex::new(())) };
         store.migrate().await.map_err(|e| StoreError::Migration(e.to_string()))?;
+        store.backfill_sortable_instants().await?;
         Ok(store)
+    }
+
+    /// Rows indexed before `updated_at_utc` existed get it now.
+    async fn backfill_sortable_instants(&self) -> StoreResult<()> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, workspace, layout, rollout_id, updated_at FROM raw_memories WHERE updated_at_utc IS NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for r in rows {
+            sqlx::query(
+                "UPDATE raw_memories SET updated_at_utc = $5
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            )
+            .bind(r.try_get::<Uuid, _>("tenant_id")?)
+            .bind(r.try_get::<String, _>("workspace")?)
+            .bind(r.try_get::<String, _>("layout")?)
+            .bind(r.try_get::<String, _>("rollout_id")?)
+            .bind(sortable_instant(r.try_get("updated_at")?))
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
     }
 
     async fn begin_write(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
@@ -274,10 +309,12 @@ where
     ) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
-                                       rollout_summary_file, terminal_state, extracted_len, job_id, written_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                       rollout_summary_file, terminal_state, extracted_len, job_id, written_at,
+                                       updated_at_utc)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
-                updated_at = excluded.updated_at, rollout_path = excluded.rollout_path,
+                updated_at = excluded.updated_at, updated_at_utc = excluded.updated_at_utc,
+                rollout_path = excluded.rollout_path,
                 rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
                 extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
         )
@@ -292,6 +329,7 @@ where
         .bind(raw.extracted_len as i64)
         .bind(job_id)
         .bind(now)
+        .bind(sortable_instant(&raw.updated_at))
         .execute(&mut *conn)
         .await?;
         Ok(())
@@ -1000,18 +1038,25 @@ where
         row.as_ref().map(Self::raw_memory_from_row).transpose()
     }
 
-    async fn raw_memories(
+    async fn newest_raw_memories(
         &self,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
+        limit: usize,
     ) -> StoreResult<Vec<RawMemoryRecord>> {
-        let rows = sqlx::query("SELECT * FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3")
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .bind(layout.as_str())
-            .fetch_all(&self.pool)
-            .await?;
+        let order = DB::BYTE_ORDER;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT rollout_id, updated_at, rollout_path, rollout_summary_file, terminal_state, extracted_len
+             FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+             ORDER BY updated_at_utc{order} DESC, rollout_id{order} DESC LIMIT $4"
+        )))
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(Self::raw_memory_from_row).collect()
     }
 

@@ -14,10 +14,12 @@ impl Dialect for Sqlite {
         Migration { version: 1, sql: include_str!("../../migrations/sqlite/0001_core.sql") },
         Migration { version: 2, sql: include_str!("../../migrations/sqlite/0002_jobs.sql") },
         Migration { version: 3, sql: include_str!("../../migrations/sqlite/0003_phase_two.sql") },
+        Migration { version: 4, sql: include_str!("../../migrations/sqlite/0004_selection_order.sql") },
     ];
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CLAIM_ROWS: &'static str = "";
+    const BYTE_ORDER: &'static str = "";
     const ONE_WRITER: bool = true;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> = None;
 }

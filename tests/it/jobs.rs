@@ -9,7 +9,69 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-both_backends!(a_worker_that_lost_its_lease_cannot_record_its_result, one_tenants_backlog_does_not_starve_another);
+both_backends!(
+    a_worker_that_lost_its_lease_cannot_record_its_result,
+    one_tenants_backlog_does_not_starve_another,
+    the_database_orders_raw_memories_like_the_selection_rule,
+);
+
+/// The SQL `ORDER BY … LIMIT` of phase two's selection agrees with the pure
+/// rule (instants, unknown last, ties by rollout id descending, byte order).
+async fn the_database_orders_raw_memories_like_the_selection_rule(backend: Backend) {
+    use memoryd::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+    use memoryd::pipeline::selection::{SelectionItem, order_newest_first};
+    use memoryd::store::RawMemoryRecord;
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let t = app.tenant().await;
+    let tenant = uuid::Uuid::parse_str(&t.id).unwrap();
+    let cases = [
+        ("a", "2026-01-01T00:00:00+00:00"),
+        ("b", "2026-01-01T00:00:00Z"),
+        ("B", "2026-01-01T00:00:00Z"),
+        ("c", "unknown"),
+        ("d", "2026-02-01T00:00:00+00:00"),
+        ("e", "2026-01-01T10:00:00+02:00"),
+        ("f", "2026-01-01T09:00:00+00:00"),
+        ("g", ""),
+        ("h", "2026-01-01T00:00:00.5Z"),
+    ];
+    let records: Vec<RawMemoryRecord> = cases
+        .iter()
+        .map(|(id, at)| RawMemoryRecord {
+            rollout_id: RolloutId::parse(id).unwrap(),
+            updated_at: (*at).into(),
+            rollout_path: format!("sessions/{id}.jsonl"),
+            rollout_summary_file: format!("rollout_summaries/{id}_s.md"),
+            terminal_state: "completed".into(),
+            extracted_len: 1,
+        })
+        .collect();
+    let store = &app.server.as_ref().unwrap().state.store;
+    let (ws, layout) = (WorkspaceName::default_workspace(), LayoutName::default_layout());
+    store.import_raw_memories(tenant, &ws, &layout, &records).await.unwrap();
+    let mut expected: Vec<SelectionItem> = records
+        .iter()
+        .map(|r| SelectionItem {
+            rollout_id: r.rollout_id.as_str().into(),
+            updated_at: r.updated_at.clone(),
+            rollout_path: r.rollout_path.clone(),
+            rollout_summary_file: r.rollout_summary_file.clone(),
+            terminal_state: r.terminal_state.clone(),
+        })
+        .collect();
+    order_newest_first(&mut expected);
+    let expected: Vec<String> = expected.into_iter().map(|i| i.rollout_id).collect();
+    for limit in [cases.len(), 4] {
+        let got: Vec<String> = store
+            .newest_raw_memories(tenant, &ws, &layout, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.rollout_id.as_str().to_owned())
+            .collect();
+        assert_eq!(got, expected[..limit], "limit {limit}");
+    }
+}
 
 async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
