@@ -9,7 +9,7 @@ use crate::pipeline::phase_one::{
     format_rollout_summary, render_phase_one, rollout_extraction_schema, rollout_summary_file,
 };
 use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
-use crate::workspace::{confine, read_committed, write_atomic};
+use crate::workspace::{confine, read_committed, stage};
 
 fn retryable(message: String, usage: TokenUsage) -> AttemptError {
     AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
@@ -109,9 +109,17 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .map(|p| confine(&memories, &p))
         .transpose()
         .map_err(|e| fatal(format!("previous summary path refused: {e}")))?;
+    // The files are written now; only the renames wait for the fenced finish.
+    let staged = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        Ok((stage(&raw_path, raw_text.as_bytes())?, stage(&summary_path, summary_text.as_bytes())?))
+    })
+    .await
+    .map_err(|e| io_error("writing the memory files failed", e))?
+    .map_err(|e| io_error("writing the memory files failed", e))?;
     let effects = Box::new(move || {
-        write_atomic(&raw_path, raw_text.as_bytes())?;
-        write_atomic(&summary_path, summary_text.as_bytes())?;
+        let (raw, summary) = staged;
+        raw.publish()?;
+        summary.publish()?;
         if let Some(stale) = stale_summary {
             match std::fs::remove_file(&stale) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

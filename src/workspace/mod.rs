@@ -149,13 +149,32 @@ pub fn read_committed(path: &Path, committed_len: u64) -> io::Result<Vec<u8>> {
 /// Temp file in the same folder, fsync, rename, fsync the folder: readers see
 /// the old or the new content, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    stage(path, bytes)?.publish()
+}
+
+/// A file written and fsync'd under a temporary name next to its
+/// destination; `publish` renames it into place. Dropped unpublished, it
+/// disappears. Splitting the two lets the slow part (the data's fsync) run
+/// outside a lock and only the rename inside it.
+pub struct StagedFile {
+    tmp: tempfile::TempPath,
+    dest: PathBuf,
+}
+
+pub fn stage(path: &Path, bytes: &[u8]) -> io::Result<StagedFile> {
     let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    sync_dir(dir)
+    Ok(StagedFile { tmp: tmp.into_temp_path(), dest: path.to_path_buf() })
+}
+
+impl StagedFile {
+    pub fn publish(self) -> io::Result<()> {
+        self.tmp.persist(&self.dest).map_err(|e| e.error)?;
+        sync_dir(self.dest.parent().ok_or_else(|| io::Error::other("path has no parent"))?)
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +220,19 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"{\"a\":1}\n{\"b\":2}\n");
         assert_eq!(len, 16);
         assert!(append_durably(&path, 100, b"x\n").is_err());
+    }
+
+    #[test]
+    fn a_staged_file_appears_only_when_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.md");
+        let staged = stage(&path, b"new").unwrap();
+        assert!(!path.exists());
+        staged.publish().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        drop(stage(&path, b"discarded").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
     }
 
     #[test]
