@@ -237,10 +237,28 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
     }
 }
 
+/// Every few seconds: settle sessions whose last worker died before it could.
+async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        match ctx.store.settle_finished_sessions().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "settled finished sessions"),
+            Err(e) => tracing::warn!(error = %e, "settling finished sessions failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Starts `concurrency` workers; they stop claiming on shutdown and give back
 /// the jobs they hold.
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
+    set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
     for _ in 0..ctx.settings.concurrency.max(1) {
         set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne, JobKind::PhaseTwo], shutdown.clone()));
     }

@@ -458,6 +458,9 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         records: &[RawMemoryRecord],
     ) -> StoreResult<()>;
+    /// Closes `closing` sessions whose jobs have all finished but which were
+    /// not settled (their last worker died between commit and settle).
+    async fn settle_finished_sessions(&self) -> StoreResult<usize>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// `default` always; another workspace once a session has used it.

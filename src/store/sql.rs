@@ -242,26 +242,22 @@ where
     }
 
     /// Closes a `closing` session once none of its jobs is queued or running.
-    async fn settle_session(
-        conn: &mut DB::Connection,
-        tenant: TenantId,
-        session_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        // Finishes of one session's jobs take turns here, so the last of them
-        // sees all the others committed and closes the session.
+    /// It runs after a job's outcome is committed, so the last job to commit
+    /// always sees every other one finished; the sweep of
+    /// `settle_finished_sessions` covers a process that died in between.
+    async fn settle_session(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
+        let open_jobs = "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')";
+        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
+        if open.try_get::<i64, _>("n")? > 0 {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
         sqlx::query(locking::<DB>("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
             .bind(tenant)
             .bind(session_id)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
-        let open = sqlx::query(
-            "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')",
-        )
-        .bind(tenant)
-        .bind(session_id)
-        .fetch_one(&mut *conn)
-        .await?;
+        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
         if open.try_get::<i64, _>("n")? > 0 {
             return Ok(());
         }
@@ -271,7 +267,7 @@ where
         )
         .bind(tenant)
         .bind(session_id)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut *tx)
         .await?;
         let failures = failed
             .iter()
@@ -292,9 +288,10 @@ where
         .bind(tenant)
         .bind(session_id)
         .bind(settled_memory_status(failures).to_string())
-        .bind(now)
-        .execute(&mut *conn)
+        .bind(Utc::now())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -961,10 +958,12 @@ where
                 .await?;
             }
         }
-        if finished_at.is_some() {
-            Self::settle_session(&mut tx, claimed.tenant_id, job.session_id.as_str(), now).await?;
-        }
         tx.commit().await?;
+        if finished_at.is_some()
+            && let Err(e) = self.settle_session(claimed.tenant_id, job.session_id.as_str()).await
+        {
+            tracing::warn!(session_id = %job.session_id, error = %e, "settling the session failed; the sweep will");
+        }
         Ok(true)
     }
 
@@ -1132,6 +1131,22 @@ where
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn settle_finished_sessions(&self) -> StoreResult<usize> {
+        let rows = sqlx::query(
+            "SELECT s.tenant_id, s.session_id FROM sessions s
+             WHERE s.state = 'closing' AND NOT EXISTS (
+                 SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
+                    AND j.state IN ('queued', 'running'))
+             LIMIT 100",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for r in &rows {
+            self.settle_session(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
+        }
+        Ok(rows.len())
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
