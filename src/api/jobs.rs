@@ -54,14 +54,21 @@ pub async fn list_jobs(
     Ok(Json(json!({"jobs": jobs})))
 }
 
+/// A job id from the path; anything that is not a UUID names no job.
+fn job_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(raw).map_err(|_| job_not_found(raw))
+}
+
+fn job_not_found(raw: &str) -> ApiError {
+    ApiError::NotFound(format!("No job {raw}."))
+}
+
 pub async fn get_job(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
-    let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let job = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    let job = state.store.get_job(tenant, job_id(&raw_id)?).await?.ok_or_else(|| job_not_found(&raw_id))?;
     Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
 }
 
@@ -71,9 +78,8 @@ pub async fn retry_job(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let not_found = || ApiError::NotFound(format!("No job {raw_id}."));
-    let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    match state.store.retry_job(tenant, id).await?.ok_or_else(not_found)? {
+    let id = job_id(&raw_id)?;
+    match state.store.retry_job(tenant, id).await?.ok_or_else(|| job_not_found(&raw_id))? {
         RetryOutcome::Requeued(job) => {
             state.wake.notify_waiters();
             tracing::info!(job_id = %id, "failed job queued again");

@@ -175,6 +175,32 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
 
 both_backends!(a_job_survives_sigkill_during_its_model_call, sigterm_gives_a_running_job_back);
 
+/// A first memoryd with one segment whose session is closed, once its
+/// phase-one model call is in flight; returns it with the tenant id and key.
+async fn first_process_mid_call(
+    dir: &Path,
+    env: &[(&str, String)],
+    fake: &FakeLlm,
+    http: &reqwest::Client,
+) -> (Memoryd, String, String) {
+    let first = Memoryd::spawn(dir, "first", &["serve"], env);
+    first.ready(http).await;
+    let (tenant_id, key) = new_tenant(http, &first.base).await;
+    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
+        .bearer_auth(&key)
+        .json(&json!({"rollout_id": "r", "input": "remember me", "final_output": "ok"}))
+        .send()
+        .await
+        .unwrap();
+    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
+    let started = Instant::now();
+    while fake.phase_one_requests().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the model call never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (first, tenant_id, key)
+}
+
 async fn sigterm_gives_a_running_job_back(backend: Backend) {
     let fake = FakeLlm::start().await;
     fake.push(Reply::artifacts("interrupted", "s", "m").after(Duration::from_secs(60)));
@@ -184,19 +210,7 @@ async fn sigterm_gives_a_running_job_back(backend: Backend) {
     env.extend(database_env(backend).await);
     env.push(("MEMORYD_JOB_LEASE_SECS", "600".into()));
     let http = reqwest::Client::new();
-    let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
-    first.ready(&http).await;
-    let (_, key) = new_tenant(&http, &first.base).await;
-    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
-        .bearer_auth(&key)
-        .json(&json!({"rollout_id": "r", "input": "hi"}))
-        .send()
-        .await
-        .unwrap();
-    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
-    while fake.phase_one_requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (mut first, _, key) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
     let stopping = Instant::now();
     first.signal("-TERM");
     assert!(first.exit().await.success());
@@ -220,21 +234,7 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     env.push(("MEMORYD_JOB_LEASE_SECS", "2".into()));
     env.push(("MEMORYD_WORKER_CONCURRENCY", "1".into()));
     let http = reqwest::Client::new();
-    let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
-    first.ready(&http).await;
-    let (tenant_id, key) = new_tenant(&http, &first.base).await;
-    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
-        .bearer_auth(&key)
-        .json(&json!({"rollout_id": "r", "input": "remember me", "final_output": "ok"}))
-        .send()
-        .await
-        .unwrap();
-    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
-    let started = Instant::now();
-    while fake.phase_one_requests().is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(20), "the model call never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (mut first, tenant_id, key) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
     first.signal("-KILL");
     first.exit().await;
 
