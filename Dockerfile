@@ -4,6 +4,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY migrations migrations
+COPY openapi.yaml openapi.yaml
 RUN cargo build --release --locked --bin memoryd
 
 FROM debian:bookworm-slim

@@ -65,3 +65,39 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
     served.sort();
     assert_eq!(documented, served);
 }
+
+/// Every file the binary embeds from outside `src/` is copied into the image's
+/// build stage, or `docker build` would fail.
+#[test]
+fn the_image_build_copies_every_embedded_file() {
+    let dockerfile = repo_file("Dockerfile");
+    let copied: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--from"))
+        .flat_map(|l| l.split_whitespace().rev().skip(1))
+        .collect();
+    let mut embedded = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for piece in text.split("include_str!(\"").skip(1) {
+                    let target = dir.join(piece.split('"').next().unwrap());
+                    embedded.push(std::fs::canonicalize(target).unwrap());
+                }
+            }
+        }
+    }
+    let root = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).unwrap();
+    assert!(embedded.len() >= 10, "{embedded:?}");
+    for file in embedded {
+        let relative = file.strip_prefix(&root).unwrap();
+        let top = relative.components().next().unwrap().as_os_str().to_str().unwrap();
+        assert!(copied.contains(&top), "the Dockerfile does not copy {top} (for {})", relative.display());
+    }
+}
