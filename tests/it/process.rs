@@ -92,6 +92,18 @@ async fn new_tenant(http: &reqwest::Client, base: &str) -> (String, String) {
     (tenant["tenant_id"].as_str().unwrap().into(), tenant["api_key"].as_str().unwrap().into())
 }
 
+/// Appends one segment through `base` and checks it was acknowledged.
+async fn post_segment(http: &reqwest::Client, base: &str, key: &str, session: &str, body: Value) {
+    let res = http
+        .post(format!("{base}/v1/sessions/{session}/layouts/default/segments"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+}
+
 async fn phase_one_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Value> {
     let body: Value =
         http.get(format!("{base}/v1/jobs?kind=phase_one")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
@@ -134,14 +146,7 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     let base = memoryd.base.clone();
     let (tenant_id, key) = new_tenant(&http, &base).await;
     let secret = "TOP-SECRET-SEGMENT-CONTENT-4711";
-    let res = http
-        .post(format!("{base}/v1/sessions/s/layouts/default/segments"))
-        .bearer_auth(&key)
-        .json(&json!({"rollout_id": "r", "input": secret, "final_output": secret}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
+    post_segment(&http, &base, &key, "s", json!({"rollout_id": "r", "input": secret, "final_output": secret})).await;
     let res = http
         .post(format!("{base}/v1/sessions/s/layouts/default/segments"))
         .bearer_auth(&key)
@@ -186,12 +191,14 @@ async fn first_process_mid_call(
     let first = Memoryd::spawn(dir, "first", &["serve"], env);
     first.ready(http).await;
     let (tenant_id, key) = new_tenant(http, &first.base).await;
-    http.post(format!("{}/v1/sessions/s/layouts/default/segments", first.base))
-        .bearer_auth(&key)
-        .json(&json!({"rollout_id": "r", "input": "remember me", "final_output": "ok"}))
-        .send()
-        .await
-        .unwrap();
+    post_segment(
+        http,
+        &first.base,
+        &key,
+        "s",
+        json!({"rollout_id": "r", "input": "remember me", "final_output": "ok"}),
+    )
+    .await;
     http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
     let started = Instant::now();
     while fake.phase_one_requests().is_empty() {
@@ -268,14 +275,8 @@ async fn two_processes_on_one_postgres_run_each_job_once() {
     api.ready(&http).await;
     let (_, key) = new_tenant(&http, &api.base).await;
     for i in 0..ROLLOUTS {
-        let res = http
-            .post(format!("{}/v1/sessions/s/layouts/default/segments", api.base))
-            .bearer_auth(&key)
-            .json(&json!({"rollout_id": format!("r{i}"), "input": format!("SEGMENT-SECRET-{i}"), "final_output": "ok"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 201);
+        let body = json!({"rollout_id": format!("r{i}"), "input": format!("SEGMENT-SECRET-{i}"), "final_output": "ok"});
+        post_segment(&http, &api.base, &key, "s", body).await;
     }
     http.post(format!("{}/v1/sessions/s/close", api.base)).bearer_auth(&key).send().await.unwrap();
     let jobs = settle(&http, &api.base, &key, ROLLOUTS, Duration::from_secs(60)).await;
@@ -317,12 +318,14 @@ async fn concurrent_phase_one_figure() {
     memoryd.ready(&http).await;
     let (_, key) = new_tenant(&http, &memoryd.base).await;
     for i in 0..ROLLOUTS {
-        http.post(format!("{}/v1/sessions/s/layouts/default/segments", memoryd.base))
-            .bearer_auth(&key)
-            .json(&json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}))
-            .send()
-            .await
-            .unwrap();
+        post_segment(
+            &http,
+            &memoryd.base,
+            &key,
+            "s",
+            json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}),
+        )
+        .await;
     }
     let started = Instant::now();
     http.post(format!("{}/v1/sessions/s/close", memoryd.base)).bearer_auth(&key).send().await.unwrap();
@@ -351,12 +354,14 @@ async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
     api.ready(&http).await;
     let (_, key) = new_tenant(&http, &api.base).await;
     for i in 0..SESSIONS {
-        http.post(format!("{}/v1/sessions/s{i}/layouts/default/segments", api.base))
-            .bearer_auth(&key)
-            .json(&json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}))
-            .send()
-            .await
-            .unwrap();
+        post_segment(
+            &http,
+            &api.base,
+            &key,
+            &format!("s{i}"),
+            json!({"rollout_id": format!("r{i}"), "input": "hi", "final_output": "ok"}),
+        )
+        .await;
     }
     // All closes at once: four phase-two jobs of one layout become due together.
     let closes: Vec<_> = (0..SESSIONS)
