@@ -17,6 +17,10 @@ pub trait Dialect: Database {
     const LOCK_ROWS: &'static str;
     /// Appended to the claim query: skip rows another worker is claiming.
     const CLAIM_ROWS: &'static str;
+    /// Run first in a claim transaction, where claims are not already
+    /// serialised: concurrent claims would each see the other's tenant with
+    /// nothing running yet, and the per-tenant share would not hold.
+    const CLAIM_GATE: Option<&'static str>;
     /// Starts a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Statements around migrations so that replicas never migrate at once.
@@ -811,6 +815,9 @@ where
 
     async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
         let mut tx = self.begin_write().await?;
+        if let Some(gate) = DB::CLAIM_GATE {
+            sqlx::query(gate).execute(&mut *tx).await?;
+        }
         let candidate = sqlx::query(AssertSqlSafe(format!(
             "SELECT j.id FROM jobs j
              WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))

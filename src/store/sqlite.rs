@@ -19,6 +19,7 @@ impl Dialect for Sqlite {
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CLAIM_ROWS: &'static str = "";
+    const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";
     const ONE_WRITER: bool = true;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> = None;
