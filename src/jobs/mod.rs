@@ -133,8 +133,20 @@ async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
     }
 }
 
-/// Runs one claimed job to a recorded outcome, renewing its lease meanwhile.
-async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch::Receiver<bool>) {
+/// An attempt that ran to its end, waiting to be recorded.
+struct FinishedAttempt {
+    claimed: ClaimedJob,
+    attempt: Attempt,
+    started: std::time::Instant,
+}
+
+/// Runs one claimed job's attempt, renewing its lease meanwhile. `None` when
+/// the lease was lost or the process is stopping (the job is then given back).
+async fn attempt_job(
+    ctx: &WorkerContext,
+    claimed: ClaimedJob,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<FinishedAttempt> {
     let job_id = claimed.job.job_id;
     let started = std::time::Instant::now();
     let lost = Arc::new(Notify::new());
@@ -163,8 +175,10 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
         _ = lost.notified() => Err(false),
         _ = shutdown.wait_for(|stopping| *stopping) => Err(true),
     };
-    let result = match result {
-        Ok(result) => Some(result),
+    // The lease outlives the renewal by far longer than recording takes.
+    renewal.abort();
+    match result {
+        Ok(attempt) => Some(FinishedAttempt { claimed, attempt, started }),
         Err(false) => {
             tracing::warn!(%job_id, "lease lost to another worker; this attempt's result is discarded");
             None
@@ -176,9 +190,13 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
             }
             None
         }
-    };
-    renewal.abort();
-    let Some((result, report)) = result else { return };
+    }
+}
+
+/// Records an attempt's outcome, if this worker still owns the job.
+async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
+    let FinishedAttempt { claimed, attempt: (result, report), started } = finished;
+    let job_id = claimed.job.job_id;
     let finish = finish_for(&claimed, result, report, &ctx.settings);
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
@@ -216,16 +234,32 @@ async fn work_on(ctx: &WorkerContext, claimed: ClaimedJob, shutdown: &mut watch:
     }
 }
 
+/// One unit of concurrency: at most one attempt running at a time. The
+/// previous attempt is recorded while the next one starts, so the recording's
+/// fsyncs and commit are not spent idle between model calls; one recording at
+/// a time, so a slow database cannot pile them up.
 async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
     let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
+    let mut recording: Option<tokio::task::JoinHandle<()>> = None;
     while !*shutdown.borrow() {
+        // Registered before the claim, so a wake while it runs is not missed.
+        let woken = ctx.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds: &kinds, now: Utc::now(), lease };
         match ctx.store.claim_job(&request).await {
-            Ok(Some(claimed)) => work_on(&ctx, claimed, &mut shutdown).await,
+            Ok(Some(claimed)) => {
+                let Some(finished) = attempt_job(&ctx, claimed, &mut shutdown).await else { continue };
+                if let Some(previous) = recording.take() {
+                    let _ = previous.await;
+                }
+                let ctx = ctx.clone();
+                recording = Some(tokio::spawn(async move { record(&ctx, finished).await }));
+            }
             Ok(None) => {
                 tokio::select! {
                     _ = tokio::time::sleep(ctx.settings.poll) => {}
-                    _ = ctx.wake.notified() => {}
+                    _ = woken => {}
                     _ = shutdown.wait_for(|stopping| *stopping) => {}
                 }
             }
@@ -234,6 +268,9 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
                 tokio::time::sleep(ctx.settings.poll).await;
             }
         }
+    }
+    if let Some(previous) = recording {
+        let _ = previous.await;
     }
 }
 

@@ -820,6 +820,9 @@ where
         }
         let candidate = sqlx::query(AssertSqlSafe(format!(
             "SELECT j.id FROM jobs j
+             LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
+                        WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
+                    ON share.tenant_id = j.tenant_id
              WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
                AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
                AND (j.kind <> 'phase_two' OR NOT EXISTS (
@@ -828,9 +831,7 @@ where
                AND (j.kind <> 'phase_two' OR NOT EXISTS (
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
                         AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
-             ORDER BY (SELECT count(*) FROM jobs r
-                        WHERE r.tenant_id = j.tenant_id AND r.state = 'running' AND r.lease_expires_at > $3),
-                      j.run_after, j.created_at
+             ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
              LIMIT 1{}",
             DB::CLAIM_ROWS
         )))
