@@ -2,6 +2,7 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+COPY vendor vendor
 COPY src src
 COPY migrations migrations
 COPY openapi.yaml openapi.yaml

@@ -42,9 +42,15 @@ pub struct WorkerContext {
 /// What a finished attempt produced.
 pub struct Completion {
     pub outcome: JobOutcome,
-    pub effects: Option<JobEffects>,
+    pub writes: Option<PendingWrites>,
     pub usage: TokenUsage,
 }
+
+/// The files an attempt produced, left to the recording so that their fsyncs
+/// are not spent between model calls: it writes them under temporary names
+/// before the fenced finish and returns what must happen within it (the
+/// renames).
+pub type PendingWrites = Box<dyn FnOnce() -> std::io::Result<JobEffects> + Send>;
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -88,13 +94,12 @@ fn finish_for(
     claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
     phase_two: Option<PhaseTwoReport>,
+    effects: Option<JobEffects>,
     settings: &WorkerSettings,
 ) -> JobFinish {
     let previous = claimed.job.usage.as_ref();
     match result {
-        Ok(c) => {
-            JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), effects: c.effects }
-        }
+        Ok(c) => JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), effects },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
             phase_two,
@@ -193,11 +198,26 @@ async fn attempt_job(
     }
 }
 
+/// Writes an attempt's files under temporary names; a failure to write them
+/// fails the attempt.
+async fn write_files(
+    result: Result<Completion, AttemptError>,
+) -> (Result<Completion, AttemptError>, Option<JobEffects>) {
+    let Ok(Completion { outcome, writes: Some(writes), usage }) = result else { return (result, None) };
+    let failed = |message: String| AttemptError::Retryable { message, retry_after: None, usage, token_limit: None };
+    match tokio::task::spawn_blocking(writes).await {
+        Ok(Ok(effects)) => (Ok(Completion { outcome, writes: None, usage }), Some(effects)),
+        Ok(Err(e)) => (Err(failed(format!("writing the memory files failed: {e}"))), None),
+        Err(e) => (Err(failed(format!("writing the memory files failed: {e}"))), None),
+    }
+}
+
 /// Records an attempt's outcome, if this worker still owns the job.
 async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let FinishedAttempt { claimed, attempt: (result, report), started } = finished;
     let job_id = claimed.job.job_id;
-    let finish = finish_for(&claimed, result, report, &ctx.settings);
+    let (result, effects) = write_files(result).await;
+    let finish = finish_for(&claimed, result, report, effects, &ctx.settings);
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
         JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
@@ -224,6 +244,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                     usage: TokenUsage::default(),
                     token_limit: None,
                 }),
+                None,
                 None,
                 &ctx.settings,
             );

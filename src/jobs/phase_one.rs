@@ -1,14 +1,14 @@
 //! A phase-one attempt: read the rollout's committed bytes, ask the model for
 //! the three artifacts, and hand back the two files to write.
 
-use super::{AttemptError, Completion, WorkerContext};
+use super::{AttemptError, Completion, PendingWrites, WorkerContext};
 use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsage};
 use crate::pipeline::extractive;
 use crate::pipeline::phase_one::{
     Extraction, PHASE_ONE_TOKEN_LIMIT, RolloutArtifacts, SCHEMA_NAME, check_artifacts, format_raw_memory,
     format_rollout_summary, render_phase_one, rollout_extraction_schema, rollout_summary_file,
 };
-use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
+use crate::store::{ClaimedJob, JobEffects, JobOutcome, RawMemoryRecord};
 use crate::workspace::{confine, read_committed, stage};
 
 fn retryable(message: String, usage: TokenUsage) -> AttemptError {
@@ -85,7 +85,7 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         }
     };
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
-        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, effects: None, usage }),
+        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, writes: None, usage }),
         Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
     };
 
@@ -109,24 +109,20 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .map(|p| confine(&memories, &p))
         .transpose()
         .map_err(|e| fatal(format!("previous summary path refused: {e}")))?;
-    // The files are written now; only the renames wait for the fenced finish.
-    let staged = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        Ok((stage(&raw_path, raw_text.as_bytes())?, stage(&summary_path, summary_text.as_bytes())?))
-    })
-    .await
-    .map_err(|e| io_error("writing the memory files failed", e))?
-    .map_err(|e| io_error("writing the memory files failed", e))?;
-    let effects = Box::new(move || {
-        let (raw, summary) = staged;
-        raw.publish()?;
-        summary.publish()?;
-        if let Some(stale) = stale_summary {
-            match std::fs::remove_file(&stale) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
+    let writes: PendingWrites = Box::new(move || {
+        let raw = stage(&raw_path, raw_text.as_bytes())?;
+        let summary = stage(&summary_path, summary_text.as_bytes())?;
+        Ok(Box::new(move || {
+            raw.publish()?;
+            summary.publish()?;
+            if let Some(stale) = stale_summary {
+                match std::fs::remove_file(&stale) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        }) as JobEffects)
     });
     let record = RawMemoryRecord {
         rollout_id,
@@ -136,5 +132,5 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         terminal_state: facts.terminal_state,
         extracted_len: committed.committed_len,
     };
-    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, effects: Some(effects), usage })
+    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, writes: Some(writes), usage })
 }

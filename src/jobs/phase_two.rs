@@ -3,7 +3,7 @@
 //! provider) edit the memory folder, and on success record the selection.
 //! A failed attempt puts every file it touched back as it was.
 
-use super::{Attempt, AttemptError, Completion, WorkerContext};
+use super::{Attempt, AttemptError, Completion, PendingWrites, WorkerContext};
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::time::py_isoformat;
@@ -15,10 +15,10 @@ use crate::pipeline::selection::{
     selection_document, selection_file,
 };
 use crate::store::{
-    ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
+    ClaimedJob, JobEffects, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
 };
 use crate::tools::{MemoryTools, Snapshot, tool_specs};
-use crate::workspace::{confine, write_atomic};
+use crate::workspace::{confine, stage};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
@@ -107,7 +107,7 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
-    (Completion { outcome: JobOutcome::Skipped, effects: None, usage }, None)
+    (Completion { outcome: JobOutcome::Skipped, writes: None, usage }, None)
 }
 
 async fn attempt(
@@ -169,12 +169,15 @@ async fn attempt(
     let file_text = selection_file(&selection.selected, &written_at);
     let selection_path =
         confine(&memory_root, "phase_two_selection.json").map_err(|e| fatal(format!("selection path refused: {e}")))?;
-    let effects = Box::new(move || {
-        write_atomic(&selection_path, file_text.as_bytes())?;
-        snapshot.discard()
+    let writes: PendingWrites = Box::new(move || {
+        let staged = stage(&selection_path, file_text.as_bytes())?;
+        Ok(Box::new(move || {
+            staged.publish()?;
+            snapshot.discard()
+        }) as JobEffects)
     });
     Ok((
-        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, effects: Some(effects), usage: log.usage },
+        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, writes: Some(writes), usage: log.usage },
         Some(document),
     ))
 }

@@ -818,8 +818,12 @@ where
         if let Some(gate) = DB::CLAIM_GATE {
             sqlx::query(gate).execute(&mut *tx).await?;
         }
-        let candidate = sqlx::query(AssertSqlSafe(format!(
-            "SELECT j.id FROM jobs j
+        let token = Uuid::new_v4();
+        let claimed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET state = 'running', lease_owner = $4, lease_token = $5, lease_expires_at = $6,
+                    attempts = attempts + 1, started_at = COALESCE(started_at, $3)
+             WHERE id = (
+             SELECT j.id FROM jobs j
              LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
                         WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
                     ON share.tenant_id = j.tenant_id
@@ -832,33 +836,21 @@ where
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
                         AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
              ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
-             LIMIT 1{}",
+             LIMIT 1{})
+             RETURNING *",
             DB::CLAIM_ROWS
         )))
         .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
         .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
         .bind(req.now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(candidate) = candidate else {
-            return Ok(None);
-        };
-        let job_id: Uuid = candidate.try_get("id")?;
-        let token = Uuid::new_v4();
-        let claimed = sqlx::query(
-            "UPDATE jobs SET state = 'running', lease_owner = $2, lease_token = $3, lease_expires_at = $4,
-                    attempts = attempts + 1, started_at = COALESCE(started_at, $5)
-             WHERE id = $1 RETURNING *",
-        )
-        .bind(job_id)
         .bind(req.worker)
         .bind(token)
         .bind(req.now + req.lease)
-        .bind(req.now)
-        .fetch_one(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await;
         let row = match claimed {
-            Ok(row) => row,
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(None),
             // Another replica started this layout's phase two first.
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e.into()),

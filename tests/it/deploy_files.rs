@@ -66,8 +66,9 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
     assert_eq!(documented, served);
 }
 
-/// Every file the binary embeds from outside `src/` is copied into the image's
-/// build stage, or `docker build` would fail.
+/// Every file the binary embeds from outside `src/`, and every crate
+/// `Cargo.toml` takes from a path, is copied into the image's build stage, or
+/// `docker build` would fail.
 #[test]
 fn the_image_build_copies_every_embedded_file() {
     let dockerfile = repo_file("Dockerfile");
@@ -95,6 +96,10 @@ fn the_image_build_copies_every_embedded_file() {
     }
     let root = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).unwrap();
     assert!(embedded.len() >= 10, "{embedded:?}");
+    let manifest = repo_file("Cargo.toml");
+    for piece in manifest.split("path = \"").skip(1) {
+        embedded.push(root.join(piece.split('"').next().unwrap()));
+    }
     for file in embedded {
         let relative = file.strip_prefix(&root).unwrap();
         let top = relative.components().next().unwrap().as_os_str().to_str().unwrap();
