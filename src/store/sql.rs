@@ -299,6 +299,74 @@ where
         Ok(())
     }
 
+    /// The session a segment goes to, created if it is new (`true`), its row locked.
+    async fn open_session_in(
+        conn: &mut DB::Connection,
+        req: &AppendRequest<'_>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<(SessionRecord, bool)> {
+        if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, req.session_id, true).await? {
+            return Ok((session, false));
+        }
+        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
+        let opened = sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+             VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
+        )
+        .bind(req.tenant_id)
+        .bind(req.session_id.as_str())
+        .bind(workspace.as_str())
+        .bind(now)
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_some();
+        let session = Self::session_in(&mut *conn, req.tenant_id, req.session_id, true)
+            .await?
+            .ok_or_else(|| corrupt("session vanished after insert"))?;
+        Ok((session, opened))
+    }
+
+    /// The rollout's committed length and segment count, its row created if
+    /// it is new and locked.
+    async fn lock_rollout_in(
+        conn: &mut DB::Connection,
+        req: &AppendRequest<'_>,
+        workspace: &WorkspaceName,
+        path_text: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<(i64, i64)> {
+        let lock = || {
+            sqlx::query(locking::<DB>(
+                "SELECT committed_len, segment_count FROM rollouts
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ))
+            .bind(req.tenant_id)
+            .bind(workspace.as_str())
+            .bind(req.layout_name.as_str())
+            .bind(req.segment.rollout_id.as_str())
+        };
+        let row = match lock().fetch_optional(&mut *conn).await? {
+            Some(row) => row,
+            None => {
+                sqlx::query(
+                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
+                                           segment_count, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(req.tenant_id)
+                .bind(workspace.as_str())
+                .bind(req.layout_name.as_str())
+                .bind(req.segment.rollout_id.as_str())
+                .bind(path_text)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                lock().fetch_one(&mut *conn).await?
+            }
+        };
+        Ok((row.try_get("committed_len")?, row.try_get("segment_count")?))
+    }
+
     async fn upsert_raw_memory(
         conn: &mut DB::Connection,
         tenant: TenantId,
@@ -580,76 +648,44 @@ where
             }
         }
 
-        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
-        // The common case first: the session exists, and one statement locks it.
-        let mut session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true).await?;
-        let mut opened_session = false;
-        if session.is_none() {
-            opened_session = sqlx::query(
-                "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
-                 VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
-            )
-            .bind(req.tenant_id)
-            .bind(req.session_id.as_str())
-            .bind(workspace.as_str())
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some();
-            session = Self::session_in(&mut *tx, req.tenant_id, req.session_id, true).await?;
-        }
+        let rollout_id = &req.segment.rollout_id;
+        let path_text = rollout_path(req.layout, rollout_id);
+        // The common case in one statement: the session and the rollout exist,
+        // and both rows are locked.
+        let known = sqlx::query(locking::<DB>(
+            "SELECT s.*, r.committed_len AS rollout_committed_len, r.segment_count AS rollout_segment_count
+             FROM sessions s JOIN rollouts r
+               ON r.tenant_id = s.tenant_id AND r.workspace = s.workspace AND r.layout = $3 AND r.rollout_id = $4
+             WHERE s.tenant_id = $1 AND s.session_id = $2",
+        ))
+        .bind(req.tenant_id)
+        .bind(req.session_id.as_str())
+        .bind(req.layout_name.as_str())
+        .bind(rollout_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (session, opened_session, position) = match known {
+            Some(row) => {
+                let position = (row.try_get::<i64, _>("rollout_committed_len")?, row.try_get("rollout_segment_count")?);
+                (Self::session_from_row(&row)?, false, Some(position))
+            }
+            None => {
+                let (session, opened) = Self::open_session_in(&mut tx, &req, now).await?;
+                (session, opened, None)
+            }
+        };
         // Holding the session row keeps a concurrent close from queuing its
         // jobs before this segment is in.
-        let session = session.ok_or_else(|| corrupt("session vanished after insert"))?;
         if req.workspace.is_some_and(|w| w != &session.workspace) {
             return Ok(AppendOutcome::WorkspaceMismatch(session.workspace));
         }
         if session.state != SessionState::Open {
             return Ok(AppendOutcome::SessionClosed(session.state));
         }
-
-        let rollout_id = &req.segment.rollout_id;
-        let path_text = rollout_path(req.layout, rollout_id);
-        let lock_rollout = || {
-            locking::<DB>(
-                "SELECT committed_len, segment_count FROM rollouts
-                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            )
+        let (committed_len, segment_index) = match position {
+            Some(position) => position,
+            None => Self::lock_rollout_in(&mut tx, &req, &session.workspace, &path_text, now).await?,
         };
-        let existing = sqlx::query(lock_rollout())
-            .bind(req.tenant_id)
-            .bind(session.workspace.as_str())
-            .bind(req.layout_name.as_str())
-            .bind(rollout_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let row = match existing {
-            Some(row) => row,
-            None => {
-                sqlx::query(
-                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
-                                           segment_count, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
-                )
-                .bind(req.tenant_id)
-                .bind(session.workspace.as_str())
-                .bind(req.layout_name.as_str())
-                .bind(rollout_id.as_str())
-                .bind(path_text.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(lock_rollout())
-                    .bind(req.tenant_id)
-                    .bind(session.workspace.as_str())
-                    .bind(req.layout_name.as_str())
-                    .bind(rollout_id.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-        };
-        let committed_len: i64 = row.try_get("committed_len")?;
-        let segment_index: i64 = row.try_get("segment_count")?;
 
         let root = req.volumes.workspace_root(req.tenant_id, &session.workspace)?;
         let layout = req.layout.clone();

@@ -204,6 +204,17 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     assert_eq!(app.post_segment(&t.key, "fresh", "team", json!({"rollout_id": "r1"})).await.status(), 201);
     let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
     assert_eq!(text.lines().count(), 2);
+    // A new session in the same workspace continues the rollout it names.
+    let res = app
+        .request(Method::POST, "/v1/sessions/later/layouts/team/segments?workspace=proj-1", &t.key)
+        .json(&json!({"rollout_id": "r1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    assert_eq!(res.json::<Value>().await.unwrap()["segment_index"], 2);
+    let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 3);
 }
 
 async fn idempotency_keys_replay_and_conflict(backend: Backend) {
