@@ -171,12 +171,16 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
         .send()
         .await
         .unwrap();
-    let res = app
-        .request(Method::POST, "/v1/sessions/fresh/layouts/team/segments?workspace=proj-1", &t.key)
+    let to_r1_in = |session: &str, workspace: &str| {
+        app.request(
+            Method::POST,
+            &format!("/v1/sessions/{session}/layouts/team/segments?workspace={workspace}"),
+            &t.key,
+        )
         .json(&json!({"rollout_id": "r1"}))
         .send()
-        .await
-        .unwrap();
+    };
+    let res = to_r1_in("fresh", "proj-1").await.unwrap();
     assert_eq!(res.status(), 201);
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["rollout_path"], "team_sessions/r1.jsonl");
@@ -191,26 +195,14 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
         app.request(Method::GET, "/v1/sessions/fresh", &t.key).send().await.unwrap().json().await.unwrap();
     assert_eq!(view["workspace"], "proj-1");
     assert_eq!(view["state"], "open");
-    let (status, code, _) = status_code_body(
-        app.request(Method::POST, "/v1/sessions/fresh/layouts/team/segments?workspace=other", &t.key)
-            .json(&json!({"rollout_id": "r1"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, code, _) = status_code_body(to_r1_in("fresh", "other").await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "idempotency_conflict"));
     // Without ?workspace= the session's own workspace is used.
     assert_eq!(app.post_segment(&t.key, "fresh", "team", json!({"rollout_id": "r1"})).await.status(), 201);
     let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
     assert_eq!(text.lines().count(), 2);
     // A new session in the same workspace continues the rollout it names.
-    let res = app
-        .request(Method::POST, "/v1/sessions/later/layouts/team/segments?workspace=proj-1", &t.key)
-        .json(&json!({"rollout_id": "r1"}))
-        .send()
-        .await
-        .unwrap();
+    let res = to_r1_in("later", "proj-1").await.unwrap();
     assert_eq!(res.status(), 201);
     assert_eq!(res.json::<Value>().await.unwrap()["segment_index"], 2);
     let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
