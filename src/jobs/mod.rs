@@ -180,7 +180,7 @@ async fn attempt_job(
         _ = lost.notified() => Err(false),
         _ = shutdown.wait_for(|stopping| *stopping) => Err(true),
     };
-    // The lease outlives the renewal by far longer than recording takes.
+    // Recording needs no renewal: it takes far less than a lease.
     renewal.abort();
     match result {
         Ok(attempt) => Some(FinishedAttempt { claimed, attempt, started }),
@@ -204,11 +204,12 @@ async fn write_files(
     result: Result<Completion, AttemptError>,
 ) -> (Result<Completion, AttemptError>, Option<JobEffects>) {
     let Ok(Completion { outcome, writes: Some(writes), usage }) = result else { return (result, None) };
-    let failed = |message: String| AttemptError::Retryable { message, retry_after: None, usage, token_limit: None };
-    match tokio::task::spawn_blocking(writes).await {
-        Ok(Ok(effects)) => (Ok(Completion { outcome, writes: None, usage }), Some(effects)),
-        Ok(Err(e)) => (Err(failed(format!("writing the memory files failed: {e}"))), None),
-        Err(e) => (Err(failed(format!("writing the memory files failed: {e}"))), None),
+    match tokio::task::spawn_blocking(writes).await.map_err(std::io::Error::other).and_then(|written| written) {
+        Ok(effects) => (Ok(Completion { outcome, writes: None, usage }), Some(effects)),
+        Err(e) => {
+            let message = format!("writing the memory files failed: {e}");
+            (Err(AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }), None)
+        }
     }
 }
 

@@ -17,9 +17,10 @@ pub trait Dialect: Database {
     const LOCK_ROWS: &'static str;
     /// Appended to the claim query: skip rows another worker is claiming.
     const CLAIM_ROWS: &'static str;
-    /// Run first in a claim transaction, where claims are not already
-    /// serialised: concurrent claims would each see the other's tenant with
-    /// nothing running yet, and the per-tenant share would not hold.
+    /// Run first in a claim transaction where claims are not already
+    /// serialised: it serialises them (concurrent claims would each see the
+    /// other's tenant with nothing running yet, and the per-tenant share would
+    /// not hold) and may relax the claim's commit, which is safe to lose.
     const CLAIM_GATE: Option<&'static str>;
     /// Starts a transaction that will write.
     const BEGIN_WRITE: &'static str;

@@ -24,14 +24,7 @@ async fn every_status_served_is_documented(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.max_segment_bytes = 2048).await;
     let t = app.tenant().await;
     app.post_segment(&t.key, "done", "default", json!({"rollout_id": "r", "input": "hi"})).await;
-    let closed: Value = app
-        .request(Method::POST, "/v1/sessions/done/close?wait=30", &t.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let closed = app.json(Method::POST, "/v1/sessions/done/close?wait=30", &t.key).await;
     let job = closed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
     let big = json!({"input": "x".repeat(4096)});
     let seg = "/v1/sessions/{session_id}/layouts/{layout}/segments";

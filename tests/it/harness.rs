@@ -102,6 +102,11 @@ impl TestApp {
         self.client.request(method, format!("{}{}", self.base, path)).bearer_auth(key)
     }
 
+    /// Sends a request without a body and returns its JSON answer.
+    pub async fn json(&self, method: Method, path: &str, key: &str) -> Value {
+        self.request(method, path, key).send().await.unwrap().json().await.unwrap()
+    }
+
     pub async fn tenant(&self) -> Tenant {
         let res = self
             .request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN)
@@ -126,14 +131,7 @@ impl TestApp {
     pub async fn settled_jobs(&self, key: &str, query: &str) -> Vec<Value> {
         let started = std::time::Instant::now();
         loop {
-            let body: Value = self
-                .request(Method::GET, &format!("/v1/jobs?{query}"), key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let body = self.json(Method::GET, &format!("/v1/jobs?{query}"), key).await;
             let jobs = body["jobs"].as_array().unwrap().clone();
             if !jobs.is_empty() && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
                 return jobs;

@@ -191,8 +191,7 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
         assert_eq!(std::fs::read(root.join(file)).unwrap(), b"", "{file}");
     }
-    let view: Value =
-        app.request(Method::GET, "/v1/sessions/fresh", &t.key).send().await.unwrap().json().await.unwrap();
+    let view = app.json(Method::GET, "/v1/sessions/fresh", &t.key).await;
     assert_eq!(view["workspace"], "proj-1");
     assert_eq!(view["state"], "open");
     let (status, code, _) = status_code_body(to_r1_in("fresh", "other").await.unwrap()).await;
@@ -344,6 +343,6 @@ async fn concurrent_appends_to_one_rollout_stay_whole_and_ordered(backend: Backe
         assert_eq!(*index, position, "indices are 0..800 without gaps or repeats");
         assert_eq!(lines[position]["final_output"].as_str().unwrap(), tag);
     }
-    let view: Value = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().json().await.unwrap();
+    let view = app.json(Method::GET, "/v1/sessions/s", &t.key).await;
     assert_eq!(view["rollouts"][0]["segment_count"], CLIENTS * SEGMENTS);
 }

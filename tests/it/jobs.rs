@@ -118,14 +118,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     );
     let finish = JobFinish { outcome: JobOutcome::Skipped, phase_two: None, usage: json!({}), effects: None };
     assert!(store.finish_job(&owner, finish).await.unwrap());
-    let job: Value = app
-        .request(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
 }
 

@@ -173,7 +173,7 @@ async fn layouts_are_private_to_a_tenant(backend: Backend) {
             .status(),
         201
     );
-    let listed: Value = app.request(Method::GET, "/v1/layouts", &a.key).send().await.unwrap().json().await.unwrap();
+    let listed = app.json(Method::GET, "/v1/layouts", &a.key).await;
     let names: Vec<&str> = listed["layouts"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["default", "mine"]);
     let res = app.post_segment(&b.key, "s", "mine", json!({"rollout_id": "r"})).await;

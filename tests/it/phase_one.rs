@@ -210,8 +210,7 @@ async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {
     assert_eq!(job["attempts"], 3, "MEMORYD_MAX_ATTEMPTS");
     assert!(job["last_error"].as_str().unwrap().contains("400"), "{job}");
     let id = job["job_id"].as_str().unwrap();
-    let detail: Value =
-        app.request(Method::GET, &format!("/v1/jobs/{id}"), &t.key).send().await.unwrap().json().await.unwrap();
+    let detail = app.json(Method::GET, &format!("/v1/jobs/{id}"), &t.key).await;
     assert_eq!(detail["state"], "failed");
 
     let other = app.tenant().await;

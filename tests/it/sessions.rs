@@ -50,7 +50,7 @@ async fn sessions_open_idempotently_and_stay_private(backend: Backend) {
     assert_eq!(status, 404);
     // Another tenant's segment under the same session id opens its own session.
     assert_eq!(app.post_segment(&b.key, "s-1", "default", json!({"rollout_id": "r"})).await.status(), 201);
-    let view: Value = app.request(Method::GET, "/v1/sessions/s-1", &a.key).send().await.unwrap().json().await.unwrap();
+    let view = app.json(Method::GET, "/v1/sessions/s-1", &a.key).await;
     assert_eq!(view["rollouts"], json!([]));
 }
 
@@ -70,7 +70,7 @@ async fn close_queues_one_job_per_rollout_and_layout(backend: Backend) {
         let res = app.post_segment(&t.key, "s", layout, json!({"rollout_id": rollout, "final_output": "ok"})).await;
         assert_eq!(res.status(), 201);
     }
-    let view: Value = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().json().await.unwrap();
+    let view = app.json(Method::GET, "/v1/sessions/s", &t.key).await;
     assert_eq!(
         view["rollouts"],
         json!([{"layout": "default", "rollout_id": "chat-a", "segment_count": 2},
@@ -107,33 +107,23 @@ async fn close_queues_one_job_per_rollout_and_layout(backend: Backend) {
     );
     assert!(jobs.iter().all(|j| j["state"] == "queued"));
 
-    let again: Value =
-        app.request(Method::POST, "/v1/sessions/s/close", &t.key).send().await.unwrap().json().await.unwrap();
+    let again = app.json(Method::POST, "/v1/sessions/s/close", &t.key).await;
     assert_eq!(again["jobs"].as_array().unwrap().len(), 5, "closing again queues nothing");
 
     let (status, code, _) =
         status_code_body(app.post_segment(&t.key, "s", "default", json!({"rollout_id": "chat-a"})).await).await;
     assert_eq!((status, code.as_str()), (409, "session_closed"));
 
-    let listed: Value = app
-        .request(Method::GET, "/v1/jobs?session_id=s&kind=phase_one", &t.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = app.json(Method::GET, "/v1/jobs?session_id=s&kind=phase_one", &t.key).await;
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 3);
-    let listed: Value =
-        app.request(Method::GET, "/v1/jobs?state=succeeded", &t.key).send().await.unwrap().json().await.unwrap();
+    let listed = app.json(Method::GET, "/v1/jobs?state=succeeded", &t.key).await;
     assert_eq!(listed["jobs"], json!([]));
     let (status, code, _) =
         status_code_body(app.request(Method::GET, "/v1/jobs?state=done", &t.key).send().await.unwrap()).await;
     assert_eq!((status, code.as_str()), (400, "invalid_request"));
 
     let job_id = jobs[0]["job_id"].as_str().unwrap();
-    let job: Value =
-        app.request(Method::GET, &format!("/v1/jobs/{job_id}"), &t.key).send().await.unwrap().json().await.unwrap();
+    let job = app.json(Method::GET, &format!("/v1/jobs/{job_id}"), &t.key).await;
     assert_eq!(job["state"], "queued");
     assert_eq!(job["attempts"], 0);
     assert_eq!(job["session_id"], "s");
@@ -141,7 +131,7 @@ async fn close_queues_one_job_per_rollout_and_layout(backend: Backend) {
     assert_eq!(app.request(Method::GET, &format!("/v1/jobs/{job_id}"), &other.key).send().await.unwrap().status(), 404);
     assert_eq!(app.request(Method::GET, "/v1/jobs/not-a-uuid", &t.key).send().await.unwrap().status(), 404);
 
-    let view: Value = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().json().await.unwrap();
+    let view = app.json(Method::GET, "/v1/sessions/s", &t.key).await;
     assert_eq!(view["jobs"].as_array().unwrap().len(), 5);
 
     let started = Instant::now();
