@@ -1,6 +1,7 @@
 //! Wiring: open the store, choose the model provider, start the API and the
 //! workers, and stop them gracefully.
 
+use crate::api::serve::{ConnectionLimits, serve};
 use crate::api::{AppState, router};
 use crate::config::Config;
 use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
@@ -61,7 +62,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     crate::metrics::handle();
     let provider = provider(&config)?;
     let store = store::connect(&config.database_url()).await?;
-    let volumes = Volumes::new(&config.data_dir);
+    let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
     let (shutdown, _) = watch::channel(false);
     Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown }, provider))
 }
@@ -122,14 +123,12 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let state = core.app_state();
     let app = router(state.clone());
     let addr = listener.local_addr()?;
-    let mut stop = core.shutdown.subscribe();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
+    let limits = ConnectionLimits {
+        max_connections: core.config.max_connections,
+        header_timeout: Duration::from_secs(core.config.header_timeout_secs.max(1)),
+        idle_timeout: Duration::from_secs(core.config.idle_timeout_secs.max(1)),
+    };
+    let server = tokio::spawn(serve(listener, app, limits, core.shutdown.subscribe()));
     Ok(RunningServer { addr, state, shutdown: core.shutdown, server: Some(server), workers })
 }
 

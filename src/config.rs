@@ -76,6 +76,22 @@ pub struct Config {
     /// How long a claimed job stays owned without a renewal.
     #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value_t = 120)]
     pub job_lease_secs: u64,
+    /// Free space the data volume keeps: appends are refused and `/readyz`
+    /// fails below it (0: off; readiness then fails below 64 KiB).
+    #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
+    pub min_free_bytes: u64,
+    /// Open HTTP connections at most; further ones wait in the listen queue.
+    #[arg(long = "max-connections", env = "MEMORYD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// A request's headers must arrive within this long of its first byte.
+    #[arg(long = "header-timeout-secs", env = "MEMORYD_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_timeout_secs: u64,
+    /// A request's body must arrive within this long of its headers.
+    #[arg(long = "body-timeout-secs", env = "MEMORYD_BODY_TIMEOUT_SECS", default_value_t = 60)]
+    pub body_timeout_secs: u64,
+    /// An idle keep-alive connection is closed after this long.
+    #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    pub idle_timeout_secs: u64,
 }
 
 impl Config {

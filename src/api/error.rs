@@ -37,7 +37,11 @@ pub enum ApiError {
     #[error("{0}")]
     JobNotFailed(String),
     #[error("{0}")]
+    RequestTimeout(String),
+    #[error("{0}")]
     Unavailable(String),
+    #[error("{0}")]
+    InsufficientStorage(String),
     #[error("internal error")]
     Internal(String),
 }
@@ -63,29 +67,51 @@ impl ApiError {
             Self::IdempotencyConflict(_) => (StatusCode::CONFLICT, "idempotency_conflict"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::JobNotFailed(_) => (StatusCode::CONFLICT, "job_not_failed"),
+            Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }
 
+const RETRY_UNAVAILABLE_SECS: &str = "5";
+const RETRY_STORAGE_SECS: &str = "30";
+
 /// A problem document for `status`, used for errors raised outside the
 /// handlers too (unknown routes, panics, timeouts, body limits).
 pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
-    let title = status.canonical_reason().unwrap_or("Error");
-    let body = json!({
+    let mut response = (status, problem_json(status, code, detail)).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+    let headers = response.headers_mut();
+    match status {
+        StatusCode::UNAUTHORIZED => {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        // Both pass by themselves: a database coming back, space being freed.
+        StatusCode::SERVICE_UNAVAILABLE => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_UNAVAILABLE_SECS));
+        }
+        StatusCode::INSUFFICIENT_STORAGE => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_STORAGE_SECS));
+        }
+        _ => {}
+    }
+    response
+}
+
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// The RFC 9457 document itself.
+pub fn problem_json(status: StatusCode, code: &str, detail: &str) -> String {
+    json!({
         "type": format!("urn:memoryd:problem:{code}"),
-        "title": title,
+        "title": status.canonical_reason().unwrap_or("Error"),
         "status": status.as_u16(),
         "detail": detail,
         "code": code,
-    });
-    let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-    if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    response
+    })
+    .to_string()
 }
 
 /// The code for a status that no handler chose (SPEC §8 plus the generic ones).
@@ -99,7 +125,9 @@ pub fn code_for_status(status: StatusCode) -> &'static str {
         413 => "payload_too_large",
         415 => "unsupported_media_type",
         429 => "rate_limited",
+        431 => "headers_too_large",
         503 => "unavailable",
+        507 => "insufficient_storage",
         s if s >= 500 => "internal",
         _ => "invalid_request",
     }
@@ -118,6 +146,19 @@ impl IntoResponse for ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(err: crate::store::StoreError) -> Self {
-        Self::internal(err)
+        use crate::store::Failure;
+        match err.failure() {
+            Failure::Unavailable => {
+                tracing::warn!(error = %err, "the database is unavailable");
+                Self::Unavailable("The database is unavailable; try again shortly.".into())
+            }
+            Failure::StorageFull => {
+                tracing::warn!(error = %err, "the storage is full");
+                Self::InsufficientStorage(STORAGE_FULL.into())
+            }
+            Failure::Other => Self::internal(err),
+        }
     }
 }
+
+pub const STORAGE_FULL: &str = "The data volume is full; nothing was written. Try again once space is freed.";

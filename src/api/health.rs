@@ -7,16 +7,41 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready when the database answers and the data dir takes a write.
+/// How long readiness waits for the database before calling it lost.
+const READY_DB_TIMEOUT: Duration = Duration::from_secs(2);
+/// A scrape never waits longer than this for the queue figures.
+const METRICS_DB_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Ready when the database answers, the data dir takes a write and the data
+/// volume has more free space than the watermark.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state.store.ping().await.map_err(|_| ApiError::Unavailable("The database is not reachable.".into()))?;
+    let unreachable = || ApiError::Unavailable("The database is not reachable.".into());
+    tokio::time::timeout(READY_DB_TIMEOUT, state.store.ping())
+        .await
+        .map_err(|_| unreachable())?
+        .map_err(|_| unreachable())?;
+    let volumes = state.volumes.clone();
     let dir = state.config.data_dir.clone();
-    let writable = tokio::task::spawn_blocking(move || tempfile::tempfile_in(dir).is_ok()).await.unwrap_or(false);
+    let (free, writable) =
+        tokio::task::spawn_blocking(move || (volumes.free_bytes(), tempfile::tempfile_in(dir).is_ok()))
+            .await
+            .unwrap_or((Err(std::io::Error::other("the check did not run")), false));
+    let floor = state.volumes.ready_floor();
+    match free {
+        Ok(free) if free < floor => {
+            return Err(ApiError::Unavailable(format!(
+                "The data volume has {free} bytes free, below the {floor} bytes it must keep."
+            )));
+        }
+        Err(_) => return Err(ApiError::Unavailable("The data volume's free space cannot be read.".into())),
+        Ok(_) => {}
+    }
     if !writable {
         return Err(ApiError::Unavailable("The data dir is not writable.".into()));
     }
@@ -24,11 +49,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 }
 
 /// Prometheus text format; the queue gauges are read from the database at
-/// each scrape, so every replica reports the shared queue.
+/// each scrape, so every replica reports the shared queue. When the database
+/// does not answer within a second, the last figures read are served.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let handle = crate::metrics::handle();
-    match state.store.job_counts().await {
-        Ok(counts) => {
+    match tokio::time::timeout(METRICS_DB_TIMEOUT, state.store.job_counts()).await {
+        Ok(Ok(counts)) => {
             for kind in ["phase_one", "phase_two"] {
                 for job_state in ["queued", "running", "succeeded", "skipped", "failed"] {
                     let count = counts.iter().find(|(k, s, _)| k == kind && s == job_state).map_or(0, |(_, _, n)| *n);
@@ -36,7 +62,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                 }
             }
         }
-        Err(e) => tracing::warn!(error = %e, "reading the job queue for /metrics failed"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "reading the job queue for /metrics failed; serving the last figures"),
+        Err(_) => tracing::warn!("the job queue did not answer within a second; serving the last figures"),
     }
     handle.run_upkeep();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], handle.render())

@@ -9,6 +9,7 @@ mod health;
 mod jobs;
 mod layouts;
 mod memory;
+pub mod serve;
 mod sessions;
 
 use crate::config::Config;

@@ -2,8 +2,8 @@
 //! (SPEC §2.2, §2.3).
 
 use super::AppState;
-use super::error::ApiError;
-use super::extract::{JsonBody, QueryParams, TenantAuth, sha256_hex};
+use super::error::{ApiError, STORAGE_FULL};
+use super::extract::{JsonBody, OptionalJsonBody, QueryParams, TenantAuth, sha256_hex};
 use super::layouts::find_layout;
 use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
 use crate::domain::segment::{SegmentError, build_segment};
@@ -42,7 +42,7 @@ struct OpenSession {
 pub async fn create_session(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
-    body: JsonBody,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let open: OpenSession = body.into_typed(ApiError::InvalidRequest)?;
     let session_id = match open.session_id {
@@ -126,6 +126,9 @@ pub async fn append_segment(
     let claim = idempotency_claim(&headers, &scope, &body.raw)?;
     if layout.config.generate.is_none() {
         return Err(generation_disabled(&layout_name));
+    }
+    if !state.volumes.has_room() {
+        return Err(ApiError::InsufficientStorage(STORAGE_FULL.into()));
     }
     let segment = build_segment(body.value, chrono::Utc::now()).map_err(|e| match e {
         SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),

@@ -316,6 +316,11 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         max_attempts: 3,
         retry_base_ms: 100,
         job_lease_secs: 120,
+        min_free_bytes: 67_108_864,
+        max_connections: 10_000,
+        header_timeout_secs: 10,
+        body_timeout_secs: 60,
+        idle_timeout_secs: 60,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = start(config, listener).await?;

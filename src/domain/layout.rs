@@ -101,7 +101,13 @@ fn pathlib_str(value: &str) -> String {
     }
 }
 
-/// R-LAY-1, checks in the SDK's order with the SDK's messages.
+/// A directory must also be usable as a path on every filesystem memoryd
+/// runs on (SPEC §2.1): these are the limits of Linux.
+const MAX_DIR_COMPONENT_BYTES: usize = 255;
+const MAX_DIR_BYTES: usize = 1024;
+
+/// R-LAY-1, checks in the SDK's order with the SDK's messages, then the
+/// limits of a path on disk.
 pub fn validate_layout_dir(field: &str, value: &str) -> Result<LayoutDir, String> {
     let shown = pathlib_str(value);
     if value.starts_with('/') {
@@ -114,7 +120,29 @@ pub fn validate_layout_dir(field: &str, value: &str) -> Result<LayoutDir, String
     if parts.is_empty() {
         return Err(format!("layout.{field} must be non-empty"));
     }
+    if value.chars().any(char::is_control) {
+        return Err(format!("layout.{field} must not contain NUL or other control characters"));
+    }
+    if value.len() > MAX_DIR_BYTES {
+        return Err(format!("layout.{field} must be at most {MAX_DIR_BYTES} bytes, got {} bytes", value.len()));
+    }
+    if let Some(long) = parts.iter().find(|p| p.len() > MAX_DIR_COMPONENT_BYTES) {
+        return Err(format!(
+            "layout.{field} must not have a component longer than {MAX_DIR_COMPONENT_BYTES} bytes, got one of {} bytes",
+            long.len()
+        ));
+    }
     Ok(LayoutDir { normalized: parts.join("/") })
+}
+
+impl LayoutDir {
+    /// Equal, or one lies inside the other (compared by whole components).
+    pub fn overlaps(&self, other: &LayoutDir) -> bool {
+        let inside = |inner: &str, outer: &str| {
+            inner == outer || (inner.starts_with(outer) && inner.as_bytes().get(outer.len()) == Some(&b'/'))
+        };
+        inside(&self.normalized, &other.normalized) || inside(&other.normalized, &self.normalized)
+    }
 }
 
 /// A layout config that passed every rule, with its directories normalised.
@@ -193,6 +221,43 @@ pub enum LayoutPutDecision {
     Replace,
 }
 
+/// A folder of a new layout that equals or nests with a folder of another.
+struct FolderClash<'a> {
+    field: &'static str,
+    dir: &'a LayoutDir,
+    other_field: &'static str,
+    other_dir: &'a LayoutDir,
+}
+
+impl FolderClash<'_> {
+    fn describe(&self, other_name: &LayoutName) -> String {
+        if self.field == self.other_field && self.dir == self.other_dir {
+            // R-LAY-5's case, in its words.
+            return format!(
+                "Layout '{other_name}' already uses {}='{}'. Use a different {} for isolated memories, or the same layout to share memory.",
+                self.field, self.dir.normalized, self.field
+            );
+        }
+        let relation = if self.dir == self.other_dir { "is the same folder as" } else { "overlaps" };
+        format!(
+            "{}='{}' {relation} {}='{}' of layout '{other_name}': one layout's consolidation agent could edit or delete the other's files. Use folders that neither equal nor contain each other.",
+            self.field, self.dir.normalized, self.other_field, self.other_dir.normalized
+        )
+    }
+}
+
+fn folder_clash<'a>(new: &'a ValidLayout, other: &'a ValidLayout) -> Option<FolderClash<'a>> {
+    let dirs = |l: &'a ValidLayout| [("memories_dir", &l.memories_dir), ("sessions_dir", &l.sessions_dir)];
+    // Same-field equality first, so the SDK's message wins where it applies.
+    let pairs = dirs(new).into_iter().flat_map(|a| dirs(other).into_iter().map(move |b| (a, b)));
+    let mut pairs: Vec<_> = pairs.collect();
+    pairs.sort_by_key(|((f, d), (of, od))| !(f == of && d == od));
+    pairs
+        .into_iter()
+        .find(|((_, d), (_, od))| d.overlaps(od))
+        .map(|((field, dir), (other_field, other_dir))| FolderClash { field, dir, other_field, other_dir })
+}
+
 fn etag_matches(if_match: &str, etag: &str) -> bool {
     if_match
         .split(',')
@@ -226,21 +291,18 @@ pub fn decide_layout_put(
     } else if if_match.is_some_and(|tag| tag.trim() != "*") {
         return Err(LayoutPutError::StaleEtag);
     }
+    if new.memories_dir.overlaps(&new.sessions_dir) {
+        return Err(LayoutPutError::Conflict(format!(
+            "memories_dir='{}' and sessions_dir='{}' of layout '{name}' overlap: the consolidation agent could edit or delete the rollouts. Use two separate folders.",
+            new.memories_dir.normalized, new.sessions_dir.normalized
+        )));
+    }
     for (other_name, other) in existing {
         if other_name == name {
             continue;
         }
-        if other.memories_dir == new.memories_dir {
-            return Err(LayoutPutError::Conflict(format!(
-                "Layout '{other_name}' already uses memories_dir='{}'. Use a different memories_dir for isolated memories, or the same layout to share memory.",
-                new.memories_dir.normalized
-            )));
-        }
-        if other.sessions_dir == new.sessions_dir {
-            return Err(LayoutPutError::Conflict(format!(
-                "Layout '{other_name}' already uses sessions_dir='{}'. Use a different sessions_dir for isolated memories, or the same layout to share memory.",
-                new.sessions_dir.normalized
-            )));
+        if let Some(clash) = folder_clash(new, other) {
+            return Err(LayoutPutError::Conflict(clash.describe(other_name)));
         }
     }
     Ok(if current.is_some() { LayoutPutDecision::Replace } else { LayoutPutDecision::Create })
@@ -319,6 +381,75 @@ mod tests {
         let existing = vec![(name("a"), layout("x//y", "s1"))];
         assert!(decide_layout_put(&existing, &name("b"), &layout("x/y", "s2"), None).is_err());
         assert_eq!(decide_layout_put(&existing, &name("b"), &layout("x/z", "s2"), None), Ok(LayoutPutDecision::Create));
+    }
+
+    #[test]
+    fn dirs_must_be_usable_paths_on_disk() {
+        let err = |v: &str| validate_layout_dir("sessions_dir", v).unwrap_err();
+        assert!(err("a\0b").contains("control characters"));
+        assert!(err("a\nb").contains("control characters"));
+        assert!(err("a/\u{7f}").contains("control characters"));
+        let long = "x".repeat(256);
+        assert!(err(&format!("ok/{long}")).contains("longer than 255 bytes"));
+        assert!(validate_layout_dir("sessions_dir", &"y".repeat(255)).is_ok());
+        let many = vec!["abcdefgh"; 114].join("/");
+        assert_eq!(many.len(), 1025);
+        assert!(err(&many).contains("at most 1024 bytes"));
+        assert!(validate_layout_dir("sessions_dir", &many[..1024]).is_ok());
+        // Multi-byte characters count in bytes: 128 of them are 256 bytes.
+        assert!(err(&"é".repeat(128)).contains("longer than 255 bytes"));
+    }
+
+    #[test]
+    fn folders_overlap_by_whole_components() {
+        let dir = |s: &str| validate_layout_dir("memories_dir", s).unwrap();
+        assert!(dir("a").overlaps(&dir("a")));
+        assert!(dir("a").overlaps(&dir("a/b")));
+        assert!(dir("a/b").overlaps(&dir("./a//")));
+        assert!(!dir("a").overlaps(&dir("ab")));
+        assert!(!dir("memories").overlaps(&dir("memories_b")));
+        assert!(!dir("a/b").overlaps(&dir("a/c")));
+    }
+
+    #[test]
+    fn no_folder_of_a_layout_may_equal_or_contain_another() {
+        let default = vec![(name("default"), layout("memories", "sessions"))];
+        let conflict = |existing: &[(LayoutName, ValidLayout)], new: ValidLayout| match decide_layout_put(
+            existing,
+            &name("x"),
+            &new,
+            None,
+        ) {
+            Err(LayoutPutError::Conflict(detail)) => detail,
+            other => panic!("expected a conflict, got {other:?}"),
+        };
+        // A layout's own two folders.
+        assert!(conflict(&default, layout("m", "m")).contains("memories_dir='m' and sessions_dir='m'"));
+        assert!(conflict(&default, layout("m", "m/s")).contains("overlap"));
+        assert!(conflict(&default, layout("m/x", "m")).contains("overlap"));
+        // Another layout's memories folder used as sessions folder (the data-loss case).
+        let shared = vec![(name("x1"), layout("shared", "s1"))];
+        let detail = conflict(&shared, layout("m2", "shared"));
+        assert!(detail.contains("sessions_dir='shared'") && detail.contains("memories_dir='shared'"), "{detail}");
+        assert!(detail.contains("layout 'x1'"), "{detail}");
+        // Nested in the implicit default's folders, either way round.
+        let detail = conflict(&default, layout("sessions/mem", "s2"));
+        assert!(detail.contains("memories_dir='sessions/mem'") && detail.contains("sessions_dir='sessions'"));
+        assert!(detail.contains("layout 'default'"));
+        assert!(conflict(&default, layout("m2", "memories/sub")).contains("memories_dir='memories'"));
+        let detail = conflict(&[(name("a"), layout("deep/mem", "deep2"))], layout("deep", "s2"));
+        assert!(detail.contains("memories_dir='deep'") && detail.contains("memories_dir='deep/mem'"), "{detail}");
+        // Siblings and prefixes that are not components are fine.
+        assert_eq!(
+            decide_layout_put(&default, &name("x"), &layout("memories2", "sessions2"), None),
+            Ok(LayoutPutDecision::Create)
+        );
+        // Replacing a layout is not compared with its own old folders.
+        let existing = vec![(name("x"), layout("m", "s"))];
+        assert_eq!(
+            decide_layout_put(&existing, &name("x"), &layout("m/deeper", "s"), Some(&layout("m", "s").etag())),
+            Ok(LayoutPutDecision::Replace)
+        );
     }
 
     #[test]

@@ -41,15 +41,7 @@ fn write_value(out: &mut String, value: &Value, style: PyJsonStyle, depth: usize
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                write!(out, "{i}").expect("writing to a String cannot fail");
-            } else if let Some(u) = n.as_u64() {
-                write!(out, "{u}").expect("writing to a String cannot fail");
-            } else {
-                out.push_str(&py_float_repr(n.as_f64().unwrap_or(f64::NAN)));
-            }
-        }
+        Value::Number(n) => write_number(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
             if items.is_empty() {
@@ -89,6 +81,20 @@ fn write_value(out: &mut String, value: &Value, style: PyJsonStyle, depth: usize
             newline_and_indent(out, style, depth);
             out.push('}');
         }
+    }
+}
+
+/// Numbers keep the text they arrived as (`arbitrary_precision`), so an
+/// integer is written digit for digit, whatever its size, as Python's `int`
+/// would be; any other number is the double Python's `float` would hold.
+fn write_number(out: &mut String, n: &serde_json::Number) {
+    let text = n.to_string();
+    let digits = text.strip_prefix('-').unwrap_or(&text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // JSON has no leading zeros, so only `-0` differs from Python's text.
+        out.push_str(if digits.bytes().all(|b| b == b'0') { "0" } else { &text });
+    } else {
+        out.push_str(&py_float_repr(text.parse::<f64>().unwrap_or(f64::NAN)));
     }
 }
 
@@ -187,6 +193,18 @@ mod tests {
         assert_eq!(
             dumps(&v, PyJsonStyle::SORTED_INDENT2_TIGHT),
             "{\n  \"exception_message\":null,\n  \"exception_type\":null,\n  \"has_final_output\":true,\n  \"terminal_state\":\"completed\"\n}"
+        );
+    }
+
+    #[test]
+    fn numbers_print_as_python_reads_and_writes_them() {
+        let v: Value = serde_json::from_str(
+            r#"[123456789012345678901234567890, -98765432109876543210, 0, -0, 1e5, 1E400, -1e400, 2.50, 1.0, 0.1e1, 9007199254740993]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            dumps(&v, PyJsonStyle::COMPACT),
+            "[123456789012345678901234567890,-98765432109876543210,0,0,100000.0,Infinity,-Infinity,2.5,1.0,1.0,9007199254740993]"
         );
     }
 

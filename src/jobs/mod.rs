@@ -2,6 +2,7 @@
 //! renew while working, and record the outcome only while they still own the
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
+mod leftovers;
 mod phase_one;
 pub mod phase_two;
 
@@ -68,6 +69,29 @@ fn generate_config(claimed: &ClaimedJob) -> Result<crate::domain::layout::Genera
     claimed.layout.config.generate.clone().ok_or_else(|| AttemptError::Fatal {
         message: format!("layout {} no longer generates memory", claimed.job.layout),
     })
+}
+
+/// Removes the temporary files an earlier attempt of this job left under
+/// `dir` when its process was killed (SPEC §9). A first attempt has none.
+async fn remove_earlier_leftovers(claimed: &ClaimedJob, dir: std::path::PathBuf) -> Result<(), AttemptError> {
+    if claimed.job.attempts <= 1 {
+        return Ok(());
+    }
+    let job_id = claimed.job.job_id;
+    let removed = tokio::task::spawn_blocking(move || crate::workspace::remove_leftovers_of(&dir, job_id))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+        .map_err(|e| AttemptError::Retryable {
+            message: format!("removing an earlier attempt's temporary files failed: {e}"),
+            retry_after: None,
+            usage: TokenUsage::default(),
+            token_limit: None,
+        })?;
+    if removed > 0 {
+        tracing::info!(%job_id, removed, "removed temporary files of an earlier attempt");
+    }
+    Ok(())
 }
 
 /// Exponential backoff with "equal jitter" (a random point in the upper half
@@ -318,6 +342,10 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
+    let (store, volumes) = (ctx.store.clone(), ctx.volumes.clone());
+    set.spawn(async move {
+        leftovers::sweep(store, volumes).await;
+    });
     for _ in 0..ctx.settings.concurrency.max(1) {
         set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne, JobKind::PhaseTwo], shutdown.clone()));
     }

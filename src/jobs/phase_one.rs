@@ -102,6 +102,8 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .filter(|previous| previous != &summary_file);
     let memories =
         confine(&root, &layout.memories_dir.normalized).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    super::remove_earlier_leftovers(claimed, memories.clone()).await?;
+    let job_id = job.job_id;
     let raw_path = confine(&memories, &format!("raw_memories/{}.md", rollout_id.as_str()))
         .map_err(|e| fatal(format!("raw memory path refused: {e}")))?;
     let summary_path = confine(&memories, &summary_file).map_err(|e| fatal(format!("summary path refused: {e}")))?;
@@ -110,8 +112,8 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .transpose()
         .map_err(|e| fatal(format!("previous summary path refused: {e}")))?;
     let writes: PendingWrites = Box::new(move || {
-        let raw = stage(&raw_path, raw_text.as_bytes())?;
-        let summary = stage(&summary_path, summary_text.as_bytes())?;
+        let raw = stage(&raw_path, raw_text.as_bytes(), job_id)?;
+        let summary = stage(&summary_path, summary_text.as_bytes(), job_id)?;
         Ok(Box::new(move || {
             raw.publish()?;
             summary.publish()?;

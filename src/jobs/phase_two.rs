@@ -150,9 +150,11 @@ async fn attempt(
     if chunks.is_empty() {
         return Ok(skipped(TokenUsage::default()));
     }
+    super::remove_earlier_leftovers(claimed, memory_root.clone()).await?;
+    let job_id = job.job_id;
 
     let snapshot = Snapshot::create(snapshot_dir).map_err(|e| io("creating the snapshot failed", &e))?;
-    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized, snapshot);
+    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized, snapshot, job_id);
     let result = consolidate(ctx, claimed, &mut tools, &selection, &chunks, log).await;
     log.files_changed = tools.changed_files().to_vec();
     let snapshot = tools.into_snapshot();
@@ -170,7 +172,7 @@ async fn attempt(
     let selection_path =
         confine(&memory_root, "phase_two_selection.json").map_err(|e| fatal(format!("selection path refused: {e}")))?;
     let writes: PendingWrites = Box::new(move || {
-        let staged = stage(&selection_path, file_text.as_bytes())?;
+        let staged = stage(&selection_path, file_text.as_bytes(), job_id)?;
         Ok(Box::new(move || {
             staged.publish()?;
             snapshot.discard()

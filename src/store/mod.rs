@@ -39,6 +39,69 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a failed store call means for the caller: wait for a dependency to
+/// come back, wait for space, or a fault of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The database cannot be reached or refuses work for now.
+    Unavailable,
+    /// The volume (the database's or the workspaces') has no room.
+    StorageFull,
+    Other,
+}
+
+impl StoreError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            Self::Database(e) => database_failure(e),
+            Self::Io(e) | Self::Path(crate::workspace::PathError::Io(e)) => io_failure(e),
+            _ => Failure::Other,
+        }
+    }
+}
+
+pub fn io_failure(e: &std::io::Error) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => Failure::StorageFull,
+        _ => Failure::Other,
+    }
+}
+
+fn database_failure(e: &sqlx::Error) -> Failure {
+    match e {
+        // A connection cut midway surfaces as a protocol or TLS error as often as an I/O one.
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => Failure::Unavailable,
+        sqlx::Error::Io(io) => match io_failure(io) {
+            Failure::StorageFull => Failure::StorageFull,
+            _ => Failure::Unavailable,
+        },
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some() {
+                // SQLSTATE class 53 is insufficient resources (53100: disk full),
+                // class 08 connection failures, 57P0x the server stopping or starting.
+                return match code.as_ref() {
+                    "53100" => Failure::StorageFull,
+                    c if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") => Failure::Unavailable,
+                    _ => Failure::Other,
+                };
+            }
+            // SQLite's extended result codes: the primary code is the low byte
+            // (13 full; 5 busy, 6 locked, 8 read-only, 10 I/O error, 14 cannot open).
+            match code.parse::<i32>().map(|c| c & 0xff) {
+                Ok(13) => Failure::StorageFull,
+                Ok(5 | 6 | 8 | 10 | 14) => Failure::Unavailable,
+                _ => Failure::Other,
+            }
+        }
+        _ => Failure::Other,
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Tenant {
     pub tenant_id: TenantId,
@@ -461,6 +524,9 @@ pub trait Store: Send + Sync + 'static {
     /// Closes `closing` sessions whose jobs have all finished but which were
     /// not settled (their last worker died between commit and settle).
     async fn settle_finished_sessions(&self) -> StoreResult<usize>;
+    /// Some worker holds the job under a lease that has not expired: its
+    /// temporary files may still be renamed into place.
+    async fn job_lease_live(&self, job_id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// `default` always; another workspace once a session has used it.

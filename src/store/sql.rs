@@ -506,6 +506,9 @@ where
     }
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
             "INSERT INTO api_keys (id, tenant_id, key_hash, created_at)
              SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 RETURNING id",
@@ -514,18 +517,23 @@ where
         .bind(key.tenant_id)
         .bind(key.key_hash.as_str())
         .bind(Utc::now())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(inserted.is_some())
     }
 
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
         let revoked =
             sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id")
                 .bind(key_id)
                 .bind(Utc::now())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await?;
+        tx.commit().await?;
         Ok(revoked.is_some())
     }
 
@@ -582,6 +590,9 @@ where
     }
 
     async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
+        // One transaction whose commit reports a failure (a full disk, say) that
+        // an autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING RETURNING session_id",
@@ -591,11 +602,12 @@ where
         .bind(new.workspace.as_str())
         .bind(new.metadata.to_string())
         .bind(Utc::now())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        let record = Self::session_in(&self.pool, tenant, &new.session_id, false)
+        let record = Self::session_in(&mut *tx, tenant, &new.session_id, false)
             .await?
             .ok_or_else(|| corrupt("session vanished after insert"))?;
+        tx.commit().await?;
         Ok(if inserted.is_some() {
             CreateSessionOutcome::Created(record)
         } else {
@@ -898,14 +910,18 @@ where
     }
 
     async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
         let renewed = sqlx::query(
             "UPDATE jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING id",
         )
         .bind(job_id)
         .bind(token)
         .bind(until)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(renewed.is_some())
     }
 
@@ -1005,6 +1021,9 @@ where
     }
 
     async fn release_job(&self, job_id: Uuid, token: Uuid) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
         let released = sqlx::query(
             "UPDATE jobs SET state = 'queued', attempts = attempts - 1, run_after = $3,
                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
@@ -1013,8 +1032,9 @@ where
         .bind(job_id)
         .bind(token)
         .bind(Utc::now())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(released.is_some())
     }
 
@@ -1184,6 +1204,16 @@ where
             self.settle_session(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
         }
         Ok(rows.len())
+    }
+
+    async fn job_lease_live(&self, job_id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
+        let row =
+            sqlx::query("SELECT 1 AS live FROM jobs WHERE id = $1 AND state = 'running' AND lease_expires_at > $2")
+                .bind(job_id)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.is_some())
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {

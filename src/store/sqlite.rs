@@ -37,6 +37,13 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
     if let Some(dir) = options.get_filename().parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(8)
+        // A commit that fails for want of space can leave SQLite rolled back
+        // while the driver still counts the transaction open (its rollback then
+        // fails too); such a connection would refuse every later `BEGIN`.
+        .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
+        .connect_with(options)
+        .await?;
     SqlStore::open(pool).await
 }

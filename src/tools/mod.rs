@@ -71,12 +71,21 @@ pub struct MemoryTools {
     sessions: String,
     snapshot: Snapshot,
     changed: Vec<String>,
+    /// The job whose temporary files these writes make.
+    owner: uuid::Uuid,
 }
 
 impl MemoryTools {
     /// `memories` and `sessions` are the layout's normalised directories.
-    pub fn new(root: PathBuf, memories: &str, sessions: &str, snapshot: Snapshot) -> Self {
-        Self { root, memories: memories.to_owned(), sessions: sessions.to_owned(), snapshot, changed: Vec::new() }
+    pub fn new(root: PathBuf, memories: &str, sessions: &str, snapshot: Snapshot, owner: uuid::Uuid) -> Self {
+        Self {
+            root,
+            memories: memories.to_owned(),
+            sessions: sessions.to_owned(),
+            snapshot,
+            changed: Vec::new(),
+            owner,
+        }
     }
 
     /// The files this run wrote or deleted, relative to the workspace root.
@@ -241,7 +250,7 @@ impl MemoryTools {
         for (rel, content) in overlay {
             let abs = confine(&self.root, &rel).map_err(std::io::Error::other)?;
             match content {
-                Some(text) => write_atomic(&abs, text.as_bytes())?,
+                Some(text) => write_atomic(&abs, text.as_bytes(), self.owner)?,
                 None => match std::fs::remove_file(&abs) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                     _ => {}
@@ -376,7 +385,7 @@ mod tests {
         std::fs::write(root.join("memories/raw_memories/r.md"), "rollout_id: r\n").unwrap();
         std::fs::write(root.join("sessions/r.jsonl"), "{\"a\":1}\n").unwrap();
         let snapshot = Snapshot::create(snapshots.path().join("job")).unwrap();
-        let tools = MemoryTools::new(root.clone(), "memories", "sessions", snapshot);
+        let tools = MemoryTools::new(root.clone(), "memories", "sessions", snapshot, uuid::Uuid::new_v4());
         Fixture { _dir: dir, _snapshots: snapshots, root, tools }
     }
 

@@ -49,7 +49,8 @@ impl Snapshot {
     }
 
     fn save(&self) -> io::Result<()> {
-        write_atomic(&self.dir.join(MANIFEST), &serde_json::to_vec(&self.entries).map_err(io::Error::other)?)
+        let manifest = serde_json::to_vec(&self.entries).map_err(io::Error::other)?;
+        write_atomic(&self.dir.join(MANIFEST), &manifest, uuid::Uuid::nil())
     }
 
     /// Keeps the current bytes of `rel` (or its absence) unless already kept.
@@ -61,7 +62,7 @@ impl Snapshot {
         let backup = match std::fs::read(&abs) {
             Ok(bytes) => {
                 let name = format!("{:06}", self.entries.len());
-                write_atomic(&self.dir.join(&name), &bytes)?;
+                write_atomic(&self.dir.join(&name), &bytes, uuid::Uuid::nil())?;
                 Some(name)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -76,7 +77,7 @@ impl Snapshot {
         for entry in self.entries.iter().rev() {
             let abs = confine(root, &entry.path).map_err(io::Error::other)?;
             match &entry.backup {
-                Some(name) => write_atomic(&abs, &std::fs::read(self.dir.join(name))?)?,
+                Some(name) => write_atomic(&abs, &std::fs::read(self.dir.join(name))?, uuid::Uuid::nil())?,
                 None => match std::fs::remove_file(&abs) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                     _ => {}

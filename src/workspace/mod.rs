@@ -68,15 +68,51 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
     }
 }
 
+/// Readiness fails below this much free space even with the watermark off:
+/// by then no write can be trusted to complete.
+pub const HARD_MIN_FREE_BYTES: u64 = 64 * 1024;
+
 /// `<data_dir>/workspaces`: one volume per tenant below it.
 #[derive(Debug, Clone)]
 pub struct Volumes {
+    data_dir: PathBuf,
     root: PathBuf,
+    /// `MEMORYD_MIN_FREE_BYTES`: the free space new data must leave (0: off).
+    min_free_bytes: u64,
 }
 
 impl Volumes {
-    pub fn new(data_dir: &Path) -> Self {
-        Self { root: data_dir.join("workspaces") }
+    pub fn new(data_dir: &Path, min_free_bytes: u64) -> Self {
+        Self { data_dir: data_dir.to_path_buf(), root: data_dir.join("workspaces"), min_free_bytes }
+    }
+
+    /// `(tenant, its volume)` for every tenant volume on disk.
+    pub fn tenant_dirs(&self) -> Vec<(Uuid, PathBuf)> {
+        let Ok(entries) = fs::read_dir(&self.root) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| Some((Uuid::parse_str(e.file_name().to_str()?).ok()?, e.path())))
+            .collect()
+    }
+
+    /// Bytes an unprivileged writer may still use on the data volume.
+    pub fn free_bytes(&self) -> io::Result<u64> {
+        let stat = rustix::fs::statvfs(&self.data_dir)?;
+        Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+
+    /// New data may be written: the volume's free space is above the
+    /// watermark, which keeps room for the database (SQLite lives on this
+    /// volume) to commit what is already under way. An unreadable volume is
+    /// left to the write itself to report.
+    pub fn has_room(&self) -> bool {
+        self.min_free_bytes == 0 || self.free_bytes().map_or(true, |free| free >= self.min_free_bytes)
+    }
+
+    /// The free space below which `/readyz` fails.
+    pub fn ready_floor(&self) -> u64 {
+        self.min_free_bytes.max(HARD_MIN_FREE_BYTES)
     }
 
     /// `<volumes>/<tenant>/<workspace>`; both parts are validated ids, and the
@@ -148,8 +184,8 @@ pub fn read_committed(path: &Path, committed_len: u64) -> io::Result<Vec<u8>> {
 
 /// Temp file in the same folder, fsync, rename, fsync the folder: readers see
 /// the old or the new content, never a mix.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    stage(path, bytes)?.publish()
+pub fn write_atomic(path: &Path, bytes: &[u8], owner: Uuid) -> io::Result<()> {
+    stage(path, bytes, owner)?.publish()
 }
 
 /// A file written and fsync'd under a temporary name next to its
@@ -161,13 +197,82 @@ pub struct StagedFile {
     dest: PathBuf,
 }
 
-pub fn stage(path: &Path, bytes: &[u8]) -> io::Result<StagedFile> {
+/// Temporary files are named `.memoryd-<owner>-<random>.tmp`, the owner being
+/// the job that writes them, so that what a killed attempt left behind can be
+/// told from what a live one is writing, and removed (SPEC §9).
+const STAGED_PREFIX: &str = ".memoryd-";
+const STAGED_SUFFIX: &str = ".tmp";
+
+pub fn stage(path: &Path, bytes: &[u8], owner: Uuid) -> io::Result<StagedFile> {
     let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp =
+        tempfile::Builder::new().prefix(&format!("{STAGED_PREFIX}{owner}-")).suffix(STAGED_SUFFIX).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     Ok(StagedFile { tmp: tmp.into_temp_path(), dest: path.to_path_buf() })
+}
+
+/// A temporary file found on disk.
+#[derive(Debug)]
+pub struct Leftover {
+    pub path: PathBuf,
+    /// The job that wrote it; `None` for the `.tmpXXXXXX` names of releases
+    /// before owners were recorded.
+    pub owner: Option<Uuid>,
+    pub modified: std::time::SystemTime,
+}
+
+fn leftover_owner(name: &str) -> Option<Option<Uuid>> {
+    if let Some(rest) = name.strip_prefix(STAGED_PREFIX).and_then(|r| r.strip_suffix(STAGED_SUFFIX)) {
+        return rest.get(..36).and_then(|id| Uuid::parse_str(id).ok()).map(Some);
+    }
+    let legacy =
+        name.strip_prefix(".tmp").is_some_and(|r| r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric()));
+    legacy.then_some(None)
+}
+
+/// Every temporary file under `dir`, in all its subfolders (symlinks are not followed).
+pub fn find_leftovers(dir: &Path) -> io::Result<Vec<Leftover>> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file()
+                && let Some(owner) = entry.file_name().to_str().and_then(leftover_owner)
+            {
+                let modified = entry.metadata()?.modified()?;
+                found.push(Leftover { path: entry.path(), owner, modified });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Removes what earlier attempts of job `owner` left under `dir`.
+pub fn remove_leftovers_of(dir: &Path, owner: Uuid) -> io::Result<usize> {
+    let mut removed = 0;
+    for leftover in find_leftovers(dir)?.into_iter().filter(|l| l.owner == Some(owner)) {
+        remove_if_present(&leftover.path)?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+pub fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 impl StagedFile {
@@ -226,11 +331,11 @@ mod tests {
     fn a_staged_file_appears_only_when_published() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raw.md");
-        let staged = stage(&path, b"new").unwrap();
+        let staged = stage(&path, b"new", Uuid::nil()).unwrap();
         assert!(!path.exists());
         staged.publish().unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"new");
-        drop(stage(&path, b"discarded").unwrap());
+        drop(stage(&path, b"discarded", Uuid::nil()).unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
     }
@@ -239,9 +344,28 @@ mod tests {
     fn atomic_write_replaces_whole_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/MEMORY.md");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
+        write_atomic(&path, b"one", Uuid::nil()).unwrap();
+        write_atomic(&path, b"two", Uuid::nil()).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn leftovers_are_found_by_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mine, theirs) = (Uuid::new_v4(), Uuid::new_v4());
+        let deep = dir.path().join("memories/raw_memories/r.md");
+        let kept = [stage(&deep, b"a", mine).unwrap(), stage(&deep, b"b", theirs).unwrap()];
+        // Kept as a killed process leaves them: never published, never removed.
+        let leftovers: Vec<PathBuf> = kept.into_iter().map(|s| s.tmp.keep().unwrap()).collect();
+        fs::write(dir.path().join("memories/.tmpAb3dE9"), b"legacy").unwrap();
+        fs::write(dir.path().join("memories/.tmp-not-ours"), b"user").unwrap();
+        fs::write(dir.path().join("memories/MEMORY.md"), b"").unwrap();
+        let found = find_leftovers(dir.path()).unwrap();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found.iter().filter(|l| l.owner.is_none()).count(), 1);
+        assert_eq!(remove_leftovers_of(dir.path(), mine).unwrap(), 1);
+        assert!(!leftovers[0].exists() && leftovers[1].exists());
+        assert!(dir.path().join("memories/.tmp-not-ours").exists());
     }
 }

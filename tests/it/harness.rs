@@ -89,6 +89,11 @@ impl TestApp {
             max_attempts: 3,
             retry_base_ms: 50,
             job_lease_secs: 30,
+            min_free_bytes: 67_108_864,
+            max_connections: 10_000,
+            header_timeout_secs: 10,
+            body_timeout_secs: 60,
+            idle_timeout_secs: 60,
         };
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

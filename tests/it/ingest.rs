@@ -13,6 +13,7 @@ both_backends!(
     idempotency_keys_replay_and_conflict,
     torn_tails_never_become_visible,
     concurrent_appends_to_one_rollout_stay_whole_and_ordered,
+    empty_bodies_are_refused_and_big_integers_keep_their_digits
 );
 
 async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
@@ -345,4 +346,32 @@ async fn concurrent_appends_to_one_rollout_stay_whole_and_ordered(backend: Backe
     }
     let view = app.json(Method::GET, "/v1/sessions/s", &t.key).await;
     assert_eq!(view["rollouts"][0]["segment_count"], CLIENTS * SEGMENTS);
+}
+
+/// SPEC §2.2: an empty body is not a segment; numbers are written as
+/// Python's `json.dumps` writes what `json.loads` read: integers of any
+/// size digit for digit, floats as the shortest repr.
+async fn empty_bodies_are_refused_and_big_integers_keep_their_digits(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    for empty in ["", "  \n"] {
+        let res = app
+            .request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key)
+            .body(empty)
+            .send()
+            .await
+            .unwrap();
+        let (status, code, _) = status_code_body(res).await;
+        assert_eq!((status, code.as_str()), (400, "invalid_json"), "{empty:?}");
+    }
+    assert_eq!(app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().status(), 404);
+    let body = r#"{"rollout_id": "big", "input": [{"role": "user", "content": "n", "id": 123456789012345678901234567890, "neg": -98765432109876543210, "f": 1e5, "g": 2.50, "z": -0}]}"#;
+    let res =
+        app.request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key).body(body).send().await.unwrap();
+    assert_eq!(res.status(), 201);
+    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/big.jsonl")).unwrap();
+    assert!(
+        line.contains(r#""id":123456789012345678901234567890,"neg":-98765432109876543210,"f":100000.0,"g":2.5,"z":0}"#),
+        "{line}"
+    );
 }

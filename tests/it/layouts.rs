@@ -7,7 +7,8 @@ both_backends!(
     layouts_are_created_read_and_replaced_with_etags,
     layout_rules_give_the_sdk_messages,
     layouts_conflict_on_shared_dirs,
-    layouts_are_private_to_a_tenant
+    layouts_are_private_to_a_tenant,
+    nested_or_unusable_folders_are_refused
 );
 
 async fn put(app: &TestApp, key: &str, name: &str, body: Value, if_match: Option<&str>) -> reqwest::Response {
@@ -180,4 +181,53 @@ async fn layouts_are_private_to_a_tenant(backend: Backend) {
     assert_eq!(res.status(), 201);
     assert!(!app.workspace_dir(&a, "default").join("s1/r.jsonl").exists());
     assert!(app.workspace_dir(&b, "default").join("s1/r.jsonl").exists());
+}
+
+/// SPEC §2.1: no folder of a tenant's layouts may equal or contain another
+/// (one layout's consolidation agent could delete the other's rollouts), and
+/// every folder must be usable on disk; nothing refused is stored.
+async fn nested_or_unusable_folders_are_refused(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let dirs = |m: &str, s: &str| json!({"memories_dir": m, "sessions_dir": s});
+    assert_eq!(put(&app, &t.key, "x", dirs("shared", "x_sessions"), None).await.status(), 201);
+    let conflicts = [
+        ("y", dirs("y_memories", "shared"), ["sessions_dir='shared'", "memories_dir='shared'", "layout 'x'"]),
+        ("y", dirs("y_memories", "shared/y"), ["sessions_dir='shared/y'", "memories_dir='shared'", "layout 'x'"]),
+        (
+            "y",
+            dirs("sessions/deep", "y_sessions"),
+            ["memories_dir='sessions/deep'", "sessions_dir='sessions'", "layout 'default'"],
+        ),
+        (
+            "y",
+            dirs("y_memories", "memories/rollouts"),
+            ["sessions_dir='memories/rollouts'", "memories_dir='memories'", "layout 'default'"],
+        ),
+        ("y", dirs("outer", "outer/sessions"), ["memories_dir='outer'", "sessions_dir='outer/sessions'", "layout 'y'"]),
+        ("y", dirs("same", "./same/"), ["memories_dir='same'", "sessions_dir='same'", "layout 'y'"]),
+    ];
+    for (name, body, wanted) in conflicts {
+        let (status, code, problem) = status_code_body(put(&app, &t.key, name, body.clone(), None).await).await;
+        assert_eq!((status, code.as_str()), (409, "layout_conflict"), "{body}");
+        let detail = problem["detail"].as_str().unwrap();
+        for part in wanted {
+            assert!(detail.contains(part), "{body}: {detail} lacks {part}");
+        }
+    }
+    let long_component = "c".repeat(256);
+    let long_path = vec!["abcdefgh"; 120].join("/");
+    for bad in ["with\\u0000nul", "tab\\there", "line\\nbreak", long_component.as_str(), long_path.as_str()] {
+        let body: Value =
+            serde_json::from_str(&format!(r#"{{"memories_dir": "ok_m", "sessions_dir": "{bad}"}}"#)).unwrap();
+        let (status, code, _) = status_code_body(put(&app, &t.key, "z", body, None).await).await;
+        assert_eq!((status, code.as_str()), (422, "invalid_layout"), "{bad:.40}");
+    }
+    let listed = app.json(Method::GET, "/v1/layouts", &t.key).await;
+    let names: Vec<&str> = listed["layouts"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "x"], "nothing refused was stored");
+    // The data-loss case stays impossible: segments to x and to the default land apart.
+    let res = app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r"})).await;
+    assert_eq!(res.status(), 201);
+    assert!(app.workspace_dir(&t, "default").join("sessions/r.jsonl").exists());
 }

@@ -5,8 +5,10 @@ mod fake_llm;
 mod harness;
 
 mod admin;
+mod connections;
 mod contract;
 mod deploy_files;
+mod hardening;
 mod ingest;
 mod jobs;
 mod layouts;

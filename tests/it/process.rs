@@ -9,21 +9,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ADMIN: &str = "process-test-admin";
+pub(crate) const ADMIN: &str = "process-test-admin";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// One `memoryd` process with its log file.
-struct Memoryd {
-    child: Child,
-    base: String,
-    log: PathBuf,
+pub(crate) struct Memoryd {
+    pub child: Child,
+    pub base: String,
+    pub log: PathBuf,
 }
 
 impl Memoryd {
-    fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Self {
+    pub(crate) fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Self {
         let port = free_port();
         let log = dir.join(format!("{name}.log"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_memoryd"));
@@ -43,7 +43,7 @@ impl Memoryd {
         Self { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}"), log }
     }
 
-    async fn ready(&self, http: &reqwest::Client) {
+    pub(crate) async fn ready(&self, http: &reqwest::Client) {
         let started = Instant::now();
         while http.get(format!("{}/readyz", self.base)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
             assert!(started.elapsed() < Duration::from_secs(20), "memoryd did not become ready");
@@ -51,11 +51,11 @@ impl Memoryd {
         }
     }
 
-    fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         assert!(Command::new("kill").arg(signal).arg(self.child.id().to_string()).status().unwrap().success());
     }
 
-    async fn exit(&mut self) -> std::process::ExitStatus {
+    pub(crate) async fn exit(&mut self) -> std::process::ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -66,7 +66,7 @@ impl Memoryd {
         }
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -78,7 +78,7 @@ impl Drop for Memoryd {
     }
 }
 
-async fn new_tenant(http: &reqwest::Client, base: &str) -> (String, String) {
+pub(crate) async fn new_tenant(http: &reqwest::Client, base: &str) -> (String, String) {
     let tenant: Value = http
         .post(format!("{base}/v1/admin/tenants"))
         .bearer_auth(ADMIN)
@@ -93,7 +93,7 @@ async fn new_tenant(http: &reqwest::Client, base: &str) -> (String, String) {
 }
 
 /// Appends one segment through `base` and checks it was acknowledged.
-async fn post_segment(http: &reqwest::Client, base: &str, key: &str, session: &str, body: Value) {
+pub(crate) async fn post_segment(http: &reqwest::Client, base: &str, key: &str, session: &str, body: Value) {
     let res = http
         .post(format!("{base}/v1/sessions/{session}/layouts/default/segments"))
         .bearer_auth(key)
@@ -110,7 +110,7 @@ async fn phase_one_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Va
     body["jobs"].as_array().unwrap().clone()
 }
 
-async fn settle(http: &reqwest::Client, base: &str, key: &str, count: usize, limit: Duration) -> Vec<Value> {
+pub(crate) async fn settle(http: &reqwest::Client, base: &str, key: &str, count: usize, limit: Duration) -> Vec<Value> {
     let started = Instant::now();
     loop {
         let jobs = phase_one_jobs(http, base, key).await;
@@ -130,7 +130,7 @@ fn model_env(fake: &FakeLlm) -> Vec<(&'static str, String)> {
     ]
 }
 
-async fn database_env(backend: Backend) -> Vec<(&'static str, String)> {
+pub(crate) async fn database_env(backend: Backend) -> Vec<(&'static str, String)> {
     match backend {
         Backend::Postgres => vec![("DATABASE_URL", isolated_postgres_url().await)],
         Backend::Sqlite => Vec::new(),

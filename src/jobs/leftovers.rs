@@ -1,0 +1,95 @@
+//! Start-up sweep of temporary files that no attempt will rename any more
+//! (SPEC §9: "a workspace never keeps files nobody will rename"). An attempt
+//! that is re-claimed removes its own earlier files; this covers the jobs
+//! that will not run again, and files of releases that did not name their
+//! owner.
+
+use crate::store::{DynStore, with_implicit_default};
+use crate::workspace::{Leftover, Volumes, confine, find_leftovers, remove_if_present};
+use chrono::Utc;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A temporary file without a known owner is left alone this long: a live
+/// process of an older release may still be about to rename it.
+const UNOWNED_GRACE: Duration = Duration::from_secs(600);
+
+/// Every memory folder of every tenant's workspaces on this volume.
+async fn memory_folders(store: &DynStore, volumes: &Volumes) -> Vec<PathBuf> {
+    let mut folders = Vec::new();
+    for (tenant, tenant_dir) in volumes.tenant_dirs() {
+        let layouts = match store.stored_layouts(tenant).await {
+            Ok(stored) => with_implicit_default(stored),
+            Err(e) => {
+                tracing::warn!(%tenant, error = %e, "reading layouts for the leftover sweep failed");
+                continue;
+            }
+        };
+        for workspace in subdirectories(&tenant_dir) {
+            for layout in &layouts {
+                if let Ok(memories) = confine(&workspace, &layout.layout.memories_dir.normalized) {
+                    folders.push(memories);
+                }
+            }
+        }
+    }
+    folders
+}
+
+fn subdirectories(dir: &std::path::Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+async fn abandoned(store: &DynStore, leftover: &Leftover) -> bool {
+    match leftover.owner.filter(|owner| !owner.is_nil()) {
+        Some(job_id) => match store.job_lease_live(job_id, Utc::now()).await {
+            Ok(live) => !live,
+            Err(e) => {
+                tracing::warn!(%job_id, error = %e, "checking a temporary file's job failed; it stays for now");
+                false
+            }
+        },
+        None => leftover.modified.elapsed().unwrap_or_default() > UNOWNED_GRACE,
+    }
+}
+
+/// Removes the temporary files under the memory folders whose job holds no
+/// live lease; returns how many it removed.
+pub async fn sweep(store: DynStore, volumes: Volumes) -> usize {
+    let folders = memory_folders(&store, &volumes).await;
+    let found = tokio::task::spawn_blocking(move || {
+        folders.iter().flat_map(|f| find_leftovers(f).unwrap_or_default()).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let mut doomed = Vec::new();
+    for leftover in found {
+        if abandoned(&store, &leftover).await {
+            doomed.push(leftover.path);
+        }
+    }
+    let removed = tokio::task::spawn_blocking(move || {
+        doomed
+            .iter()
+            .filter(|path| match remove_if_present(path) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "removing a temporary file failed");
+                    false
+                }
+            })
+            .count()
+    })
+    .await
+    .unwrap_or_default();
+    if removed > 0 {
+        tracing::info!(removed, "removed temporary files that no attempt will rename");
+    }
+    removed
+}
