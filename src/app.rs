@@ -8,6 +8,7 @@ use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
 use crate::llm::{LlmApi, OpenAiModel, Provider};
 use crate::store::{self, DynStore};
 use crate::workspace::Volumes;
+use crate::workspace::publish::Publisher;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         provider,
         settings: worker_settings(&core.config),
         wake: core.wake.clone(),
-        snapshots: core.config.data_dir.join("phase_two_snapshots"),
+        publisher: Publisher::new(&core.config.data_dir),
     };
     spawn_workers(Arc::new(ctx), core.shutdown.subscribe())
 }

@@ -5,6 +5,7 @@
 //! owner.
 
 use crate::store::{DynStore, with_implicit_default};
+use crate::workspace::publish::Publisher;
 use crate::workspace::{Leftover, Volumes, confine, find_leftovers, remove_if_present};
 use chrono::Utc;
 use std::path::PathBuf;
@@ -60,11 +61,17 @@ async fn abandoned(store: &DynStore, leftover: &Leftover) -> bool {
 }
 
 /// Removes the temporary files under the memory folders whose job holds no
-/// live lease; returns how many it removed.
-pub async fn sweep(store: DynStore, volumes: Volumes) -> usize {
+/// live lease and that no pending publish names; returns how many it removed.
+pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> usize {
     let folders = memory_folders(&store, &volumes).await;
     let found = tokio::task::spawn_blocking(move || {
-        folders.iter().flat_map(|f| find_leftovers(f).unwrap_or_default()).collect::<Vec<_>>()
+        let named: std::collections::HashSet<PathBuf> =
+            publisher.pending().unwrap_or_default().iter().flat_map(|m| m.staged_files()).collect();
+        folders
+            .iter()
+            .flat_map(|f| find_leftovers(f).unwrap_or_default())
+            .filter(|l| !named.contains(&l.path))
+            .collect::<Vec<_>>()
     })
     .await
     .unwrap_or_default();

@@ -7,8 +7,11 @@ mod phase_one;
 pub mod phase_two;
 
 use crate::llm::{Provider, TokenUsage};
-use crate::store::{ClaimRequest, ClaimedJob, DynStore, JobEffects, JobFinish, JobKind, JobOutcome, PhaseTwoReport};
+use crate::store::{
+    ClaimRequest, ClaimedJob, DynStore, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
+};
 use crate::workspace::Volumes;
+use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
 use chrono::Utc;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -36,23 +39,18 @@ pub struct WorkerContext {
     /// Woken when this process queues or finishes jobs, so idle workers and
     /// waiting closes need not wait a poll.
     pub wake: Arc<Notify>,
-    /// Where phase-two runs keep the originals of the files they change.
-    pub snapshots: std::path::PathBuf,
+    /// Stages and publishes the files of finished attempts.
+    pub publisher: Publisher,
 }
 
-/// What a finished attempt produced.
+/// What a finished attempt produced: plain data. Its files are written by
+/// the recording, so that their fsyncs are not spent between model calls,
+/// and become visible only once the fenced finish has recorded them.
 pub struct Completion {
     pub outcome: JobOutcome,
-    pub writes: Option<PendingWrites>,
+    pub files: Option<FileChanges>,
     pub usage: TokenUsage,
 }
-
-/// The files an attempt produced, left to the recording so that their fsyncs
-/// are not spent between model calls: it writes them under temporary names
-/// before the fenced finish and returns what must happen within it (the
-/// renames).
-pub type PendingWrites = Box<dyn FnOnce() -> std::io::Result<JobEffects> + Send>;
-
 /// Why an attempt failed.
 #[derive(Debug)]
 pub enum AttemptError {
@@ -118,17 +116,17 @@ fn finish_for(
     claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
     phase_two: Option<PhaseTwoReport>,
-    effects: Option<JobEffects>,
+    publish_id: Option<uuid::Uuid>,
     settings: &WorkerSettings,
 ) -> JobFinish {
     let previous = claimed.job.usage.as_ref();
     match result {
-        Ok(c) => JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), effects },
+        Ok(c) => JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), publish_id },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
             phase_two,
             usage: merged_usage(previous, TokenUsage::default()),
-            effects: None,
+            publish_id: None,
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -138,7 +136,7 @@ fn finish_for(
                 let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
                 JobOutcome::RetryAt { at, error: message, token_limit }
             };
-            JobFinish { outcome, phase_two, usage: merged_usage(previous, usage), effects: None }
+            JobFinish { outcome, phase_two, usage: merged_usage(previous, usage), publish_id: None }
         }
     }
 }
@@ -156,6 +154,7 @@ fn outcome_name(outcome: &JobOutcome) -> &'static str {
 type Attempt = (Result<Completion, AttemptError>, Option<PhaseTwoReport>);
 
 async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+    prepare_attempt(ctx, claimed).await;
     match claimed.job.kind {
         JobKind::PhaseOne => (phase_one::run(ctx, claimed).await, None),
         JobKind::PhaseTwo => phase_two::run(ctx, claimed).await,
@@ -222,14 +221,35 @@ async fn attempt_job(
     }
 }
 
-/// Writes an attempt's files under temporary names; a failure to write them
-/// fails the attempt.
-async fn write_files(
+fn scope_of(claimed: &ClaimedJob) -> PublishScope {
+    PublishScope {
+        job_id: claimed.job.job_id,
+        tenant: claimed.tenant_id,
+        workspace: claimed.job.workspace.as_str().to_owned(),
+        layout: claimed.job.layout.as_str().to_owned(),
+    }
+}
+
+/// Writes an attempt's files under temporary names with the manifest that
+/// lists them; a failure to write them fails the attempt.
+async fn stage_files(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
-) -> (Result<Completion, AttemptError>, Option<JobEffects>) {
-    let Ok(Completion { outcome, writes: Some(writes), usage }) = result else { return (result, None) };
-    match tokio::task::spawn_blocking(writes).await.map_err(std::io::Error::other).and_then(|written| written) {
-        Ok(effects) => (Ok(Completion { outcome, writes: None, usage }), Some(effects)),
+) -> (Result<Completion, AttemptError>, Option<Manifest>) {
+    let Ok(Completion { outcome, files: Some(files), usage }) = result else { return (result, None) };
+    let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
+        Ok(root) => {
+            let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
+            tokio::task::spawn_blocking(move || publisher.stage(scope, &root, files))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|staged| staged)
+        }
+        Err(e) => Err(std::io::Error::other(e)),
+    };
+    match staged {
+        Ok(manifest) => (Ok(Completion { outcome, files: None, usage }), Some(manifest)),
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
             (Err(AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }), None)
@@ -237,18 +257,98 @@ async fn write_files(
     }
 }
 
-/// Records an attempt's outcome, if this worker still owns the job.
+/// Makes a staged publish visible (`commit`) or removes it, off the runtime's threads.
+async fn settle_publish(ctx: &WorkerContext, manifest: Manifest, commit: bool) {
+    let publisher = ctx.publisher.clone();
+    let publish_id = manifest.publish_id;
+    let done =
+        tokio::task::spawn_blocking(
+            move || {
+                if commit { manifest.apply(&publisher) } else { manifest.discard(&publisher) }
+            },
+        )
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+    if let Err(e) = done {
+        // The manifest stays; the next attempt in this layout or the next start finishes it.
+        tracing::error!(%publish_id, commit, error = %e, "finishing a publish failed; it is retried later");
+    }
+}
+
+/// Finishes the publishes of this job's layout that their writers left
+/// behind (a crash, a lost lease) before the attempt reads or writes the
+/// folder: committed ones are completed, abandoned ones undone. `scope`
+/// `None` means every layout (at start-up).
+pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) {
+    let publisher = ctx.publisher.clone();
+    let pending = match tokio::task::spawn_blocking(move || publisher.pending()).await {
+        Ok(Ok(pending)) => pending,
+        Ok(Err(e)) => return tracing::warn!(error = %e, "listing pending publishes failed"),
+        Err(e) => return tracing::warn!(error = %e, "listing pending publishes failed"),
+    };
+    let same_layout = |s: &PublishScope| {
+        own.is_none_or(|o| o.tenant == s.tenant && o.workspace == s.workspace && o.layout == s.layout)
+    };
+    for manifest in pending.into_iter().filter(|m| same_layout(&m.scope)) {
+        let decision = match ctx.store.publish_decision(manifest.scope.job_id, manifest.publish_id, Utc::now()).await {
+            // An earlier attempt of the job this worker now holds: it will never commit.
+            Ok(PublishDecision::Pending) if own.is_some_and(|o| o.job_id == manifest.scope.job_id) => {
+                PublishDecision::Abandoned
+            }
+            Ok(decision) => decision,
+            Err(e) => {
+                tracing::warn!(publish_id = %manifest.publish_id, error = %e, "deciding a pending publish failed");
+                continue;
+            }
+        };
+        match decision {
+            PublishDecision::Pending => {}
+            PublishDecision::Committed => {
+                tracing::info!(publish_id = %manifest.publish_id, "completing a publish its writer left unfinished");
+                settle_publish(ctx, manifest, true).await;
+            }
+            PublishDecision::Abandoned => {
+                tracing::info!(publish_id = %manifest.publish_id, "undoing a publish that was never recorded");
+                settle_publish(ctx, manifest, false).await;
+            }
+        }
+    }
+}
+
+/// Before an attempt touches its layout's files.
+async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
+    recover_publishes(ctx, Some(&scope_of(claimed))).await;
+}
+
+/// Records an attempt's outcome, if this worker still owns the job, and
+/// then makes its files visible.
 async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let FinishedAttempt { claimed, attempt: (result, report), started } = finished;
     let job_id = claimed.job.job_id;
-    let (result, effects) = write_files(result).await;
-    let finish = finish_for(&claimed, result, report, effects, &ctx.settings);
+    let (result, staged) = stage_files(ctx, &claimed, result).await;
+    let publish_id = staged.as_ref().map(|m| m.publish_id);
+    let finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
         JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
         _ => None,
     };
-    match ctx.store.finish_job(&claimed, finish).await {
+    let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
+    let recorded = ctx.store.finish_job(&claimed, finish).await;
+    match (staged, &recorded) {
+        (Some(manifest), Ok(recorded)) => settle_publish(ctx, manifest, *recorded).await,
+        // Whether the commit happened is unknown: the database decides when
+        // the manifest is recovered.
+        (Some(_), Err(_)) | (None, _) => {}
+    }
+    if finished
+        && matches!(recorded, Ok(true))
+        && let Err(e) = ctx.store.settle_session(claimed.tenant_id, &claimed.job.session_id).await
+    {
+        tracing::warn!(session_id = %claimed.job.session_id, error = %e, "settling the session failed; the sweep will");
+    }
+    match recorded {
         Ok(true) => {
             // Idle workers may now claim a phase two; waiting closes may now answer.
             ctx.wake.notify_waiters();
@@ -292,6 +392,15 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
         let woken = ctx.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
+        // Below the free-space watermark a job could only fail to write its
+        // files; it waits in the queue instead, spending none of its attempts.
+        if !ctx.volumes.has_room() {
+            tokio::select! {
+                _ = tokio::time::sleep(ctx.settings.poll) => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => {}
+            }
+            continue;
+        }
         let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds: &kinds, now: Utc::now(), lease };
         match ctx.store.claim_job(&request).await {
             Ok(Some(claimed)) => {
@@ -342,9 +451,11 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
-    let (store, volumes) = (ctx.store.clone(), ctx.volumes.clone());
+    let start_up = ctx.clone();
     set.spawn(async move {
-        leftovers::sweep(store, volumes).await;
+        // Publishes first: the files a committed manifest names are not leftovers.
+        recover_publishes(&start_up, None).await;
+        leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;
     });
     for _ in 0..ctx.settings.concurrency.max(1) {
         set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne, JobKind::PhaseTwo], shutdown.clone()));

@@ -1,15 +1,16 @@
 //! A phase-one attempt: read the rollout's committed bytes, ask the model for
 //! the three artifacts, and hand back the two files to write.
 
-use super::{AttemptError, Completion, PendingWrites, WorkerContext};
+use super::{AttemptError, Completion, WorkerContext};
 use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsage};
 use crate::pipeline::extractive;
 use crate::pipeline::phase_one::{
     Extraction, PHASE_ONE_TOKEN_LIMIT, RolloutArtifacts, SCHEMA_NAME, check_artifacts, format_raw_memory,
     format_rollout_summary, render_phase_one, rollout_extraction_schema, rollout_summary_file,
 };
-use crate::store::{ClaimedJob, JobEffects, JobOutcome, RawMemoryRecord};
-use crate::workspace::{confine, read_committed, stage};
+use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
+use crate::workspace::publish::FileChanges;
+use crate::workspace::{confine, read_committed};
 
 fn retryable(message: String, usage: TokenUsage) -> AttemptError {
     AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
@@ -85,7 +86,7 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         }
     };
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
-        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, writes: None, usage }),
+        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, files: None, usage }),
         Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
     };
 
@@ -100,32 +101,15 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .map_err(|e| io_error("reading the raw-memory index failed", e))?
         .map(|r| r.rollout_summary_file)
         .filter(|previous| previous != &summary_file);
-    let memories =
-        confine(&root, &layout.memories_dir.normalized).map_err(|e| fatal(format!("memories path refused: {e}")))?;
-    super::remove_earlier_leftovers(claimed, memories.clone()).await?;
-    let job_id = job.job_id;
-    let raw_path = confine(&memories, &format!("raw_memories/{}.md", rollout_id.as_str()))
-        .map_err(|e| fatal(format!("raw memory path refused: {e}")))?;
-    let summary_path = confine(&memories, &summary_file).map_err(|e| fatal(format!("summary path refused: {e}")))?;
-    let stale_summary = previous_summary
-        .map(|p| confine(&memories, &p))
-        .transpose()
-        .map_err(|e| fatal(format!("previous summary path refused: {e}")))?;
-    let writes: PendingWrites = Box::new(move || {
-        let raw = stage(&raw_path, raw_text.as_bytes(), job_id)?;
-        let summary = stage(&summary_path, summary_text.as_bytes(), job_id)?;
-        Ok(Box::new(move || {
-            raw.publish()?;
-            summary.publish()?;
-            if let Some(stale) = stale_summary {
-                match std::fs::remove_file(&stale) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
-            Ok(())
-        }) as JobEffects)
-    });
+    let memories_dir = &layout.memories_dir.normalized;
+    let memories = confine(&root, memories_dir).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    super::remove_earlier_leftovers(claimed, memories).await?;
+    let mut files = FileChanges::default();
+    files.write(format!("{memories_dir}/raw_memories/{}.md", rollout_id.as_str()), raw_text);
+    files.write(format!("{memories_dir}/{summary_file}"), summary_text);
+    if let Some(stale) = previous_summary {
+        files.delete(format!("{memories_dir}/{stale}"));
+    }
     let record = RawMemoryRecord {
         rollout_id,
         updated_at: facts.updated_at,
@@ -134,5 +118,5 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         terminal_state: facts.terminal_state,
         extracted_len: committed.committed_len,
     };
-    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, writes: Some(writes), usage })
+    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, files: Some(files), usage })
 }

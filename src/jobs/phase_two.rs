@@ -1,9 +1,10 @@
 //! A phase-two attempt (R-P2, SPEC §4): select the newest raw memories,
 //! rebuild `raw_memories.md`, let the consolidation agent (or the extractive
-//! provider) edit the memory folder, and on success record the selection.
-//! A failed attempt puts every file it touched back as it was.
+//! provider) edit a private working copy of the memory folder, and on success
+//! hand over its changes and the selection to be published at once. A failed
+//! attempt changes no file.
 
-use super::{Attempt, AttemptError, Completion, PendingWrites, WorkerContext};
+use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::time::py_isoformat;
@@ -15,10 +16,11 @@ use crate::pipeline::selection::{
     selection_document, selection_file,
 };
 use crate::store::{
-    ClaimedJob, JobEffects, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
+    ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
 };
-use crate::tools::{MemoryTools, Snapshot, tool_specs};
-use crate::workspace::{confine, stage};
+use crate::tools::{MemoryTools, tool_specs};
+use crate::workspace::confine;
+use crate::workspace::publish::FileChanges;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
@@ -107,7 +109,7 @@ pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
-    (Completion { outcome: JobOutcome::Skipped, writes: None, usage }, None)
+    (Completion { outcome: JobOutcome::Skipped, files: None, usage }, None)
 }
 
 async fn attempt(
@@ -132,12 +134,6 @@ async fn attempt(
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
         .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
-    let snapshot_dir = ctx.snapshots.join(job.job_id.to_string());
-    // An attempt that died mid-run left its snapshot: start from the folder as it was.
-    if let Some(stale) = Snapshot::find(&snapshot_dir).map_err(|e| io("reading an earlier snapshot failed", &e))? {
-        stale.restore(&root).map_err(|e| io("restoring an earlier attempt's files failed", &e))?;
-    }
-
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
     let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
@@ -150,36 +146,28 @@ async fn attempt(
     if chunks.is_empty() {
         return Ok(skipped(TokenUsage::default()));
     }
-    super::remove_earlier_leftovers(claimed, memory_root.clone()).await?;
-    let job_id = job.job_id;
+    super::remove_earlier_leftovers(claimed, memory_root).await?;
 
-    let snapshot = Snapshot::create(snapshot_dir).map_err(|e| io("creating the snapshot failed", &e))?;
-    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized, snapshot, job_id);
+    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized);
     let result = consolidate(ctx, claimed, &mut tools, &selection, &chunks, log).await;
-    log.files_changed = tools.changed_files().to_vec();
-    let snapshot = tools.into_snapshot();
+    log.files_changed = tools.changed_files();
     if let Err(e) = result {
-        snapshot
-            .restore(&root)
-            .map_err(|re| io(&format!("{}; restoring the memory folder failed too", error_text(&e)), &re))?;
         log.files_changed.clear();
         return Err(e);
     }
 
     let written_at = py_isoformat(Utc::now());
     let document = selection_document(&selection, &written_at, &log.run_id.to_string());
-    let file_text = selection_file(&selection.selected, &written_at);
-    let selection_path =
-        confine(&memory_root, "phase_two_selection.json").map_err(|e| fatal(format!("selection path refused: {e}")))?;
-    let writes: PendingWrites = Box::new(move || {
-        let staged = stage(&selection_path, file_text.as_bytes(), job_id)?;
-        Ok(Box::new(move || {
-            staged.publish()?;
-            snapshot.discard()
-        }) as JobEffects)
-    });
+    let mut files = FileChanges::default();
+    for (path, text) in tools.into_edits() {
+        match text {
+            Some(text) => files.write(path, text),
+            None => files.delete(path),
+        }
+    }
+    files.write(format!("{memories}/phase_two_selection.json"), selection_file(&selection.selected, &written_at));
     Ok((
-        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, writes: Some(writes), usage: log.usage },
+        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage },
         Some(document),
     ))
 }
@@ -248,16 +236,12 @@ async fn consolidate(
 ) -> Result<(), AttemptError> {
     let memories = claimed.layout.memories_dir.normalized.clone();
     let generate = claimed.layout.config.generate.clone().expect("checked by the caller");
-    tools
-        .write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(chunks))
-        .map_err(|e| retryable(format!("writing raw_memories.md failed: {e}"), TokenUsage::default()))?;
+    tools.write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(chunks));
     match &ctx.provider {
         Provider::Extractive => {
             let (memory, summary) = extractive::consolidate(chunks);
             for (file, text) in [("MEMORY.md", memory), ("memory_summary.md", summary)] {
-                tools
-                    .write_owned(&format!("{memories}/{file}"), &text)
-                    .map_err(|e| retryable(format!("writing {file} failed: {e}"), TokenUsage::default()))?;
+                tools.write_owned(&format!("{memories}/{file}"), &text);
             }
             log.turns = 0;
             Ok(())
@@ -303,13 +287,23 @@ async fn consolidate(
                 if !turn.text.is_empty() {
                     items.push(AgentItem::Assistant(turn.text));
                 }
-                let mut outputs = Vec::with_capacity(turn.calls.len());
-                for call in &turn.calls {
-                    outputs.push(AgentItem::Output {
-                        call: call.clone(),
-                        output: tools.call(&call.name, &call.arguments),
-                    });
-                }
+                // The tools read the disk: off the runtime's threads.
+                let calls = turn.calls.clone();
+                let working_copy = std::mem::replace(tools, MemoryTools::new(Default::default(), "", ""));
+                let (working_copy, outputs) = tokio::task::spawn_blocking(move || {
+                    let mut tools = working_copy;
+                    let outputs: Vec<AgentItem> = calls
+                        .into_iter()
+                        .map(|call| {
+                            let output = tools.call(&call.name, &call.arguments);
+                            AgentItem::Output { call, output }
+                        })
+                        .collect();
+                    (tools, outputs)
+                })
+                .await
+                .map_err(|e| retryable(format!("a tool call failed: {e}"), log.usage))?;
+                *tools = working_copy;
                 items.extend(turn.calls.into_iter().map(AgentItem::Call));
                 items.extend(outputs);
             }

@@ -379,9 +379,16 @@ pub enum JobOutcome {
     Failed { error: String },
 }
 
-/// File writes that must happen only while the worker still owns the job:
-/// they run inside the transaction that records the outcome.
-pub type JobEffects = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+/// What became of a staged publish (see `workspace::publish`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishDecision {
+    /// The job's fenced finish recorded it: complete it.
+    Committed,
+    /// Its job is still held under a live lease: its owner may yet commit it.
+    Pending,
+    /// It will never be recorded: undo it.
+    Abandoned,
+}
 
 /// One phase-two attempt, as `GET …/runs` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -415,7 +422,8 @@ pub struct JobFinish {
     pub phase_two: Option<PhaseTwoReport>,
     /// The job's token usage over all its attempts so far.
     pub usage: Value,
-    pub effects: Option<JobEffects>,
+    /// The staged publish this finish makes visible, recorded with the outcome.
+    pub publish_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone)]
@@ -471,8 +479,8 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>>;
     /// `false` when the worker no longer owns the job.
     async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool>;
-    /// Records the outcome (and runs its effects) only while `token` still
-    /// owns the job; `false` means the result was discarded.
+    /// Records the outcome (and the publish it commits) only while `token`
+    /// still owns the job; `false` means the result was discarded.
     async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool>;
     /// Gives a job back to the queue untouched (shutdown): another replica
     /// takes it at once, and the attempt does not count.
@@ -521,12 +529,24 @@ pub trait Store: Send + Sync + 'static {
         layout: &LayoutName,
         records: &[RawMemoryRecord],
     ) -> StoreResult<()>;
+    /// Closes a `closing` session once none of its jobs is queued or running.
+    /// Workers call it after a job's outcome is committed and its files are
+    /// published, so the last job to finish always sees every other one
+    /// finished; `settle_finished_sessions` covers a process that died between.
+    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()>;
     /// Closes `closing` sessions whose jobs have all finished but which were
     /// not settled (their last worker died between commit and settle).
     async fn settle_finished_sessions(&self) -> StoreResult<usize>;
     /// Some worker holds the job under a lease that has not expired: its
     /// temporary files may still be renamed into place.
     async fn job_lease_live(&self, job_id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
+    /// Whether a staged publish of `job_id` was committed, may still be, or never will.
+    async fn publish_decision(
+        &self,
+        job_id: Uuid,
+        publish_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<PublishDecision>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// `default` always; another workspace once a session has used it.

@@ -14,6 +14,7 @@ impl Dialect for Postgres {
         Migration { version: 2, sql: include_str!("../../migrations/postgres/0002_jobs.sql") },
         Migration { version: 3, sql: include_str!("../../migrations/postgres/0003_phase_two.sql") },
         Migration { version: 4, sql: include_str!("../../migrations/postgres/0004_selection_order.sql") },
+        Migration { version: 5, sql: include_str!("../../migrations/postgres/0005_publish.sql") },
     ];
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const BEGIN_WRITE: &'static str = "BEGIN";

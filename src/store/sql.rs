@@ -246,11 +246,7 @@ where
         rows.iter().map(Self::job_from_row).collect()
     }
 
-    /// Closes a `closing` session once none of its jobs is queued or running.
-    /// It runs after a job's outcome is committed, so the last job to commit
-    /// always sees every other one finished; the sweep of
-    /// `settle_finished_sessions` covers a process that died in between.
-    async fn settle_session(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
+    async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
         let open_jobs = "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')";
         let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
         if open.try_get::<i64, _>("n")? > 0 {
@@ -938,9 +934,6 @@ where
         if owned.is_none() {
             return Ok(false);
         }
-        if let Some(effects) = finish.effects {
-            tokio::task::spawn_blocking(effects).await.map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
-        }
         let usage = finish.usage.to_string();
         let (state, run_after, error, token_limit, finished_at) = match &finish.outcome {
             JobOutcome::Succeeded { .. } => (JobState::Succeeded, job.run_after, None, None, Some(now)),
@@ -952,7 +945,8 @@ where
         };
         sqlx::query(
             "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
-                    finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                    finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                    publish_id = COALESCE($8, publish_id)
              WHERE id = $1",
         )
         .bind(job.job_id)
@@ -962,6 +956,7 @@ where
         .bind(token_limit)
         .bind(finished_at)
         .bind(usage)
+        .bind(finish.publish_id)
         .execute(&mut *tx)
         .await?;
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
@@ -1012,11 +1007,6 @@ where
             }
         }
         tx.commit().await?;
-        if finished_at.is_some()
-            && let Err(e) = self.settle_session(claimed.tenant_id, job.session_id.as_str()).await
-        {
-            tracing::warn!(session_id = %job.session_id, error = %e, "settling the session failed; the sweep will");
-        }
         Ok(true)
     }
 
@@ -1190,6 +1180,10 @@ where
         Ok(())
     }
 
+    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()> {
+        self.settle_session_in(tenant, session_id.as_str()).await
+    }
+
     async fn settle_finished_sessions(&self) -> StoreResult<usize> {
         let rows = sqlx::query(
             "SELECT s.tenant_id, s.session_id FROM sessions s
@@ -1201,7 +1195,7 @@ where
         .fetch_all(&self.pool)
         .await?;
         for r in &rows {
-            self.settle_session(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
+            self.settle_session_in(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
         }
         Ok(rows.len())
     }
@@ -1214,6 +1208,25 @@ where
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(row.is_some())
+    }
+
+    async fn publish_decision(
+        &self,
+        job_id: Uuid,
+        publish_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<PublishDecision> {
+        let row = sqlx::query("SELECT state, lease_expires_at, publish_id FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(PublishDecision::Abandoned) };
+        if row.try_get::<Option<Uuid>, _>("publish_id")? == Some(publish_id) {
+            return Ok(PublishDecision::Committed);
+        }
+        let leased = row.try_get::<String, _>("state")? == "running"
+            && row.try_get::<Option<DateTime<Utc>>, _>("lease_expires_at")?.is_some_and(|until| until > now);
+        Ok(if leased { PublishDecision::Pending } else { PublishDecision::Abandoned })
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {

@@ -15,6 +15,7 @@ impl Dialect for Sqlite {
         Migration { version: 2, sql: include_str!("../../migrations/sqlite/0002_jobs.sql") },
         Migration { version: 3, sql: include_str!("../../migrations/sqlite/0003_phase_two.sql") },
         Migration { version: 4, sql: include_str!("../../migrations/sqlite/0004_selection_order.sql") },
+        Migration { version: 5, sql: include_str!("../../migrations/sqlite/0005_publish.sql") },
     ];
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";

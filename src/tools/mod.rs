@@ -1,15 +1,15 @@
 //! The consolidation agent's tools (SPEC §5): `apply_patch`, `read_file`,
 //! `list_files` and `search_files`, confined to the layout's folders.
-//! Every answer, error or not, is text for the model; nothing here panics or
-//! writes outside the memory folder.
+//! Every answer, error or not, is text for the model; nothing here panics.
+//! The tools never write to disk: edits go to a private working copy (an
+//! overlay of the memory folder that the read tools see too), which the run
+//! hands over as plain data to be published at once when it succeeds
+//! (SPEC §4: readers never see a consolidation half done).
 
 pub mod apply_patch;
-mod snapshot;
-
-pub use snapshot::Snapshot;
 
 use crate::llm::ToolSpec;
-use crate::workspace::{confine, write_atomic};
+use crate::workspace::confine;
 use apply_patch::{DiffMode, OperationKind, apply_diff, parse_patch_input};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -64,45 +64,51 @@ fn is_under(path: &str, dir: &str) -> bool {
     path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// One file of a run's working copy: its new text, or `None` when deleted.
+/// Paths are relative to the workspace root.
+pub type FileEdit = (String, Option<String>);
+
 /// The tools of one phase-two run over one workspace.
 pub struct MemoryTools {
     root: PathBuf,
     memories: String,
     sessions: String,
-    snapshot: Snapshot,
-    changed: Vec<String>,
-    /// The job whose temporary files these writes make.
-    owner: uuid::Uuid,
+    /// The run's edits, in the order the files were first changed.
+    edits: Vec<FileEdit>,
 }
 
 impl MemoryTools {
     /// `memories` and `sessions` are the layout's normalised directories.
-    pub fn new(root: PathBuf, memories: &str, sessions: &str, snapshot: Snapshot, owner: uuid::Uuid) -> Self {
-        Self {
-            root,
-            memories: memories.to_owned(),
-            sessions: sessions.to_owned(),
-            snapshot,
-            changed: Vec::new(),
-            owner,
-        }
+    pub fn new(root: PathBuf, memories: &str, sessions: &str) -> Self {
+        Self { root, memories: memories.to_owned(), sessions: sessions.to_owned(), edits: Vec::new() }
     }
 
     /// The files this run wrote or deleted, relative to the workspace root.
-    pub fn changed_files(&self) -> &[String] {
-        &self.changed
+    pub fn changed_files(&self) -> Vec<String> {
+        self.edits.iter().map(|(rel, _)| rel.clone()).collect()
     }
 
-    pub fn into_snapshot(self) -> Snapshot {
-        self.snapshot
+    /// The working copy's changes, for publishing.
+    pub fn into_edits(self) -> Vec<FileEdit> {
+        self.edits
     }
 
     /// Writes a file memoryd itself produces in this run (`raw_memories.md`,
     /// or the extractive provider's files), recorded like any edit.
-    pub fn write_owned(&mut self, rel: &str, text: &str) -> std::io::Result<()> {
-        let mut overlay = BTreeMap::new();
-        overlay.insert(rel.to_owned(), Some(text.to_owned()));
-        self.commit(overlay)
+    pub fn write_owned(&mut self, rel: &str, text: &str) {
+        self.commit(BTreeMap::from([(rel.to_owned(), Some(text.to_owned()))]));
+    }
+
+    /// The working copy's content of `rel`: the run's edit, else the disk.
+    fn current(&self, rel: &str, abs: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        if let Some((_, edit)) = self.edits.iter().find(|(r, _)| r == rel) {
+            return Ok(edit.as_ref().map(|text| text.as_bytes().to_vec()));
+        }
+        match std::fs::read(abs) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// A readable path: under the memory or the sessions folder.
@@ -189,11 +195,11 @@ impl MemoryTools {
             if let Some(content) = overlay.get(rel) {
                 return Ok(content.clone());
             }
-            match std::fs::read(abs) {
-                Ok(bytes) => String::from_utf8(bytes)
+            match self.current(rel, abs) {
+                Ok(Some(bytes)) => String::from_utf8(bytes)
                     .map(Some)
                     .map_err(|_| format!("apply_patch could not decode file: {shown}")),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Ok(None) => Ok(None),
                 Err(_) if abs.is_dir() => Err(format!("apply_patch could not decode file: {shown}")),
                 Err(e) => Err(format!("apply_patch could not read {shown}: {e}")),
             }
@@ -239,37 +245,31 @@ impl MemoryTools {
                 }
             }
         }
-        self.commit(overlay).map_err(|e| format!("apply_patch could not write the files: {e}"))?;
+        self.commit(overlay);
         Ok(outputs.join("\n"))
     }
 
-    fn commit(&mut self, overlay: BTreeMap<String, Option<String>>) -> std::io::Result<()> {
-        for rel in overlay.keys() {
-            self.snapshot.record(&self.root, rel)?;
-        }
+    fn commit(&mut self, overlay: BTreeMap<String, Option<String>>) {
         for (rel, content) in overlay {
-            let abs = confine(&self.root, &rel).map_err(std::io::Error::other)?;
-            match content {
-                Some(text) => write_atomic(&abs, text.as_bytes(), self.owner)?,
-                None => match std::fs::remove_file(&abs) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                },
-            }
-            if !self.changed.contains(&rel) {
-                self.changed.push(rel);
+            match self.edits.iter_mut().find(|(r, _)| *r == rel) {
+                Some((_, edit)) => *edit = content,
+                None => self.edits.push((rel, content)),
             }
         }
-        Ok(())
     }
 
     fn read_file(&self, path: &str, offset: Option<u64>, limit: Option<u64>) -> Result<String, String> {
-        let (_, abs) = self.readable(path)?;
-        let bytes = std::fs::read(&abs).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("read_file: no such file: {path}"),
-            _ if abs.is_dir() => format!("read_file: {path} is a folder; use list_files"),
-            _ => format!("read_file: cannot read {path}: {e}"),
-        })?;
+        let (rel, abs) = self.readable(path)?;
+        let bytes = self
+            .current(&rel, &abs)
+            .map_err(|e| {
+                if abs.is_dir() {
+                    format!("read_file: {path} is a folder; use list_files")
+                } else {
+                    format!("read_file: cannot read {path}: {e}")
+                }
+            })?
+            .ok_or_else(|| format!("read_file: no such file: {path}"))?;
         let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().collect();
         if lines.is_empty() {
@@ -289,14 +289,33 @@ impl MemoryTools {
         Ok(out)
     }
 
-    fn files_under(&self, dir: &Path, out: &mut Vec<String>) {
+    /// The working copy's files under `dir` (relative to the workspace root),
+    /// sorted: those on disk that the run did not delete, and those it added.
+    fn files_under(&self, dir: &str) -> Vec<String> {
+        let mut files = Vec::new();
+        if let Ok(abs) = confine(&self.root, dir) {
+            self.disk_files_under(&abs, &mut files);
+        }
+        for (rel, edit) in &self.edits {
+            let listed = files.iter().position(|f| f == rel);
+            match (edit, listed) {
+                (Some(_), None) if is_under(rel, dir) => files.push(rel.clone()),
+                (None, Some(at)) => {
+                    files.remove(at);
+                }
+                _ => {}
+            }
+        }
+        files.sort();
+        files
+    }
+
+    fn disk_files_under(&self, dir: &Path, out: &mut Vec<String>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
+        for entry in entries.flatten() {
             let Ok(kind) = entry.file_type() else { continue };
             if kind.is_dir() {
-                self.files_under(&entry.path(), out);
+                self.disk_files_under(&entry.path(), out);
             } else if kind.is_file()
                 && let Ok(rel) = entry.path().strip_prefix(&self.root)
             {
@@ -307,12 +326,11 @@ impl MemoryTools {
 
     fn list_files(&self, path: Option<&str>) -> Result<String, String> {
         let path = path.unwrap_or(&self.memories);
-        let (rel, abs) = self.readable(path)?;
+        let (rel, _) = self.readable(path)?;
         if !is_under(&rel, &self.memories) {
             return Err(format!("list_files lists the memory folder only: {path}"));
         }
-        let mut files = Vec::new();
-        self.files_under(&abs, &mut files);
+        let mut files = self.files_under(&rel);
         if files.is_empty() {
             return Ok(format!("No files under {path}."));
         }
@@ -327,20 +345,20 @@ impl MemoryTools {
 
     fn search_files(&self, pattern: &str, path: Option<&str>) -> Result<String, String> {
         let path = path.unwrap_or(&self.memories);
-        let (_, abs) = self.readable(path)?;
+        let (rel, abs) = self.readable(path)?;
         let matcher = regex::Regex::new(pattern).unwrap_or_else(|_| {
             regex::Regex::new(&regex::escape(pattern)).expect("an escaped pattern always compiles")
         });
-        let mut files = Vec::new();
-        if abs.is_file() {
-            files.push(abs.strip_prefix(&self.root).map(|r| r.to_string_lossy().into_owned()).unwrap_or_default());
-        } else {
-            self.files_under(&abs, &mut files);
-        }
+        let files = match self.current(&rel, &abs) {
+            Ok(Some(_)) => vec![rel],
+            _ => self.files_under(&rel),
+        };
         let mut out = Vec::new();
         let mut total = 0;
         for file in files {
-            let Ok(bytes) = std::fs::read(self.root.join(&file)) else { continue };
+            let Ok(Some(bytes)) = confine(&self.root, &file).and_then(|abs| Ok(self.current(&file, &abs)?)) else {
+                continue;
+            };
             for (i, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
                 if matcher.is_match(line) {
                     total += 1;
@@ -367,14 +385,12 @@ mod tests {
 
     struct Fixture {
         _dir: tempfile::TempDir,
-        _snapshots: tempfile::TempDir,
         root: PathBuf,
         tools: MemoryTools,
     }
 
     fn fixture() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let snapshots = tempfile::tempdir().unwrap();
         let root = dir.path().join("ws");
         for d in ["memories/raw_memories", "memories/rollout_summaries", "memories/skills", "sessions"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
@@ -384,9 +400,8 @@ mod tests {
         std::fs::write(root.join("memories/raw_memories.md"), "raw").unwrap();
         std::fs::write(root.join("memories/raw_memories/r.md"), "rollout_id: r\n").unwrap();
         std::fs::write(root.join("sessions/r.jsonl"), "{\"a\":1}\n").unwrap();
-        let snapshot = Snapshot::create(snapshots.path().join("job")).unwrap();
-        let tools = MemoryTools::new(root.clone(), "memories", "sessions", snapshot, uuid::Uuid::new_v4());
-        Fixture { _dir: dir, _snapshots: snapshots, root, tools }
+        let tools = MemoryTools::new(root.clone(), "memories", "sessions");
+        Fixture { _dir: dir, root, tools }
     }
 
     fn patch(tools: &mut MemoryTools, body: &str) -> String {
@@ -400,8 +415,10 @@ mod tests {
             .tools
             .call("apply_patch", r#"{"type":"update_file","path":"memories/MEMORY.md","diff":"@@\n+memory entry\n"}"#);
         assert_eq!(out, "Updated memories/MEMORY.md");
-        assert_eq!(std::fs::read_to_string(f.root.join("memories/MEMORY.md")).unwrap(), "memory entry\n");
+        assert_eq!(f.tools.call("read_file", r#"{"path":"memories/MEMORY.md"}"#), "     1\tmemory entry\n");
         assert_eq!(f.tools.changed_files(), ["memories/MEMORY.md"]);
+        assert_eq!(std::fs::read_to_string(f.root.join("memories/MEMORY.md")).unwrap(), "", "the disk is untouched");
+        assert_eq!(f.tools.into_edits(), [("memories/MEMORY.md".to_owned(), Some("memory entry\n".to_owned()))]);
     }
 
     #[test]
@@ -471,8 +488,12 @@ mod tests {
             out,
             "Created memories/skills/ci/SKILL.md\nUpdated memories/skills/ci/SKILL.md\nMoved memories/skills/ci/SKILL.md to memories/skills/ci/README.md"
         );
-        assert!(!f.root.join("memories/skills/ci/SKILL.md").exists());
-        assert_eq!(std::fs::read_to_string(f.root.join("memories/skills/ci/README.md")).unwrap(), "# CI\nstep one\n");
+        assert!(f.tools.call("read_file", r#"{"path":"memories/skills/ci/SKILL.md"}"#).contains("no such file"));
+        assert_eq!(
+            f.tools.call("read_file", r#"{"path":"memories/skills/ci/README.md"}"#),
+            "     1\t# CI\n     2\tstep one\n"
+        );
+        assert!(!f.root.join("memories/skills/ci").exists(), "nothing reaches the disk");
     }
 
     #[test]
@@ -498,19 +519,33 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshot_restores_what_the_run_changed() {
+    fn the_working_copy_is_what_the_tools_see_and_only_they() {
         let mut f = fixture();
         std::fs::write(f.root.join("memories/MEMORY.md"), "before\n").unwrap();
         patch(
             &mut f.tools,
-            "*** Update File: memories/MEMORY.md\n@@\n-before\n+after\n*** Add File: memories/skills/new.md\n+x",
+            "*** Update File: memories/MEMORY.md\n@@\n-before\n+after tea\n*** Add File: memories/skills/new.md\n+tea x",
         );
         patch(&mut f.tools, "*** Delete File: memories/memory_summary.md");
-        assert_eq!(std::fs::read_to_string(f.root.join("memories/MEMORY.md")).unwrap(), "after\n");
-        let root = f.root.clone();
-        f.tools.into_snapshot().restore(&root).unwrap();
-        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "before\n");
-        assert!(!root.join("memories/skills/new.md").exists());
-        assert_eq!(std::fs::read_to_string(root.join("memories/memory_summary.md")).unwrap(), "");
+        let listed = f.tools.call("list_files", "{}");
+        assert!(listed.contains("memories/skills/new.md") && !listed.contains("memory_summary.md"), "{listed}");
+        assert_eq!(
+            f.tools.call("search_files", r#"{"pattern":"tea"}"#),
+            "memories/MEMORY.md:1: after tea\nmemories/skills/new.md:1: tea x"
+        );
+        assert!(f.tools.call("read_file", r#"{"path":"memories/memory_summary.md"}"#).contains("no such file"));
+        assert!(patch(&mut f.tools, "*** Update File: memories/memory_summary.md\n@@\n+x").contains("missing file"));
+        // The disk is as it was; the edits are handed over whole.
+        assert_eq!(std::fs::read_to_string(f.root.join("memories/MEMORY.md")).unwrap(), "before\n");
+        assert!(!f.root.join("memories/skills/new.md").exists());
+        assert!(f.root.join("memories/memory_summary.md").exists());
+        assert_eq!(
+            f.tools.into_edits(),
+            [
+                ("memories/MEMORY.md".to_owned(), Some("after tea\n".to_owned())),
+                ("memories/skills/new.md".to_owned(), Some("tea x".to_owned())),
+                ("memories/memory_summary.md".to_owned(), None),
+            ]
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! The tenant volumes on disk: path confinement, layout folders, durable
 //! appends to rollout files and atomic writes of Markdown and JSON files.
 
+pub mod publish;
+
 use crate::domain::ids::WorkspaceName;
 use crate::domain::layout::ValidLayout;
 use std::fs::{self, File, OpenOptions};
@@ -130,7 +132,7 @@ fn ensure_file(path: &Path) -> io::Result<()> {
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -276,6 +278,17 @@ pub fn remove_if_present(path: &Path) -> io::Result<()> {
 }
 
 impl StagedFile {
+    /// The temporary file's name in the destination's folder.
+    pub fn staged_name(&self) -> String {
+        self.tmp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Leaves the temporary file on disk when this is dropped: a manifest
+    /// that names it has taken it over.
+    pub fn keep(self) -> io::Result<()> {
+        self.tmp.keep().map(drop).map_err(|e| e.error)
+    }
+
     pub fn publish(self) -> io::Result<()> {
         self.tmp.persist(&self.dest).map_err(|e| e.error)?;
         sync_dir(self.dest.parent().ok_or_else(|| io::Error::other("path has no parent"))?)

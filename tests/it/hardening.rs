@@ -199,11 +199,27 @@ async fn appends_stop_at_the_free_space_watermark(backend: Backend) {
     let problem: Value = ready.json().await.unwrap();
     assert!(problem["detail"].as_str().unwrap().contains("free"), "{problem}");
     assert_eq!(rollout_turns(&data_dir, &tenant), vec![0], "nothing was written below the watermark");
+    // A close is taken, but its jobs wait in the queue without spending attempts.
+    let res = http.post(format!("{base}/v1/sessions/s/close")).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(res.status(), 202);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let jobs: Value = http
+        .get(format!("{base}/v1/jobs?kind=phase_one"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((jobs["jobs"][0]["state"].as_str(), jobs["jobs"][0]["attempts"].as_i64()), (Some("queued"), Some(0)));
 
     std::fs::remove_file(&filler).unwrap();
-    assert_eq!(append(&http, &base, &key, "s", 2).await.0, 201);
+    assert_eq!(append(&http, &base, &key, "t", 2).await.0, 201);
     assert_eq!(status_of(&http, format!("{base}/readyz")).await, 200);
     assert_eq!(rollout_turns(&data_dir, &tenant), vec![0, 2]);
+    let jobs = settle(&http, &base, &key, 1, Duration::from_secs(20)).await;
+    assert_eq!(jobs[0]["state"], "succeeded");
 }
 
 /// A TCP proxy in front of Postgres that can cut every connection and refuse

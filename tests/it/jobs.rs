@@ -2,11 +2,9 @@ use crate::both_backends;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp};
 use chrono::Utc;
-use memoryd::store::{ClaimRequest, JobFinish, JobKind, JobOutcome};
+use memoryd::store::{ClaimRequest, JobFinish, JobKind, JobOutcome, PublishDecision};
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 both_backends!(
@@ -99,25 +97,25 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert_eq!(owner.job.attempts, 2);
 
     assert!(!store.renew_lease(stale.job.job_id, stale.token, Utc::now()).await.unwrap());
-    let wrote = Arc::new(AtomicBool::new(false));
-    let flag = wrote.clone();
+    let (stale_publish, owner_publish) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     let stale_finish = JobFinish {
         outcome: JobOutcome::Succeeded { raw_memory: None },
         phase_two: None,
         usage: json!({}),
-        effects: Some(Box::new(move || {
-            flag.store(true, Ordering::SeqCst);
-            Ok(())
-        })),
+        publish_id: Some(stale_publish),
     };
     assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
-    assert!(!wrote.load(Ordering::SeqCst), "and its files are never written");
+    let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
+    assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Pending, "the live owner may still commit");
 
     assert!(
         store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
     );
-    let finish = JobFinish { outcome: JobOutcome::Skipped, phase_two: None, usage: json!({}), effects: None };
+    let finish =
+        JobFinish { outcome: JobOutcome::Skipped, phase_two: None, usage: json!({}), publish_id: Some(owner_publish) };
     assert!(store.finish_job(&owner, finish).await.unwrap());
+    assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);
+    assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");
     let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
 }

@@ -1,0 +1,265 @@
+//! Publishing a job's files all at once, crash-safely (SPEC §4).
+//!
+//! An attempt's files are first *staged*: written and fsync'd under temporary
+//! names beside their destinations, with a manifest that lists them in
+//! `<data_dir>/publish/<publish id>.json`. The job's fenced finish records
+//! the publish id in the database, and only then are the staged files renamed
+//! into place and the manifest removed. A manifest found later — its process
+//! died, or another worker got there first — is completed when the database
+//! holds its id and undone otherwise; both are idempotent, so two processes
+//! may finish one manifest at once.
+
+use super::{confine, remove_if_present, stage, sync_dir, write_atomic};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use uuid::Uuid;
+
+/// The files one attempt changes in one workspace: plain data. Paths are
+/// relative to the workspace root; `None` deletes the file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileChanges {
+    pub edits: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl FileChanges {
+    pub fn write(&mut self, path: String, bytes: impl Into<Vec<u8>>) {
+        self.edits.push((path, Some(bytes.into())));
+    }
+
+    pub fn delete(&mut self, path: String) {
+        self.edits.push((path, None));
+    }
+
+    pub fn paths(&self) -> Vec<String> {
+        self.edits.iter().map(|(p, _)| p.clone()).collect()
+    }
+}
+
+/// Which job's which memory a manifest belongs to: recovery before an
+/// attempt handles the manifests of its own layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishScope {
+    pub job_id: Uuid,
+    pub tenant: Uuid,
+    pub workspace: String,
+    pub layout: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ManifestEntry {
+    /// Relative to the workspace root.
+    path: String,
+    /// The staged file's name beside the destination; `None`: delete.
+    staged: Option<String>,
+}
+
+/// A staged publish, as recorded on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub publish_id: Uuid,
+    pub scope: PublishScope,
+    root: PathBuf,
+    entries: Vec<ManifestEntry>,
+}
+
+impl Manifest {
+    /// Renames every staged file into place and removes what the run
+    /// deleted, then the manifest. A staged file already gone was renamed by
+    /// an earlier try.
+    pub fn apply(&self, publisher: &Publisher) -> io::Result<()> {
+        let mut dirs = BTreeSet::new();
+        for entry in &self.entries {
+            let dest = confine(&self.root, &entry.path).map_err(io::Error::other)?;
+            let dir = dest.parent().ok_or_else(|| io::Error::other("a published path has no folder"))?.to_owned();
+            match &entry.staged {
+                Some(name) => match std::fs::rename(dir.join(name), &dest) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                },
+                None => remove_if_present(&dest)?,
+            }
+            dirs.insert(dir);
+        }
+        for dir in dirs {
+            match sync_dir(&dir) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        publisher.forget(self.publish_id)
+    }
+
+    /// Removes the staged files and the manifest: nothing becomes visible.
+    pub fn discard(&self, publisher: &Publisher) -> io::Result<()> {
+        for name in self.staged_files() {
+            remove_if_present(&name)?;
+        }
+        publisher.forget(self.publish_id)
+    }
+
+    /// The staged files this manifest will rename.
+    pub fn staged_files(&self) -> Vec<PathBuf> {
+        self.entries
+            .iter()
+            .filter_map(|entry| {
+                let dest = confine(&self.root, &entry.path).ok()?;
+                Some(dest.parent()?.join(entry.staged.as_ref()?))
+            })
+            .collect()
+    }
+}
+
+/// `<data_dir>/publish`: the manifests of publishes under way.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    dir: PathBuf,
+}
+
+impl Publisher {
+    pub fn new(data_dir: &Path) -> Self {
+        Self { dir: data_dir.join("publish") }
+    }
+
+    fn manifest_path(&self, publish_id: Uuid) -> PathBuf {
+        self.dir.join(format!("{publish_id}.json"))
+    }
+
+    /// Writes every file under a temporary name beside its destination
+    /// (`root` is the workspace root), then the manifest that lists them.
+    pub fn stage(&self, scope: PublishScope, root: &Path, changes: FileChanges) -> io::Result<Manifest> {
+        let publish_id = Uuid::new_v4();
+        let mut entries = Vec::with_capacity(changes.edits.len());
+        let mut staged_files = Vec::new();
+        for (path, content) in changes.edits {
+            let dest = confine(root, &path).map_err(io::Error::other)?;
+            let staged = match content {
+                Some(bytes) => {
+                    let file = stage(&dest, &bytes, scope.job_id)?;
+                    let name = file.staged_name();
+                    staged_files.push(file);
+                    Some(name)
+                }
+                None => None,
+            };
+            entries.push(ManifestEntry { path, staged });
+        }
+        let manifest = Manifest { publish_id, scope, root: root.to_owned(), entries };
+        std::fs::create_dir_all(&self.dir)?;
+        let text = serde_json::to_vec(&manifest).map_err(io::Error::other)?;
+        write_atomic(&self.manifest_path(publish_id), &text, manifest.scope.job_id)?;
+        // From here the manifest owns the staged files: apply or discard removes them.
+        for file in staged_files {
+            file.keep()?;
+        }
+        Ok(manifest)
+    }
+
+    /// The manifests of publishes not yet finished (by any process).
+    pub fn pending(&self) -> io::Result<Vec<Manifest>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut manifests = Vec::new();
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => match serde_json::from_slice(&bytes) {
+                    Ok(manifest) => manifests.push(manifest),
+                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "an unreadable publish manifest"),
+                },
+                // Finished by another process meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(manifests)
+    }
+
+    fn forget(&self, publish_id: Uuid) -> io::Result<()> {
+        remove_if_present(&self.manifest_path(publish_id))?;
+        match sync_dir(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope() -> PublishScope {
+        PublishScope {
+            job_id: Uuid::new_v4(),
+            tenant: Uuid::nil(),
+            workspace: "default".into(),
+            layout: "default".into(),
+        }
+    }
+
+    fn fixture() -> (tempfile::TempDir, PathBuf, Publisher) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(root.join("memories")).unwrap();
+        std::fs::write(root.join("memories/MEMORY.md"), "old memory").unwrap();
+        std::fs::write(root.join("memories/gone.md"), "to delete").unwrap();
+        let publisher = Publisher::new(&dir.path().join("data"));
+        (dir, root, publisher)
+    }
+
+    fn changes() -> FileChanges {
+        let mut changes = FileChanges::default();
+        changes.write("memories/MEMORY.md".into(), "new memory");
+        changes.write("memories/skills/new/SKILL.md".into(), "skill");
+        changes.delete("memories/gone.md".into());
+        changes
+    }
+
+    #[test]
+    fn staged_files_are_invisible_until_applied() {
+        let (_dir, root, publisher) = fixture();
+        let manifest = publisher.stage(scope(), &root, changes()).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "old memory");
+        assert!(root.join("memories/gone.md").exists());
+        assert!(!root.join("memories/skills/new/SKILL.md").exists());
+        assert_eq!(publisher.pending().unwrap().len(), 1);
+        // A crash here leaves the manifest; whoever finds it finishes it the same way.
+        let found = publisher.pending().unwrap().remove(0);
+        found.apply(&publisher).unwrap();
+        manifest.apply(&publisher).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "new memory");
+        assert_eq!(std::fs::read_to_string(root.join("memories/skills/new/SKILL.md")).unwrap(), "skill");
+        assert!(!root.join("memories/gone.md").exists());
+        assert!(publisher.pending().unwrap().is_empty());
+        assert!(crate::workspace::find_leftovers(&root).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_discarded_publish_leaves_nothing() {
+        let (_dir, root, publisher) = fixture();
+        let manifest = publisher.stage(scope(), &root, changes()).unwrap();
+        assert_eq!(manifest.staged_files().len(), 2);
+        manifest.discard(&publisher).unwrap();
+        manifest.discard(&publisher).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "old memory");
+        assert!(root.join("memories/gone.md").exists());
+        assert!(publisher.pending().unwrap().is_empty());
+        assert!(crate::workspace::find_leftovers(&root).unwrap().is_empty());
+    }
+
+    #[test]
+    fn paths_outside_the_workspace_are_refused() {
+        let (_dir, root, publisher) = fixture();
+        let mut changes = FileChanges::default();
+        changes.write("../escape.md".into(), "x");
+        assert!(publisher.stage(scope(), &root, changes).is_err());
+        assert!(!root.parent().unwrap().join("escape.md").exists());
+    }
+}
