@@ -24,8 +24,13 @@ impl Dialect for Postgres {
     // so serialising claims costs no throughput. A claim need not wait for
     // its WAL flush: one lost to a database crash leaves the job queued, and
     // the worker's finish is then refused by the token check.
-    const CLAIM_GATE: Option<&'static str> =
-        Some("SELECT pg_advisory_xact_lock(7235159010002), set_config('synchronous_commit', 'off', true)");
+    // A claim waits for the gate at most 200 ms (then it finds no job and
+    // polls again): a replica frozen while waiting must not be queued to take
+    // the gate the moment the server ends a frozen holder's transaction.
+    const CLAIM_GATE: Option<&'static str> = Some(
+        "SELECT set_config('lock_timeout', '200ms', true), pg_advisory_xact_lock(7235159010002),
+                set_config('synchronous_commit', 'off', true)",
+    );
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const ONE_WRITER: bool = false;
     const MIGRATION_LOCK: Option<(&'static str, &'static str)> =
@@ -42,7 +47,10 @@ pub async fn connect(url: &str) -> StoreResult<PgStore> {
         // A lost database must answer 503 within seconds (SPEC §9), not after a long wait.
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
-        .connect_with(PgConnectOptions::from_str(url)?)
+        // A replica that freezes (SIGSTOP, a stalled VM) inside a transaction
+        // would hold its row locks, and the claim gate, until it wakes: the
+        // server ends such a transaction after a while so the others go on.
+        .connect_with(PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]))
         .await?;
     SqlStore::open(pool).await
 }

@@ -66,6 +66,9 @@ impl<DB: Database> WriteTx<'_, DB> {
     }
 }
 
+/// SQLSTATE of a lock wait that ran past `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
 /// A query that must lock the rows it reads.
 fn locking<DB: Dialect>(select: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(format!("{select}{}", DB::LOCK_ROWS))
@@ -861,7 +864,11 @@ where
     async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
         let mut tx = self.begin_write().await?;
         if let Some(gate) = DB::CLAIM_GATE {
-            sqlx::query(gate).execute(&mut *tx).await?;
+            match sqlx::query(gate).execute(&mut *tx).await {
+                // Another claim holds the gate longer than a claim takes.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(None),
+                result => result?,
+            };
         }
         let token = Uuid::new_v4();
         let claimed = sqlx::query(AssertSqlSafe(format!(

@@ -242,6 +242,21 @@ mod tests {
     }
 
     #[test]
+    fn a_publish_cut_off_midway_is_completed() {
+        let (_dir, root, publisher) = fixture();
+        let manifest = publisher.stage(scope(), &root, changes()).unwrap();
+        // The process died after its first rename.
+        let first = manifest.staged_files().remove(0);
+        std::fs::rename(&first, root.join("memories/MEMORY.md")).unwrap();
+        let found = publisher.pending().unwrap().remove(0);
+        found.apply(&publisher).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "new memory");
+        assert_eq!(std::fs::read_to_string(root.join("memories/skills/new/SKILL.md")).unwrap(), "skill");
+        assert!(!root.join("memories/gone.md").exists());
+        assert!(publisher.pending().unwrap().is_empty());
+    }
+
+    #[test]
     fn a_discarded_publish_leaves_nothing() {
         let (_dir, root, publisher) = fixture();
         let manifest = publisher.stage(scope(), &root, changes()).unwrap();

@@ -15,4 +15,5 @@ mod layouts;
 mod phase_one;
 mod phase_two;
 mod process;
+mod publish;
 mod sessions;

@@ -13,6 +13,7 @@ both_backends!(
     read_side_endpoints,
     the_sdk_custom_tool_call_form_works,
     chat_completions_agents_use_tool_messages,
+    readers_see_the_memory_as_it_was_until_the_run_succeeds,
 );
 
 async fn chat_completions_agents_use_tool_messages(backend: Backend) {
@@ -502,4 +503,74 @@ async fn read_side_endpoints(backend: Backend) {
     assert_eq!(status("/v1/workspaces/default/layouts/default/runs?limit=0", &t.key).await, 400);
     let (_, runs) = get(&app, &other, "/v1/workspaces/default/layouts/default/runs").await;
     assert_eq!(runs["runs"], json!([]), "runs are per tenant");
+}
+
+async fn memory_file(app: &TestApp, t: &Tenant, name: &str) -> String {
+    let path = format!("/v1/workspaces/default/layouts/default/files/{name}");
+    app.request(Method::GET, &path, &t.key).send().await.unwrap().text().await.unwrap()
+}
+
+/// SPEC §4: while a consolidation is under way (its second model turn held),
+/// the files and the instructions are those before the run, although the
+/// agent's first turn already rewrote both files in its working copy; the
+/// new content appears, all of it, when the run succeeds.
+async fn readers_see_the_memory_as_it_was_until_the_run_succeeds(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    let app = TestApp::start_with(backend, use_model(&fake, "responses")).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s1", "default", json!({"rollout_id": "a", "input": "hi"})).await;
+    fake.push(Reply::artifacts("a", "s", "m").now());
+    fake.push(
+        Reply::Calls(vec![
+            update("memories/MEMORY.md", "old memory"),
+            update("memories/memory_summary.md", "old summary"),
+        ])
+        .now(),
+    );
+    fake.push(Reply::Text("done").now());
+    close_and_wait(&app, &t.key, "s1").await;
+    let instructions_path = "/v1/workspaces/default/layouts/default/instructions";
+    let (_, before) = get(&app, &t, instructions_path).await;
+    assert!(before["instructions"].as_str().unwrap().contains("old summary"));
+
+    app.post_segment(&t.key, "s2", "default", json!({"rollout_id": "b", "input": "hi"})).await;
+    fake.push(Reply::artifacts("b", "s", "m").now());
+    fake.push(
+        Reply::Calls(vec![
+            ("apply_patch", json!({"patch": "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n-old memory\n+new memory\n*** Update File: memories/memory_summary.md\n@@\n-old summary\n+new summary\n*** Add File: memories/skills/tea/SKILL.md\n+brew\n*** End Patch"})),
+        ])
+        .now(),
+    );
+    fake.push(Reply::Text("done").after(std::time::Duration::from_secs(2)));
+    app.request(Method::POST, "/v1/sessions/s2/close", &t.key).send().await.unwrap();
+    let started = std::time::Instant::now();
+    while fake.phase_two_requests().len() < 4 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "the second turn never started");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The first turn's edits are made; the run is not done.
+    assert_eq!(memory_file(&app, &t, "MEMORY.md").await, "old memory\n");
+    assert_eq!(memory_file(&app, &t, "memory_summary.md").await, "old summary\n");
+    let (_, during) = get(&app, &t, instructions_path).await;
+    assert_eq!(during, before, "the instructions are those before the run");
+    assert_eq!(
+        status_code_body(
+            app.request(Method::GET, "/v1/workspaces/default/layouts/default/files/skills/tea/SKILL.md", &t.key)
+                .send()
+                .await
+                .unwrap()
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(file(&app, &t, "memories/MEMORY.md"), "old memory\n", "an SDK reading the volume sees no edit either");
+
+    let closed = close_and_wait(&app, &t.key, "s2").await;
+    assert_eq!(closed["memory_status"]["status"], "complete");
+    assert_eq!(memory_file(&app, &t, "MEMORY.md").await, "new memory\n");
+    assert_eq!(memory_file(&app, &t, "memory_summary.md").await, "new summary\n");
+    assert_eq!(memory_file(&app, &t, "skills/tea/SKILL.md").await, "brew");
+    let (_, after) = get(&app, &t, instructions_path).await;
+    assert!(after["instructions"].as_str().unwrap().contains("new summary"));
 }

@@ -122,7 +122,7 @@ pub(crate) async fn settle(http: &reqwest::Client, base: &str, key: &str, count:
     }
 }
 
-fn model_env(fake: &FakeLlm) -> Vec<(&'static str, String)> {
+pub(crate) fn model_env(fake: &FakeLlm) -> Vec<(&'static str, String)> {
     vec![
         ("MEMORYD_LLM_PROVIDER", "openai".into()),
         ("MEMORYD_LLM_BASE_URL", fake.base_url.clone()),

@@ -1,0 +1,181 @@
+//! A consolidation's changes become visible together or not at all (SPEC §4),
+//! whatever happens to the process that made them: paused past its lease,
+//! or killed while it publishes.
+
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::harness::{Backend, isolated_postgres_url};
+use crate::process::{Memoryd, database_env, model_env, new_tenant, post_segment};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn patch_all(files: &[&str], text: &str) -> Reply {
+    let mut patch = String::from("*** Begin Patch\n");
+    for file in files {
+        patch.push_str(&format!("*** Delete File: memories/{file}\n*** Add File: memories/{file}\n+{text}\n"));
+    }
+    patch.push_str("*** End Patch");
+    Reply::Calls(vec![("apply_patch", json!({"patch": patch}))])
+}
+
+async fn wait_for(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < limit, "{what} did not happen within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get_text(http: &reqwest::Client, base: &str, key: &str, path: &str) -> String {
+    http.get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap().text().await.unwrap()
+}
+
+async fn phase_two_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Value> {
+    let body: Value =
+        http.get(format!("{base}/v1/jobs?kind=phase_two")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+    body["jobs"].as_array().unwrap().clone()
+}
+
+/// Two replicas on one Postgres. The first is stopped (SIGSTOP) after its
+/// agent's first turn has rewritten `MEMORY.md` in its working copy, and
+/// stays stopped past its lease; the second takes the job over and finishes
+/// it. Nothing of the first's run is ever visible, before or after it wakes.
+#[tokio::test]
+async fn a_worker_paused_past_its_lease_changes_no_visible_file() {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("r", "summary", "raw").now());
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.push(("DATABASE_URL", isolated_postgres_url().await));
+    env.push(("MEMORYD_JOB_LEASE_SECS", "2".into()));
+    let http = reqwest::Client::new();
+    let first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
+    first.ready(&http).await;
+    let (tenant, key) = new_tenant(&http, &first.base).await;
+    post_segment(&http, &first.base, &key, "s", json!({"rollout_id": "r", "input": "hi"})).await;
+    fake.set_agent_default(Reply::Text("unused").now());
+    fake.push(Reply::artifacts("r", "summary", "raw").now());
+    fake.push(patch_all(&["MEMORY.md"], "from the paused worker").now());
+    fake.push(Reply::Text("done").after(Duration::from_secs(1)));
+    http.post(format!("{}/v1/sessions/s/close", first.base)).bearer_auth(&key).send().await.unwrap();
+    wait_for("the first worker's second turn", Duration::from_secs(20), async || fake.phase_two_requests().len() >= 2)
+        .await;
+    first.signal("-STOP");
+
+    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    second.ready(&http).await;
+    let memory = "/v1/workspaces/default/layouts/default/files/MEMORY.md";
+    assert_eq!(get_text(&http, &second.base, &key, memory).await, "", "the paused run's edit is not visible");
+    fake.push(patch_all(&["MEMORY.md"], "from the new owner").now());
+    fake.push(Reply::Text("done").now());
+    let started = Instant::now();
+    while !phase_two_jobs(&http, &second.base, &key).await.iter().all(|j| j["state"] == "succeeded") {
+        if started.elapsed() > Duration::from_secs(30) {
+            panic!(
+                "the new owner's run did not finish: {:?}\n{}",
+                phase_two_jobs(&http, &second.base, &key).await,
+                second.log_text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get_text(&http, &second.base, &key, memory).await, "from the new owner");
+
+    first.signal("-CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(get_text(&http, &second.base, &key, memory).await, "from the new owner");
+    let on_disk = dir.path().join(format!("memoryd-data/workspaces/{tenant}/default/memories/MEMORY.md"));
+    assert_eq!(std::fs::read_to_string(on_disk).unwrap(), "from the new owner");
+    let jobs = phase_two_jobs(&http, &second.base, &key).await;
+    assert_eq!((jobs.len(), jobs[0]["attempts"].as_i64()), (1, Some(2)));
+    let log = first.log_text();
+    assert!(log.contains("result discarded") || log.contains("lease lost"), "{log}");
+}
+
+/// The twelve files round `round`'s consolidation adds.
+fn round_files(round: u64) -> Vec<String> {
+    (0..12).map(|i| format!("skills/r{round}/f{i}.md")).collect()
+}
+
+fn add_all(files: &[String], text: &str) -> Reply {
+    let mut patch = String::from("*** Begin Patch\n");
+    for file in files {
+        patch.push_str(&format!("*** Add File: memories/{file}\n+{text}\n"));
+    }
+    patch.push_str("*** End Patch");
+    Reply::Calls(vec![("apply_patch", json!({"patch": patch}))])
+}
+
+crate::both_backends!(a_kill_during_a_publish_leaves_all_of_a_run_or_none);
+
+/// Kill -9 at moments around the end of consolidations that each add twelve
+/// files; after every restart each earlier run's files are all there — when
+/// the database records that run as succeeded with them — or none is.
+async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("r", "summary", "raw").now());
+    fake.set_agent_default(Reply::Text("done").now());
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(backend).await);
+    env.push(("MEMORYD_JOB_LEASE_SECS", "1".into()));
+    env.push(("MEMORYD_RETRY_BASE_MS", "50".into()));
+    env.push(("MEMORYD_WORKER_CONCURRENCY", "1".into()));
+    let http = reqwest::Client::new();
+    let mut tenant: Option<(String, String)> = None;
+    let mut published = 0;
+    for round in 0..7u64 {
+        let mut memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
+        memoryd.ready(&http).await;
+        let (tenant_id, key) = match &tenant {
+            Some(t) => t.clone(),
+            None => tenant.insert(new_tenant(&http, &memoryd.base).await).clone(),
+        };
+        let memories = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories"));
+        wait_for("the recovered queue", Duration::from_secs(30), async || {
+            phase_two_jobs(&http, &memoryd.base, &key)
+                .await
+                .iter()
+                .all(|j| !matches!(j["state"].as_str(), Some("queued" | "running")))
+        })
+        .await;
+        let runs: Value = http
+            .get(format!("{}/v1/workspaces/default/layouts/default/runs", memoryd.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for earlier in 0..round {
+            let files = round_files(earlier);
+            let present = files.iter().filter(|f| memories.join(f).exists()).count();
+            let recorded = runs["runs"].as_array().unwrap().iter().any(|r| {
+                r["state"] == "succeeded"
+                    && r["files_changed"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f.as_str() == Some(&format!("memories/{}", files[0])))
+            });
+            assert_eq!(present, if recorded { 12 } else { 0 }, "round {earlier}'s files after restart {round}");
+            published += usize::from(recorded);
+        }
+
+        let session = format!("s{round}");
+        fake.push(Reply::artifacts("r", "summary", "raw").now());
+        fake.push(add_all(&round_files(round), &session).now());
+        fake.push(Reply::Text("done").now());
+        let before = fake.phase_two_requests().len();
+        post_segment(&http, &memoryd.base, &key, &session, json!({"rollout_id": format!("r{round}"), "input": "hi"}))
+            .await;
+        http.post(format!("{}/v1/sessions/{session}/close", memoryd.base)).bearer_auth(&key).send().await.unwrap();
+        wait_for("the final turn", Duration::from_secs(20), async || fake.phase_two_requests().len() >= before + 2)
+            .await;
+        tokio::time::sleep(Duration::from_millis(round * 3)).await;
+        memoryd.signal("-KILL");
+        memoryd.exit().await;
+    }
+    eprintln!("{published} round checks found a published run");
+    assert!(published > 0, "no run was ever published; the test proved nothing");
+}
