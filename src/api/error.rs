@@ -161,4 +161,18 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+impl From<crate::ingest::IngestError> for ApiError {
+    fn from(err: crate::ingest::IngestError) -> Self {
+        use crate::ingest::IngestError;
+        match err {
+            IngestError::Store(e) => e.into(),
+            IngestError::Disk(e) if crate::store::io_failure(&e) == crate::store::Failure::StorageFull => {
+                tracing::warn!(error = %e, "the data volume is full");
+                Self::InsufficientStorage(STORAGE_FULL.into())
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
 pub const STORAGE_FULL: &str = "The data volume is full; nothing was written. Try again once space is freed.";

@@ -135,9 +135,10 @@ pub async fn append_segment(
         SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
         SegmentError::Invalid(detail) => ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail },
     })?;
-    let outcome = state
-        .store
-        .append_segment(AppendRequest {
+    let outcome = crate::ingest::append_segment(
+        state.store.as_ref(),
+        &state.volumes,
+        AppendRequest {
             tenant_id: tenant,
             session_id: &session_id,
             workspace: workspace.as_ref(),
@@ -145,9 +146,9 @@ pub async fn append_segment(
             layout: &layout,
             segment: &segment,
             idempotency: claim.as_ref(),
-            volumes: &state.volumes,
-        })
-        .await?;
+        },
+    )
+    .await?;
     match outcome {
         AppendOutcome::Appended { receipt, opened_session } => {
             crate::metrics::segment_ingested(segment.line.len());

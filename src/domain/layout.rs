@@ -163,6 +163,11 @@ impl ValidLayout {
         Ok(Self { config, memories_dir, sessions_dir })
     }
 
+    /// `rollout_path` as the SDK prints it (R-P1-11): normalised sessions dir and file.
+    pub fn rollout_path(&self, rollout: &super::ids::RolloutId) -> String {
+        format!("{}/{}", self.sessions_dir.normalized, rollout.file_name())
+    }
+
     /// Quoted, as an HTTP entity tag; derived from the whole config so that
     /// any change of it changes the tag.
     pub fn etag(&self) -> String {
@@ -171,6 +176,32 @@ impl ValidLayout {
         let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
         format!("\"{hex}\"")
     }
+}
+
+/// A tenant's layout as kept; `updated_at` is `None` for the implicit default.
+#[derive(Debug, Clone)]
+pub struct StoredLayout {
+    pub name: LayoutName,
+    pub layout: ValidLayout,
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub fn default_layout() -> ValidLayout {
+    ValidLayout::new(Default::default()).expect("the default layout is valid")
+}
+
+/// Every layout of a tenant, the implicit default included (SPEC §1).
+pub fn with_implicit_default(mut stored: Vec<StoredLayout>) -> Vec<StoredLayout> {
+    let default_name = LayoutName::default_layout();
+    if !stored.iter().any(|l| l.name == default_name) {
+        stored.insert(0, StoredLayout { name: default_name, layout: default_layout(), updated_at: None });
+    }
+    stored
+}
+
+/// The layout a job or segment uses: a stored one or the implicit default.
+pub fn resolve_layout(stored: Vec<StoredLayout>, name: &LayoutName) -> Option<ValidLayout> {
+    with_implicit_default(stored).into_iter().find(|l| &l.name == name).map(|l| l.layout)
 }
 
 fn validate_generate(g: &GenerateConfig) -> Result<(), String> {

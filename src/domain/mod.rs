@@ -1,6 +1,7 @@
 //! Pure domain rules: no I/O, no database, unit-tested against the R-rules.
 
 pub mod ids;
+pub mod job;
 pub mod layout;
 pub mod pyjson;
 pub mod pytext;

@@ -1,21 +1,21 @@
 //! Postgres, the production store: appends to one rollout are serialised by a
 //! row lock (`FOR UPDATE`) that every replica shares.
 
+use super::StoreResult;
 use super::sql::{Dialect, SqlStore};
-use super::{Migration, StoreResult};
 use sqlx::Postgres;
+use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::str::FromStr;
 use std::time::Duration;
 
 impl Dialect for Postgres {
-    const MIGRATIONS: &'static [Migration] = &[
-        Migration { version: 1, sql: include_str!("../../migrations/postgres/0001_core.sql") },
-        Migration { version: 2, sql: include_str!("../../migrations/postgres/0002_jobs.sql") },
-        Migration { version: 3, sql: include_str!("../../migrations/postgres/0003_phase_two.sql") },
-        Migration { version: 4, sql: include_str!("../../migrations/postgres/0004_selection_order.sql") },
-        Migration { version: 5, sql: include_str!("../../migrations/postgres/0005_publish.sql") },
-    ];
+    fn migrator() -> &'static Migrator {
+        static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+        &MIGRATOR
+    }
+    const TABLE_EXISTS: &'static str =
+        "SELECT 1 AS found FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1";
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const CLAIM_ROWS: &'static str = " FOR UPDATE OF j SKIP LOCKED";
@@ -33,8 +33,6 @@ impl Dialect for Postgres {
     );
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const ONE_WRITER: bool = false;
-    const MIGRATION_LOCK: Option<(&'static str, &'static str)> =
-        Some(("SELECT pg_advisory_lock(7235159010001)", "SELECT pg_advisory_unlock(7235159010001)"));
 }
 
 pub type PgStore = SqlStore<Postgres>;

@@ -2,28 +2,26 @@
 //! `BEGIN IMMEDIATE`, which takes SQLite's one write lock: that serialises
 //! appends here as the row locks do on Postgres.
 
+use super::StoreResult;
 use super::sql::{Dialect, SqlStore};
-use super::{Migration, StoreResult};
 use sqlx::Sqlite;
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
 
 impl Dialect for Sqlite {
-    const MIGRATIONS: &'static [Migration] = &[
-        Migration { version: 1, sql: include_str!("../../migrations/sqlite/0001_core.sql") },
-        Migration { version: 2, sql: include_str!("../../migrations/sqlite/0002_jobs.sql") },
-        Migration { version: 3, sql: include_str!("../../migrations/sqlite/0003_phase_two.sql") },
-        Migration { version: 4, sql: include_str!("../../migrations/sqlite/0004_selection_order.sql") },
-        Migration { version: 5, sql: include_str!("../../migrations/sqlite/0005_publish.sql") },
-    ];
+    fn migrator() -> &'static Migrator {
+        static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+        &MIGRATOR
+    }
+    const TABLE_EXISTS: &'static str = "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = $1";
     const LOCK_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CLAIM_ROWS: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";
     const ONE_WRITER: bool = true;
-    const MIGRATION_LOCK: Option<(&'static str, &'static str)> = None;
 }
 
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -36,7 +34,7 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
         .foreign_keys(true)
         .busy_timeout(Duration::from_secs(30));
     if let Some(dir) = options.get_filename().parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| super::StoreError::Database(sqlx::Error::Io(e)))?;
     }
     let pool = SqlitePoolOptions::new()
         .max_connections(8)

@@ -12,6 +12,7 @@ mod hardening;
 mod ingest;
 mod jobs;
 mod layouts;
+mod migrations;
 mod phase_one;
 mod phase_two;
 mod process;

@@ -1,0 +1,176 @@
+//! Sessions and their jobs (SPEC §2.3, §5): the states they move through and
+//! the jobs a close queues.
+
+use super::ids::{LayoutName, RolloutId};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Open,
+    Closing,
+    Closed,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closing => "closing",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "open" => Some(Self::Open),
+            "closing" => Some(Self::Closing),
+            "closed" => Some(Self::Closed),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    PhaseOne,
+    PhaseTwo,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PhaseOne => "phase_one",
+            Self::PhaseTwo => "phase_two",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "phase_one" => Some(Self::PhaseOne),
+            "phase_two" => Some(Self::PhaseTwo),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Skipped,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Skipped => "skipped",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "queued" => Some(Self::Queued),
+            "running" => Some(Self::Running),
+            "succeeded" => Some(Self::Succeeded),
+            "skipped" => Some(Self::Skipped),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// Where a close leaves a session: closed at once when it touched nothing,
+/// otherwise closing until its jobs finish.
+pub struct CloseTransition {
+    pub state: SessionState,
+    pub memory_status: Option<Value>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+pub fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> CloseTransition {
+    if touched_nothing {
+        CloseTransition {
+            state: SessionState::Closed,
+            memory_status: Some(settled_memory_status(Vec::new())),
+            closed_at: Some(now),
+        }
+    } else {
+        CloseTransition { state: SessionState::Closing, memory_status: None, closed_at: None }
+    }
+}
+
+/// A session's state once none of its jobs is left to run (SPEC §2.3).
+pub fn settled_memory_status(failures: Vec<Value>) -> Value {
+    let status = if failures.is_empty() { "complete" } else { "partial" };
+    serde_json::json!({"status": status, "failures": failures})
+}
+
+/// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
+/// and layout, and a phase-two job per touched layout. `touched` lists
+/// `(layout, rollout)` pairs.
+pub fn jobs_for_close(touched: &[(LayoutName, RolloutId)]) -> Vec<(JobKind, LayoutName, Option<RolloutId>)> {
+    let mut jobs = Vec::new();
+    let mut layouts: Vec<&LayoutName> = Vec::new();
+    for (layout, rollout) in touched {
+        jobs.push((JobKind::PhaseOne, layout.clone(), Some(rollout.clone())));
+        if !layouts.contains(&layout) {
+            layouts.push(layout);
+        }
+    }
+    for layout in layouts {
+        jobs.push((JobKind::PhaseTwo, layout.clone(), None));
+    }
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_close_queues_phase_one_per_rollout_then_phase_two_per_layout() {
+        let l = |s| LayoutName::parse(s).unwrap();
+        let r = |s| RolloutId::parse(s).unwrap();
+        let jobs = jobs_for_close(&[(l("a"), r("x")), (l("b"), r("x")), (l("a"), r("y"))]);
+        let kinds: Vec<(JobKind, &str, Option<&str>)> =
+            jobs.iter().map(|(k, l, r)| (*k, l.as_str(), r.as_ref().map(RolloutId::as_str))).collect();
+        assert_eq!(
+            kinds,
+            [
+                (JobKind::PhaseOne, "a", Some("x")),
+                (JobKind::PhaseOne, "b", Some("x")),
+                (JobKind::PhaseOne, "a", Some("y")),
+                (JobKind::PhaseTwo, "a", None),
+                (JobKind::PhaseTwo, "b", None),
+            ]
+        );
+        assert!(jobs_for_close(&[]).is_empty());
+    }
+
+    #[test]
+    fn states_round_trip_and_a_session_settles_by_its_failures() {
+        for s in [SessionState::Open, SessionState::Closing, SessionState::Closed] {
+            assert_eq!(SessionState::parse(s.as_str()), Some(s));
+        }
+        for s in [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Skipped, JobState::Failed] {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(JobKind::parse("phase_three"), None);
+        assert_eq!(settled_memory_status(vec![])["status"], "complete");
+        assert_eq!(settled_memory_status(vec![serde_json::json!({})])["status"], "partial");
+        let now = Utc::now();
+        assert_eq!(close_transition(true, now).state, SessionState::Closed);
+        assert_eq!(close_transition(false, now).closed_at, None);
+    }
+}

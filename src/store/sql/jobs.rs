@@ -1,0 +1,284 @@
+//! The job queue: claims with a per-tenant share, leases, fenced finishes, retries.
+
+use super::*;
+use crate::store::*;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+for_every_dialect! {
+    impl JobQueue {
+    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE tenant_id = $1
+               AND ($2 IS NULL OR state = $2)
+               AND ($3 IS NULL OR kind = $3)
+               AND ($4 IS NULL OR session_id = $4)
+             ORDER BY created_at DESC, id LIMIT 1000",
+        )
+        .bind(tenant)
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.kind.map(JobKind::as_str))
+        .bind(filter.session_id.as_ref().map(SessionId::as_str))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::job_from_row).collect()
+    }
+
+    async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>> {
+        let row = sqlx::query("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant)
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(Self::job_from_row).transpose()
+    }
+
+    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
+        let mut tx = self.begin_write().await?;
+        if let Some(gate) = DB::CLAIM_GATE {
+            match sqlx::query(gate).execute(&mut *tx).await {
+                // Another claim holds the gate longer than a claim takes.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(None),
+                result => result?,
+            };
+        }
+        let token = Uuid::new_v4();
+        let claimed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET state = 'running', lease_owner = $4, lease_token = $5, lease_expires_at = $6,
+                    attempts = attempts + 1, started_at = COALESCE(started_at, $3)
+             WHERE id = (
+             SELECT j.id FROM jobs j
+             LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
+                        WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
+                    ON share.tenant_id = j.tenant_id
+             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
+               AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
+               AND (j.kind <> 'phase_two' OR NOT EXISTS (
+                     SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = j.session_id
+                        AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running')))
+               AND (j.kind <> 'phase_two' OR NOT EXISTS (
+                     SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
+                        AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
+             ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
+             LIMIT 1{})
+             RETURNING *",
+            DB::CLAIM_ROWS
+        )))
+        .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
+        .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
+        .bind(req.now)
+        .bind(req.worker)
+        .bind(token)
+        .bind(req.now + req.lease)
+        .fetch_optional(&mut *tx)
+        .await;
+        let row = match claimed {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(None),
+            // Another replica started this layout's phase two first.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let claimed = Self::claimed_from_row(&row, token)?;
+        tx.commit().await?;
+        Ok(Some(claimed))
+    }
+
+    async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
+        let renewed = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING id",
+        )
+        .bind(job_id)
+        .bind(token)
+        .bind(until)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(renewed.is_some())
+    }
+
+    async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool> {
+        let now = Utc::now();
+        let job = &claimed.job;
+        let mut tx = self.begin_write().await?;
+        let owned =
+            sqlx::query(locking::<DB>("SELECT id FROM jobs WHERE id = $1 AND lease_token = $2 AND state = 'running'"))
+                .bind(job.job_id)
+                .bind(claimed.token)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if owned.is_none() {
+            return Ok(false);
+        }
+        let usage = finish.usage.to_string();
+        let (state, run_after, error, token_limit, finished_at) = match &finish.outcome {
+            JobOutcome::Succeeded { .. } => (JobState::Succeeded, job.run_after, None, None, Some(now)),
+            JobOutcome::Skipped => (JobState::Skipped, job.run_after, None, None, Some(now)),
+            JobOutcome::RetryAt { at, error, token_limit } => {
+                (JobState::Queued, *at, Some(error.as_str()), *token_limit, None)
+            }
+            JobOutcome::Failed { error } => (JobState::Failed, job.run_after, Some(error.as_str()), None, Some(now)),
+        };
+        sqlx::query(
+            "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
+                    finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                    publish_id = COALESCE($8, publish_id)
+             WHERE id = $1",
+        )
+        .bind(job.job_id)
+        .bind(state.as_str())
+        .bind(run_after)
+        .bind(error)
+        .bind(token_limit)
+        .bind(finished_at)
+        .bind(usage)
+        .bind(finish.publish_id)
+        .execute(&mut *tx)
+        .await?;
+        if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
+            Self::upsert_raw_memory(&mut tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
+                .await?;
+        }
+        if let Some(report) = &finish.phase_two {
+            let run = &report.run;
+            sqlx::query(
+                "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
+                                             retained, removed, files_changed, usage, turns, error, started_at, finished_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            )
+            .bind(run.run_id)
+            .bind(claimed.tenant_id)
+            .bind(job.workspace.as_str())
+            .bind(job.layout.as_str())
+            .bind(job.job_id)
+            .bind(run.session_id.as_str())
+            .bind(run.state.as_str())
+            .bind(run.selected)
+            .bind(run.added)
+            .bind(run.retained)
+            .bind(run.removed)
+            .bind(serde_json::to_string(&run.files_changed).expect("a list of paths serialises"))
+            .bind(run.usage.to_string())
+            .bind(run.turns)
+            .bind(run.error.as_deref())
+            .bind(run.started_at)
+            .bind(run.finished_at)
+            .execute(&mut *tx)
+            .await?;
+            if let Some(document) = &report.selection {
+                sqlx::query(
+                    "INSERT INTO phase_two_selections (tenant_id, workspace, layout, run_id, document, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
+                        run_id = excluded.run_id, document = excluded.document, updated_at = excluded.updated_at",
+                )
+                .bind(claimed.tenant_id)
+                .bind(job.workspace.as_str())
+                .bind(job.layout.as_str())
+                .bind(run.run_id)
+                .bind(document.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn release_job(&self, job_id: Uuid, token: Uuid) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
+        let released = sqlx::query(
+            "UPDATE jobs SET state = 'queued', attempts = attempts - 1, run_after = $3,
+                    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING id",
+        )
+        .bind(job_id)
+        .bind(token)
+        .bind(Utc::now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(released.is_some())
+    }
+
+    async fn retry_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<RetryOutcome>> {
+        let mut tx = self.begin_write().await?;
+        let Some(row) = sqlx::query(locking::<DB>("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2"))
+            .bind(tenant)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let job = Self::job_from_row(&row)?;
+        if job.state != JobState::Failed {
+            return Ok(Some(RetryOutcome::NotFailed(job.state)));
+        }
+        let now = Utc::now();
+        let row = sqlx::query(
+            "UPDATE jobs SET state = 'queued', attempts = 0, run_after = $2, finished_at = NULL
+             WHERE id = $1 RETURNING *",
+        )
+        .bind(job_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        // The session waits for this job again.
+        sqlx::query(
+            "UPDATE sessions SET state = 'closing', memory_status = NULL, closed_at = NULL
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closed'",
+        )
+        .bind(tenant)
+        .bind(job.session_id.as_str())
+        .execute(&mut *tx)
+        .await?;
+        let job = Self::job_from_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(RetryOutcome::Requeued(Box::new(job))))
+    }
+
+    async fn job_lease_live(&self, job_id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
+        let row =
+            sqlx::query("SELECT 1 AS live FROM jobs WHERE id = $1 AND state = 'running' AND lease_expires_at > $2")
+                .bind(job_id)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.is_some())
+    }
+
+    async fn publish_decision(
+        &self,
+        job_id: Uuid,
+        publish_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<PublishDecision> {
+        let row = sqlx::query("SELECT state, lease_expires_at, publish_id FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(PublishDecision::Abandoned) };
+        if row.try_get::<Option<Uuid>, _>("publish_id")? == Some(publish_id) {
+            return Ok(PublishDecision::Committed);
+        }
+        let leased = row.try_get::<String, _>("state")? == "running"
+            && row.try_get::<Option<DateTime<Utc>>, _>("lease_expires_at")?.is_some_and(|until| until > now);
+        Ok(if leased { PublishDecision::Pending } else { PublishDecision::Abandoned })
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
+        let rows = sqlx::query("SELECT kind, state, count(*) AS n FROM jobs GROUP BY kind, state")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("state")?, r.try_get("n")?))).collect()
+    }
+    }
+}

@@ -1,0 +1,168 @@
+//! The raw-memory index and phase two's selections and runs.
+
+use super::*;
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+use crate::store::*;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use uuid::Uuid;
+for_every_dialect! {
+    impl {
+    pub(super) async fn upsert_raw_memory(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        raw: &RawMemoryRecord,
+        job_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
+                                       rollout_summary_file, terminal_state, extracted_len, job_id, written_at,
+                                       updated_at_utc)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
+                updated_at = excluded.updated_at, updated_at_utc = excluded.updated_at_utc,
+                rollout_path = excluded.rollout_path,
+                rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
+                extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(raw.rollout_id.as_str())
+        .bind(raw.updated_at.as_str())
+        .bind(raw.rollout_path.as_str())
+        .bind(raw.rollout_summary_file.as_str())
+        .bind(raw.terminal_state.as_str())
+        .bind(raw.extracted_len as i64)
+        .bind(job_id)
+        .bind(now)
+        .bind(sortable_instant(&raw.updated_at))
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+    }
+}
+
+for_every_dialect! {
+    impl MemoryIndex {
+    async fn raw_memory(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<RawMemoryRecord>> {
+        let row = sqlx::query(
+            "SELECT * FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(rollout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(Self::raw_memory_from_row).transpose()
+    }
+
+    async fn newest_raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        limit: usize,
+    ) -> StoreResult<Vec<RawMemoryRecord>> {
+        let order = DB::BYTE_ORDER;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT rollout_id, updated_at, rollout_path, rollout_summary_file, terminal_state, extracted_len
+             FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+             ORDER BY updated_at_utc{order} DESC, rollout_id{order} DESC LIMIT $4"
+        )))
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::raw_memory_from_row).collect()
+    }
+
+    async fn phase_two_selection(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Option<Value>> {
+        let row = sqlx::query(
+            "SELECT document FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2 AND layout = $3",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| serde_json::from_str(r.try_get("document")?).map_err(corrupt)).transpose()
+    }
+
+    async fn phase_two_runs(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        limit: i64,
+    ) -> StoreResult<Vec<PhaseTwoRun>> {
+        let rows = sqlx::query(
+            "SELECT * FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+             ORDER BY finished_at DESC, id LIMIT $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let files: String = r.try_get("files_changed")?;
+                let usage: String = r.try_get("usage")?;
+                Ok(PhaseTwoRun {
+                    run_id: r.try_get("id")?,
+                    job_id: r.try_get("job_id")?,
+                    session_id: r.try_get("session_id")?,
+                    state: r.try_get("state")?,
+                    selected: r.try_get("selected")?,
+                    added: r.try_get("added")?,
+                    retained: r.try_get("retained")?,
+                    removed: r.try_get("removed")?,
+                    files_changed: serde_json::from_str(&files).map_err(corrupt)?,
+                    usage: serde_json::from_str(&usage).map_err(corrupt)?,
+                    turns: r.try_get("turns")?,
+                    error: r.try_get("error")?,
+                    started_at: r.try_get("started_at")?,
+                    finished_at: r.try_get("finished_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn import_raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        records: &[RawMemoryRecord],
+    ) -> StoreResult<()> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        for raw in records {
+            Self::upsert_raw_memory(&mut tx, tenant, workspace, layout, raw, Uuid::nil(), now).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+    }
+}

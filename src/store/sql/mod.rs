@@ -1,0 +1,163 @@
+//! The store over SQL, written once for both databases. What differs between
+//! Postgres and SQLite — how a transaction takes its locks, the migrations —
+//! is the [`Dialect`] of each; the queries themselves are common SQL, one
+//! file per subject.
+
+mod ingest;
+mod jobs;
+mod layouts;
+mod memory;
+mod migrate;
+mod rows;
+mod sessions;
+mod tenants;
+
+use super::{StoreError, StoreResult};
+use sqlx::migrate::Migrator;
+use sqlx::{AssertSqlSafe, Database, Pool};
+
+/// What one database does its own way.
+pub trait Dialect: Database {
+    /// This backend's schema (`migrations/<dialect>/`), embedded at build time.
+    fn migrator() -> &'static Migrator;
+    /// Appended to a `SELECT` whose rows the transaction must hold until it
+    /// ends (`FOR UPDATE`); empty where the write transaction already
+    /// excludes every other writer.
+    const LOCK_ROWS: &'static str;
+    /// Appended to the claim query: skip rows another worker is claiming.
+    const CLAIM_ROWS: &'static str;
+    /// Run first in a claim transaction where claims are not already
+    /// serialised: it serialises them (concurrent claims would each see the
+    /// other's tenant with nothing running yet, and the per-tenant share would
+    /// not hold) and may relax the claim's commit, which is safe to lose.
+    const CLAIM_GATE: Option<&'static str>;
+    /// Starts a transaction that will write.
+    const BEGIN_WRITE: &'static str;
+    /// A row when the table named by `$1` exists in the current schema.
+    const TABLE_EXISTS: &'static str;
+    /// Makes a text `ORDER BY` compare bytes (code points), whatever the
+    /// database's collation.
+    const BYTE_ORDER: &'static str;
+    /// The database admits one writer at a time: queue writers in the process
+    /// (fairly, without the busy-wait sleeps of a contended lock).
+    const ONE_WRITER: bool;
+}
+
+/// A store on any [`Dialect`].
+pub struct SqlStore<DB: Database> {
+    pool: Pool<DB>,
+    write_gate: Option<tokio::sync::Mutex<()>>,
+}
+
+/// A write transaction, holding the process's write gate where the dialect has one.
+struct WriteTx<'g, DB: Database> {
+    tx: sqlx::Transaction<'static, DB>,
+    _gate: Option<tokio::sync::MutexGuard<'g, ()>>,
+}
+
+impl<DB: Database> std::ops::Deref for WriteTx<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        &self.tx
+    }
+}
+
+impl<DB: Database> std::ops::DerefMut for WriteTx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.tx
+    }
+}
+
+impl<DB: Database> WriteTx<'_, DB> {
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+/// SQLSTATE of a lock wait that ran past `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// A query that must lock the rows it reads.
+fn locking<DB: Dialect>(select: &str) -> AssertSqlSafe<String> {
+    AssertSqlSafe(format!("{select}{}", DB::LOCK_ROWS))
+}
+
+/// `updated_at` as fixed-width UTC text that sorts as the instants do; empty
+/// when it is unknown or unparseable (it then sorts after every instant).
+fn sortable_instant(updated_at: &str) -> String {
+    crate::domain::time::parse_rfc3339(crate::domain::pytext::py_strip(updated_at))
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string())
+        .unwrap_or_default()
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// An `impl` block for `SqlStore<DB>` of every dialect, with the bounds its
+/// queries need: Rust does not carry them through a helper trait, so they
+/// are written here once.
+macro_rules! for_every_dialect {
+    (impl { $($body:tt)* }) => {
+        $crate::store::sql::for_every_dialect!(@bounded [impl<DB> $crate::store::SqlStore<DB>] $($body)*);
+    };
+    (impl $trait:ident { $($body:tt)* }) => {
+        $crate::store::sql::for_every_dialect!(
+            @bounded [#[async_trait::async_trait] impl<DB> $crate::store::$trait for $crate::store::SqlStore<DB>]
+            $($body)*
+        );
+    };
+    (@bounded [$($head:tt)*] $($body:tt)*) => {
+        $($head)*
+        where
+            DB: $crate::store::Dialect,
+            for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+            DB::Connection: sqlx::migrate::Migrate,
+            DB::Arguments: sqlx::IntoArguments<DB>,
+            for<'q> uuid::Uuid: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<uuid::Uuid>: sqlx::Encode<'q, DB>,
+            for<'q> String: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<String>: sqlx::Encode<'q, DB>,
+            for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<&'q str>: sqlx::Encode<'q, DB>,
+            for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<i64>: sqlx::Encode<'q, DB>,
+            for<'q> chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<chrono::DateTime<chrono::Utc>>: sqlx::Encode<'q, DB>,
+            for<'a> &'a str: sqlx::ColumnIndex<DB::Row>,
+        {
+            $($body)*
+        }
+    };
+}
+pub(crate) use for_every_dialect;
+
+for_every_dialect! {
+    impl {
+    /// Wraps a connected pool and brings its schema up to date.
+    pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
+        let store = Self { pool, write_gate: DB::ONE_WRITER.then(|| tokio::sync::Mutex::new(())) };
+        store.migrate().await?;
+        store.backfill_sortable_instants().await?;
+        Ok(store)
+    }
+
+    async fn begin_write(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
+        let gate = match &self.write_gate {
+            Some(gate) => Some(gate.lock().await),
+            None => None,
+        };
+        Ok(WriteTx { tx: self.pool.begin_with(DB::BEGIN_WRITE).await?, _gate: gate })
+    }
+    }
+}
+
+for_every_dialect! {
+    impl Store {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+    }
+}

@@ -1,0 +1,276 @@
+//! Sessions: opening, viewing, closing (with the jobs a close queues) and settling.
+
+use super::*;
+use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::job::{close_transition, jobs_for_close, settled_memory_status};
+use crate::store::*;
+use chrono::Utc;
+use serde_json::Value;
+use sqlx::{Executor, Row};
+use uuid::Uuid;
+for_every_dialect! {
+    impl {
+    pub(super) async fn session_in<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+        lock: bool,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let select = "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2";
+        let sql = if lock { locking::<DB>(select) } else { AssertSqlSafe(select.to_owned()) };
+        let row = sqlx::query(sql).bind(tenant).bind(id.as_str()).fetch_optional(executor).await?;
+        row.as_ref().map(Self::session_from_row).transpose()
+    }
+
+    pub(super) async fn touched_in<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Vec<TouchedRollout>> {
+        let rows = sqlx::query(
+            "SELECT layout, rollout_id, segment_count FROM session_rollouts
+             WHERE tenant_id = $1 AND session_id = $2 ORDER BY layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_all(executor)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TouchedRollout {
+                    layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
+                    rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                    segment_count: r.try_get("segment_count")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn jobs_of_session<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        tenant: TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE tenant_id = $1 AND session_id = $2 ORDER BY created_at, kind, layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_all(executor)
+        .await?;
+        rows.iter().map(Self::job_from_row).collect()
+    }
+
+    pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
+        let open_jobs = "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')";
+        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
+        if open.try_get::<i64, _>("n")? > 0 {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query(locking::<DB>("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
+            .bind(tenant)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
+        if open.try_get::<i64, _>("n")? > 0 {
+            return Ok(());
+        }
+        let failed = sqlx::query(
+            "SELECT id, kind, layout, rollout_id, last_error FROM jobs
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'failed' ORDER BY created_at, kind, layout, rollout_id",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let failures = failed
+            .iter()
+            .map(|r| {
+                Ok(serde_json::json!({
+                    "job_id": r.try_get::<Uuid, _>("id")?,
+                    "kind": r.try_get::<String, _>("kind")?,
+                    "layout": r.try_get::<String, _>("layout")?,
+                    "rollout_id": r.try_get::<Option<String>, _>("rollout_id")?,
+                    "error": r.try_get::<Option<String>, _>("last_error")?,
+                }))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        sqlx::query(
+            "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closing'",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .bind(settled_memory_status(failures).to_string())
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+    }
+}
+
+for_every_dialect! {
+    impl SessionStore {
+    async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
+        // One transaction whose commit reports a failure (a full disk, say) that
+        // an autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+             VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING RETURNING session_id",
+        )
+        .bind(tenant)
+        .bind(new.session_id.as_str())
+        .bind(new.workspace.as_str())
+        .bind(new.metadata.to_string())
+        .bind(Utc::now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let record = Self::session_in(&mut *tx, tenant, &new.session_id, false)
+            .await?
+            .ok_or_else(|| corrupt("session vanished after insert"))?;
+        tx.commit().await?;
+        Ok(if inserted.is_some() {
+            CreateSessionOutcome::Created(record)
+        } else {
+            CreateSessionOutcome::Existing(record)
+        })
+    }
+
+    async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>> {
+        let Some(session) = Self::session_in(&self.pool, tenant, id, false).await? else {
+            return Ok(None);
+        };
+        let rollouts = Self::touched_in(&self.pool, tenant, id).await?;
+        let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
+        Ok(Some(SessionView { session, rollouts, jobs }))
+    }
+
+    async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>> {
+        let row = sqlx::query("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+            .bind(tenant)
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| parse_id(SessionState::parse, r.try_get("state")?, "session state")).transpose()
+    }
+
+    async fn begin_append<'s>(&'s self, req: &AppendRequest<'_>) -> StoreResult<AppendStart<'s>> {
+        self.lock_for_append(req).await
+    }
+
+    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
+        let mut tx = self.begin_write().await?;
+        let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
+            return Ok(None);
+        };
+        let closed_now = session.state == SessionState::Open;
+        if closed_now {
+            let now = Utc::now();
+            let touched = Self::touched_in(&mut *tx, tenant, id).await?;
+            let layouts = Self::layouts_in(&mut *tx, tenant).await?;
+            let pairs: Vec<_> = touched.iter().map(|t| (t.layout.clone(), t.rollout_id.clone())).collect();
+            for (kind, layout_name, rollout) in jobs_for_close(&pairs) {
+                let layout = resolve_layout(layouts.clone(), &layout_name)
+                    .ok_or_else(|| corrupt(format!("layout {layout_name} of a session is gone")))?;
+                sqlx::query(
+                    "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
+                                       state, attempts, run_after, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', 0, $9, $9)",
+                )
+                .bind(Uuid::new_v4())
+                .bind(tenant)
+                .bind(kind.as_str())
+                .bind(id.as_str())
+                .bind(session.workspace.as_str())
+                .bind(layout_name.as_str())
+                .bind(rollout.as_ref().map(RolloutId::as_str))
+                .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let transition = close_transition(touched.is_empty(), now);
+            sqlx::query(
+                "UPDATE sessions SET state = $3, memory_status = $4, closed_at = $5 WHERE tenant_id = $1 AND session_id = $2",
+            )
+            .bind(tenant)
+            .bind(id.as_str())
+            .bind(transition.state.as_str())
+            .bind(transition.memory_status.as_ref().map(Value::to_string))
+            .bind(transition.closed_at)
+            .execute(&mut *tx)
+            .await?;
+            session.state = transition.state;
+            session.memory_status = transition.memory_status;
+            session.closed_at = transition.closed_at;
+        }
+        let jobs = Self::jobs_of_session(&mut *tx, tenant, id).await?;
+        tx.commit().await?;
+        Ok(Some(CloseOutcome { session, jobs, closed_now }))
+    }
+
+    async fn committed_rollout(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollout: &RolloutId,
+    ) -> StoreResult<Option<CommittedRollout>> {
+        let row = sqlx::query(
+            "SELECT rollout_path, committed_len, segment_count FROM rollouts
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(rollout.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(CommittedRollout {
+                rollout_path: r.try_get("rollout_path")?,
+                committed_len: r.try_get::<i64, _>("committed_len")? as u64,
+                segment_count: r.try_get("segment_count")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+        if workspace == &WorkspaceName::default_workspace() {
+            return Ok(true);
+        }
+        let row = sqlx::query("SELECT 1 AS known FROM sessions WHERE tenant_id = $1 AND workspace = $2 LIMIT 1")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()> {
+        self.settle_session_in(tenant, session_id.as_str()).await
+    }
+
+    async fn settle_finished_sessions(&self) -> StoreResult<usize> {
+        let rows = sqlx::query(
+            "SELECT s.tenant_id, s.session_id FROM sessions s
+             WHERE s.state = 'closing' AND NOT EXISTS (
+                 SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
+                    AND j.state IN ('queued', 'running'))
+             LIMIT 100",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for r in &rows {
+            self.settle_session_in(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
+        }
+        Ok(rows.len())
+    }
+    }
+}

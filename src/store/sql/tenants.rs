@@ -1,0 +1,71 @@
+//! Tenants and their API keys.
+
+use super::*;
+use crate::store::{NewApiKey, Tenant, TenantId};
+use chrono::Utc;
+use sqlx::Row;
+use uuid::Uuid;
+
+for_every_dialect! {
+    impl TenantStore {
+    async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(key.tenant_id)
+            .bind(name)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(key.key_id)
+            .bind(key.tenant_id)
+            .bind(key.key_hash.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
+    }
+
+    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at)
+             SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 RETURNING id",
+        )
+        .bind(key.key_id)
+        .bind(key.tenant_id)
+        .bind(key.key_hash.as_str())
+        .bind(Utc::now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(inserted.is_some())
+    }
+
+    async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
+        // An explicit transaction: its commit reports a failure that an
+        // autocommit `RETURNING` statement on SQLite would not.
+        let mut tx = self.begin_write().await?;
+        let revoked =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id")
+                .bind(key_id)
+                .bind(Utc::now())
+                .fetch_optional(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(revoked.is_some())
+    }
+
+    async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
+        let row = sqlx::query("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+            .bind(key_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
+    }
+    }
+}
