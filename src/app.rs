@@ -3,9 +3,9 @@
 
 use crate::api::serve::{ConnectionLimits, serve};
 use crate::api::{AppState, router};
-use crate::config::Config;
+use crate::config::{Config, ProviderKind};
 use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
-use crate::llm::{LlmApi, OpenAiModel, Provider};
+use crate::llm::{OpenAiModel, Provider};
 use crate::store::{self, DynStore};
 use crate::workspace::Volumes;
 use crate::workspace::publish::Publisher;
@@ -24,17 +24,15 @@ type StartError = Box<dyn std::error::Error + Send + Sync>;
 /// SPEC §5: `openai` when an API key is configured, else `extractive`.
 pub fn provider(config: &Config) -> Result<Provider, StartError> {
     let key = config.resolved_llm_api_key();
-    let name =
-        config.llm_provider.clone().unwrap_or_else(|| if key.is_some() { "openai" } else { "extractive" }.into());
-    match name.as_str() {
-        "extractive" => Ok(Provider::Extractive),
-        "openai" => {
+    let kind =
+        config.llm_provider.unwrap_or(if key.is_some() { ProviderKind::Openai } else { ProviderKind::Extractive });
+    match kind {
+        ProviderKind::Extractive => Ok(Provider::Extractive),
+        ProviderKind::Openai => {
             let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;
-            let api = LlmApi::parse(&config.llm_api).ok_or("MEMORYD_LLM_API must be responses or chat_completions")?;
             let timeout = Duration::from_secs(config.llm_timeout_secs.max(1));
-            Ok(Provider::Model(Arc::new(OpenAiModel::new(&config.llm_base_url, &key, api, timeout)?)))
+            Ok(Provider::Model(Arc::new(OpenAiModel::new(&config.llm_base_url, &key, config.llm_api, timeout)?)))
         }
-        other => Err(format!("MEMORYD_LLM_PROVIDER must be openai or extractive, got: {other}").into()),
     }
 }
 

@@ -1,28 +1,40 @@
 //! Configuration: flags with the names of the SPEC §7 environment variables
-//! (flags win).
+//! (flags win). Settings with a fixed set of values are enums, so a bad one
+//! stops start-up with clap's usage message.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-#[derive(Debug, Parser)]
-#[command(name = "memoryd", version, about = "Long-term memory for AI agents over HTTP")]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
+/// Where memory comes from (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// An OpenAI-compatible endpoint.
+    Openai,
+    /// The built-in deterministic provider; needs no network.
+    Extractive,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the HTTP API and the workers (`--no-workers`: the API alone).
-    Serve(Config),
-    /// Run the workers alone, with no HTTP API.
-    Worker(Config),
-    /// Measure memoryd: start it (SQLite and Postgres) with a fake model, print figures.
-    Bench(crate::bench::BenchArgs),
+/// Which API of an OpenAI-compatible endpoint memoryd speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LlmApi {
+    /// `POST {base}/responses`.
+    Responses,
+    /// `POST {base}/chat/completions` (vLLM, Ollama, llama.cpp, LiteLLM).
+    #[value(name = "chat_completions")]
+    ChatCompletions,
 }
 
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Everything `memoryd serve` and `memoryd worker` take.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "memoryd")]
 pub struct Config {
     /// Address to listen on.
     #[arg(long = "listen", env = "MEMORYD_LISTEN", default_value = "127.0.0.1:8080")]
@@ -42,21 +54,19 @@ pub struct Config {
     /// Log filter (tracing `EnvFilter` syntax).
     #[arg(long = "log", env = "MEMORYD_LOG", default_value = "info")]
     pub log: String,
-    /// `text` or `json` (one JSON object a line).
-    #[arg(long = "log-format", env = "MEMORYD_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
+    #[arg(long = "log-format", env = "MEMORYD_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     /// Log prompts and model output too (off: never).
     #[arg(long = "log-content", env = "MEMORYD_LOG_CONTENT", default_value_t = false)]
     pub log_content: bool,
     /// Serve the API without running jobs (run `memoryd worker` elsewhere).
     #[arg(long = "no-workers", default_value_t = false)]
     pub no_workers: bool,
-    /// `openai` or `extractive`; default: `openai` when an API key is set.
-    #[arg(long = "llm-provider", env = "MEMORYD_LLM_PROVIDER")]
-    pub llm_provider: Option<String>,
-    /// `responses` or `chat_completions`.
-    #[arg(long = "llm-api", env = "MEMORYD_LLM_API", default_value = "responses")]
-    pub llm_api: String,
+    /// Default: `openai` when an API key is set, else `extractive`.
+    #[arg(long = "llm-provider", env = "MEMORYD_LLM_PROVIDER", value_enum)]
+    pub llm_provider: Option<ProviderKind>,
+    #[arg(long = "llm-api", env = "MEMORYD_LLM_API", value_enum, default_value = "responses")]
+    pub llm_api: LlmApi,
     #[arg(long = "llm-base-url", env = "MEMORYD_LLM_BASE_URL", default_value = "https://api.openai.com/v1")]
     pub llm_base_url: String,
     /// Falls back to `OPENAI_API_KEY`.

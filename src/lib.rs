@@ -14,6 +14,18 @@ pub mod store;
 pub mod tools;
 pub mod workspace;
 
+/// An error and every source under it: `outer: inner: innermost`.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// A small deterministic generator for the property and fuzz tests, so they
 /// need no crate and replay the same cases every run.
 #[cfg(test)]

@@ -1,12 +1,29 @@
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use memoryd::app::{SHUTDOWN_GRACE, start, start_worker_only, termination_signal};
-use memoryd::config::{Cli, Command, Config};
+use memoryd::config::{Config, LogFormat};
 use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(name = "memoryd", version, about = "Long-term memory for AI agents over HTTP")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP API and the workers (`--no-workers`: the API alone).
+    Serve(Config),
+    /// Run the workers alone, with no HTTP API.
+    Worker(Config),
+    /// Measure memoryd: start it (SQLite and Postgres) with a fake model, print figures.
+    Bench(memoryd::bench::BenchArgs),
+}
 
 fn init_logging(config: &Config) {
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if config.log_format.eq_ignore_ascii_case("json") {
+    if config.log_format == LogFormat::Json {
         builder.json().flatten_event(true).init();
     } else {
         builder.init();

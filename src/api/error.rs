@@ -42,13 +42,14 @@ pub enum ApiError {
     Unavailable(String),
     #[error("{0}")]
     InsufficientStorage(String),
+    /// The cause goes to the log with its whole chain, never to the client.
     #[error("internal error")]
-    Internal(String),
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl ApiError {
-    pub fn internal(err: impl std::fmt::Display) -> Self {
-        Self::Internal(err.to_string())
+    pub fn internal(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Internal(err.into())
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
@@ -136,8 +137,8 @@ pub fn code_for_status(status: StatusCode) -> &'static str {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if let Self::Internal(detail) = &self {
-            tracing::error!(error = %detail, "request failed");
+        if let Self::Internal(cause) = &self {
+            tracing::error!(error = %crate::error_chain(cause.as_ref()), "request failed");
             return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
         }
         problem(status, code, &self.to_string())
@@ -149,11 +150,11 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::Failure;
         match err.failure() {
             Failure::Unavailable => {
-                tracing::warn!(error = %err, "the database is unavailable");
+                tracing::warn!(error = %crate::error_chain(&err), "the database is unavailable");
                 Self::Unavailable("The database is unavailable; try again shortly.".into())
             }
             Failure::StorageFull => {
-                tracing::warn!(error = %err, "the storage is full");
+                tracing::warn!(error = %crate::error_chain(&err), "the storage is full");
                 Self::InsufficientStorage(STORAGE_FULL.into())
             }
             Failure::Other => Self::internal(err),

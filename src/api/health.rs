@@ -62,7 +62,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                 }
             }
         }
-        Ok(Err(e)) => tracing::warn!(error = %e, "reading the job queue for /metrics failed; serving the last figures"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reading the job queue for /metrics failed; serving the last figures")
+        }
         Err(_) => tracing::warn!("the job queue did not answer within a second; serving the last figures"),
     }
     handle.run_upkeep();

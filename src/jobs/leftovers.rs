@@ -22,7 +22,7 @@ async fn memory_folders(store: &DynStore, volumes: &Volumes) -> Vec<PathBuf> {
         let layouts = match store.stored_layouts(tenant).await {
             Ok(stored) => with_implicit_default(stored),
             Err(e) => {
-                tracing::warn!(%tenant, error = %e, "reading layouts for the leftover sweep failed");
+                tracing::warn!(%tenant, error = %crate::error_chain(&e), "reading layouts for the leftover sweep failed");
                 continue;
             }
         };
@@ -52,7 +52,7 @@ async fn abandoned(store: &DynStore, leftover: &Leftover) -> bool {
         Some(job_id) => match store.job_lease_live(job_id, Utc::now()).await {
             Ok(live) => !live,
             Err(e) => {
-                tracing::warn!(%job_id, error = %e, "checking a temporary file's job failed; it stays for now");
+                tracing::warn!(%job_id, error = %crate::error_chain(&e), "checking a temporary file's job failed; it stays for now");
                 false
             }
         },
@@ -87,7 +87,7 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
             .filter(|path| match remove_if_present(path) {
                 Ok(()) => true,
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "removing a temporary file failed");
+                    tracing::warn!(path = %path.display(), error = %crate::error_chain(&e), "removing a temporary file failed");
                     false
                 }
             })

@@ -193,7 +193,9 @@ async fn attempt_job(
                         lost.notify_one();
                         return;
                     }
-                    Err(e) => tracing::warn!(%job_id, error = %e, "lease renewal failed; trying again"),
+                    Err(e) => {
+                        tracing::warn!(%job_id, error = %crate::error_chain(&e), "lease renewal failed; trying again")
+                    }
                 }
             }
         })
@@ -214,7 +216,9 @@ async fn attempt_job(
         Err(true) => {
             match ctx.store.release_job(job_id, claimed.token).await {
                 Ok(_) => tracing::info!(%job_id, "job released for another worker at shutdown"),
-                Err(e) => tracing::warn!(%job_id, error = %e, "releasing the job failed; its lease will expire"),
+                Err(e) => {
+                    tracing::warn!(%job_id, error = %crate::error_chain(&e), "releasing the job failed; its lease will expire")
+                }
             }
             None
         }
@@ -272,7 +276,7 @@ async fn settle_publish(ctx: &WorkerContext, manifest: Manifest, commit: bool) {
         .and_then(|r| r);
     if let Err(e) = done {
         // The manifest stays; the next attempt in this layout or the next start finishes it.
-        tracing::error!(%publish_id, commit, error = %e, "finishing a publish failed; it is retried later");
+        tracing::error!(%publish_id, commit, error = %crate::error_chain(&e), "finishing a publish failed; it is retried later");
     }
 }
 
@@ -284,8 +288,8 @@ pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) 
     let publisher = ctx.publisher.clone();
     let pending = match tokio::task::spawn_blocking(move || publisher.pending()).await {
         Ok(Ok(pending)) => pending,
-        Ok(Err(e)) => return tracing::warn!(error = %e, "listing pending publishes failed"),
-        Err(e) => return tracing::warn!(error = %e, "listing pending publishes failed"),
+        Ok(Err(e)) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
+        Err(e) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
     };
     let same_layout = |s: &PublishScope| {
         own.is_none_or(|o| o.tenant == s.tenant && o.workspace == s.workspace && o.layout == s.layout)
@@ -298,7 +302,7 @@ pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) 
             }
             Ok(decision) => decision,
             Err(e) => {
-                tracing::warn!(publish_id = %manifest.publish_id, error = %e, "deciding a pending publish failed");
+                tracing::warn!(publish_id = %manifest.publish_id, error = %crate::error_chain(&e), "deciding a pending publish failed");
                 continue;
             }
         };
@@ -346,7 +350,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         && matches!(recorded, Ok(true))
         && let Err(e) = ctx.store.settle_session(claimed.tenant_id, &claimed.job.session_id).await
     {
-        tracing::warn!(session_id = %claimed.job.session_id, error = %e, "settling the session failed; the sweep will");
+        tracing::warn!(session_id = %claimed.job.session_id, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
     }
     match recorded {
         Ok(true) => {
@@ -360,7 +364,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         }
         Ok(false) => tracing::warn!(%job_id, "lease lost before the result was recorded; result discarded"),
         Err(e) => {
-            tracing::error!(%job_id, error = %e, "recording the job's outcome failed");
+            tracing::error!(%job_id, error = %crate::error_chain(&e), "recording the job's outcome failed");
             let retry = finish_for(
                 &claimed,
                 Err(AttemptError::Retryable {
@@ -374,7 +378,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 &ctx.settings,
             );
             if let Err(e) = ctx.store.finish_job(&claimed, retry).await {
-                tracing::error!(%job_id, error = %e, "the job stays running until its lease expires");
+                tracing::error!(%job_id, error = %crate::error_chain(&e), "the job stays running until its lease expires");
             }
         }
     }
@@ -419,7 +423,7 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "claiming a job failed");
+                tracing::error!(error = %crate::error_chain(&e), "claiming a job failed");
                 tokio::time::sleep(ctx.settings.poll).await;
             }
         }
@@ -435,7 +439,7 @@ async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<
         match ctx.store.settle_finished_sessions().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(sessions = n, "settled finished sessions"),
-            Err(e) => tracing::warn!(error = %e, "settling finished sessions failed"),
+            Err(e) => tracing::warn!(error = %crate::error_chain(&e), "settling finished sessions failed"),
         }
         tokio::select! {
             _ = tokio::time::sleep(SWEEP_INTERVAL) => {}

@@ -3,7 +3,7 @@
 
 mod openai;
 
-pub use openai::{LlmApi, OpenAiModel};
+pub use openai::OpenAiModel;
 
 use async_trait::async_trait;
 use serde::Serialize;

@@ -6,27 +6,12 @@ use super::{
     AgentItem, AgentRequest, AgentTurn, FailureClass, Model, ModelError, ModelReply, StructuredRequest, TokenUsage,
     ToolCall,
 };
+use crate::config::LlmApi;
 use async_trait::async_trait;
 use reqwest::StatusCode;
 use reqwest::header::RETRY_AFTER;
 use serde_json::{Value, json};
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LlmApi {
-    Responses,
-    ChatCompletions,
-}
-
-impl LlmApi {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "responses" => Some(Self::Responses),
-            "chat_completions" => Some(Self::ChatCompletions),
-            _ => None,
-        }
-    }
-}
 
 pub struct OpenAiModel {
     http: reqwest::Client,

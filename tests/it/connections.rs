@@ -177,8 +177,7 @@ async fn errors_the_http_layer_answers_are_problem_documents() {
 #[test]
 fn the_limits_default_to_the_spec() {
     use clap::Parser;
-    let memoryd::config::Cli { command } = memoryd::config::Cli::try_parse_from(["memoryd", "serve"]).unwrap();
-    let memoryd::config::Command::Serve(config) = command else { panic!("serve") };
+    let config = memoryd::config::Config::try_parse_from(["memoryd"]).unwrap();
     assert_eq!(
         (config.header_timeout_secs, config.body_timeout_secs, config.idle_timeout_secs, config.max_connections),
         (10, 60, 60, 10_000)

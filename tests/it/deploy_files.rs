@@ -118,9 +118,7 @@ fn the_image_build_copies_every_embedded_file() {
 fn the_readme_documents_every_setting() {
     use clap::CommandFactory;
     let readme = repo_file("README.md");
-    let cli = memoryd::config::Cli::command();
-    let serve = cli.find_subcommand("serve").unwrap();
-    let missing: Vec<String> = serve
+    let missing: Vec<String> = memoryd::config::Config::command()
         .get_arguments()
         .filter_map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
         .filter(|env| !readme.contains(&format!("| `{env}` |")))

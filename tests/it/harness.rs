@@ -1,5 +1,5 @@
 use memoryd::app::{RunningServer, start};
-use memoryd::config::Config;
+use memoryd::config::{Config, LlmApi, ProviderKind};
 use reqwest::{Client, Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -77,11 +77,11 @@ impl TestApp {
             admin_token: Some(ADMIN_TOKEN.into()),
             max_segment_bytes: 33_554_432,
             log: "warn".into(),
-            log_format: "text".into(),
+            log_format: memoryd::config::LogFormat::Text,
             log_content: false,
             no_workers: false,
-            llm_provider: Some("extractive".into()),
-            llm_api: "responses".into(),
+            llm_provider: Some(ProviderKind::Extractive),
+            llm_api: LlmApi::Responses,
             llm_base_url: "http://127.0.0.1:9/v1".into(),
             llm_api_key: None,
             llm_timeout_secs: 10,
@@ -156,9 +156,9 @@ pub fn use_model(fake: &crate::fake_llm::FakeLlm, api: &str) -> impl FnOnce(&mut
     let base = fake.base_url.clone();
     let api = api.to_owned();
     move |c: &mut Config| {
-        c.llm_provider = Some("openai".into());
+        c.llm_provider = Some(ProviderKind::Openai);
         c.llm_base_url = base;
-        c.llm_api = api;
+        c.llm_api = if api == "chat_completions" { LlmApi::ChatCompletions } else { LlmApi::Responses };
         c.llm_api_key = Some("test-model-key".into());
     }
 }

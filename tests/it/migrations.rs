@@ -92,8 +92,7 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
 
     // An applied migration edited afterwards is refused, not silently skipped.
     run(backend, &url, &["UPDATE _sqlx_migrations SET checksum = substr(checksum, 2) WHERE version = 2".into()]).await;
-    let config = memoryd::config::Cli::try_parse_from(["memoryd", "serve", "--database-url", &url]).unwrap();
-    let memoryd::config::Command::Serve(mut config) = config.command else { unreachable!() };
+    let mut config = memoryd::config::Config::try_parse_from(["memoryd", "--database-url", &url]).unwrap();
     config.data_dir = dir.path().join("data");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let refused = memoryd::app::start(config, listener).await;

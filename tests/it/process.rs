@@ -419,3 +419,18 @@ async fn the_benchmark_runs_every_workload_on_both_backends() {
         }
     }
 }
+
+#[test]
+fn a_bad_setting_stops_start_up_with_the_usage_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_memoryd"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("MEMORYD_LLM_API", "chat")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("invalid value 'chat'") && stderr.contains("chat_completions"), "{stderr}");
+    assert!(!dir.path().join("memoryd-data").exists(), "nothing started");
+}
