@@ -3,9 +3,9 @@
 
 use crate::api::serve::{ConnectionLimits, serve};
 use crate::api::{AppState, router};
-use crate::config::{Config, ProviderKind};
+use crate::config::{Config, LlmApi, ProviderKind};
 use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
-use crate::llm::{OpenAiModel, Provider};
+use crate::llm::{ChatCompletions, Model, OpenAiModel, Provider, Responses};
 use crate::store::{self, DynStore};
 use crate::workspace::Volumes;
 use crate::workspace::publish::Publisher;
@@ -31,7 +31,12 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
         ProviderKind::Openai => {
             let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;
             let timeout = Duration::from_secs(config.llm_timeout_secs.max(1));
-            Ok(Provider::Model(Arc::new(OpenAiModel::new(&config.llm_base_url, &key, config.llm_api, timeout)?)))
+            let base = &config.llm_base_url;
+            let model: Arc<dyn Model> = match config.llm_api {
+                LlmApi::Responses => Arc::new(OpenAiModel::<Responses>::new(base, &key, timeout)?),
+                LlmApi::ChatCompletions => Arc::new(OpenAiModel::<ChatCompletions>::new(base, &key, timeout)?),
+            };
+            Ok(Provider::Model(model))
         }
     }
 }

@@ -1,9 +1,13 @@
 //! Models: the OpenAI-compatible client (Responses API and Chat Completions)
 //! and the failures it tells apart.
 
-mod openai;
+mod chat;
+mod client;
+mod responses;
 
-pub use openai::OpenAiModel;
+pub use chat::ChatCompletions;
+pub use client::{OpenAiModel, WireApi};
+pub use responses::Responses;
 
 use async_trait::async_trait;
 use serde::Serialize;
