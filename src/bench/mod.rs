@@ -3,11 +3,10 @@
 //! with a fixed latency. Each figure is the median of several runs, with the
 //! minimum and the maximum.
 
-mod fake_model;
-
 use crate::app::{RunningServer, start};
 use crate::config::Config;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+use crate::fake_model::{FakeLlm, Reply};
 use crate::jobs::phase_two::prepare_input;
 use crate::pipeline::selection::raw_memories_md;
 use crate::store::{RawMemoryRecord, default_layout};
@@ -295,7 +294,13 @@ async fn drop_schema(url: &str, schema: &str) {
 
 async fn open_bench(backend: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
     let dir = tempfile::tempdir()?;
-    let model = fake_model::start(Duration::from_millis(args.latency_ms)).await?;
+    let latency = Duration::from_millis(args.latency_ms);
+    let fake = FakeLlm::start_unrecorded().await?;
+    fake.set_default(
+        Reply::artifacts("bench", "A benchmark conversation.", "- The user benchmarks memoryd.").after(latency),
+    );
+    fake.set_agent_default(Reply::Consolidate.after(latency));
+    let model = fake.base_url.clone();
     let admin = uuid::Uuid::new_v4().to_string();
     let config = Config {
         listen: "127.0.0.1:0".parse()?,

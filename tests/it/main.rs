@@ -1,7 +1,7 @@
 //! HTTP tests against the real router on a free port, once on Postgres and
 //! once on SQLite (see `both_backends!`).
 
-mod fake_llm;
+use memoryd::fake_model as fake_llm;
 mod harness;
 
 mod admin;

@@ -1,6 +1,7 @@
-//! A scripted OpenAI-compatible server: the Responses API and Chat
-//! Completions, replies per call (or a default), faults (status codes,
-//! `Retry-After`, delays), and a record of every request.
+//! A scripted OpenAI-compatible server for the tests and the benchmark (no
+//! test may need a real model): the Responses API and Chat Completions,
+//! replies per call (or a default), faults (status codes, `Retry-After`,
+//! delays), and a record of every request.
 
 use axum::Router;
 use axum::extract::State;
@@ -22,6 +23,10 @@ pub enum Reply {
     CustomCall(&'static str, String),
     /// A final agent answer: text and no tool call.
     Text(&'static str),
+    /// A whole consolidation in two turns: `apply_patch` calls writing
+    /// `MEMORY.md` and `memory_summary.md`, then — once the request carries
+    /// their outputs — a final answer.
+    Consolidate,
     /// An error status with an OpenAI-style error body.
     Status { status: u16, code: Option<&'static str>, retry_after: Option<&'static str> },
 }
@@ -79,6 +84,8 @@ struct FakeState {
     default: Option<Scripted>,
     agent_default: Option<Scripted>,
     requests: Vec<Recorded>,
+    /// Off for long benchmarks, whose prompts would pile up.
+    recording: bool,
 }
 
 #[derive(Clone)]
@@ -88,16 +95,30 @@ pub struct FakeLlm {
 }
 
 impl FakeLlm {
+    /// Serves on a free loopback port and records every request.
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(FakeState::default()));
+        Self::serve(true).await.expect("the fake model binds a loopback port")
+    }
+
+    /// Serves on a free loopback port, recording nothing.
+    pub async fn start_unrecorded() -> std::io::Result<Self> {
+        Self::serve(false).await
+    }
+
+    async fn serve(recording: bool) -> std::io::Result<Self> {
+        let state = Arc::new(Mutex::new(FakeState { recording, ..FakeState::default() }));
         let app = Router::new()
             .route("/v1/responses", post(answer))
             .route("/v1/chat/completions", post(answer))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { base_url: format!("http://{addr}/v1"), state }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the fake model stopped");
+            }
+        });
+        Ok(Self { base_url: format!("http://{addr}/v1"), state })
     }
 
     /// Replies used in order, one per call, before the default.
@@ -134,11 +155,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let scripted = {
         let mut s = state.lock().unwrap();
-        s.requests.push(Recorded {
-            path: uri.path().to_owned(),
-            body: body.clone(),
-            authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
-        });
+        if s.recording {
+            s.requests.push(Recorded {
+                path: uri.path().to_owned(),
+                body: body.clone(),
+                authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            });
+        }
         let agent_turn = body.get("tools").is_some();
         s.script.pop_front().or_else(|| {
             if agent_turn { s.agent_default.clone().or_else(|| s.default.clone()) } else { s.default.clone() }
@@ -148,7 +171,15 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
         return (StatusCode::INTERNAL_SERVER_ERROR, "no scripted reply").into_response();
     };
     tokio::time::sleep(scripted.delay).await;
-    match scripted.reply {
+    let reply = match scripted.reply {
+        Reply::Consolidate if carries_tool_outputs(&body) => Reply::Text("Memory updated."),
+        Reply::Consolidate => Reply::Calls(vec![
+            update("memories/MEMORY.md", "consolidated memory"),
+            update("memories/memory_summary.md", "consolidated summary"),
+        ]),
+        other => other,
+    };
+    match reply {
         Reply::Status { status, code, retry_after } => {
             let status = StatusCode::from_u16(status).unwrap();
             let error = json!({"error": {"message": format!("scripted {status}"), "type": "test", "code": code}});
@@ -194,6 +225,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
             };
             axum::Json(reply).into_response()
         }
+        Reply::Consolidate => unreachable!("resolved above"),
         Reply::Output(output) => {
             let text = output.to_string();
             let reply = if uri.path().ends_with("/responses") {
@@ -209,4 +241,15 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
             axum::Json(reply).into_response()
         }
     }
+}
+
+fn carries_tool_outputs(body: &Value) -> bool {
+    let items = body["input"].as_array().or(body["messages"].as_array());
+    items.into_iter().flatten().any(|i| i["type"] == "function_call_output" || i["role"] == "tool")
+}
+
+/// An `apply_patch` call in the SDK's JSON form, replacing nothing and adding `line`.
+fn update(path: &str, line: &str) -> (&'static str, Value) {
+    let operation = json!({"type": "update_file", "path": path, "diff": format!("@@\n+{line}\n")});
+    ("apply_patch", json!({"patch": operation.to_string()}))
 }
