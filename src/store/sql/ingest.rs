@@ -1,6 +1,7 @@
 //! Appends: the session and rollout rows locked for the caller (the ingest
 //! service) to write the line, then the new committed length recorded.
 
+use super::rows::*;
 use super::*;
 use crate::domain::ids::WorkspaceName;
 use crate::store::*;
@@ -69,7 +70,7 @@ for_every_dialect! {
         let (session, opened_session, position) = match known {
             Some(row) => {
                 let position = (row.try_get::<i64, _>("rollout_committed_len")?, row.try_get("rollout_segment_count")?);
-                (Self::session_from_row(&row)?, false, Some(position))
+                (Self::record::<SessionRow, SessionRecord>(&row)?, false, Some(position))
             }
             None => {
                 let (session, opened) = Self::open_session_in(&mut tx, req, now).await?;

@@ -1,5 +1,6 @@
 //! The job queue: claims with a per-tenant share, leases, fenced finishes, retries.
 
+use super::rows::*;
 use super::*;
 use crate::store::*;
 use chrono::{DateTime, Utc};
@@ -22,7 +23,7 @@ for_every_dialect! {
         .bind(filter.session_id.as_ref().map(SessionId::as_str))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(Self::job_from_row).collect()
+        rows.iter().map(Self::record::<JobRow, JobRecord>).collect()
     }
 
     async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>> {
@@ -31,7 +32,7 @@ for_every_dialect! {
             .bind(job_id)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(Self::job_from_row).transpose()
+        row.as_ref().map(Self::record::<JobRow, JobRecord>).transpose()
     }
 
     async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
@@ -80,7 +81,7 @@ for_every_dialect! {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let claimed = Self::claimed_from_row(&row, token)?;
+        let claimed = <ClaimedRow as sqlx::FromRow<_>>::from_row(&row)?.into_claimed(token)?;
         tx.commit().await?;
         Ok(Some(claimed))
     }
@@ -218,7 +219,7 @@ for_every_dialect! {
         else {
             return Ok(None);
         };
-        let job = Self::job_from_row(&row)?;
+        let job = Self::record::<JobRow, JobRecord>(&row)?;
         if job.state != JobState::Failed {
             return Ok(Some(RetryOutcome::NotFailed(job.state)));
         }
@@ -240,7 +241,7 @@ for_every_dialect! {
         .bind(job.session_id.as_str())
         .execute(&mut *tx)
         .await?;
-        let job = Self::job_from_row(&row)?;
+        let job = Self::record::<JobRow, JobRecord>(&row)?;
         tx.commit().await?;
         Ok(Some(RetryOutcome::Requeued(Box::new(job))))
     }

@@ -1,11 +1,12 @@
 //! A tenant's layouts and the rules of replacing one.
 
+use super::rows::*;
 use super::*;
 use crate::domain::ids::LayoutName;
 use crate::domain::layout::{LayoutPutDecision, LayoutPutError, ValidLayout, decide_layout_put};
-use crate::store::{PutLayoutOutcome, StoredLayout, TenantId, parse_id, parse_layout_config, with_implicit_default};
+use crate::store::{PutLayoutOutcome, StoredLayout, TenantId, with_implicit_default};
 use chrono::Utc;
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 for_every_dialect! {
     impl {
     pub(super) async fn layouts_in<'e>(
@@ -16,15 +17,7 @@ for_every_dialect! {
             .bind(tenant)
             .fetch_all(executor)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StoredLayout {
-                    name: parse_id(LayoutName::parse, r.try_get("name")?, "layout name")?,
-                    layout: parse_layout_config(r.try_get("config")?)?,
-                    updated_at: Some(r.try_get("updated_at")?),
-                })
-            })
-            .collect()
+        rows.iter().map(Self::record::<LayoutRow, StoredLayout>).collect()
     }
     }
 }

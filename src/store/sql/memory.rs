@@ -1,5 +1,6 @@
 //! The raw-memory index and phase two's selections and runs.
 
+use super::rows::*;
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::store::*;
@@ -66,7 +67,7 @@ for_every_dialect! {
         .bind(rollout.as_str())
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(Self::raw_memory_from_row).transpose()
+        row.as_ref().map(Self::record::<RawMemoryRow, RawMemoryRecord>).transpose()
     }
 
     async fn newest_raw_memories(
@@ -88,7 +89,7 @@ for_every_dialect! {
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(Self::raw_memory_from_row).collect()
+        rows.iter().map(Self::record::<RawMemoryRow, RawMemoryRecord>).collect()
     }
 
     async fn phase_two_selection(
@@ -125,28 +126,7 @@ for_every_dialect! {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let files: String = r.try_get("files_changed")?;
-                let usage: String = r.try_get("usage")?;
-                Ok(PhaseTwoRun {
-                    run_id: r.try_get("id")?,
-                    job_id: r.try_get("job_id")?,
-                    session_id: r.try_get("session_id")?,
-                    state: r.try_get("state")?,
-                    selected: r.try_get("selected")?,
-                    added: r.try_get("added")?,
-                    retained: r.try_get("retained")?,
-                    removed: r.try_get("removed")?,
-                    files_changed: serde_json::from_str(&files).map_err(corrupt)?,
-                    usage: serde_json::from_str(&usage).map_err(corrupt)?,
-                    turns: r.try_get("turns")?,
-                    error: r.try_get("error")?,
-                    started_at: r.try_get("started_at")?,
-                    finished_at: r.try_get("finished_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(Self::record::<RunRow, PhaseTwoRun>).collect()
     }
 
     async fn import_raw_memories(

@@ -1,66 +1,197 @@
-//! Rows read back as records.
+//! Rows as the database holds them (read by sqlx's `FromRow`), and the
+//! records they become once their ids and JSON are checked.
 
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::store::*;
-use sqlx::Row;
+use chrono::{DateTime, Utc};
+use sqlx::FromRow;
 use uuid::Uuid;
+
+#[derive(FromRow)]
+pub(super) struct JobRow {
+    id: Uuid,
+    kind: String,
+    state: String,
+    session_id: String,
+    workspace: String,
+    layout: String,
+    rollout_id: Option<String>,
+    attempts: i64,
+    run_after: DateTime<Utc>,
+    last_error: Option<String>,
+    usage: Option<String>,
+    created_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<JobRow> for JobRecord {
+    type Error = StoreError;
+
+    fn try_from(r: JobRow) -> StoreResult<Self> {
+        Ok(JobRecord {
+            job_id: r.id,
+            kind: parse_id(JobKind::parse, &r.kind, "job kind")?,
+            state: parse_id(JobState::parse, &r.state, "job state")?,
+            session_id: parse_id(SessionId::parse, &r.session_id, "session id")?,
+            workspace: parse_id(WorkspaceName::parse, &r.workspace, "workspace")?,
+            layout: parse_id(LayoutName::parse, &r.layout, "layout name")?,
+            rollout_id: r.rollout_id.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
+            attempts: r.attempts,
+            run_after: r.run_after,
+            last_error: r.last_error,
+            usage: r.usage.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+/// A job row as a claim returns it: the job, its tenant and its config.
+#[derive(FromRow)]
+pub(super) struct ClaimedRow {
+    #[sqlx(flatten)]
+    job: JobRow,
+    tenant_id: Uuid,
+    layout_config: String,
+    token_limit: Option<i64>,
+}
+
+impl ClaimedRow {
+    pub(super) fn into_claimed(self, token: Uuid) -> StoreResult<ClaimedJob> {
+        Ok(ClaimedJob {
+            job: self.job.try_into()?,
+            tenant_id: self.tenant_id,
+            layout: parse_layout_config(&self.layout_config)?,
+            token,
+            token_limit: self.token_limit,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct SessionRow {
+    session_id: String,
+    workspace: String,
+    state: String,
+    metadata: String,
+    memory_status: Option<String>,
+    created_at: DateTime<Utc>,
+    closed_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<SessionRow> for SessionRecord {
+    type Error = StoreError;
+
+    fn try_from(r: SessionRow) -> StoreResult<Self> {
+        Ok(SessionRecord {
+            session_id: parse_id(SessionId::parse, &r.session_id, "session id")?,
+            workspace: parse_id(WorkspaceName::parse, &r.workspace, "workspace")?,
+            state: parse_id(SessionState::parse, &r.state, "session state")?,
+            metadata: serde_json::from_str(&r.metadata).map_err(corrupt)?,
+            memory_status: r.memory_status.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
+            created_at: r.created_at,
+            closed_at: r.closed_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct RawMemoryRow {
+    rollout_id: String,
+    updated_at: String,
+    rollout_path: String,
+    rollout_summary_file: String,
+    terminal_state: String,
+    extracted_len: i64,
+}
+
+impl TryFrom<RawMemoryRow> for RawMemoryRecord {
+    type Error = StoreError;
+
+    fn try_from(r: RawMemoryRow) -> StoreResult<Self> {
+        Ok(RawMemoryRecord {
+            rollout_id: parse_id(RolloutId::parse, &r.rollout_id, "rollout id")?,
+            updated_at: r.updated_at,
+            rollout_path: r.rollout_path,
+            rollout_summary_file: r.rollout_summary_file,
+            terminal_state: r.terminal_state,
+            extracted_len: r.extracted_len as u64,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct RunRow {
+    id: Uuid,
+    job_id: Uuid,
+    session_id: String,
+    state: String,
+    selected: i64,
+    added: i64,
+    retained: i64,
+    removed: i64,
+    files_changed: String,
+    usage: String,
+    turns: i64,
+    error: Option<String>,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+}
+
+impl TryFrom<RunRow> for PhaseTwoRun {
+    type Error = StoreError;
+
+    fn try_from(r: RunRow) -> StoreResult<Self> {
+        Ok(PhaseTwoRun {
+            run_id: r.id,
+            job_id: r.job_id,
+            session_id: r.session_id,
+            state: r.state,
+            selected: r.selected,
+            added: r.added,
+            retained: r.retained,
+            removed: r.removed,
+            files_changed: serde_json::from_str(&r.files_changed).map_err(corrupt)?,
+            usage: serde_json::from_str(&r.usage).map_err(corrupt)?,
+            turns: r.turns,
+            error: r.error,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct LayoutRow {
+    name: String,
+    config: String,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<LayoutRow> for StoredLayout {
+    type Error = StoreError;
+
+    fn try_from(r: LayoutRow) -> StoreResult<Self> {
+        Ok(StoredLayout {
+            name: parse_id(LayoutName::parse, &r.name, "layout name")?,
+            layout: parse_layout_config(&r.config)?,
+            updated_at: Some(r.updated_at),
+        })
+    }
+}
+
 for_every_dialect! {
     impl {
-    pub(super) fn raw_memory_from_row(r: &DB::Row) -> StoreResult<RawMemoryRecord> {
-        Ok(RawMemoryRecord {
-            rollout_id: parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
-            updated_at: r.try_get("updated_at")?,
-            rollout_path: r.try_get("rollout_path")?,
-            rollout_summary_file: r.try_get("rollout_summary_file")?,
-            terminal_state: r.try_get("terminal_state")?,
-            extracted_len: r.try_get::<i64, _>("extracted_len")? as u64,
-        })
-    }
-
-    pub(super) fn claimed_from_row(r: &DB::Row, token: Uuid) -> StoreResult<ClaimedJob> {
-        Ok(ClaimedJob {
-            job: Self::job_from_row(r)?,
-            tenant_id: r.try_get("tenant_id")?,
-            layout: parse_layout_config(r.try_get("layout_config")?)?,
-            token,
-            token_limit: r.try_get("token_limit")?,
-        })
-    }
-
-    pub(super) fn session_from_row(r: &DB::Row) -> StoreResult<SessionRecord> {
-        let metadata: String = r.try_get("metadata")?;
-        let memory_status: Option<String> = r.try_get("memory_status")?;
-        Ok(SessionRecord {
-            session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
-            workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
-            state: parse_id(SessionState::parse, r.try_get("state")?, "session state")?,
-            metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
-            memory_status: memory_status.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
-            created_at: r.try_get("created_at")?,
-            closed_at: r.try_get("closed_at")?,
-        })
-    }
-
-    pub(super) fn job_from_row(r: &DB::Row) -> StoreResult<JobRecord> {
-        let rollout: Option<String> = r.try_get("rollout_id")?;
-        let usage: Option<String> = r.try_get("usage")?;
-        Ok(JobRecord {
-            job_id: r.try_get("id")?,
-            kind: parse_id(JobKind::parse, r.try_get("kind")?, "job kind")?,
-            state: parse_id(JobState::parse, r.try_get("state")?, "job state")?,
-            session_id: parse_id(SessionId::parse, r.try_get("session_id")?, "session id")?,
-            workspace: parse_id(WorkspaceName::parse, r.try_get("workspace")?, "workspace")?,
-            layout: parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
-            rollout_id: rollout.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
-            attempts: r.try_get("attempts")?,
-            run_after: r.try_get("run_after")?,
-            last_error: r.try_get("last_error")?,
-            usage: usage.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
-            created_at: r.try_get("created_at")?,
-            started_at: r.try_get("started_at")?,
-            finished_at: r.try_get("finished_at")?,
-        })
-    }
+        /// A row as `R`, then as the record `T`.
+        pub(super) fn record<R, T>(row: &DB::Row) -> StoreResult<T>
+        where
+            R: for<'r> FromRow<'r, DB::Row>,
+            T: TryFrom<R, Error = StoreError>,
+        {
+            T::try_from(R::from_row(row)?)
+        }
     }
 }

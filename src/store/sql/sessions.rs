@@ -1,5 +1,6 @@
 //! Sessions: opening, viewing, closing (with the jobs a close queues) and settling.
 
+use super::rows::*;
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::job::{close_transition, jobs_for_close, settled_memory_status};
@@ -19,7 +20,7 @@ for_every_dialect! {
         let select = "SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2";
         let sql = if lock { locking::<DB>(select) } else { AssertSqlSafe(select.to_owned()) };
         let row = sqlx::query(sql).bind(tenant).bind(id.as_str()).fetch_optional(executor).await?;
-        row.as_ref().map(Self::session_from_row).transpose()
+        row.as_ref().map(Self::record::<SessionRow, SessionRecord>).transpose()
     }
 
     pub(super) async fn touched_in<'e>(
@@ -58,7 +59,7 @@ for_every_dialect! {
         .bind(id.as_str())
         .fetch_all(executor)
         .await?;
-        rows.iter().map(Self::job_from_row).collect()
+        rows.iter().map(Self::record::<JobRow, JobRecord>).collect()
     }
 
     pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
