@@ -5,7 +5,7 @@
 
 use crate::both_backends;
 use crate::harness::{Backend, isolated_postgres_url};
-use crate::process::{Memoryd, database_env, new_tenant, settle};
+use crate::process::{Memoryd, database_env, jobs_of_kind, new_tenant, settle, spawn_round};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -107,6 +107,22 @@ fn rollout_turns(data_dir: &Path, tenant: &str) -> Vec<usize> {
         .collect()
 }
 
+/// A ready memoryd with a tenant whose rollout `r` holds three acknowledged
+/// segments: `(process, tenant id, key, the acknowledged turns)`.
+async fn with_three_segments(
+    dir: &Path,
+    env: &[(&str, String)],
+    http: &reqwest::Client,
+) -> (Memoryd, String, String, Vec<usize>) {
+    let memoryd = Memoryd::spawn(dir, "memoryd", &["serve"], env);
+    memoryd.ready(http).await;
+    let (tenant, key) = new_tenant(http, &memoryd.base).await;
+    for i in 0..3 {
+        assert_eq!(append(http, &memoryd.base, &key, "s", i).await.0, 201);
+    }
+    (memoryd, tenant, key, vec![0, 1, 2])
+}
+
 async fn status_of(http: &reqwest::Client, url: String) -> StatusCode {
     http.get(url).send().await.unwrap().status()
 }
@@ -123,16 +139,9 @@ async fn a_full_disk_answers_507_and_recovers_by_itself(backend: Backend) {
     let mut env = database_env(backend).await;
     env.push(("MEMORYD_DATA_DIR", data_dir.display().to_string()));
     env.push(("MEMORYD_MIN_FREE_BYTES", "0".into()));
-    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &env);
     let http = reqwest::Client::new();
-    memoryd.ready(&http).await;
+    let (memoryd, tenant, key, mut acknowledged) = with_three_segments(dir.path(), &env, &http).await;
     let base = memoryd.base.clone();
-    let (tenant, key) = new_tenant(&http, &base).await;
-    let mut acknowledged = Vec::new();
-    for i in 0..3 {
-        assert_eq!(append(&http, &base, &key, "s", i).await.0, 201);
-        acknowledged.push(i);
-    }
 
     let filler = volume.path().join("filler");
     fill(&filler, None);
@@ -203,16 +212,8 @@ async fn appends_stop_at_the_free_space_watermark(backend: Backend) {
     let res = http.post(format!("{base}/v1/sessions/s/close")).bearer_auth(&key).send().await.unwrap();
     assert_eq!(res.status(), 202);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let jobs: Value = http
-        .get(format!("{base}/v1/jobs?kind=phase_one"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!((jobs["jobs"][0]["state"].as_str(), jobs["jobs"][0]["attempts"].as_i64()), (Some("queued"), Some(0)));
+    let jobs = jobs_of_kind(&http, &base, &key, "phase_one").await;
+    assert_eq!((jobs[0]["state"].as_str(), jobs[0]["attempts"].as_i64()), (Some("queued"), Some(0)));
 
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(append(&http, &base, &key, "t", 2).await.0, 201);
@@ -286,16 +287,10 @@ async fn a_lost_database_answers_503_fast_and_service_resumes() {
     let proxy = CuttableProxy::start(upstream).await;
     let (proxied, _) = through_proxy(&url, proxy.port);
     let dir = tempfile::tempdir().unwrap();
-    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &[("DATABASE_URL", proxied)]);
     let http = reqwest::Client::new();
-    memoryd.ready(&http).await;
+    let (memoryd, tenant, key, mut acknowledged) =
+        with_three_segments(dir.path(), &[("DATABASE_URL", proxied)], &http).await;
     let base = memoryd.base.clone();
-    let (tenant, key) = new_tenant(&http, &base).await;
-    let mut acknowledged = Vec::new();
-    for i in 0..3 {
-        assert_eq!(append(&http, &base, &key, "s", i).await.0, 201);
-        acknowledged.push(i);
-    }
 
     assert_eq!(status_of(&http, format!("{base}/metrics")).await, 200);
 
@@ -381,12 +376,7 @@ async fn a_killed_attempts_temporary_files_are_removed(backend: Backend) {
     let mut tenant: Option<(String, String)> = None;
     let mut sessions = 0;
     for round in 0..5u64 {
-        let mut memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
-        memoryd.ready(&http).await;
-        let key = match &tenant {
-            Some((_, key)) => key.clone(),
-            None => tenant.insert(new_tenant(&http, &memoryd.base).await).1.clone(),
-        };
+        let (mut memoryd, _, key) = spawn_round(dir.path(), round, &env, &http, &mut tenant).await;
         let session = format!("s{round}");
         for r in 0..12 {
             let body = json!({"rollout_id": format!("r{round}-{r}"), "input": "remember", "final_output": "done"});

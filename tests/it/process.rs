@@ -104,10 +104,36 @@ pub(crate) async fn post_segment(http: &reqwest::Client, base: &str, key: &str, 
     assert_eq!(res.status(), 201);
 }
 
+/// `GET {base}{path}` with the key; its JSON answer.
+pub(crate) async fn get_json(http: &reqwest::Client, base: &str, key: &str, path: &str) -> Value {
+    http.get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap().json().await.unwrap()
+}
+
+/// The tenant's jobs of one kind.
+pub(crate) async fn jobs_of_kind(http: &reqwest::Client, base: &str, key: &str, kind: &str) -> Vec<Value> {
+    get_json(http, base, key, &format!("/v1/jobs?kind={kind}")).await["jobs"].as_array().unwrap().clone()
+}
+
 async fn phase_one_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Value> {
-    let body: Value =
-        http.get(format!("{base}/v1/jobs?kind=phase_one")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
-    body["jobs"].as_array().unwrap().clone()
+    jobs_of_kind(http, base, key, "phase_one").await
+}
+
+/// A process for one round of a crash test, ready, with the test's tenant
+/// (created by the first round): `(process, tenant id, key)`.
+pub(crate) async fn spawn_round(
+    dir: &Path,
+    round: u64,
+    env: &[(&str, String)],
+    http: &reqwest::Client,
+    tenant: &mut Option<(String, String)>,
+) -> (Memoryd, String, String) {
+    let memoryd = Memoryd::spawn(dir, &format!("round{round}"), &["serve"], env);
+    memoryd.ready(http).await;
+    let (id, key) = match tenant {
+        Some(t) => t.clone(),
+        None => tenant.insert(new_tenant(http, &memoryd.base).await).clone(),
+    };
+    (memoryd, id, key)
 }
 
 pub(crate) async fn settle(http: &reqwest::Client, base: &str, key: &str, count: usize, limit: Duration) -> Vec<Value> {
@@ -372,15 +398,7 @@ async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
     for close in closes {
         assert_eq!(close.await.unwrap().unwrap().status(), 200);
     }
-    let runs: Value = http
-        .get(format!("{}/v1/workspaces/default/layouts/default/runs", api.base))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let runs = get_json(&http, &api.base, &key, "/v1/workspaces/default/layouts/default/runs").await;
     let mut spans: Vec<(String, String)> = runs["runs"]
         .as_array()
         .unwrap()

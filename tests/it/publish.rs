@@ -4,7 +4,7 @@
 
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, isolated_postgres_url};
-use crate::process::{Memoryd, database_env, model_env, new_tenant, post_segment};
+use crate::process::{Memoryd, database_env, get_json, jobs_of_kind, model_env, new_tenant, post_segment, spawn_round};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,7 @@ async fn get_text(http: &reqwest::Client, base: &str, key: &str, path: &str) -> 
 }
 
 async fn phase_two_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Value> {
-    let body: Value =
-        http.get(format!("{base}/v1/jobs?kind=phase_two")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
-    body["jobs"].as_array().unwrap().clone()
+    jobs_of_kind(http, base, key, "phase_two").await
 }
 
 /// Two replicas on one Postgres. The first is stopped (SIGSTOP) after its
@@ -124,12 +122,7 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
     let mut tenant: Option<(String, String)> = None;
     let mut published = 0;
     for round in 0..7u64 {
-        let mut memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
-        memoryd.ready(&http).await;
-        let (tenant_id, key) = match &tenant {
-            Some(t) => t.clone(),
-            None => tenant.insert(new_tenant(&http, &memoryd.base).await).clone(),
-        };
+        let (mut memoryd, tenant_id, key) = spawn_round(dir.path(), round, &env, &http, &mut tenant).await;
         let memories = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories"));
         wait_for("the recovered queue", Duration::from_secs(30), async || {
             phase_two_jobs(&http, &memoryd.base, &key)
@@ -138,15 +131,7 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
                 .all(|j| !matches!(j["state"].as_str(), Some("queued" | "running")))
         })
         .await;
-        let runs: Value = http
-            .get(format!("{}/v1/workspaces/default/layouts/default/runs", memoryd.base))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let runs = get_json(&http, &memoryd.base, &key, "/v1/workspaces/default/layouts/default/runs").await;
         for earlier in 0..round {
             let files = round_files(earlier);
             let present = files.iter().filter(|f| memories.join(f).exists()).count();
