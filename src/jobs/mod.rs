@@ -151,14 +151,26 @@ fn outcome_name(outcome: &JobOutcome) -> &'static str {
 }
 
 /// An attempt's result, and for phase two the run record it leaves.
-type Attempt = (Result<Completion, AttemptError>, Option<PhaseTwoReport>);
+pub type Attempt = (Result<Completion, AttemptError>, Option<PhaseTwoReport>);
+
+/// One kind of job: it runs an attempt and hands back plain data (the
+/// outcome, the files to publish, the run report), which one recorder writes
+/// the same way for every kind.
+#[async_trait::async_trait]
+pub trait JobRunner: Send + Sync {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt;
+}
+
+fn runner(kind: JobKind) -> &'static dyn JobRunner {
+    match kind {
+        JobKind::PhaseOne => &phase_one::PhaseOne,
+        JobKind::PhaseTwo => &phase_two::PhaseTwo,
+    }
+}
 
 async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
     prepare_attempt(ctx, claimed).await;
-    match claimed.job.kind {
-        JobKind::PhaseOne => (phase_one::run(ctx, claimed).await, None),
-        JobKind::PhaseTwo => phase_two::run(ctx, claimed).await,
-    }
+    runner(claimed.job.kind).run(ctx, claimed).await
 }
 
 /// An attempt that ran to its end, waiting to be recorded.

@@ -35,7 +35,17 @@ fn model_failure(e: ModelError, token_limit: usize) -> AttemptError {
     }
 }
 
-pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+/// Phase one of one rollout (R-P1).
+pub struct PhaseOne;
+
+#[async_trait::async_trait]
+impl super::JobRunner for PhaseOne {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> super::Attempt {
+        (extract(ctx, claimed).await, None)
+    }
+}
+
+async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let job = &claimed.job;
     let fatal = |message: String| AttemptError::Fatal { message };
     let rollout_id = job.rollout_id.clone().ok_or_else(|| fatal("a phase-one job without a rollout".into()))?;

@@ -84,28 +84,34 @@ fn error_text(e: &AttemptError) -> String {
     }
 }
 
-pub async fn run(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
-    let mut log = RunLog {
-        run_id: Uuid::new_v4(),
-        started_at: Utc::now(),
-        selection: None,
-        files_changed: Vec::new(),
-        usage: TokenUsage::default(),
-        turns: 0,
-    };
-    let (result, report) = match attempt(ctx, claimed, &mut log).await {
-        Ok((completion, document)) => {
-            let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
-            let report = log.report(claimed, state, None, document);
-            (Ok(completion), report)
-        }
-        Err(e) => {
-            let report = log.report(claimed, "failed", Some(error_text(&e)), None);
-            (Err(e), report)
-        }
-    };
-    crate::metrics::phase_two_run(&report.run.state, report.run.turns, report.run.files_changed.len());
-    (result, Some(report))
+/// Phase two of one layout in one workspace (R-P2).
+pub struct PhaseTwo;
+
+#[async_trait::async_trait]
+impl super::JobRunner for PhaseTwo {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+        let mut log = RunLog {
+            run_id: Uuid::new_v4(),
+            started_at: Utc::now(),
+            selection: None,
+            files_changed: Vec::new(),
+            usage: TokenUsage::default(),
+            turns: 0,
+        };
+        let (result, report) = match attempt(ctx, claimed, &mut log).await {
+            Ok((completion, document)) => {
+                let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
+                let report = log.report(claimed, state, None, document);
+                (Ok(completion), report)
+            }
+            Err(e) => {
+                let report = log.report(claimed, "failed", Some(error_text(&e)), None);
+                (Err(e), report)
+            }
+        };
+        crate::metrics::phase_two_run(&report.run.state, report.run.turns, report.run.files_changed.len());
+        (result, Some(report))
+    }
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
