@@ -86,6 +86,10 @@ pub struct Config {
     /// How long a claimed job stays owned without a renewal.
     #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value_t = 120)]
     pub job_lease_secs: u64,
+    /// A queued phase-two job starts no earlier than this long after it was
+    /// queued, so that more closes join it (SPEC §2.3).
+    #[arg(long = "phase-two-debounce-ms", env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS", default_value_t = 0)]
+    pub phase_two_debounce_ms: u64,
     /// Free space the data volume keeps: appends are refused and `/readyz`
     /// fails below it (0: off; readiness then fails below 64 KiB).
     #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]

@@ -217,7 +217,9 @@ pub async fn close_session(
         },
     };
     let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
-    let mut outcome = state.store.close_session(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
+    let debounce = chrono::Duration::milliseconds(state.config.phase_two_debounce_ms as i64);
+    let mut outcome =
+        state.store.close_session(tenant, &id, debounce).await?.ok_or_else(|| session_not_found(&raw_id))?;
     if outcome.closed_now {
         crate::metrics::session_closed();
         state.wake.notify_waiters();

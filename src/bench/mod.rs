@@ -321,6 +321,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         max_attempts: 3,
         retry_base_ms: 100,
         job_lease_secs: 120,
+        phase_two_debounce_ms: 0,
         min_free_bytes: 67_108_864,
         max_connections: 10_000,
         header_timeout_secs: 10,

@@ -332,6 +332,17 @@ pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) 
     }
 }
 
+/// The sessions whose closes a job serves: a phase-two job's joined closes,
+/// a phase-one job's own.
+fn served_sessions(claimed: &ClaimedJob) -> Vec<crate::domain::ids::SessionId> {
+    let joined = claimed.job.sessions.iter().filter_map(|s| crate::domain::ids::SessionId::parse(s));
+    let mut sessions: Vec<_> = joined.collect();
+    if sessions.is_empty() {
+        sessions.push(claimed.job.session_id.clone());
+    }
+    sessions
+}
+
 /// Before an attempt touches its layout's files.
 async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
     recover_publishes(ctx, Some(&scope_of(claimed))).await;
@@ -358,11 +369,12 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
     }
-    if finished
-        && matches!(recorded, Ok(true))
-        && let Err(e) = ctx.store.settle_session(claimed.tenant_id, &claimed.job.session_id).await
-    {
-        tracing::warn!(session_id = %claimed.job.session_id, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
+    if finished && matches!(recorded, Ok(true)) {
+        for session in served_sessions(&claimed) {
+            if let Err(e) = ctx.store.settle_session(claimed.tenant_id, &session).await {
+                tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
+            }
+        }
     }
     match recorded {
         Ok(true) => {

@@ -62,6 +62,7 @@ impl RunLog {
                 error,
                 started_at: self.started_at,
                 finished_at: Utc::now(),
+                sessions: claimed.job.sessions.clone(),
             },
             selection: selection_doc,
         }
@@ -128,11 +129,18 @@ async fn attempt(
     let io = |what: &str, e: &dyn std::fmt::Display| retryable(format!("{what}: {e}"), TokenUsage::default());
     let generate = super::generate_config(claimed)?;
 
-    // SPEC §4: no model call when none of this close's phase-one jobs wrote a memory.
-    let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(job.session_id.clone()) };
-    let phase_one =
-        ctx.store.list_jobs(claimed.tenant_id, &filter).await.map_err(|e| io("listing phase-one jobs failed", &e))?;
-    if !phase_one.iter().any(|j| j.layout == job.layout && j.state == JobState::Succeeded) {
+    // SPEC §4: no model call when none of the served closes' phase-one jobs wrote a memory.
+    let mut any_memory = false;
+    for session in super::served_sessions(claimed) {
+        let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(session) };
+        let phase_one = ctx
+            .store
+            .list_jobs(claimed.tenant_id, &filter)
+            .await
+            .map_err(|e| io("listing phase-one jobs failed", &e))?;
+        any_memory |= phase_one.iter().any(|j| j.layout == job.layout && j.state == JobState::Succeeded);
+    }
+    if !any_memory {
         return Ok(skipped(TokenUsage::default()));
     }
 

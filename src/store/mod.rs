@@ -137,7 +137,14 @@ pub trait SessionStore: Send + Sync {
     async fn begin_append<'s>(&'s self, req: &AppendRequest<'_>) -> StoreResult<AppendStart<'s>>;
     /// `None` for an unknown session. Moves an open session to `closing` and
     /// queues its jobs in one transaction; idempotent afterwards.
-    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>>;
+    /// A new phase-two job waits `phase_two_delay` before it may start
+    /// (`MEMORYD_PHASE_TWO_DEBOUNCE_MS`); a waiting one is joined instead.
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+        phase_two_delay: chrono::Duration,
+    ) -> StoreResult<Option<CloseOutcome>>;
     async fn committed_rollout(
         &self,
         tenant: TenantId,

@@ -33,6 +33,8 @@ impl Dialect for Postgres {
     );
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const ONE_WRITER: bool = false;
+    const SESSION_LIST: &'static str = "string_agg(js.session_id, ',' ORDER BY js.session_id)";
+    const LAYOUT_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 7235159010003))");
 }
 
 pub type PgStore = SqlStore<Postgres>;

@@ -68,6 +68,9 @@ pub struct JobRecord {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// For a phase-two job: the sessions whose closes it serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -254,6 +257,8 @@ pub struct PhaseTwoRun {
     pub error: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
+    /// The sessions whose closes the run served.
+    pub sessions: Vec<String>,
 }
 
 /// What a phase-two attempt leaves in the database: its run record and, on

@@ -22,6 +22,8 @@ impl Dialect for Sqlite {
     const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";
     const ONE_WRITER: bool = true;
+    const SESSION_LIST: &'static str = "group_concat(js.session_id, ',')";
+    const LAYOUT_LOCK: Option<&'static str> = None;
 }
 
 pub type SqliteStore = SqlStore<Sqlite>;

@@ -89,6 +89,7 @@ impl TestApp {
             max_attempts: 3,
             retry_base_ms: 50,
             job_lease_secs: 30,
+            phase_two_debounce_ms: 0,
             min_free_bytes: 67_108_864,
             max_connections: 10_000,
             header_timeout_secs: 10,

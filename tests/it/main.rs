@@ -5,6 +5,7 @@ use memoryd::fake_model as fake_llm;
 mod harness;
 
 mod admin;
+mod coalesce;
 mod connections;
 mod contract;
 mod deploy_files;

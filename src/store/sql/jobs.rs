@@ -8,15 +8,89 @@ use sqlx::Row;
 use uuid::Uuid;
 
 for_every_dialect! {
+    impl {
+        /// A phase-two job starting serves exactly the closes whose phase one
+        /// has finished; those still extracting move to the layout's waiting
+        /// job (a new one if none waits), so that no close is served by a run
+        /// that started before its raw memories existed (SPEC §2.3). Returns
+        /// the sessions the job serves.
+        async fn serve_only_ready_sessions(
+            tx: &mut DB::Connection,
+            claimed: &ClaimedJob,
+            now: DateTime<Utc>,
+        ) -> StoreResult<Vec<String>> {
+            let job = &claimed.job;
+            let rows = sqlx::query(
+                "SELECT js.session_id, CAST(CASE WHEN EXISTS (
+                        SELECT 1 FROM jobs p WHERE p.tenant_id = js.tenant_id AND p.session_id = js.session_id
+                           AND p.layout = $2 AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))
+                        THEN 1 ELSE 0 END AS BIGINT) AS extracting
+                 FROM job_sessions js WHERE js.job_id = $1 ORDER BY js.session_id",
+            )
+            .bind(job.job_id)
+            .bind(job.layout.as_str())
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut ready = Vec::new();
+            let mut extracting = Vec::new();
+            for row in rows {
+                let session: String = row.try_get("session_id")?;
+                if row.try_get::<i64, _>("extracting")? == 1 { extracting.push(session) } else { ready.push(session) }
+            }
+            // With none ready (a phase one retried since the claim was chosen) it serves them all.
+            if extracting.is_empty() || ready.is_empty() {
+                ready.extend(extracting);
+                return Ok(ready);
+            }
+            let target = match Self::waiting_phase_two(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout).await? {
+                Some(waiting) if waiting != job.job_id => waiting,
+                _ => {
+                    let id = Uuid::new_v4();
+                    sqlx::query(
+                        "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
+                                           state, attempts, run_after, created_at)
+                         SELECT $2, tenant_id, kind, $3, workspace, layout, rollout_id, layout_config, 'queued', 0, $4, $4
+                         FROM jobs WHERE id = $1",
+                    )
+                    .bind(job.job_id)
+                    .bind(id)
+                    .bind(extracting[0].as_str())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    id
+                }
+            };
+            for session in &extracting {
+                sqlx::query("UPDATE job_sessions SET job_id = $3 WHERE job_id = $1 AND session_id = $2")
+                    .bind(job.job_id)
+                    .bind(session.as_str())
+                    .bind(target)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("UPDATE jobs SET session_id = $2 WHERE id = $1")
+                .bind(job.job_id)
+                .bind(ready[0].as_str())
+                .execute(&mut *tx)
+                .await?;
+            Ok(ready)
+        }
+    }
+}
+
+for_every_dialect! {
     impl JobQueue {
     async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE tenant_id = $1
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM jobs WHERE tenant_id = $1
                AND ($2 IS NULL OR state = $2)
                AND ($3 IS NULL OR kind = $3)
-               AND ($4 IS NULL OR session_id = $4)
+               AND ($4 IS NULL OR (kind = 'phase_one' AND session_id = $4)
+                    OR id IN (SELECT job_id FROM job_sessions WHERE tenant_id = $1 AND session_id = $4))
              ORDER BY created_at DESC, id LIMIT 1000",
-        )
+            job_columns::<DB>()
+        )))
         .bind(tenant)
         .bind(filter.state.map(JobState::as_str))
         .bind(filter.kind.map(JobKind::as_str))
@@ -27,11 +101,14 @@ for_every_dialect! {
     }
 
     async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>> {
-        let row = sqlx::query("SELECT * FROM jobs WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant)
-            .bind(job_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM jobs WHERE tenant_id = $1 AND id = $2",
+            job_columns::<DB>()
+        )))
+        .bind(tenant)
+        .bind(job_id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(Self::record::<JobRow, JobRecord>).transpose()
     }
 
@@ -55,9 +132,10 @@ for_every_dialect! {
                     ON share.tenant_id = j.tenant_id
              WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
                AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
-               AND (j.kind <> 'phase_two' OR NOT EXISTS (
-                     SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = j.session_id
-                        AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running')))
+               AND (j.kind <> 'phase_two' OR EXISTS (
+                     SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
+                        SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
+                           AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
                AND (j.kind <> 'phase_two' OR NOT EXISTS (
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
                         AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
@@ -81,7 +159,10 @@ for_every_dialect! {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let claimed = <ClaimedRow as sqlx::FromRow<_>>::from_row(&row)?.into_claimed(token)?;
+        let mut claimed = <ClaimedRow as sqlx::FromRow<_>>::from_row(&row)?.into_claimed(token)?;
+        if claimed.job.kind == JobKind::PhaseTwo {
+            claimed.job.sessions = Self::serve_only_ready_sessions(&mut tx, &claimed, req.now).await?;
+        }
         tx.commit().await?;
         Ok(Some(claimed))
     }
@@ -148,8 +229,9 @@ for_every_dialect! {
             let run = &report.run;
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
-                                             retained, removed, files_changed, usage, turns, error, started_at, finished_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                                             retained, removed, files_changed, usage, turns, error, started_at, finished_at,
+                                             sessions)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -168,6 +250,7 @@ for_every_dialect! {
             .bind(run.error.as_deref())
             .bind(run.started_at)
             .bind(run.finished_at)
+            .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {
@@ -232,13 +315,15 @@ for_every_dialect! {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
-        // The session waits for this job again.
+        // The sessions it serves wait for this job again.
         sqlx::query(
             "UPDATE sessions SET state = 'closing', memory_status = NULL, closed_at = NULL
-             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closed'",
+             WHERE tenant_id = $1 AND state = 'closed' AND (session_id = $2
+                OR session_id IN (SELECT session_id FROM job_sessions WHERE job_id = $3))",
         )
         .bind(tenant)
         .bind(job.session_id.as_str())
+        .bind(job_id)
         .execute(&mut *tx)
         .await?;
         let job = Self::record::<JobRow, JobRecord>(&row)?;

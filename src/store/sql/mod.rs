@@ -38,6 +38,12 @@ pub trait Dialect: Database {
     /// Makes a text `ORDER BY` compare bytes (code points), whatever the
     /// database's collation.
     const BYTE_ORDER: &'static str;
+    /// Joins the `session_id`s of the `job_sessions` rows it ranges over with commas.
+    const SESSION_LIST: &'static str;
+    /// Run in a transaction that queues or moves a layout's phase-two job, `$1`
+    /// being the layout's key: closes racing on one layout then cannot both
+    /// queue a waiting job. `None` where writers are serialised anyway.
+    const LAYOUT_LOCK: Option<&'static str>;
     /// The database admits one writer at a time: queue writers in the process
     /// (fairly, without the busy-wait sleeps of a contended lock).
     const ONE_WRITER: bool;
@@ -73,6 +79,16 @@ impl<DB: Database> WriteTx<'_, DB> {
     async fn commit(self) -> Result<(), sqlx::Error> {
         self.tx.commit().await
     }
+}
+
+/// The jobs serving session `$2` of tenant `$1`: its phase-one jobs, and the
+/// phase-two jobs it joined (SPEC §2.3: closes share a layout's phase two).
+const SESSION_JOBS: &str = "((kind = 'phase_one' AND session_id = $2)
+    OR id IN (SELECT job_id FROM job_sessions WHERE tenant_id = $1 AND session_id = $2))";
+
+/// `SELECT` list of a job with the sessions it serves.
+fn job_columns<DB: Dialect>() -> String {
+    format!("jobs.*, (SELECT {} FROM job_sessions js WHERE js.job_id = jobs.id) AS sessions", DB::SESSION_LIST)
 }
 
 /// SQLSTATE of a lock wait that ran past `lock_timeout`.

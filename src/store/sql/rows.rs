@@ -24,6 +24,9 @@ pub(super) struct JobRow {
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
+    /// Comma-separated; only where the query asked for it.
+    #[sqlx(default)]
+    sessions: Option<String>,
 }
 
 impl TryFrom<JobRow> for JobRecord {
@@ -45,8 +48,15 @@ impl TryFrom<JobRow> for JobRecord {
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            sessions: sorted_list(r.sessions.as_deref()),
         })
     }
+}
+
+fn sorted_list(joined: Option<&str>) -> Vec<String> {
+    let mut list: Vec<String> = joined.into_iter().flat_map(|s| s.split(',')).map(str::to_owned).collect();
+    list.sort();
+    list
 }
 
 /// A job row as a claim returns it: the job, its tenant and its config.
@@ -139,6 +149,7 @@ pub(super) struct RunRow {
     error: Option<String>,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
+    sessions: Option<String>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -160,6 +171,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             error: r.error,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            sessions: r.sessions.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?.unwrap_or_default(),
         })
     }
 }

@@ -47,14 +47,56 @@ for_every_dialect! {
             .collect()
     }
 
+    /// The layout's phase-two job that is queued and not yet started, locked:
+    /// a close joins it rather than queue another (SPEC §2.3).
+    pub(super) async fn waiting_phase_two(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Option<Uuid>> {
+        if let Some(lock) = DB::LAYOUT_LOCK {
+            sqlx::query(lock).bind(format!("{tenant}/{workspace}/{layout}")).execute(&mut *conn).await?;
+        }
+        let row = sqlx::query(locking::<DB>(
+            "SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+               AND kind = 'phase_two' AND state = 'queued' ORDER BY created_at LIMIT 1",
+        ))
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    /// Phase-two job `job_id` serves `session` too.
+    pub(super) async fn serve_session(
+        conn: &mut DB::Connection,
+        job_id: Uuid,
+        tenant: TenantId,
+        session: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO job_sessions (job_id, tenant_id, session_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(job_id)
+        .bind(tenant)
+        .bind(session)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
     pub(super) async fn jobs_of_session<'e>(
         executor: impl Executor<'e, Database = DB>,
         tenant: TenantId,
         id: &SessionId,
     ) -> StoreResult<Vec<JobRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE tenant_id = $1 AND session_id = $2 ORDER BY created_at, kind, layout, rollout_id",
-        )
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM jobs WHERE tenant_id = $1 AND {SESSION_JOBS} ORDER BY created_at, kind, layout, rollout_id",
+            job_columns::<DB>()
+        )))
         .bind(tenant)
         .bind(id.as_str())
         .fetch_all(executor)
@@ -63,8 +105,12 @@ for_every_dialect! {
     }
 
     pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
-        let open_jobs = "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND session_id = $2 AND state IN ('queued', 'running')";
-        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
+        let open_jobs = || {
+            AssertSqlSafe(format!(
+                "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND {SESSION_JOBS} AND state IN ('queued', 'running')"
+            ))
+        };
+        let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
         if open.try_get::<i64, _>("n")? > 0 {
             return Ok(());
         }
@@ -74,14 +120,14 @@ for_every_dialect! {
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
-        let open = sqlx::query(open_jobs).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
+        let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
         if open.try_get::<i64, _>("n")? > 0 {
             return Ok(());
         }
-        let failed = sqlx::query(
+        let failed = sqlx::query(AssertSqlSafe(format!(
             "SELECT id, kind, layout, rollout_id, last_error FROM jobs
-             WHERE tenant_id = $1 AND session_id = $2 AND state = 'failed' ORDER BY created_at, kind, layout, rollout_id",
-        )
+             WHERE tenant_id = $1 AND {SESSION_JOBS} AND state = 'failed' ORDER BY created_at, kind, layout, rollout_id"
+        )))
         .bind(tenant)
         .bind(session_id)
         .fetch_all(&mut *tx)
@@ -164,7 +210,12 @@ for_every_dialect! {
         self.lock_for_append(req).await
     }
 
-    async fn close_session(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<CloseOutcome>> {
+    async fn close_session(
+        &self,
+        tenant: TenantId,
+        id: &SessionId,
+        phase_two_delay: chrono::Duration,
+    ) -> StoreResult<Option<CloseOutcome>> {
         let mut tx = self.begin_write().await?;
         let Some(mut session) = Self::session_in(&mut *tx, tenant, id, true).await? else {
             return Ok(None);
@@ -176,14 +227,23 @@ for_every_dialect! {
             let layouts = Self::layouts_in(&mut *tx, tenant).await?;
             let pairs: Vec<_> = touched.iter().map(|t| (t.layout.clone(), t.rollout_id.clone())).collect();
             for (kind, layout_name, rollout) in jobs_for_close(&pairs) {
+                if kind == JobKind::PhaseTwo {
+                    let waiting = Self::waiting_phase_two(&mut tx, tenant, &session.workspace, &layout_name).await?;
+                    if let Some(job_id) = waiting {
+                        Self::serve_session(&mut tx, job_id, tenant, id.as_str()).await?;
+                        continue;
+                    }
+                }
                 let layout = resolve_layout(layouts.clone(), &layout_name)
                     .ok_or_else(|| corrupt(format!("layout {layout_name} of a session is gone")))?;
+                let job_id = Uuid::new_v4();
+                let run_after = if kind == JobKind::PhaseTwo { now + phase_two_delay } else { now };
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
                                        state, attempts, run_after, created_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', 0, $9, $9)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', 0, $9, $10)",
                 )
-                .bind(Uuid::new_v4())
+                .bind(job_id)
                 .bind(tenant)
                 .bind(kind.as_str())
                 .bind(id.as_str())
@@ -191,9 +251,13 @@ for_every_dialect! {
                 .bind(layout_name.as_str())
                 .bind(rollout.as_ref().map(RolloutId::as_str))
                 .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
+                .bind(run_after)
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
+                if kind == JobKind::PhaseTwo {
+                    Self::serve_session(&mut tx, job_id, tenant, id.as_str()).await?;
+                }
             }
             let transition = close_transition(touched.is_empty(), now);
             sqlx::query(
@@ -261,9 +325,13 @@ for_every_dialect! {
     async fn settle_finished_sessions(&self) -> StoreResult<usize> {
         let rows = sqlx::query(
             "SELECT s.tenant_id, s.session_id FROM sessions s
-             WHERE s.state = 'closing' AND NOT EXISTS (
+             WHERE s.state = 'closing'
+               AND NOT EXISTS (
                  SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
-                    AND j.state IN ('queued', 'running'))
+                    AND j.kind = 'phase_one' AND j.state IN ('queued', 'running'))
+               AND NOT EXISTS (
+                 SELECT 1 FROM job_sessions js JOIN jobs j ON j.id = js.job_id
+                  WHERE js.tenant_id = s.tenant_id AND js.session_id = s.session_id AND j.state IN ('queued', 'running'))
              LIMIT 100",
         )
         .fetch_all(&self.pool)
