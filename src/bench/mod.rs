@@ -15,12 +15,16 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod soak;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
     Close,
     Append,
     Ingest,
     Selection,
+    /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
+    Soak,
     All,
 }
 
@@ -49,6 +53,9 @@ pub struct BenchArgs {
     /// Small sizes only: a smoke run that finishes in seconds.
     #[arg(long, default_value_t = false)]
     pub quick: bool,
+    /// How long the soak workload loads memoryd, in seconds.
+    #[arg(long, default_value_t = 180)]
+    pub duration: u64,
     /// One JSON document instead of the table.
     #[arg(long, default_value_t = false)]
     pub json: bool,
@@ -346,7 +353,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
-    let wants = |w: Workload| args.workload == w || args.workload == Workload::All;
+    let wants = |w: Workload| args.workload == w || (args.workload == Workload::All && w != Workload::Soak);
     let progress = |f: &Figure| {
         if !args.json {
             eprintln!("  {} {} {} {}: {:.2} {}", f.workload, f.backend, f.case, f.metric, f.median, f.unit);
@@ -374,6 +381,12 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
                 progress(&f);
                 out.push(f);
             }
+        }
+    }
+    if wants(Workload::Soak) {
+        for f in bench.soak(Duration::from_secs(args.duration.max(1))).await? {
+            progress(&f);
+            out.push(f);
         }
     }
     if wants(Workload::Selection) {
