@@ -459,3 +459,28 @@ fn a_bad_setting_stops_start_up_with_the_usage_message() {
     assert!(stderr.contains("invalid value 'chat'") && stderr.contains("chat_completions"), "{stderr}");
     assert!(!dir.path().join("memoryd-data").exists(), "nothing started");
 }
+
+/// The soak workload: a short one still closes every session it opened, and
+/// its closes share phase-two runs.
+#[tokio::test]
+async fn the_soak_workload_reports_windows_and_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
+        .args(["bench", "--workload", "soak", "--duration", "4", "--backend", "sqlite", "--latency-ms", "20", "--json"])
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let value = |case: &str, metric: &str| {
+        figures.as_array().unwrap().iter().find(|f| f["case"] == case && f["metric"] == metric).unwrap()["median"]
+            .as_f64()
+            .unwrap()
+    };
+    let (closes, runs) = (value("total", "closes"), value("total", "phase-two runs"));
+    assert!(closes >= 8.0, "{figures}");
+    assert!(runs >= 1.0 && runs <= closes, "{figures}");
+    assert!(value("t=0-2s", "appends") > 0.0 && value("t=2-4s", "appends") > 0.0, "{figures}");
+    assert!(value("total", "drain after the load") >= 0.0, "{figures}");
+}
