@@ -94,14 +94,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Peak resident memory of this process since the last reset, in MiB.
-fn peak_rss_mib() -> f64 {
+/// A memory figure of this process from `/proc/self/status` (`VmHWM`: the
+/// peak since the last reset; `VmRSS`: now), in MiB.
+fn memory_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn peak_rss_mib() -> f64 {
+    memory_mib("VmHWM")
 }
 
 fn reset_peak_rss() {

@@ -4,23 +4,13 @@
 //! appends/s and their latency, close-to-closed latency, the queue, memory
 //! and data size; then how long the queue takes to drain.
 
-use super::{Bench, BenchResult, Figure, figure, percentile};
+use super::{Bench, BenchResult, Figure, figure, memory_mib, percentile};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 8;
 const ROLLOUTS: usize = 4;
-
-/// Resident memory of this process now, in MiB.
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
 
 fn bytes_under(dir: &std::path::Path) -> u64 {
     let mut total = 0;
@@ -105,7 +95,7 @@ impl Bench {
             samples.push((
                 waiting("phase_one") as f64,
                 waiting("phase_two") as f64,
-                rss_mib(),
+                memory_mib("VmRSS"),
                 bytes_under(&data_dir) as f64 / 1048576.0,
             ));
             next += window;
