@@ -109,6 +109,38 @@ pub struct Config {
 }
 
 impl Config {
+    /// memoryd embedded in another program (the benchmark, the tests): every
+    /// setting at its default, whatever the environment says, listening on a
+    /// free loopback port, with the extractive provider and quiet logs.
+    pub fn embedded(data_dir: PathBuf, database_url: Option<String>) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            database_url,
+            admin_token: None,
+            max_segment_bytes: 33_554_432,
+            log: "warn".into(),
+            log_format: LogFormat::Text,
+            log_content: false,
+            no_workers: false,
+            llm_provider: Some(ProviderKind::Extractive),
+            llm_api: LlmApi::Responses,
+            llm_base_url: "https://api.openai.com/v1".into(),
+            llm_api_key: None,
+            llm_timeout_secs: 600,
+            worker_concurrency: 8,
+            max_attempts: 5,
+            retry_base_ms: 2000,
+            job_lease_secs: 120,
+            phase_two_debounce_ms: 0,
+            min_free_bytes: 67_108_864,
+            max_connections: 10_000,
+            header_timeout_secs: 10,
+            body_timeout_secs: 60,
+            idle_timeout_secs: 60,
+        }
+    }
+
     /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.
     pub fn resolved_llm_api_key(&self) -> Option<String> {
         self.llm_api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())

@@ -315,30 +315,14 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     let model = fake.base_url.clone();
     let admin = uuid::Uuid::new_v4().to_string();
     let config = Config {
-        listen: "127.0.0.1:0".parse()?,
-        data_dir: dir.path().join("data"),
-        database_url,
         admin_token: Some(admin.clone()),
-        max_segment_bytes: 33_554_432,
-        log: "warn".into(),
-        log_format: crate::config::LogFormat::Text,
-        log_content: false,
-        no_workers: false,
         llm_provider: Some(crate::config::ProviderKind::Openai),
-        llm_api: crate::config::LlmApi::Responses,
         llm_base_url: model,
         llm_api_key: Some("bench".into()),
         llm_timeout_secs: 60,
-        worker_concurrency: 8,
         max_attempts: 3,
         retry_base_ms: 100,
-        job_lease_secs: 120,
-        phase_two_debounce_ms: 0,
-        min_free_bytes: 67_108_864,
-        max_connections: 10_000,
-        header_timeout_secs: 10,
-        body_timeout_secs: 60,
-        idle_timeout_secs: 60,
+        ..Config::embedded(dir.path().join("data"), database_url)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = start(config, listener).await?;

@@ -71,30 +71,14 @@ impl TestApp {
             Backend::Sqlite => None,
         };
         let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("data"),
-            database_url,
             admin_token: Some(ADMIN_TOKEN.into()),
-            max_segment_bytes: 33_554_432,
-            log: "warn".into(),
-            log_format: memoryd::config::LogFormat::Text,
-            log_content: false,
-            no_workers: false,
-            llm_provider: Some(ProviderKind::Extractive),
-            llm_api: LlmApi::Responses,
             llm_base_url: "http://127.0.0.1:9/v1".into(),
-            llm_api_key: None,
             llm_timeout_secs: 10,
             worker_concurrency: 4,
             max_attempts: 3,
             retry_base_ms: 50,
             job_lease_secs: 30,
-            phase_two_debounce_ms: 0,
-            min_free_bytes: 67_108_864,
-            max_connections: 10_000,
-            header_timeout_secs: 10,
-            body_timeout_secs: 60,
-            idle_timeout_secs: 60,
+            ..Config::embedded(dir.path().join("data"), database_url)
         };
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
