@@ -91,8 +91,25 @@ if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
 fi
 python3 -m openapi_spec_validator openapi.yaml
 
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast "$@"
+  cargo nextest run --no-fail-fast "$@" || status=$?
 else
-  cargo test --no-fail-fast "$@"
+  cargo test --no-fail-fast "$@" || status=$?
 fi
+
+# The Python client (clients/python) against the binary the Rust tests built,
+# in a virtual environment of its own (MEMORYD_SKIP_PYTHON=1 skips it).
+if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
+  cargo build --quiet --bin memoryd
+  VENV="target/pyvenv"
+  if [ ! -x "$VENV/bin/pytest" ] || [ clients/python/pyproject.toml -nt "$VENV/bin/pytest" ]; then
+    log "creating the Python client's virtual environment in $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test]"
+    touch "$VENV/bin/pytest"
+  fi
+  (cd clients/python && MEMORYD_BIN="$PWD/../../target/debug/memoryd" ../../"$VENV"/bin/pytest -q -p no:cacheprovider) || status=$?
+fi
+exit "$status"

@@ -56,6 +56,9 @@ pub struct BenchArgs {
     /// How long the soak workload loads memoryd, in seconds.
     #[arg(long, default_value_t = 180)]
     pub duration: u64,
+    /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
+    #[arg(long, default_value_t = 0)]
+    pub phase_two_debounce_ms: u64,
     /// One JSON document instead of the table.
     #[arg(long, default_value_t = false)]
     pub json: bool,
@@ -322,6 +325,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         llm_timeout_secs: 60,
         max_attempts: 3,
         retry_base_ms: 100,
+        phase_two_debounce_ms: args.phase_two_debounce_ms,
         ..Config::embedded(dir.path().join("data"), database_url)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

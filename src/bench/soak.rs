@@ -27,6 +27,19 @@ fn bytes_under(dir: &std::path::Path) -> u64 {
     total
 }
 
+/// The embedded database's write-ahead log: it grows between checkpoints,
+/// so its size shows whether checkpoints keep up with the load.
+fn sqlite_wal_bytes(data_dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(data_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-wal"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 /// What one agent saw: `(seconds since start, append ms)` and `(session, close time)`.
 type AgentLog = (Vec<(f64, f64)>, Vec<(String, DateTime<Utc>)>);
 
@@ -97,6 +110,7 @@ impl Bench {
                 waiting("phase_two") as f64,
                 memory_mib("VmRSS"),
                 bytes_under(&data_dir) as f64 / 1048576.0,
+                sqlite_wal_bytes(&data_dir) as f64 / 1048576.0,
             ));
             next += window;
         }
@@ -140,7 +154,7 @@ impl Bench {
         let one = |case: &str, metric: &'static str, unit: &'static str, v: f64| {
             figure("soak", self.backend, case.to_owned(), metric, unit, vec![v])
         };
-        for (i, (phase_one, phase_two, rss, data)) in samples.iter().enumerate() {
+        for (i, (phase_one, phase_two, rss, data, wal)) in samples.iter().enumerate() {
             let (from, to) = (i as f64 * window, (i + 1) as f64 * window);
             let case = format!("t={from:.0}-{to:.0}s");
             let mut lat: Vec<f64> = appends.iter().filter(|(t, _)| *t >= from && *t < to).map(|(_, ms)| *ms).collect();
@@ -163,6 +177,9 @@ impl Bench {
             out.push(one(&case, "phase-two jobs waiting", "jobs", *phase_two));
             out.push(one(&case, "RSS", "MiB", *rss));
             out.push(one(&case, "data size", "MiB", *data));
+            if self.backend == "sqlite" {
+                out.push(one(&case, "SQLite WAL", "MiB", *wal));
+            }
         }
         let runs = self
             .server

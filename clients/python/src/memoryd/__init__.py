@@ -1,0 +1,42 @@
+"""memoryd: long-term memory for AI agents — the Python client.
+
+>>> from memoryd import Memoryd
+>>> client = Memoryd()            # MEMORYD_URL, MEMORYD_API_KEY
+>>> client.get_session("chat-1")
+
+The openai-agents integration is :mod:`memoryd.agents` (``pip install
+"memoryd-client[agents]"``).
+"""
+
+from . import models
+from ._transport import RetryPolicy
+from .client import AsyncMemoryd, Memoryd
+from .errors import (
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    ConnectionFailedError,
+    InsufficientStorageError,
+    MemorydError,
+    NotFoundError,
+    RateLimitedError,
+    ServerError,
+    UnavailableError,
+)
+
+__all__ = [
+    "AsyncMemoryd",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "ConnectionFailedError",
+    "InsufficientStorageError",
+    "Memoryd",
+    "MemorydError",
+    "NotFoundError",
+    "RateLimitedError",
+    "RetryPolicy",
+    "ServerError",
+    "UnavailableError",
+    "models",
+]

@@ -1,0 +1,192 @@
+"""What the sync and the async client share: how a call becomes an HTTP
+request, which failures are retried and for how long, and how an answer
+becomes a model or an error."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+from urllib.parse import quote
+
+import httpx
+
+from .errors import ConnectionFailedError, MemorydError, error_class_for
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+# 429, 503 and 507 promise that nothing was done and that it may pass by itself.
+RETRYABLE_STATUSES = frozenset({429, 503, 507})
+
+
+def segment(value: str) -> str:
+    """One path segment, percent-encoded (a slash in an id must not become a path)."""
+    return quote(value, safe="")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried: connection errors, 429, 503 and 507.
+
+    The wait before retry *n* (from 0) is a random time up to
+    ``min(max_delay, base_delay * 2**n)`` ("full jitter"), but never less
+    than the ``Retry-After`` memoryd asked for (itself capped at
+    ``max_retry_after``, beyond which the error is raised at once).
+    """
+
+    max_retries: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+    max_retry_after: float = 60.0
+
+    def delay(self, attempt: int, retry_after: Optional[float]) -> Optional[float]:
+        if attempt >= self.max_retries:
+            return None
+        if retry_after is not None and retry_after > self.max_retry_after:
+            return None
+        backoff = random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
+        return max(backoff, retry_after or 0.0)
+
+
+@dataclass
+class Call:
+    """One API call: the request, whether a retry is safe, and how to read the answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # A call that may have taken effect before its connection broke is
+    # retried only if repeating it is harmless.
+    idempotent: bool = True
+    admin: bool = False
+    # Seconds beyond the client's timeout this call may take (a close that waits).
+    extra_time: float = 0.0
+
+    def query(self) -> dict[str, Any]:
+        out = {}
+        for k, v in self.params.items():
+            if v is None:
+                continue
+            out[k] = ("true" if v else "false") if isinstance(v, bool) else v
+        return out
+
+
+def new_idempotency_key() -> str:
+    return f"memoryd-py-{uuid.uuid4().hex}"
+
+
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_from_response(response: httpx.Response) -> MemorydError:
+    request_id = response.headers.get("x-request-id")
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    body: Any = None
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text
+    if isinstance(body, dict) and "code" in body:
+        code, detail, title = str(body["code"]), str(body.get("detail", "")), body.get("title")
+    else:
+        code, detail, title = "unexpected_response", f"HTTP {response.status_code}: {str(body)[:200]}", None
+    cls = error_class_for(response.status_code)
+    return cls(
+        status=response.status_code,
+        code=code,
+        detail=detail,
+        title=title,
+        request_id=request_id,
+        retry_after=retry_after,
+        body=body,
+    )
+
+
+def connection_error(exc: httpx.TransportError) -> MemorydError:
+    return ConnectionFailedError(status=None, code="connection_failed", detail=f"{type(exc).__name__}: {exc}")
+
+
+@dataclass
+class Settings:
+    base_url: str
+    api_key: Optional[str]
+    admin_token: Optional[str]
+    retry: RetryPolicy
+    timeout: float
+
+    @classmethod
+    def resolve(
+        cls,
+        base_url: Optional[str],
+        api_key: Optional[str],
+        admin_token: Optional[str],
+        retry: Optional[RetryPolicy],
+        max_retries: Optional[int],
+        timeout: float,
+    ) -> "Settings":
+        policy = retry or RetryPolicy()
+        if max_retries is not None:
+            policy = RetryPolicy(
+                max_retries=max_retries,
+                base_delay=policy.base_delay,
+                max_delay=policy.max_delay,
+                max_retry_after=policy.max_retry_after,
+            )
+        return cls(
+            base_url=(base_url or os.environ.get("MEMORYD_URL") or DEFAULT_BASE_URL).rstrip("/"),
+            api_key=api_key or os.environ.get("MEMORYD_API_KEY"),
+            admin_token=admin_token or os.environ.get("MEMORYD_ADMIN_TOKEN"),
+            retry=policy,
+            timeout=timeout,
+        )
+
+    def request_options(self, call: Call) -> dict[str, Any]:
+        headers = {"user-agent": "memoryd-python/0.1", **call.headers}
+        token = self.admin_token if call.admin else self.api_key
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        return {
+            "params": call.query(),
+            "json": call.json,
+            "headers": headers,
+            "timeout": self.timeout + call.extra_time,
+        }
+
+
+@dataclass
+class Outcome:
+    """What one attempt of a call came to: a value, or an error and the wait
+    before the next attempt (``None``: give up and raise it)."""
+
+    value: Any = None
+    error: Optional[MemorydError] = None
+    wait: Optional[float] = None
+
+
+def judge(call: Call, attempt: int, policy: RetryPolicy, answer: "httpx.Response | httpx.TransportError") -> Outcome:
+    if isinstance(answer, httpx.TransportError):
+        wait = policy.delay(attempt, None) if call.idempotent else None
+        return Outcome(error=connection_error(answer), wait=wait)
+    if answer.status_code < 400:
+        return Outcome(value=call.parse(answer))
+    error = error_from_response(answer)
+    wait = policy.delay(attempt, error.retry_after) if answer.status_code in RETRYABLE_STATUSES else None
+    return Outcome(error=error, wait=wait)

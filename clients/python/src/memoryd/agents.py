@@ -1,0 +1,199 @@
+"""memoryd for the OpenAI Agents SDK (``pip install "memoryd-client[agents]"``).
+
+Three lines give an agent long-term memory::
+
+    memory = MemorydMemory(AsyncMemoryd())
+    agent = Agent(name="assistant", instructions=memory.instructions("You are helpful."))
+    result = await memory.run(agent, "I prefer green tea.")
+
+``run`` records every run (also one that raised) as a rollout segment,
+exactly the payload the SDK's own sandbox memory would write, and the
+instructions carry what memoryd consolidated from earlier sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Optional, Union
+
+from .client import AsyncMemoryd
+from .errors import MemorydError, NotFoundError
+from .models import AppendedSegment, CloseResult
+
+try:
+    from agents import Runner
+    from agents.exceptions import RunErrorDetails
+    from agents.sandbox.memory.rollouts import (
+        build_rollout_payload,
+        build_rollout_payload_from_result,
+        terminal_metadata_for_exception,
+    )
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError(
+        'memoryd.agents needs openai-agents>=0.24: pip install "memoryd-client[agents]"'
+    ) from exc
+
+logger = logging.getLogger("memoryd.agents")
+
+RunInput = Union[str, list[Any]]
+
+
+def segment_from_result(
+    result: Any,
+    *,
+    exception: Optional[BaseException] = None,
+    input_override: Optional[RunInput] = None,
+) -> dict[str, Any]:
+    """The rollout segment of one run, as the SDK's in-process memory builds it.
+
+    ``result`` is a ``RunResult`` or a finished ``RunResultStreaming``. For a
+    run that raised, pass the exception, and as ``result`` either ``None``
+    or the exception's ``run_data``; the segment then holds the items made
+    before the failure and the SDK's terminal metadata for the exception
+    (``max_turns_exceeded``, ``guardrail_tripped``, ``cancelled`` or
+    ``failed``). ``input_override`` is this run's own user input when
+    ``result.input`` holds more (an SDK session's history, say).
+    """
+    if result is None or isinstance(result, RunErrorDetails):
+        if exception is None:
+            raise ValueError("a run without a result needs the exception it raised")
+        run_data = result if result is not None else getattr(exception, "run_data", None)
+        run_input = input_override if input_override is not None else getattr(run_data, "input", None)
+        if run_input is None:
+            raise ValueError("the run's input is unknown: pass input_override")
+        return build_rollout_payload(
+            input=run_input,
+            new_items=list(getattr(run_data, "new_items", []) or []),
+            final_output=None,
+            interruptions=[],
+            terminal_metadata=terminal_metadata_for_exception(exception),
+        )
+    return build_rollout_payload_from_result(result, exception=exception, input_override=input_override)
+
+
+InstructionsFn = Callable[[Any, Any], Awaitable[str]]
+
+
+class MemorydMemory:
+    """One conversation's memory in memoryd: a session, one rollout, one layout.
+
+    ``session_id`` defaults to a new ``agent-<hex>``; every run recorded here
+    goes to one rollout (``rollout_id``, default the session id), so phase
+    one reads the conversation as a whole, as the SDK does for a session.
+    """
+
+    def __init__(
+        self,
+        client: AsyncMemoryd,
+        *,
+        session_id: Optional[str] = None,
+        layout: str = "default",
+        workspace: str = "default",
+        rollout_id: Optional[str] = None,
+        instructions_ttl: float = 5.0,
+        instructions_timeout: float = 2.0,
+        close_wait: Optional[int] = None,
+    ) -> None:
+        self.client = client
+        self._explicit_session = session_id is not None
+        self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
+        self.layout = layout
+        self.workspace = workspace
+        self.rollout_id = rollout_id or self.session_id
+        self.instructions_ttl = instructions_ttl
+        self.instructions_timeout = instructions_timeout
+        self.close_wait = close_wait
+        self._recorded = 0
+        self._cached: Optional[tuple[float, Optional[str]]] = None
+
+    # -- the read side -----------------------------------------------------
+    async def memory_instructions(self) -> Optional[str]:
+        """memoryd's memory instructions for this layout, or ``None`` when there
+        are none yet or memoryd cannot be asked (logged, never raised).
+        Cached for ``instructions_ttl`` seconds."""
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < self.instructions_ttl:
+            return self._cached[1]
+        try:
+            answer = await asyncio.wait_for(
+                self.client.get_instructions(self.workspace, self.layout), self.instructions_timeout
+            )
+            text = answer.instructions if answer is not None else None
+        except (MemorydError, asyncio.TimeoutError) as exc:
+            logger.warning("memoryd instructions unavailable, the agent runs without memory: %s", exc)
+            return None
+        self._cached = (now, text)
+        return text
+
+    def instructions(self, base: Optional[str] = None) -> InstructionsFn:
+        """A value for ``Agent(instructions=...)``: ``base`` followed by the
+        memory instructions, or ``base`` alone when there is no memory."""
+
+        async def with_memory(_context: Any, _agent: Any) -> str:
+            memory = await self.memory_instructions()
+            if not memory:
+                return base or ""
+            return f"{base}\n\n{memory}" if base else memory
+
+        return with_memory
+
+    # -- the write side ----------------------------------------------------
+    async def record(
+        self,
+        result: Any,
+        *,
+        rollout_id: Optional[str] = None,
+        exception: Optional[BaseException] = None,
+        input_override: Optional[RunInput] = None,
+    ) -> AppendedSegment:
+        """Post one run as a segment of this conversation (see
+        :func:`segment_from_result`); raises :class:`~memoryd.MemorydError`."""
+        payload = segment_from_result(result, exception=exception, input_override=input_override)
+        payload["rollout_id"] = rollout_id or self.rollout_id
+        appended = await self.client.append_segment(
+            self.session_id, payload, layout=self.layout, workspace=self.workspace
+        )
+        self._recorded += 1
+        return appended
+
+    async def run(self, agent: Any, input: RunInput, *, rollout_id: Optional[str] = None, **runner_kwargs: Any) -> Any:
+        """``Runner.run(agent, input, **runner_kwargs)``, recorded.
+
+        A run that raises is recorded with its terminal state, then the
+        exception is re-raised. A recording that fails is logged, and the
+        run's own result or exception goes to the caller unchanged.
+        """
+        try:
+            result = await Runner.run(agent, input, **runner_kwargs)
+        except Exception as exc:
+            await self._record_quietly(None, exception=exc, input_override=input, rollout_id=rollout_id)
+            raise
+        await self._record_quietly(result, input_override=input, rollout_id=rollout_id)
+        return result
+
+    async def _record_quietly(self, result: Any, **kwargs: Any) -> None:
+        try:
+            await self.record(result, **kwargs)
+        except Exception as exc:
+            logger.error("memoryd could not record the run of session %s: %s", self.session_id, exc)
+
+    async def close(self, wait: Optional[int] = None) -> Optional[CloseResult]:
+        """Close the session: memoryd extracts and consolidates its runs. With
+        ``wait`` (seconds) hold until that is done. ``None`` when the session
+        was never created (nothing was recorded)."""
+        try:
+            return await self.client.close_session(self.session_id, wait=wait)
+        except NotFoundError:
+            if self._recorded or self._explicit_session:
+                raise
+            return None
+
+    async def __aenter__(self) -> "MemorydMemory":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._recorded or self._explicit_session:
+            await self.close(wait=self.close_wait)

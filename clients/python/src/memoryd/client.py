@@ -1,0 +1,320 @@
+"""The memoryd clients: :class:`Memoryd` (sync) and :class:`AsyncMemoryd` (async).
+
+Both have the same methods, one per route of memoryd's API; the async
+client's return awaitables. Each method describes its call once (in
+``_Routes``), and each client only sends it, retrying what is transient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Mapping, Optional, Union
+
+import httpx
+
+from . import models as m
+from ._transport import Call, RetryPolicy, Settings, judge, new_idempotency_key, segment
+
+SegmentBody = Union[Mapping[str, Any], m.Segment]
+LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
+
+
+def _model(cls):
+    def parse(response: httpx.Response):
+        return cls.model_validate(response.json())
+
+    return parse
+
+
+def _field(cls, name: str):
+    def parse(response: httpx.Response):
+        return getattr(cls.model_validate(response.json()), name)
+
+    return parse
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _layout(response: httpx.Response) -> m.Layout:
+    layout = m.Layout.model_validate(response.json())
+    if layout.etag is None and response.headers.get("etag"):
+        layout.etag = response.headers["etag"]
+    return layout
+
+
+def _instructions(response: httpx.Response) -> Optional[m.Instructions]:
+    if response.status_code == 204:
+        return None
+    return m.Instructions.model_validate(response.json())
+
+
+def _dump(body: Any) -> Any:
+    if isinstance(body, m.LayoutConfig):
+        return body.model_dump(mode="json", exclude_unset=True)
+    if isinstance(body, m.Segment):
+        return body.model_dump(mode="json", exclude_unset=True)
+    return dict(body)
+
+
+class _Routes:
+    """Every route of memoryd's API, as a :class:`Call` handed to ``_send``."""
+
+    def _send(self, call: Call) -> Any:  # pragma: no cover - both clients define it
+        raise NotImplementedError
+
+    # -- service -----------------------------------------------------------
+    def health(self):
+        """``GET /healthz``: memoryd's process answers."""
+        return self._send(Call("GET", "/healthz", _nothing))
+
+    def ready(self):
+        """``GET /readyz``: the database answers and the data volume has room (raises otherwise)."""
+        return self._send(Call("GET", "/readyz", _nothing))
+
+    def openapi(self):
+        """``GET /openapi.yaml``: the API description this memoryd serves."""
+        return self._send(Call("GET", "/openapi.yaml", _text))
+
+    def metrics(self):
+        """``GET /metrics``: Prometheus text."""
+        return self._send(Call("GET", "/metrics", _text))
+
+    # -- admin (needs the admin token) -------------------------------------
+    def create_tenant(self, name: str):
+        """``POST /v1/admin/tenants``: a tenant and its first API key (shown once). Not retried."""
+        body = m.NewTenant(name=name).model_dump()
+        return self._send(Call("POST", "/v1/admin/tenants", _model(m.IssuedKey), json=body, idempotent=False, admin=True))
+
+    def issue_key(self, tenant_id: str):
+        """``POST /v1/admin/tenants/{tenant_id}/keys``: another API key. Not retried."""
+        path = f"/v1/admin/tenants/{segment(tenant_id)}/keys"
+        return self._send(Call("POST", path, _model(m.IssuedKey), idempotent=False, admin=True))
+
+    def revoke_key(self, key_id: str):
+        """``DELETE /v1/admin/keys/{key_id}``."""
+        return self._send(Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", _nothing, admin=True))
+
+    # -- layouts -------------------------------------------------------------
+    def list_layouts(self):
+        """``GET /v1/layouts``: every layout, the implicit ``default`` included."""
+        return self._send(Call("GET", "/v1/layouts", _field(m.LayoutList, "layouts")))
+
+    def get_layout(self, layout: str = "default"):
+        """``GET /v1/layouts/{layout}``: the layout with its etag."""
+        return self._send(Call("GET", f"/v1/layouts/{segment(layout)}", _layout))
+
+    def put_layout(self, layout: str, config: LayoutBody, *, if_match: Optional[str] = None):
+        """``PUT /v1/layouts/{layout}``: create it, or replace it given its current etag."""
+        headers = {"if-match": if_match} if if_match else {}
+        return self._send(Call("PUT", f"/v1/layouts/{segment(layout)}", _layout, json=_dump(config), headers=headers))
+
+    # -- sessions --------------------------------------------------------------
+    def open_session(
+        self,
+        session_id: Optional[str] = None,
+        *,
+        workspace: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ):
+        """``POST /v1/sessions``: open a session (idempotent when ``session_id`` is given)."""
+        body = {k: v for k, v in (("session_id", session_id), ("workspace", workspace), ("metadata", metadata)) if v is not None}
+        return self._send(
+            Call("POST", "/v1/sessions", _model(m.Session), json=body, idempotent=session_id is not None)
+        )
+
+    def get_session(self, session_id: str):
+        """``GET /v1/sessions/{session_id}``: state, rollouts and jobs."""
+        return self._send(Call("GET", f"/v1/sessions/{segment(session_id)}", _model(m.Session)))
+
+    def append_segment(
+        self,
+        session_id: str,
+        segment_body: SegmentBody,
+        *,
+        layout: str = "default",
+        workspace: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ):
+        """``POST /v1/sessions/{session_id}/layouts/{layout}/segments``: append one run.
+
+        Always sends an ``Idempotency-Key`` (``idempotency_key``, or one made
+        for this call), the same on every retry, so a retry never appends the
+        line twice. The session is created in ``workspace`` if it is new.
+        """
+        path = f"/v1/sessions/{segment(session_id)}/layouts/{segment(layout)}/segments"
+        key = idempotency_key or new_idempotency_key()
+        return self._send(
+            Call(
+                "POST",
+                path,
+                _model(m.AppendedSegment),
+                params={"workspace": workspace},
+                json=_dump(segment_body),
+                headers={"idempotency-key": key},
+            )
+        )
+
+    def close_session(self, session_id: str, *, wait: Optional[int] = None):
+        """``POST /v1/sessions/{session_id}/close``: queue its memory jobs; with
+        ``wait`` (0-300 s) hold until it is closed or the time passes."""
+        return self._send(
+            Call(
+                "POST",
+                f"/v1/sessions/{segment(session_id)}/close",
+                _model(m.CloseResult),
+                params={"wait": wait},
+                extra_time=float(wait or 0),
+            )
+        )
+
+    # -- jobs ------------------------------------------------------------------
+    def list_jobs(self, *, state: Optional[str] = None, kind: Optional[str] = None, session_id: Optional[str] = None):
+        """``GET /v1/jobs``: the tenant's jobs, newest first."""
+        params = {"state": state, "kind": kind, "session_id": session_id}
+        return self._send(Call("GET", "/v1/jobs", _field(m.JobList, "jobs"), params=params))
+
+    def get_job(self, job_id: str):
+        """``GET /v1/jobs/{job_id}``."""
+        return self._send(Call("GET", f"/v1/jobs/{segment(job_id)}", _model(m.Job)))
+
+    def retry_job(self, job_id: str):
+        """``POST /v1/jobs/{job_id}/retry``: queue a failed job again."""
+        return self._send(Call("POST", f"/v1/jobs/{segment(job_id)}/retry", _model(m.Job)))
+
+    # -- memory ----------------------------------------------------------------
+    def _memory_path(self, workspace: str, layout: str, rest: str) -> str:
+        return f"/v1/workspaces/{segment(workspace)}/layouts/{segment(layout)}/{rest}"
+
+    def get_selection(self, workspace: str = "default", layout: str = "default"):
+        """``GET …/phase_two_selection``: the last successful consolidation's selection."""
+        path = self._memory_path(workspace, layout, "phase_two_selection")
+        return self._send(Call("GET", path, _model(m.PhaseTwoSelection)))
+
+    def list_runs(self, workspace: str = "default", layout: str = "default", *, limit: Optional[int] = None):
+        """``GET …/runs``: consolidation runs, newest first."""
+        path = self._memory_path(workspace, layout, "runs")
+        return self._send(Call("GET", path, _field(m.RunList, "runs"), params={"limit": limit}))
+
+    def get_file(self, path: str, *, workspace: str = "default", layout: str = "default"):
+        """``GET …/files/{path}``: a file of the layout's memory folder, as text."""
+        encoded = "/".join(segment(part) for part in path.split("/"))
+        return self._send(Call("GET", self._memory_path(workspace, layout, f"files/{encoded}"), _text))
+
+    def get_instructions(
+        self, workspace: str = "default", layout: str = "default", *, live_update: Optional[bool] = None
+    ):
+        """``GET …/instructions``: the memory instructions for the next run, or
+        ``None`` when there are none yet (204)."""
+        path = self._memory_path(workspace, layout, "instructions")
+        return self._send(Call("GET", path, _instructions, params={"live_update": live_update}))
+
+
+class Memoryd(_Routes):
+    """The synchronous client.
+
+    ``base_url`` and ``api_key`` default to ``MEMORYD_URL`` and
+    ``MEMORYD_API_KEY``; ``admin_token`` (``MEMORYD_ADMIN_TOKEN``) is needed
+    only for the admin routes. Transient failures are retried per ``retry``
+    (or ``max_retries`` with the default backoff).
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        admin_token: Optional[str] = None,
+        retry: Optional[RetryPolicy] = None,
+        max_retries: Optional[int] = None,
+        timeout: float = 30.0,
+        http_client: Optional[httpx.Client] = None,
+    ) -> None:
+        self._settings = Settings.resolve(base_url, api_key, admin_token, retry, max_retries, timeout)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(timeout=timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    def _send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                answer: Any = self._http.request(call.method, self._settings.base_url + call.path, **self._settings.request_options(call))
+            except httpx.TransportError as exc:
+                answer = exc
+            outcome = judge(call, attempt, self._settings.retry, answer)
+            if outcome.error is None:
+                return outcome.value
+            if outcome.wait is None:
+                raise outcome.error
+            time.sleep(outcome.wait)
+            attempt += 1
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> "Memoryd":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class AsyncMemoryd(_Routes):
+    """The asynchronous client: the methods of :class:`Memoryd`, awaitable."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        admin_token: Optional[str] = None,
+        retry: Optional[RetryPolicy] = None,
+        max_retries: Optional[int] = None,
+        timeout: float = 30.0,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._settings = Settings.resolve(base_url, api_key, admin_token, retry, max_retries, timeout)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    async def _send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                answer: Any = await self._http.request(
+                    call.method, self._settings.base_url + call.path, **self._settings.request_options(call)
+                )
+            except httpx.TransportError as exc:
+                answer = exc
+            outcome = judge(call, attempt, self._settings.retry, answer)
+            if outcome.error is None:
+                return outcome.value
+            if outcome.wait is None:
+                raise outcome.error
+            await asyncio.sleep(outcome.wait)
+            attempt += 1
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncMemoryd":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()

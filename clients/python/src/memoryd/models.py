@@ -1,0 +1,213 @@
+"""Typed mirrors of the schemas in memoryd's ``openapi.yaml``.
+
+One model (or type alias) per schema of ``components/schemas``, with the
+schema's properties as fields; ``tests/test_models.py`` fails when the two
+drift apart. Models accept fields they do not know yet (``extra="allow"``),
+so an older client keeps working against a newer memoryd.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+SessionState = Literal["open", "closing", "closed"]
+JobKind = Literal["phase_one", "phase_two"]
+JobState = Literal["queued", "running", "succeeded", "skipped", "failed"]
+TerminalState = Literal[
+    "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Problem(_Model):
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+
+
+class NewTenant(_Model):
+    name: str
+
+
+class IssuedKey(_Model):
+    tenant_id: Optional[str] = None
+    name: Optional[str] = None
+    key_id: Optional[str] = None
+    api_key: Optional[str] = None
+
+
+class GenerateConfig(_Model):
+    """``LayoutConfig.generate``: the layout makes memory (phase one and two)."""
+
+    max_raw_memories_for_consolidation: int = 256
+    phase_one_model: str = "gpt-5.4-mini"
+    phase_two_model: str = "gpt-5.5"
+    phase_one_reasoning_effort: Optional[str] = "medium"
+    phase_two_reasoning_effort: Optional[str] = "medium"
+    phase_two_max_turns: int = 500
+    extra_prompt: Optional[str] = None
+
+
+class ReadConfig(_Model):
+    """``LayoutConfig.read``: runs read the layout's memory."""
+
+    live_update: bool = True
+
+
+class LayoutConfig(_Model):
+    memories_dir: str
+    sessions_dir: str
+    generate: Optional[GenerateConfig] = Field(default_factory=GenerateConfig)
+    read: Optional[ReadConfig] = Field(default_factory=ReadConfig)
+
+
+class Layout(LayoutConfig):
+    name: Optional[str] = None
+    etag: Optional[str] = None
+
+
+class LayoutList(_Model):
+    layouts: list[Layout] = []
+
+
+class TerminalMetadata(_Model):
+    terminal_state: TerminalState
+    exception_type: Optional[str] = None
+    exception_message: Optional[str] = None
+    has_final_output: bool = False
+
+
+class Segment(_Model):
+    """One agent run, as the SDK's ``build_rollout_payload`` makes it."""
+
+    rollout_id: Optional[str] = None
+    updated_at: Optional[str] = None
+    input: Union[str, list[dict[str, Any]], None] = None
+    generated_items: Optional[list[dict[str, Any]]] = None
+    interruptions: Optional[list[dict[str, Any]]] = None
+    terminal_metadata: Optional[TerminalMetadata] = None
+    final_output: Any = None
+
+
+class AppendedSegment(_Model):
+    session_id: Optional[str] = None
+    layout: Optional[str] = None
+    rollout_id: Optional[str] = None
+    segment_index: Optional[int] = None
+    rollout_path: Optional[str] = None
+
+
+class NewSession(_Model):
+    session_id: Optional[FileSafeId] = None
+    workspace: Optional[FileSafeId] = None
+    metadata: Optional[dict[str, Any]] = None
+
+
+class SessionRollout(_Model):
+    layout: Optional[str] = None
+    rollout_id: Optional[str] = None
+    segment_count: Optional[int] = None
+
+
+class Job(_Model):
+    job_id: Optional[str] = None
+    kind: Optional[JobKind] = None
+    state: Optional[JobState] = None
+    session_id: Optional[str] = None
+    workspace: Optional[str] = None
+    layout: Optional[str] = None
+    rollout_id: Optional[str] = None
+    attempts: Optional[int] = None
+    run_after: Optional[datetime] = None
+    last_error: Optional[str] = None
+    usage: Optional[dict[str, Any]] = None
+    created_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    sessions: list[str] = []
+
+
+class JobList(_Model):
+    jobs: list[Job] = []
+
+
+class Session(_Model):
+    session_id: Optional[str] = None
+    workspace: Optional[str] = None
+    state: Optional[SessionState] = None
+    metadata: Optional[dict[str, Any]] = None
+    memory_status: Optional[dict[str, Any]] = None
+    created_at: Optional[datetime] = None
+    closed_at: Optional[datetime] = None
+    rollouts: list[SessionRollout] = []
+    jobs: list[Job] = []
+
+
+class QueuedJob(_Model):
+    job_id: Optional[str] = None
+    kind: Optional[JobKind] = None
+    layout: Optional[str] = None
+    rollout_id: Optional[str] = None
+    state: Optional[JobState] = None
+
+
+class CloseResult(_Model):
+    session_id: Optional[str] = None
+    state: Optional[SessionState] = None
+    memory_status: Optional[dict[str, Any]] = None
+    jobs: list[QueuedJob] = []
+
+
+class SelectionItem(_Model):
+    rollout_id: Optional[str] = None
+    updated_at: Optional[str] = None
+    rollout_path: Optional[str] = None
+    rollout_summary_file: Optional[str] = None
+    terminal_state: Optional[str] = None
+
+
+class PhaseTwoSelection(_Model):
+    version: Optional[int] = None
+    updated_at: Optional[str] = None
+    run_id: Optional[str] = None
+    selected: list[SelectionItem] = []
+    added_rollout_ids: list[str] = []
+    retained_rollout_ids: list[str] = []
+    removed: list[SelectionItem] = []
+
+
+class PhaseTwoRun(_Model):
+    run_id: Optional[str] = None
+    job_id: Optional[str] = None
+    session_id: Optional[str] = None
+    state: Optional[Literal["succeeded", "skipped", "failed"]] = None
+    selected: Optional[int] = None
+    added: Optional[int] = None
+    retained: Optional[int] = None
+    removed: Optional[int] = None
+    files_changed: list[str] = []
+    sessions: list[str] = []
+    usage: Optional[dict[str, Any]] = None
+    turns: Optional[int] = None
+    error: Optional[str] = None
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+
+
+class RunList(_Model):
+    runs: list[PhaseTwoRun] = []
+
+
+class Instructions(_Model):
+    instructions: str
+    memory_dir: Optional[str] = None
+    truncated: bool = False

@@ -1,0 +1,206 @@
+"""The sync and async clients against the real memoryd: every route, typed
+errors, and retries that never duplicate a line."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from memoryd import (
+    AsyncMemoryd,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    ConnectionFailedError,
+    Memoryd,
+    NotFoundError,
+    RateLimitedError,
+    RetryPolicy,
+    UnavailableError,
+)
+from memoryd.models import LayoutConfig
+
+FAST = RetryPolicy(max_retries=3, base_delay=0.05, max_delay=0.2)
+
+
+def segment(rollout_id: str, text: str) -> dict:
+    return {
+        "rollout_id": rollout_id,
+        "input": text,
+        "generated_items": [{"role": "assistant", "content": f"noted: {text}"}],
+        "terminal_metadata": {"terminal_state": "completed", "has_final_output": True},
+        "final_output": f"noted: {text}",
+    }
+
+
+def lines_of(server, tenant_id: str, rollout_path: str) -> list[dict]:
+    return [json.loads(l) for l in server.rollout_file(tenant_id, rollout_path).read_text().splitlines()]
+
+
+def test_the_main_job_through_the_sync_client(server, tenant):
+    tenant_id, key = tenant
+    with Memoryd(server.base_url, key, retry=FAST) as client:
+        client.health()
+        client.ready()
+        opened = client.open_session("py-main", metadata={"user": "u1"})
+        assert opened.state == "open" and opened.metadata == {"user": "u1"}
+        first = client.append_segment("py-main", segment("chat-1", "I prefer green tea."))
+        second = client.append_segment("py-main", segment("chat-1", "And oat milk."))
+        assert (first.segment_index, second.segment_index) == (0, 1)
+        assert first.rollout_path == "sessions/chat-1.jsonl"
+        session = client.get_session("py-main")
+        assert [(r.rollout_id, r.segment_count) for r in session.rollouts] == [("chat-1", 2)]
+        closed = client.close_session("py-main", wait=30)
+        assert closed.state == "closed", closed
+        assert {j.kind for j in closed.jobs} == {"phase_one", "phase_two"}
+        jobs = client.list_jobs(session_id="py-main")
+        assert len(jobs) == 2 and all(j.state == "succeeded" for j in jobs)
+        assert client.get_job(jobs[0].job_id).job_id == jobs[0].job_id
+        runs = client.list_runs()
+        assert runs[0].state == "succeeded" and "py-main" in runs[0].sessions
+        selection = client.get_selection()
+        assert [s.rollout_id for s in selection.selected] == ["chat-1"]
+        summary = client.get_file("memory_summary.md")
+        assert "green tea" in summary
+        instructions = client.get_instructions()
+        assert "MEMORY_SUMMARY BEGINS" in instructions.instructions and "green tea" in instructions.instructions
+        assert instructions.memory_dir == "memories"
+        assert "memoryd_" in client.metrics()
+
+
+def test_layouts_with_etags(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        assert [l.name for l in client.list_layouts()] == ["default"]
+        created = client.put_layout("notes", LayoutConfig(memories_dir="notes/memory", sessions_dir="notes/sessions"))
+        assert created.name == "notes" and created.etag
+        assert client.get_layout("notes").etag == created.etag
+        with pytest.raises(ConflictError) as stale:
+            client.put_layout("notes", {"memories_dir": "notes/m2", "sessions_dir": "notes/s2"}, if_match='"stale"')
+        assert stale.value.status == 412 and stale.value.code == "precondition_failed"
+        replaced = client.put_layout(
+            "notes", {"memories_dir": "notes/m2", "sessions_dir": "notes/s2"}, if_match=created.etag
+        )
+        assert replaced.memories_dir == "notes/m2" and replaced.etag != created.etag
+        assert client.get_instructions(layout="notes") is None  # no memory yet: 204
+
+
+def test_problem_documents_are_typed_errors(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        with pytest.raises(NotFoundError) as missing:
+            client.get_session("nobody")
+        err = missing.value
+        assert (err.status, err.code) == (404, "not_found")
+        assert err.request_id and err.detail
+        with pytest.raises(BadRequestError) as bad:
+            client.append_segment("py-bad", segment("user:42", "x"))
+        assert (bad.value.status, bad.value.code) == (400, "invalid_rollout_id")
+        assert "file-safe ID" in bad.value.detail
+        client.append_segment("py-closed", segment("c", "x"))
+        client.close_session("py-closed")
+        with pytest.raises(ConflictError) as closed:
+            client.append_segment("py-closed", segment("c", "y"))
+        assert closed.value.code == "session_closed"
+    with Memoryd(server.base_url, "not-a-key", retry=FAST) as stranger:
+        with pytest.raises(AuthenticationError) as denied:
+            stranger.list_jobs()
+        assert (denied.value.status, denied.value.code) == (401, "unauthorized")
+
+
+def test_admin_routes(server):
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        issued = admin.create_tenant("py-admin")
+        another = admin.issue_key(issued.tenant_id)
+        assert another.api_key and another.api_key != issued.api_key
+        admin.revoke_key(another.key_id)
+    with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked:
+        with pytest.raises(AuthenticationError):
+            revoked.list_layouts()
+
+
+@pytest.mark.parametrize("fault", ["503", "429", "drop"])
+def test_a_retried_append_is_written_once(server, tenant, fault_proxy, fault):
+    """memoryd wrote the line, but its answer was replaced by a 503/429 with
+    Retry-After (or the connection broke): the retry carries the same
+    Idempotency-Key and gets the first answer; the file has the line once."""
+    tenant_id, key = tenant
+    fault_proxy.faults = [fault, fault]
+    with Memoryd(fault_proxy.base_url, key, retry=FAST) as client:
+        started = time.monotonic()
+        appended = client.append_segment(f"py-retry-{fault}", segment("r", "only once"))
+        waited = time.monotonic() - started
+    attempts = [s for s in fault_proxy.seen if "/segments" in s[1]]
+    assert len(attempts) == 3, attempts
+    assert len({key for _, _, key, _ in attempts}) == 1 and attempts[0][2]
+    assert all(status == 201 for *_, status in attempts)
+    if fault != "drop":
+        assert waited >= 2.0, "Retry-After: 1 was not honoured twice"
+    assert appended.segment_index == 0
+    assert [l["input"][0]["content"] for l in lines_of(server, tenant_id, appended.rollout_path)] == ["only once"]
+
+
+def test_retries_give_up_with_the_last_error(server, tenant, fault_proxy):
+    fault_proxy.faults = ["503-before"] * 3
+    with Memoryd(fault_proxy.base_url, tenant[1], retry=RetryPolicy(max_retries=2, base_delay=0.01)) as client:
+        with pytest.raises(UnavailableError) as gave_up:
+            client.append_segment("py-giveup", segment("g", "x"))
+    assert gave_up.value.status == 503 and gave_up.value.retry_after == 1.0
+    assert gave_up.value.request_id == "proxy-injected"
+    assert len(fault_proxy.seen) == 3
+
+
+def test_a_rate_limit_beyond_the_retries_is_raised(server, tenant, fault_proxy):
+    fault_proxy.faults = ["429"]
+    with Memoryd(fault_proxy.base_url, tenant[1], retry=RetryPolicy(max_retries=0)) as client:
+        with pytest.raises(RateLimitedError) as limited:
+            client.append_segment("py-limited", segment("l", "x"))
+    assert limited.value.code == "rate_limited"
+
+
+def test_an_unreachable_memoryd_is_a_connection_error():
+    with Memoryd("http://127.0.0.1:9", "k", retry=RetryPolicy(max_retries=1, base_delay=0.01)) as client:
+        with pytest.raises(ConnectionFailedError) as down:
+            client.list_jobs()
+    assert down.value.status is None and down.value.code == "connection_failed"
+
+
+async def test_the_async_client(server, tenant):
+    tenant_id, key = tenant
+    async with AsyncMemoryd(server.base_url, key, retry=FAST) as client:
+        appended = await client.append_segment("py-async", segment("a", "async hello"), idempotency_key="k-1")
+        again = await client.append_segment("py-async", segment("a", "async hello"), idempotency_key="k-1")
+        assert appended.segment_index == again.segment_index == 0
+        with pytest.raises(ConflictError) as reused:
+            await client.append_segment("py-async", segment("a", "other"), idempotency_key="k-1")
+        assert reused.value.code == "idempotency_conflict"
+        closed = await client.close_session("py-async", wait=30)
+        assert closed.state == "closed"
+        with pytest.raises(NotFoundError):
+            await client.get_job("00000000-0000-0000-0000-000000000000")
+    assert len(lines_of(server, tenant_id, appended.rollout_path)) == 1
+
+
+def test_environment_configures_the_client(monkeypatch, server, tenant):
+    monkeypatch.setenv("MEMORYD_URL", server.base_url)
+    monkeypatch.setenv("MEMORYD_API_KEY", tenant[1])
+    with Memoryd() as client:
+        assert client.base_url == server.base_url
+        assert [l.name for l in client.list_layouts()] == ["default"]
+
+
+def test_ids_are_one_path_segment(server, tenant):
+    """An id with a slash is percent-encoded, so it cannot reach another route."""
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        with pytest.raises((NotFoundError, BadRequestError)):
+            client.get_session("../v1/jobs")
+
+
+def test_httpx_client_can_be_supplied(server, tenant):
+    http = httpx.Client(timeout=5)
+    client = Memoryd(server.base_url, tenant[1], http_client=http)
+    client.list_layouts()
+    client.close()
+    assert not http.is_closed, "a supplied http client belongs to the caller"
+    http.close()

@@ -1,0 +1,77 @@
+"""The client's models cannot drift from memoryd's openapi.yaml: every schema
+has a model (or type alias) of the same name, with exactly its properties."""
+
+from __future__ import annotations
+
+import copy
+import typing
+
+import yaml
+
+from memoryd import models
+
+from conftest import REPO
+
+
+def load_spec() -> dict:
+    return yaml.safe_load((REPO / "openapi.yaml").read_text())
+
+
+def schema_properties(schema: dict, schemas: dict) -> set[str]:
+    props = set(schema.get("properties", {}))
+    for part in schema.get("allOf", []):
+        if "$ref" in part:
+            part = schemas[part["$ref"].rsplit("/", 1)[1]]
+        props |= schema_properties(part, schemas)
+    return props
+
+
+def literal_values(alias) -> set:
+    return set(typing.get_args(alias))
+
+
+def drift(spec: dict, module=models) -> list[str]:
+    schemas = spec["components"]["schemas"]
+    problems = []
+    for name, schema in schemas.items():
+        model = getattr(module, name, None)
+        if model is None:
+            problems.append(f"{name}: no model in memoryd.models")
+            continue
+        if "enum" in schema:
+            if literal_values(model) != set(schema["enum"]):
+                problems.append(f"{name}: values {sorted(literal_values(model))} != {sorted(schema['enum'])}")
+            continue
+        if schema.get("type") == "object" or "allOf" in schema or "properties" in schema:
+            fields = set(getattr(model, "model_fields", {}))
+            wanted = schema_properties(schema, schemas)
+            if wanted - fields:
+                problems.append(f"{name}: properties without a field: {sorted(wanted - fields)}")
+            if fields - wanted:
+                problems.append(f"{name}: fields not in the schema: {sorted(fields - wanted)}")
+    return problems
+
+
+def test_every_schema_has_its_model():
+    assert drift(load_spec()) == []
+
+
+def test_a_new_schema_or_property_without_a_model_is_found():
+    spec = load_spec()
+    spec["components"]["schemas"]["SessionPage"] = {"type": "object", "properties": {"sessions": {"type": "array"}}}
+    job = copy.deepcopy(spec["components"]["schemas"]["Job"])
+    job["properties"]["eager"] = {"type": "boolean"}
+    spec["components"]["schemas"]["Job"] = job
+    spec["components"]["schemas"]["JobState"]["enum"].append("cancelled")
+    found = drift(spec)
+    assert "SessionPage: no model in memoryd.models" in found
+    assert "Job: properties without a field: ['eager']" in found
+    assert any(p.startswith("JobState: values") for p in found)
+
+
+def test_models_read_what_memoryd_answers(server, tenant):
+    from memoryd import Memoryd
+
+    with Memoryd(server.base_url, tenant[1]) as client:
+        spec = client.openapi()
+    assert drift(yaml.safe_load(spec)) == [], "the served description drifted from the models"
