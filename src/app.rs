@@ -50,6 +50,7 @@ fn worker_settings(config: &Config) -> WorkerSettings {
         lease: Duration::from_secs(config.job_lease_secs.max(1)),
         poll: Duration::from_millis(500),
         log_content: config.log_content,
+        history_runs: i64::from(config.history_runs.max(1)),
     }
 }
 

@@ -90,6 +90,10 @@ pub struct Config {
     /// queued, so that more closes join it (SPEC §2.3).
     #[arg(long = "phase-two-debounce-ms", env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS", default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
+    /// How many of each layout's newest successful runs keep their history
+    /// (the files they changed, for diffs and restores; SPEC §2.6).
+    #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
+    pub history_runs: u32,
     /// Free space the data volume keeps: appends are refused and `/readyz`
     /// fails below it (0: off; readiness then fails below 64 KiB).
     #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
@@ -133,6 +137,7 @@ impl Config {
             retry_base_ms: 2000,
             job_lease_secs: 120,
             phase_two_debounce_ms: 0,
+            history_runs: 100,
             min_free_bytes: 67_108_864,
             max_connections: 10_000,
             header_timeout_secs: 10,

@@ -37,6 +37,8 @@ pub enum ApiError {
     #[error("{0}")]
     JobNotFailed(String),
     #[error("{0}")]
+    HistoryExpired(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -68,6 +70,7 @@ impl ApiError {
             Self::IdempotencyConflict(_) => (StatusCode::CONFLICT, "idempotency_conflict"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::JobNotFailed(_) => (StatusCode::CONFLICT, "job_not_failed"),
+            Self::HistoryExpired(_) => (StatusCode::CONFLICT, "history_expired"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

@@ -3,7 +3,9 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{QueryParams, TenantAuth};
+use super::listings::page_of;
 use crate::domain::ids::SessionId;
+use crate::domain::page::PageCursor;
 use crate::store::{JobFilter, JobKind, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -16,6 +18,8 @@ pub struct JobQuery {
     state: Option<String>,
     kind: Option<String>,
     session_id: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
 }
 
 fn parse_filter<T>(
@@ -40,7 +44,7 @@ pub async fn list_jobs(
             "state",
             "queued, running, succeeded, skipped, failed",
         )?,
-        kind: parse_filter(query.kind.as_deref(), JobKind::parse, "kind", "phase_one, phase_two")?,
+        kind: parse_filter(query.kind.as_deref(), JobKind::parse, "kind", "phase_one, phase_two, restore")?,
         session_id: query
             .session_id
             .as_deref()
@@ -50,8 +54,10 @@ pub async fn list_jobs(
             })
             .transpose()?,
     };
-    let jobs = state.store.list_jobs(tenant, &filter).await?;
-    Ok(Json(json!({"jobs": jobs})))
+    let page = page_of(query.limit, query.cursor.as_deref(), true)?;
+    let rows = state.store.list_jobs(tenant, &filter, &page).await?;
+    let (jobs, next_cursor) = page.finish(rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
+    Ok(Json(json!({"jobs": jobs, "next_cursor": next_cursor})))
 }
 
 /// A job id from the path; anything that is not a UUID names no job.

@@ -6,9 +6,12 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{QueryParams, TenantAuth};
 use super::layouts::find_layout;
+use super::listings::page_of;
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
+use crate::domain::page::PageCursor;
 use crate::pipeline::read::render_instructions;
+use crate::store::FileAtRun;
 use crate::workspace::confine;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -19,7 +22,7 @@ use serde_json::{Value, json};
 use std::path::{Component, PathBuf};
 
 /// The tenant's workspace and layout named in the path; 404 for either unknown.
-async fn locate(
+pub(super) async fn locate(
     state: &AppState,
     tenant: uuid::Uuid,
     raw_workspace: &str,
@@ -50,6 +53,7 @@ pub async fn phase_two_selection(
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     limit: Option<i64>,
+    cursor: Option<String>,
 }
 
 pub async fn runs(
@@ -58,13 +62,11 @@ pub async fn runs(
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<RunsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidRequest(format!("limit must be from 1 to 1000, got: {limit}")));
-    }
+    let page = page_of(query.limit, query.cursor.as_deref(), true)?;
     let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
-    let runs = state.store.phase_two_runs(tenant, &workspace, &layout_name, limit).await?;
-    Ok(Json(json!({"runs": runs})))
+    let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page).await?;
+    let (runs, next_cursor) = page.finish(rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
+    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
 }
 
 /// A path inside the memory folder, refused if it could leave it.
@@ -77,13 +79,69 @@ fn memory_file(root: &std::path::Path, memories_dir: &str, raw: &str) -> Option<
     confine(&memories, raw).ok()
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    run_id: Option<String>,
+}
+
+/// A file's content type, by its extension.
+fn content_type_of(path: &str) -> &'static str {
+    match path.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("md") => "text/markdown; charset=utf-8",
+        Some("json") => "application/json",
+        _ => "text/plain; charset=utf-8",
+    }
+}
+
+fn file_response(path: &str, bytes: Vec<u8>) -> Response {
+    let mut response = (StatusCode::OK, bytes).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type_of(path)));
+    response
+}
+
+/// A path inside the memory folder as history records it: its normal
+/// components joined by `/`; `None` if it could leave the folder.
+pub(super) fn history_path(raw: &str) -> Option<String> {
+    let mut parts = Vec::new();
+    for component in std::path::Path::new(raw).components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_str()?),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
 pub async fn file(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout, raw_path)): Path<(String, String, String)>,
+    QueryParams(query): QueryParams<FileQuery>,
 ) -> Result<Response, ApiError> {
-    let (workspace, _, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let run_id = query
+        .run_id
+        .as_deref()
+        .map(|raw| {
+            uuid::Uuid::parse_str(raw).map_err(|_| ApiError::InvalidRequest(format!("run_id is not a run id: {raw}")))
+        })
+        .transpose()?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let not_found = || ApiError::NotFound(format!("No file {raw_path} in the memory folder."));
+    if let Some(run_id) = run_id {
+        let path = history_path(&raw_path).ok_or_else(not_found)?;
+        return match state.store.file_after_run(tenant, &workspace, &layout_name, run_id, &path).await? {
+            FileAtRun::Content(bytes) => Ok(file_response(&path, bytes)),
+            FileAtRun::Absent => Err(ApiError::NotFound(format!("{path} did not exist right after run {run_id}."))),
+            FileAtRun::Unrecorded => Err(ApiError::NotFound(format!(
+                "No kept run changed {path}: its content after run {run_id} is not recorded."
+            ))),
+            FileAtRun::NotKept => {
+                Err(ApiError::NotFound(format!("Run {run_id} is unknown here or its history is no longer kept.")))
+            }
+        };
+    }
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(|_| not_found())?;
     let path = memory_file(&root, &layout.memories_dir.normalized, &raw_path).ok_or_else(not_found)?;
     let bytes = match tokio::fs::read(&path).await {
@@ -94,14 +152,7 @@ pub async fn file(
         Err(_) if path.is_dir() => return Err(not_found()),
         Err(e) => return Err(ApiError::internal(e)),
     };
-    let content_type = match path.extension().and_then(|e| e.to_str()) {
-        Some("md") => "text/markdown; charset=utf-8",
-        Some("json") => "application/json",
-        _ => "text/plain; charset=utf-8",
-    };
-    let mut response = (StatusCode::OK, bytes).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    Ok(response)
+    Ok(file_response(&raw_path, bytes))
 }
 
 #[derive(Deserialize)]

@@ -6,8 +6,10 @@ mod cache;
 pub mod error;
 mod extract;
 mod health;
+mod history;
 mod jobs;
 mod layouts;
+mod listings;
 mod memory;
 pub mod serve;
 mod sessions;
@@ -125,7 +127,10 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
         endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
+        endpoint(Method::GET, "/v1/admin/tenants", listings::list_tenants),
         endpoint(Method::POST, "/v1/sessions", sessions::create_session),
+        endpoint(Method::GET, "/v1/sessions", listings::list_sessions),
+        endpoint(Method::GET, "/v1/workspaces", listings::list_workspaces),
         endpoint(Method::GET, "/v1/sessions/{session_id}", sessions::get_session),
         endpoint(Method::POST, "/v1/sessions/{session_id}/layouts/{layout}/segments", sessions::append_segment),
         endpoint(Method::POST, "/v1/sessions/{session_id}/close", sessions::close_session),
@@ -138,6 +143,9 @@ fn endpoints() -> Vec<Endpoint> {
             memory::phase_two_selection,
         ),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs", memory::runs),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}", history::run),
+        endpoint(Method::POST, "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}/restore", history::restore),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files", listings::list_files),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}", memory::file),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/instructions", memory::instructions),
     ]

@@ -13,30 +13,17 @@ const CLIENTS: usize = 8;
 const ROLLOUTS: usize = 4;
 
 fn bytes_under(dir: &std::path::Path) -> u64 {
-    let mut total = 0;
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(m) if m.is_dir() => pending.push(entry.path()),
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    total
+    crate::workspace::files_under(dir).unwrap_or_default().iter().map(|(_, meta)| meta.len()).sum()
 }
 
 /// The embedded database's write-ahead log: it grows between checkpoints,
 /// so its size shows whether checkpoints keep up with the load.
 fn sqlite_wal_bytes(data_dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(data_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with("-wal"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
+    crate::workspace::files_under(data_dir)
+        .unwrap_or_default()
+        .iter()
+        .filter(|(path, _)| path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".db-wal")))
+        .map(|(_, meta)| meta.len())
         .sum()
 }
 
@@ -189,7 +176,7 @@ impl Bench {
                 self.tenant,
                 &crate::domain::ids::WorkspaceName::default_workspace(),
                 &crate::domain::ids::LayoutName::default_layout(),
-                100_000,
+                &crate::domain::page::PageRequest { limit: 100_000, after: None },
             )
             .await?;
         out.push(one("total", "closes", "sessions", closes.len() as f64));

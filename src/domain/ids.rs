@@ -2,7 +2,13 @@
 //! workspace names share one rule, because each of them ends up in a path.
 
 use super::pytext::py_strip;
+use sha2::{Digest, Sha256};
 use std::fmt;
+
+/// Lowercase hex SHA-256: how API keys are stored and history blobs named.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// The SDK's message for an id that fails R-RID-2.
 pub const ROLLOUT_ID_ERROR: &str =

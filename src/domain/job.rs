@@ -38,6 +38,9 @@ impl SessionState {
 pub enum JobKind {
     PhaseOne,
     PhaseTwo,
+    /// Puts a layout's memory back as a kept run left it; runs alone per
+    /// layout, like phase two.
+    Restore,
 }
 
 impl JobKind {
@@ -45,6 +48,7 @@ impl JobKind {
         match self {
             Self::PhaseOne => "phase_one",
             Self::PhaseTwo => "phase_two",
+            Self::Restore => "restore",
         }
     }
 
@@ -52,6 +56,7 @@ impl JobKind {
         match s {
             "phase_one" => Some(Self::PhaseOne),
             "phase_two" => Some(Self::PhaseTwo),
+            "restore" => Some(Self::Restore),
             _ => None,
         }
     }

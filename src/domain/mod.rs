@@ -1,8 +1,10 @@
 //! Pure domain rules: no I/O, no database, unit-tested against the R-rules.
 
+pub mod diff;
 pub mod ids;
 pub mod job;
 pub mod layout;
+pub mod page;
 pub mod pyjson;
 pub mod pytext;
 pub mod segment;

@@ -5,10 +5,12 @@
 mod leftovers;
 mod phase_one;
 pub mod phase_two;
+mod restore;
 
 use crate::llm::{Provider, TokenUsage};
 use crate::store::{
-    ClaimRequest, ClaimedJob, DynStore, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
+    ClaimRequest, ClaimedJob, DynStore, FileHistory, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
+    RunHistory,
 };
 use crate::workspace::Volumes;
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
@@ -29,6 +31,8 @@ pub struct WorkerSettings {
     /// How often an idle worker looks for work that another replica queued.
     pub poll: Duration,
     pub log_content: bool,
+    /// `MEMORYD_HISTORY_RUNS`: how many runs of a layout keep their history.
+    pub history_runs: i64,
 }
 
 pub struct WorkerContext {
@@ -165,6 +169,7 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
     match kind {
         JobKind::PhaseOne => &phase_one::PhaseOne,
         JobKind::PhaseTwo => &phase_two::PhaseTwo,
+        JobKind::Restore => &restore::Restore,
     }
 }
 
@@ -246,26 +251,59 @@ fn scope_of(claimed: &ClaimedJob) -> PublishScope {
     }
 }
 
+/// What a run's changes do to its memory folder: each changed file's
+/// content before (read from disk, where the job alone writes while it
+/// runs) and after, by path relative to the folder.
+fn history_of(root: &std::path::Path, memories_dir: &str, files: &FileChanges) -> std::io::Result<Vec<FileHistory>> {
+    let prefix = format!("{memories_dir}/");
+    let mut history = Vec::new();
+    for (path, after) in &files.edits {
+        let Some(relative) = path.strip_prefix(&prefix) else { continue };
+        let dest = crate::workspace::confine(root, path).map_err(std::io::Error::other)?;
+        let before = match std::fs::read(&dest) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if before != *after {
+            history.push(FileHistory { path: relative.to_owned(), before, after: after.clone() });
+        }
+    }
+    Ok(history)
+}
+
 /// Writes an attempt's files under temporary names with the manifest that
-/// lists them; a failure to write them fails the attempt.
+/// lists them, and fills in a successful run's history; a failure to write
+/// them fails the attempt.
 async fn stage_files(
     ctx: &WorkerContext,
     claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
+    report: &mut Option<PhaseTwoReport>,
 ) -> (Result<Completion, AttemptError>, Option<Manifest>) {
     let Ok(Completion { outcome, files: Some(files), usage }) = result else { return (result, None) };
+    let keeps_history = report.as_ref().is_some_and(|r| r.run.state == "succeeded");
+    let memories_dir = claimed.layout.memories_dir.normalized.clone();
     let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
         Ok(root) => {
             let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
-            tokio::task::spawn_blocking(move || publisher.stage(scope, &root, files))
-                .await
-                .map_err(std::io::Error::other)
-                .and_then(|staged| staged)
+            tokio::task::spawn_blocking(move || {
+                let history = if keeps_history { Some(history_of(&root, &memories_dir, &files)?) } else { None };
+                Ok((publisher.stage(scope, &root, files)?, history))
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|staged| staged)
         }
         Err(e) => Err(std::io::Error::other(e)),
     };
     match staged {
-        Ok(manifest) => (Ok(Completion { outcome, files: None, usage }), Some(manifest)),
+        Ok((manifest, history)) => {
+            if let (Some(report), Some(files)) = (report.as_mut(), history) {
+                report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs });
+            }
+            (Ok(Completion { outcome, files: None, usage }), Some(manifest))
+        }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
             (Err(AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }), None)
@@ -351,9 +389,9 @@ async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
 /// Records an attempt's outcome, if this worker still owns the job, and
 /// then makes its files visible.
 async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
-    let FinishedAttempt { claimed, attempt: (result, report), started } = finished;
+    let FinishedAttempt { claimed, attempt: (result, mut report), started } = finished;
     let job_id = claimed.job.job_id;
-    let (result, staged) = stage_files(ctx, &claimed, result).await;
+    let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
     let publish_id = staged.as_ref().map(|m| m.publish_id);
     let finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
     let outcome = outcome_name(&finish.outcome);
@@ -486,7 +524,11 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
         leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;
     });
     for _ in 0..ctx.settings.concurrency.max(1) {
-        set.spawn(worker_slot(ctx.clone(), vec![JobKind::PhaseOne, JobKind::PhaseTwo], shutdown.clone()));
+        set.spawn(worker_slot(
+            ctx.clone(),
+            vec![JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore],
+            shutdown.clone(),
+        ));
     }
     set
 }

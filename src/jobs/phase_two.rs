@@ -7,6 +7,7 @@
 use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
+use crate::domain::page::{MAX_LIMIT, PageRequest};
 use crate::domain::time::py_isoformat;
 use crate::llm::{AgentItem, AgentRequest, FailureClass, ModelError, Provider, TokenUsage};
 use crate::pipeline::extractive;
@@ -63,8 +64,10 @@ impl RunLog {
                 started_at: self.started_at,
                 finished_at: Utc::now(),
                 sessions: claimed.job.sessions.clone(),
+                restored_from: None,
             },
             selection: selection_doc,
+            history: None,
         }
     }
 }
@@ -135,7 +138,7 @@ async fn attempt(
         let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(session) };
         let phase_one = ctx
             .store
-            .list_jobs(claimed.tenant_id, &filter)
+            .list_jobs(claimed.tenant_id, &filter, &PageRequest { limit: MAX_LIMIT, after: None })
             .await
             .map_err(|e| io("listing phase-one jobs failed", &e))?;
         any_memory |= phase_one.iter().any(|j| j.layout == job.layout && j.state == JobState::Succeeded);

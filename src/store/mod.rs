@@ -19,6 +19,7 @@ pub use sqlite::SqliteStore;
 
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::layout::{LayoutPutError, ValidLayout};
+pub use crate::domain::page::{PageCursor, PageRequest};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -110,6 +111,8 @@ pub trait TenantStore: Send + Sync {
     /// `false` when no live key has that id.
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool>;
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
+    /// Every tenant, oldest first, with its live keys and sessions counted.
+    async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>>;
 }
 
 /// A tenant's layouts.
@@ -131,6 +134,13 @@ pub trait LayoutStore: Send + Sync {
 pub trait SessionStore: Send + Sync {
     async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome>;
     async fn session_view(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionView>>;
+    /// The tenant's sessions, newest first, one page (SPEC §2.6).
+    async fn list_sessions(
+        &self,
+        tenant: TenantId,
+        filter: &SessionFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Vec<SessionSummary>>;
     async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
     /// Locks the session and the rollout (opening the session if it is new)
     /// and says where the line goes; the caller writes it and commits the slot.
@@ -152,6 +162,8 @@ pub trait SessionStore: Send + Sync {
         layout: &LayoutName,
         rollout: &RolloutId,
     ) -> StoreResult<Option<CommittedRollout>>;
+    /// The raw material of `GET /v1/workspaces`.
+    async fn workspace_activity(&self, tenant: TenantId) -> StoreResult<WorkspaceActivity>;
     /// `default` always; another workspace once a session has used it.
     async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
     /// Closes a `closing` session once none of its jobs is queued or running.
@@ -167,7 +179,8 @@ pub trait SessionStore: Send + Sync {
 /// The job queue: claims, leases, fenced finishes, retries.
 #[async_trait]
 pub trait JobQueue: Send + Sync {
-    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>>;
+    /// The tenant's jobs, newest first, one page.
+    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter, page: &PageRequest) -> StoreResult<Vec<JobRecord>>;
     async fn get_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<JobRecord>>;
     /// Takes the next due job (or one whose lease expired) of `kinds`,
     /// preferring tenants with the fewest running jobs. Phase two waits for
@@ -224,13 +237,13 @@ pub trait MemoryIndex: Send + Sync {
         workspace: &WorkspaceName,
         layout: &LayoutName,
     ) -> StoreResult<Option<Value>>;
-    /// Phase-two runs, newest first.
+    /// Phase-two runs, newest first, one page.
     async fn phase_two_runs(
         &self,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
-        limit: i64,
+        page: &PageRequest,
     ) -> StoreResult<Vec<PhaseTwoRun>>;
     /// Index rows for raw memory files that are already on disk (written by
     /// the SDK or another tool); their job id is the nil UUID.
@@ -243,9 +256,50 @@ pub trait MemoryIndex: Send + Sync {
     ) -> StoreResult<()>;
 }
 
+/// Memory history: what each kept run changed, and the files as they were.
+#[async_trait]
+pub trait RunHistoryStore: Send + Sync {
+    async fn phase_two_run(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        run_id: Uuid,
+    ) -> StoreResult<Option<PhaseTwoRun>>;
+    /// The files a run changed; `None` when its history is not kept.
+    async fn run_files(&self, tenant: TenantId, run_id: Uuid) -> StoreResult<Option<Vec<RunFileRecord>>>;
+    async fn history_blob(&self, tenant: TenantId, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Queues a restore of the layout's memory to what `run` left, with the
+    /// layout's current config; `None` when the run's history is not kept.
+    async fn queue_restore(
+        &self,
+        tenant: TenantId,
+        run: &PhaseTwoRun,
+        workspace: &WorkspaceName,
+        layout_name: &LayoutName,
+        layout: &ValidLayout,
+    ) -> StoreResult<Option<JobRecord>>;
+    /// The paths (relative to the memory folder) any kept run of the layout changed.
+    async fn history_paths(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Vec<String>>;
+    /// `path` (relative to the memory folder) as it was right after the run.
+    async fn file_after_run(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        run_id: Uuid,
+        path: &str,
+    ) -> StoreResult<FileAtRun>;
+}
+
 /// The whole store.
 #[async_trait]
-pub trait Store: TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + 'static {
+pub trait Store: TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + 'static {
     async fn ping(&self) -> StoreResult<()>;
 }
 

@@ -71,6 +71,9 @@ pub struct JobRecord {
     /// For a phase-two job: the sessions whose closes it serves.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sessions: Vec<String>,
+    /// For a restore job: the run whose memory it puts back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore_run_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +82,90 @@ pub struct SessionView {
     pub session: SessionRecord,
     pub rollouts: Vec<TouchedRollout>,
     pub jobs: Vec<JobRecord>,
+}
+
+/// A tenant as the admin listing shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantSummary {
+    pub tenant_id: TenantId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// Keys not revoked.
+    pub keys: i64,
+    pub sessions: i64,
+}
+
+/// What the store knows of a tenant's workspaces: sessions per workspace,
+/// and the layouts with rollouts in each.
+#[derive(Debug, Clone, Default)]
+pub struct WorkspaceActivity {
+    /// `(workspace, sessions, newest session's creation)`
+    pub sessions: Vec<(String, i64, Option<DateTime<Utc>>)>,
+    /// `(workspace, layout, newest append)`
+    pub layouts: Vec<(String, String, Option<DateTime<Utc>>)>,
+}
+
+/// One entry of `GET /v1/workspaces`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkspaceSummary {
+    pub name: String,
+    /// Layouts with rollouts in this workspace, by name.
+    pub layouts: Vec<String>,
+    pub sessions: i64,
+    /// The newest session's creation or append, whichever is later.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl WorkspaceActivity {
+    /// One entry per workspace, by name; `default` is always there.
+    pub fn summaries(self) -> Vec<WorkspaceSummary> {
+        let mut by_name = std::collections::BTreeMap::<String, WorkspaceSummary>::new();
+        for (name, sessions, newest) in self.sessions {
+            let summary = by_name.entry(name.clone()).or_insert_with(|| WorkspaceSummary::empty(name));
+            summary.sessions = sessions;
+            summary.updated_at = summary.updated_at.max(newest);
+        }
+        for (name, layout, newest) in self.layouts {
+            let summary = by_name.entry(name.clone()).or_insert_with(|| WorkspaceSummary::empty(name));
+            summary.layouts.push(layout);
+            summary.updated_at = summary.updated_at.max(newest);
+        }
+        by_name.entry("default".into()).or_insert_with(|| WorkspaceSummary::empty("default".into()));
+        by_name
+            .into_values()
+            .map(|mut s| {
+                s.layouts.sort();
+                s
+            })
+            .collect()
+    }
+}
+
+impl WorkspaceSummary {
+    fn empty(name: String) -> Self {
+        Self { name, layouts: Vec::new(), sessions: 0, updated_at: None }
+    }
+}
+
+/// A session as the listing shows it (SPEC §2.6).
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionSummary {
+    pub session_id: SessionId,
+    pub workspace: WorkspaceName,
+    pub state: SessionState,
+    pub created_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+    /// Segments appended in this session, over all its rollouts.
+    pub segments: i64,
+    /// Rollouts (per layout) the session touched.
+    pub rollouts: i64,
+    pub memory_status: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    pub state: Option<SessionState>,
+    pub workspace: Option<WorkspaceName>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -257,6 +344,9 @@ pub struct PhaseTwoRun {
     pub error: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
+    /// For a restore's run: the run whose memory it put back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<Uuid>,
     /// The sessions whose closes the run served.
     pub sessions: Vec<String>,
 }
@@ -267,6 +357,47 @@ pub struct PhaseTwoRun {
 pub struct PhaseTwoReport {
     pub run: PhaseTwoRun,
     pub selection: Option<Value>,
+    /// What a successful run changed, kept as its history.
+    pub history: Option<RunHistory>,
+}
+
+/// One file a run changed: its content before and after (`None`: absent).
+/// The path is relative to the layout's `memories_dir`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileHistory {
+    pub path: String,
+    pub before: Option<Vec<u8>>,
+    pub after: Option<Vec<u8>>,
+}
+
+/// A run's history, and how many runs of its layout keep theirs
+/// (`MEMORYD_HISTORY_RUNS`): recording it prunes the older ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunHistory {
+    pub files: Vec<FileHistory>,
+    pub keep_runs: i64,
+}
+
+/// One file of a kept run, as recorded: its contents by hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFileRecord {
+    pub path: String,
+    pub before_hash: Option<String>,
+    pub after_hash: Option<String>,
+    pub before_bytes: Option<i64>,
+    pub after_bytes: Option<i64>,
+}
+
+/// A file as it was right after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileAtRun {
+    /// The run's history is no longer kept (or it never succeeded).
+    NotKept,
+    /// No kept run touched the file: its state then is not recorded.
+    Unrecorded,
+    /// The file did not exist right after the run.
+    Absent,
+    Content(Vec<u8>),
 }
 
 pub struct JobFinish {
@@ -282,4 +413,30 @@ pub struct JobFinish {
 pub enum RetryOutcome {
     Requeued(Box<JobRecord>),
     NotFailed(JobState),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn workspaces_merge_sessions_and_layouts_and_default_is_always_there() {
+        let t = |m| Some(Utc.with_ymd_and_hms(2026, 12, 1, 8, m, 0).unwrap());
+        let activity = WorkspaceActivity {
+            sessions: vec![("team".into(), 3, t(5)), ("default".into(), 1, t(1))],
+            layouts: vec![
+                ("team".into(), "notes".into(), t(9)),
+                ("team".into(), "default".into(), t(2)),
+                ("orphan".into(), "default".into(), t(3)),
+            ],
+        };
+        let listed = activity.summaries();
+        let names: Vec<_> = listed.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["default", "orphan", "team"]);
+        assert_eq!(listed[2].layouts, ["default", "notes"]);
+        assert_eq!((listed[2].sessions, listed[2].updated_at), (3, t(9)));
+        assert_eq!((listed[0].sessions, listed[0].updated_at, listed[0].layouts.len()), (1, t(1), 0));
+        assert_eq!(WorkspaceActivity::default().summaries(), vec![WorkspaceSummary::empty("default".into())]);
+    }
 }

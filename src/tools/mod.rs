@@ -60,6 +60,12 @@ fn normalize(path: &str) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("/"))
 }
 
+/// Whether the consolidation agent may write `path` (relative to the memory
+/// folder): anything there but the files memoryd maintains.
+pub fn agent_may_write(path: &str) -> bool {
+    !MEMORYD_OWNED.iter().any(|owned| is_under(path, owned))
+}
+
 fn is_under(path: &str, dir: &str) -> bool {
     path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
@@ -131,7 +137,7 @@ impl MemoryTools {
         let Some(inside) = rel.strip_prefix(&self.memories).and_then(|r| r.strip_prefix('/')) else {
             return Err(format!("apply_patch may only write under {}/: {path}", self.memories));
         };
-        if MEMORYD_OWNED.iter().any(|owned| is_under(inside, owned)) {
+        if !agent_may_write(inside) {
             return Err(format!("apply_patch may not write {path}: memoryd maintains it"));
         }
         let abs = confine(&self.root, &rel).map_err(|_| format!("apply_patch path must not escape root: {path}"))?;

@@ -234,8 +234,15 @@ fn leftover_owner(name: &str) -> Option<Option<Uuid>> {
     legacy.then_some(None)
 }
 
-/// Every temporary file under `dir`, in all its subfolders (symlinks are not followed).
-pub fn find_leftovers(dir: &Path) -> io::Result<Vec<Leftover>> {
+/// A name memoryd gives its temporary files (a write or publish under way).
+pub fn is_temporary_file(name: &std::ffi::OsStr) -> bool {
+    name.to_str().and_then(leftover_owner).is_some()
+}
+
+/// Every regular file under `dir`, in all its subfolders, with its metadata
+/// (symlinks are not followed; a missing `dir` has none, and a file removed
+/// while the walk runs is left out).
+pub fn files_under(dir: &Path) -> io::Result<Vec<(PathBuf, fs::Metadata)>> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -249,12 +256,24 @@ pub fn find_leftovers(dir: &Path) -> io::Result<Vec<Leftover>> {
             let kind = entry.file_type()?;
             if kind.is_dir() {
                 pending.push(entry.path());
-            } else if kind.is_file()
-                && let Some(owner) = entry.file_name().to_str().and_then(leftover_owner)
-            {
-                let modified = entry.metadata()?.modified()?;
-                found.push(Leftover { path: entry.path(), owner, modified });
+            } else if kind.is_file() {
+                match entry.metadata() {
+                    Ok(meta) => found.push((entry.path(), meta)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
             }
+        }
+    }
+    Ok(found)
+}
+
+/// Every temporary file under `dir`, in all its subfolders.
+pub fn find_leftovers(dir: &Path) -> io::Result<Vec<Leftover>> {
+    let mut found = Vec::new();
+    for (path, meta) in files_under(dir)? {
+        if let Some(owner) = path.file_name().and_then(|n| n.to_str()).and_then(leftover_owner) {
+            found.push(Leftover { path, owner, modified: meta.modified()? });
         }
     }
     Ok(found)

@@ -56,11 +56,17 @@ def test_the_main_job_through_the_sync_client(server, tenant):
         closed = client.close_session("py-main", wait=30)
         assert closed.state == "closed", closed
         assert {j.kind for j in closed.jobs} == {"phase_one", "phase_two"}
-        jobs = client.list_jobs(session_id="py-main")
+        jobs = client.list_jobs(session_id="py-main").jobs
         assert len(jobs) == 2 and all(j.state == "succeeded" for j in jobs)
         assert client.get_job(jobs[0].job_id).job_id == jobs[0].job_id
-        runs = client.list_runs()
+        runs = client.list_runs().runs
         assert runs[0].state == "succeeded" and "py-main" in runs[0].sessions
+        listed = client.list_sessions(state="closed")
+        assert [(s.session_id, s.segments, s.rollouts) for s in listed.sessions] == [("py-main", 2, 1)]
+        assert listed.next_cursor is None
+        assert [(w.name, w.layouts, w.sessions) for w in client.list_workspaces()] == [("default", ["default"], 1)]
+        files = {f.path: f.bytes for f in client.list_files()}
+        assert "MEMORY.md" in files and files["memory_summary.md"] > 0
         selection = client.get_selection()
         assert [s.rollout_id for s in selection.selected] == ["chat-1"]
         summary = client.get_file("memory_summary.md")
@@ -69,6 +75,30 @@ def test_the_main_job_through_the_sync_client(server, tenant):
         assert "MEMORY_SUMMARY BEGINS" in instructions.instructions and "green tea" in instructions.instructions
         assert instructions.memory_dir == "memories"
         assert "memoryd_" in client.metrics()
+
+
+def test_history_diffs_and_restores(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        client.append_segment("py-h1", segment("h1", "I prefer green tea."))
+        client.close_session("py-h1", wait=30)
+        first = client.list_runs(limit=1).runs[0]
+        client.append_segment("py-h2", segment("h2", "I switched to black coffee."))
+        client.close_session("py-h2", wait=30)
+        detail = client.get_run(first.run_id)
+        assert detail.history_kept and detail.run_id == first.run_id
+        memory = next(c for c in detail.changes if c.path == "MEMORY.md")
+        assert memory.change == "added" and memory.diff.startswith("--- /dev/null")
+        then = client.get_file("MEMORY.md", run_id=first.run_id)
+        assert "green tea" in then and "black coffee" not in then
+        assert "black coffee" in client.get_file("MEMORY.md")
+        job = client.restore_run(first.run_id)
+        assert job.kind == "restore" and job.restore_run_id == first.run_id
+        deadline = time.monotonic() + 30
+        while client.get_job(job.job_id).state in ("queued", "running"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert client.get_file("MEMORY.md") == then
+        assert client.list_runs(limit=1).runs[0].restored_from == first.run_id
 
 
 def test_layouts_with_etags(server, tenant):
@@ -114,7 +144,10 @@ def test_admin_routes(server):
         issued = admin.create_tenant("py-admin")
         another = admin.issue_key(issued.tenant_id)
         assert another.api_key and another.api_key != issued.api_key
+        listed = {t.tenant_id: t for t in admin.list_tenants()}
+        assert (listed[issued.tenant_id].name, listed[issued.tenant_id].keys) == ("py-admin", 2)
         admin.revoke_key(another.key_id)
+        assert {t.tenant_id: t.keys for t in admin.list_tenants()}[issued.tenant_id] == 1
     with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked:
         with pytest.raises(AuthenticationError):
             revoked.list_layouts()
@@ -188,6 +221,23 @@ def test_environment_configures_the_client(monkeypatch, server, tenant):
     with Memoryd() as client:
         assert client.base_url == server.base_url
         assert [l.name for l in client.list_layouts()] == ["default"]
+
+
+def test_pages_follow_their_cursors(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        for n in range(5):
+            client.open_session(f"py-page-{n}")
+        seen, cursor = [], None
+        while True:
+            page = client.list_sessions(limit=2, cursor=cursor)
+            seen += [s.session_id for s in page.sessions]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert seen == [f"py-page-{n}" for n in reversed(range(5))]
+        with pytest.raises(BadRequestError) as garbage:
+            client.list_sessions(cursor="not-a-cursor")
+        assert garbage.value.code == "invalid_request"
 
 
 def test_ids_are_one_path_segment(server, tenant):

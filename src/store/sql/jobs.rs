@@ -81,20 +81,26 @@ for_every_dialect! {
 
 for_every_dialect! {
     impl JobQueue {
-    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter) -> StoreResult<Vec<JobRecord>> {
+    async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter, page: &PageRequest) -> StoreResult<Vec<JobRecord>> {
+        let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, Uuid::parse_str(&c.key).ok())).unzip();
+        let after_id = after_id.flatten();
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM jobs WHERE tenant_id = $1
                AND ($2 IS NULL OR state = $2)
                AND ($3 IS NULL OR kind = $3)
                AND ($4 IS NULL OR (kind = 'phase_one' AND session_id = $4)
                     OR id IN (SELECT job_id FROM job_sessions WHERE tenant_id = $1 AND session_id = $4))
-             ORDER BY created_at DESC, id LIMIT 1000",
+               AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6))
+             ORDER BY created_at DESC, id DESC LIMIT $7",
             job_columns::<DB>()
         )))
         .bind(tenant)
         .bind(filter.state.map(JobState::as_str))
         .bind(filter.kind.map(JobKind::as_str))
         .bind(filter.session_id.as_ref().map(SessionId::as_str))
+        .bind(after_at)
+        .bind(after_id)
+        .bind(page.fetch())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(Self::record::<JobRow, JobRecord>).collect()
@@ -130,15 +136,16 @@ for_every_dialect! {
              LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
                         WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
                     ON share.tenant_id = j.tenant_id
-             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind = 'phase_two' AND $2 = 1))
+             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1))
                AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
                AND (j.kind <> 'phase_two' OR EXISTS (
                      SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
                         SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
                            AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
-               AND (j.kind <> 'phase_two' OR NOT EXISTS (
+               AND (j.kind = 'phase_one' OR NOT EXISTS (
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
-                        AND o.layout = j.layout AND o.kind = 'phase_two' AND o.state = 'running' AND o.id <> j.id))
+                        AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore') AND o.state = 'running'
+                        AND o.id <> j.id))
              ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
              LIMIT 1{})
              RETURNING *",
@@ -230,8 +237,8 @@ for_every_dialect! {
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
                                              retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                                             sessions, restored_from)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -251,6 +258,7 @@ for_every_dialect! {
             .bind(run.started_at)
             .bind(run.finished_at)
             .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
+            .bind(run.restored_from)
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {
@@ -268,6 +276,9 @@ for_every_dialect! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
+            }
+            if let Some(history) = &report.history {
+                Self::record_history(&mut tx, claimed, run, history).await?;
             }
         }
         tx.commit().await?;

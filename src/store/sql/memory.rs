@@ -114,16 +114,21 @@ for_every_dialect! {
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
-        limit: i64,
+        page: &PageRequest,
     ) -> StoreResult<Vec<PhaseTwoRun>> {
+        let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, Uuid::parse_str(&c.key).ok())).unzip();
+        let after_id = after_id.flatten();
         let rows = sqlx::query(
             "SELECT * FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
-             ORDER BY finished_at DESC, id LIMIT $4",
+               AND ($4 IS NULL OR finished_at < $4 OR (finished_at = $4 AND id < $5))
+             ORDER BY finished_at DESC, id DESC LIMIT $6",
         )
         .bind(tenant)
         .bind(workspace.as_str())
         .bind(layout.as_str())
-        .bind(limit)
+        .bind(after_at)
+        .bind(after_id)
+        .bind(page.fetch())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(Self::record::<RunRow, PhaseTwoRun>).collect()

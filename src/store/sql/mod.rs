@@ -3,6 +3,7 @@
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
 //! file per subject.
 
+mod history;
 mod ingest;
 mod jobs;
 mod layouts;
@@ -141,6 +142,8 @@ macro_rules! for_every_dialect {
             for<'q> Option<i64>: sqlx::Encode<'q, DB>,
             for<'q> chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
             for<'q> Option<chrono::DateTime<chrono::Utc>>: sqlx::Encode<'q, DB>,
+            for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Vec<u8>: sqlx::Decode<'q, DB> + sqlx::Type<DB>,
             for<'a> &'a str: sqlx::ColumnIndex<DB::Row>,
         {
             $($body)*

@@ -27,6 +27,8 @@ pub(super) struct JobRow {
     /// Comma-separated; only where the query asked for it.
     #[sqlx(default)]
     sessions: Option<String>,
+    #[sqlx(default)]
+    restore_run_id: Option<Uuid>,
 }
 
 impl TryFrom<JobRow> for JobRecord {
@@ -49,6 +51,7 @@ impl TryFrom<JobRow> for JobRecord {
             started_at: r.started_at,
             finished_at: r.finished_at,
             sessions: sorted_list(r.sessions.as_deref()),
+            restore_run_id: r.restore_run_id,
         })
     }
 }
@@ -109,6 +112,35 @@ impl TryFrom<SessionRow> for SessionRecord {
 }
 
 #[derive(FromRow)]
+pub(super) struct SessionSummaryRow {
+    session_id: String,
+    workspace: String,
+    state: String,
+    memory_status: Option<String>,
+    created_at: DateTime<Utc>,
+    closed_at: Option<DateTime<Utc>>,
+    segments: i64,
+    rollouts: i64,
+}
+
+impl TryFrom<SessionSummaryRow> for SessionSummary {
+    type Error = StoreError;
+
+    fn try_from(r: SessionSummaryRow) -> StoreResult<Self> {
+        Ok(SessionSummary {
+            session_id: parse_id(SessionId::parse, &r.session_id, "session id")?,
+            workspace: parse_id(WorkspaceName::parse, &r.workspace, "workspace")?,
+            state: parse_id(SessionState::parse, &r.state, "session state")?,
+            created_at: r.created_at,
+            closed_at: r.closed_at,
+            segments: r.segments,
+            rollouts: r.rollouts,
+            memory_status: r.memory_status.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
+        })
+    }
+}
+
+#[derive(FromRow)]
 pub(super) struct RawMemoryRow {
     rollout_id: String,
     updated_at: String,
@@ -150,6 +182,8 @@ pub(super) struct RunRow {
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
     sessions: Option<String>,
+    #[sqlx(default)]
+    restored_from: Option<Uuid>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -172,6 +206,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             started_at: r.started_at,
             finished_at: r.finished_at,
             sessions: r.sessions.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?.unwrap_or_default(),
+            restored_from: r.restored_from,
         })
     }
 }

@@ -162,6 +162,35 @@ for_every_dialect! {
 
 for_every_dialect! {
     impl SessionStore {
+    async fn list_sessions(
+        &self,
+        tenant: TenantId,
+        filter: &SessionFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Vec<SessionSummary>> {
+        let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, c.key.as_str())).unzip();
+        let rows = sqlx::query(
+            "SELECT s.session_id, s.workspace, s.state, s.memory_status, s.created_at, s.closed_at,
+                    CAST(COALESCE((SELECT SUM(r.segment_count) FROM session_rollouts r
+                                   WHERE r.tenant_id = s.tenant_id AND r.session_id = s.session_id), 0) AS BIGINT) AS segments,
+                    (SELECT COUNT(*) FROM session_rollouts r
+                     WHERE r.tenant_id = s.tenant_id AND r.session_id = s.session_id) AS rollouts
+             FROM sessions s
+             WHERE s.tenant_id = $1 AND ($2 IS NULL OR s.state = $2) AND ($3 IS NULL OR s.workspace = $3)
+               AND ($4 IS NULL OR s.created_at < $4 OR (s.created_at = $4 AND s.session_id < $5))
+             ORDER BY s.created_at DESC, s.session_id DESC LIMIT $6",
+        )
+        .bind(tenant)
+        .bind(filter.state.map(SessionState::as_str))
+        .bind(filter.workspace.as_ref().map(WorkspaceName::as_str))
+        .bind(after_at)
+        .bind(after_id)
+        .bind(page.fetch())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::record::<SessionSummaryRow, SessionSummary>).collect()
+    }
+
     async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {
         // One transaction whose commit reports a failure (a full disk, say) that
         // an autocommit `RETURNING` statement on SQLite would not.
@@ -304,6 +333,33 @@ for_every_dialect! {
             })
         })
         .transpose()
+    }
+
+    async fn workspace_activity(&self, tenant: TenantId) -> StoreResult<WorkspaceActivity> {
+        let sessions = sqlx::query(
+            "SELECT workspace, COUNT(*) AS sessions, MAX(created_at) AS newest FROM sessions
+             WHERE tenant_id = $1 GROUP BY workspace",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        let layouts = sqlx::query(
+            "SELECT workspace, layout, MAX(updated_at) AS newest FROM rollouts
+             WHERE tenant_id = $1 GROUP BY workspace, layout",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(WorkspaceActivity {
+            sessions: sessions
+                .iter()
+                .map(|r| Ok((r.try_get("workspace")?, r.try_get("sessions")?, r.try_get("newest")?)))
+                .collect::<Result<_, sqlx::Error>>()?,
+            layouts: layouts
+                .iter()
+                .map(|r| Ok((r.try_get("workspace")?, r.try_get("layout")?, r.try_get("newest")?)))
+                .collect::<Result<_, sqlx::Error>>()?,
+        })
     }
 
     async fn workspace_known(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {

@@ -1,7 +1,7 @@
 //! Tenants and their API keys.
 
 use super::*;
-use crate::store::{NewApiKey, Tenant, TenantId};
+use crate::store::{NewApiKey, Tenant, TenantId, TenantSummary};
 use chrono::Utc;
 use sqlx::Row;
 use uuid::Uuid;
@@ -66,6 +66,29 @@ for_every_dialect! {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
+    }
+
+    async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>> {
+        let rows = sqlx::query(
+            "SELECT t.id, t.name, t.created_at,
+                    (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL) AS keys,
+                    (SELECT COUNT(*) FROM sessions s WHERE s.tenant_id = t.id) AS sessions
+             FROM tenants t ORDER BY t.created_at, t.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TenantSummary {
+                    tenant_id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    created_at: r.try_get("created_at")?,
+                    keys: r.try_get("keys")?,
+                    sessions: r.try_get("sessions")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
     }
     }
 }

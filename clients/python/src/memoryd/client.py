@@ -97,6 +97,10 @@ class _Routes:
         path = f"/v1/admin/tenants/{segment(tenant_id)}/keys"
         return self._send(Call("POST", path, _model(m.IssuedKey), idempotent=False, admin=True))
 
+    def list_tenants(self):
+        """``GET /v1/admin/tenants``: every tenant with its live keys and sessions counted."""
+        return self._send(Call("GET", "/v1/admin/tenants", _field(m.TenantList, "tenants"), admin=True))
+
     def revoke_key(self, key_id: str):
         """``DELETE /v1/admin/keys/{key_id}``."""
         return self._send(Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", _nothing, admin=True))
@@ -128,6 +132,23 @@ class _Routes:
         return self._send(
             Call("POST", "/v1/sessions", _model(m.Session), json=body, idempotent=session_id is not None)
         )
+
+    def list_sessions(
+        self,
+        *,
+        state: Optional[str] = None,
+        workspace: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ):
+        """``GET /v1/sessions``: one page of sessions, newest first; pass the
+        page's ``next_cursor`` as ``cursor`` for the next."""
+        params = {"state": state, "workspace": workspace, "limit": limit, "cursor": cursor}
+        return self._send(Call("GET", "/v1/sessions", _model(m.SessionPage), params=params))
+
+    def list_workspaces(self):
+        """``GET /v1/workspaces``: the tenant's workspaces and their layouts with data."""
+        return self._send(Call("GET", "/v1/workspaces", _field(m.WorkspaceList, "workspaces")))
 
     def get_session(self, session_id: str):
         """``GET /v1/sessions/{session_id}``: state, rollouts and jobs."""
@@ -175,10 +196,18 @@ class _Routes:
         )
 
     # -- jobs ------------------------------------------------------------------
-    def list_jobs(self, *, state: Optional[str] = None, kind: Optional[str] = None, session_id: Optional[str] = None):
-        """``GET /v1/jobs``: the tenant's jobs, newest first."""
-        params = {"state": state, "kind": kind, "session_id": session_id}
-        return self._send(Call("GET", "/v1/jobs", _field(m.JobList, "jobs"), params=params))
+    def list_jobs(
+        self,
+        *,
+        state: Optional[str] = None,
+        kind: Optional[str] = None,
+        session_id: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ):
+        """``GET /v1/jobs``: one page of the tenant's jobs, newest first."""
+        params = {"state": state, "kind": kind, "session_id": session_id, "limit": limit, "cursor": cursor}
+        return self._send(Call("GET", "/v1/jobs", _model(m.JobList), params=params))
 
     def get_job(self, job_id: str):
         """``GET /v1/jobs/{job_id}``."""
@@ -197,15 +226,41 @@ class _Routes:
         path = self._memory_path(workspace, layout, "phase_two_selection")
         return self._send(Call("GET", path, _model(m.PhaseTwoSelection)))
 
-    def list_runs(self, workspace: str = "default", layout: str = "default", *, limit: Optional[int] = None):
-        """``GET …/runs``: consolidation runs, newest first."""
+    def list_runs(
+        self,
+        workspace: str = "default",
+        layout: str = "default",
+        *,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ):
+        """``GET …/runs``: one page of consolidation runs, newest first."""
         path = self._memory_path(workspace, layout, "runs")
-        return self._send(Call("GET", path, _field(m.RunList, "runs"), params={"limit": limit}))
+        return self._send(Call("GET", path, _model(m.RunList), params={"limit": limit, "cursor": cursor}))
 
-    def get_file(self, path: str, *, workspace: str = "default", layout: str = "default"):
-        """``GET …/files/{path}``: a file of the layout's memory folder, as text."""
+    def get_run(self, run_id: str, *, workspace: str = "default", layout: str = "default"):
+        """``GET …/runs/{run_id}``: one run and the diff of every file it changed."""
+        path = self._memory_path(workspace, layout, f"runs/{segment(run_id)}")
+        return self._send(Call("GET", path, _model(m.RunDetail)))
+
+    def restore_run(self, run_id: str, *, workspace: str = "default", layout: str = "default"):
+        """``POST …/runs/{run_id}/restore``: queue a restore of the memory to what
+        the run left; returns the ``restore`` job."""
+        path = self._memory_path(workspace, layout, f"runs/{segment(run_id)}/restore")
+        return self._send(Call("POST", path, _model(m.Job)))
+
+    def list_files(self, workspace: str = "default", layout: str = "default"):
+        """``GET …/files``: every file of the layout's memory folder."""
+        return self._send(Call("GET", self._memory_path(workspace, layout, "files"), _field(m.FileList, "files")))
+
+    def get_file(
+        self, path: str, *, workspace: str = "default", layout: str = "default", run_id: Optional[str] = None
+    ):
+        """``GET …/files/{path}``: a file of the layout's memory folder, as text;
+        with ``run_id``, as it was right after that run."""
         encoded = "/".join(segment(part) for part in path.split("/"))
-        return self._send(Call("GET", self._memory_path(workspace, layout, f"files/{encoded}"), _text))
+        call = Call("GET", self._memory_path(workspace, layout, f"files/{encoded}"), _text, params={"run_id": run_id})
+        return self._send(call)
 
     def get_instructions(
         self, workspace: str = "default", layout: str = "default", *, live_update: Optional[bool] = None

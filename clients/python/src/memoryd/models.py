@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 SessionState = Literal["open", "closing", "closed"]
-JobKind = Literal["phase_one", "phase_two"]
+JobKind = Literal["phase_one", "phase_two", "restore"]
 JobState = Literal["queued", "running", "succeeded", "skipped", "failed"]
 TerminalState = Literal[
     "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"
@@ -134,10 +134,61 @@ class Job(_Model):
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
     sessions: list[str] = []
+    restore_run_id: Optional[str] = None
 
 
 class JobList(_Model):
     jobs: list[Job] = []
+    next_cursor: Optional[str] = None
+
+
+class SessionSummary(_Model):
+    session_id: Optional[str] = None
+    workspace: Optional[str] = None
+    state: Optional[SessionState] = None
+    created_at: Optional[datetime] = None
+    closed_at: Optional[datetime] = None
+    segments: Optional[int] = None
+    rollouts: Optional[int] = None
+    memory_status: Optional[dict[str, Any]] = None
+
+
+class SessionPage(_Model):
+    sessions: list[SessionSummary] = []
+    next_cursor: Optional[str] = None
+
+
+class WorkspaceSummary(_Model):
+    name: Optional[str] = None
+    layouts: list[str] = []
+    sessions: Optional[int] = None
+    updated_at: Optional[datetime] = None
+
+
+class WorkspaceList(_Model):
+    workspaces: list[WorkspaceSummary] = []
+
+
+class MemoryFile(_Model):
+    path: Optional[str] = None
+    bytes: Optional[int] = None
+    modified_at: Optional[datetime] = None
+
+
+class FileList(_Model):
+    files: list[MemoryFile] = []
+
+
+class TenantSummary(_Model):
+    tenant_id: Optional[str] = None
+    name: Optional[str] = None
+    created_at: Optional[datetime] = None
+    keys: Optional[int] = None
+    sessions: Optional[int] = None
+
+
+class TenantList(_Model):
+    tenants: list[TenantSummary] = []
 
 
 class Session(_Model):
@@ -196,6 +247,7 @@ class PhaseTwoRun(_Model):
     removed: Optional[int] = None
     files_changed: list[str] = []
     sessions: list[str] = []
+    restored_from: Optional[str] = None
     usage: Optional[dict[str, Any]] = None
     turns: Optional[int] = None
     error: Optional[str] = None
@@ -203,8 +255,22 @@ class PhaseTwoRun(_Model):
     finished_at: Optional[datetime] = None
 
 
+class FileChange(_Model):
+    path: Optional[str] = None
+    change: Optional[Literal["added", "modified", "deleted"]] = None
+    diff: Optional[str] = None
+    before_bytes: Optional[int] = None
+    after_bytes: Optional[int] = None
+
+
+class RunDetail(PhaseTwoRun):
+    history_kept: bool = False
+    changes: Optional[list[FileChange]] = None
+
+
 class RunList(_Model):
     runs: list[PhaseTwoRun] = []
+    next_cursor: Optional[str] = None
 
 
 class Instructions(_Model):

@@ -1,0 +1,95 @@
+//! Memory history over HTTP (SPEC §2.6): one run with the diff of every
+//! file it changed.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::TenantAuth;
+use super::memory::locate;
+use crate::domain::diff::{Change, unified_diff};
+use crate::store::RunFileRecord;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+fn run_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::NotFound(format!("No run {raw}.")))
+}
+
+async fn blob(state: &AppState, tenant: Uuid, hash: Option<&str>) -> Result<Option<Vec<u8>>, ApiError> {
+    match hash {
+        None => Ok(None),
+        Some(hash) => state
+            .store
+            .history_blob(tenant, hash)
+            .await?
+            .map(Some)
+            .ok_or_else(|| ApiError::internal(format!("history blob {hash} is missing"))),
+    }
+}
+
+async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<Value, ApiError> {
+    let before = blob(state, tenant, file.before_hash.as_deref()).await?;
+    let after = blob(state, tenant, file.after_hash.as_deref()).await?;
+    let change = Change::of(before.as_deref(), after.as_deref()).unwrap_or(Change::Modified);
+    Ok(json!({
+        "path": file.path,
+        "change": change.as_str(),
+        "diff": unified_diff(&file.path, before.as_deref(), after.as_deref()),
+        "before_bytes": file.before_bytes,
+        "after_bytes": file.after_bytes,
+    }))
+}
+
+/// `POST …/runs/{run_id}/restore`: queues a restore job (202 with it).
+pub async fn restore(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let id = run_id(&raw_run)?;
+    let run = state
+        .store
+        .phase_two_run(tenant, &workspace, &layout_name, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("No run {raw_run}.")))?;
+    let job = state.store.queue_restore(tenant, &run, &workspace, &layout_name, &layout).await?.ok_or_else(|| {
+        ApiError::HistoryExpired(format!(
+            "The history of run {id} is no longer kept: only successful runs keep theirs, the newest {} of each layout.",
+            state.config.history_runs
+        ))
+    })?;
+    state.wake.notify_waiters();
+    tracing::info!(job_id = %job.job_id, run_id = %id, "restore queued");
+    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)))
+}
+
+pub async fn run(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let id = run_id(&raw_run)?;
+    let run = state
+        .store
+        .phase_two_run(tenant, &workspace, &layout_name, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("No run {raw_run}.")))?;
+    let changes = match state.store.run_files(tenant, id).await? {
+        Some(files) => {
+            let mut changes = Vec::with_capacity(files.len());
+            for file in &files {
+                changes.push(change_of(&state, tenant, file).await?);
+            }
+            Some(changes)
+        }
+        None => None,
+    };
+    let mut body = serde_json::to_value(run).map_err(ApiError::internal)?;
+    body["history_kept"] = json!(changes.is_some());
+    body["changes"] = json!(changes);
+    Ok(Json(body))
+}

@@ -1,0 +1,121 @@
+//! Listings for operators and dashboards (SPEC §2.6): sessions, workspaces,
+//! a layout's memory files and, for the admin, tenants. Listings that grow
+//! without bound are paged by keyset cursors.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{AdminAuth, QueryParams, TenantAuth};
+use super::memory::locate;
+use crate::domain::ids::WorkspaceName;
+use crate::domain::page::{PageCursor, PageRequest};
+use crate::store::{SessionFilter, SessionState};
+use crate::workspace::{confine, files_under, is_temporary_file};
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::path::Path as FsPath;
+
+/// The page a request asks for. `uuid_keys`: the listing's rows are keyed by
+/// UUIDs, so a cursor of another listing is refused too.
+pub fn page_of(limit: Option<i64>, cursor: Option<&str>, uuid_keys: bool) -> Result<PageRequest, ApiError> {
+    let page = PageRequest::parse(limit, cursor).map_err(ApiError::InvalidRequest)?;
+    if uuid_keys && page.after.as_ref().is_some_and(|c| uuid::Uuid::parse_str(&c.key).is_err()) {
+        return Err(ApiError::InvalidRequest("cursor is not one this listing gave out".into()));
+    }
+    Ok(page)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsQuery {
+    state: Option<String>,
+    workspace: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+pub async fn list_sessions(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<SessionsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let page = page_of(query.limit, query.cursor.as_deref(), false)?;
+    let filter = SessionFilter {
+        state: query
+            .state
+            .as_deref()
+            .map(|raw| {
+                SessionState::parse(raw).ok_or_else(|| {
+                    ApiError::InvalidRequest(format!("state must be one of open, closing, closed, got: {raw}"))
+                })
+            })
+            .transpose()?,
+        workspace: query
+            .workspace
+            .as_deref()
+            .map(|raw| {
+                WorkspaceName::parse(raw)
+                    .ok_or_else(|| ApiError::InvalidRequest(format!("workspace is not a valid workspace name: {raw}")))
+            })
+            .transpose()?,
+    };
+    let rows = state.store.list_sessions(tenant, &filter, &page).await?;
+    let (sessions, next_cursor) =
+        page.finish(rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
+    Ok(Json(json!({"sessions": sessions, "next_cursor": next_cursor})))
+}
+
+pub async fn list_workspaces(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    let workspaces = state.store.workspace_activity(tenant).await?.summaries();
+    Ok(Json(json!({"workspaces": workspaces})))
+}
+
+#[derive(Debug, Serialize)]
+struct MemoryFile {
+    path: String,
+    bytes: u64,
+    modified_at: DateTime<Utc>,
+}
+
+/// Every file under `dir`, by path relative to it; memoryd's own temporary
+/// files (a publish under way) are not memory.
+fn memory_files(dir: &FsPath) -> std::io::Result<Vec<MemoryFile>> {
+    let mut files = Vec::new();
+    for (path, meta) in files_under(dir)? {
+        if path.file_name().is_some_and(is_temporary_file) {
+            continue;
+        }
+        let relative = path.strip_prefix(dir).map_err(std::io::Error::other)?;
+        files.push(MemoryFile {
+            path: relative.to_string_lossy().into_owned(),
+            bytes: meta.len(),
+            modified_at: meta.modified()?.into(),
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+pub async fn list_files(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((raw_workspace, raw_layout)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let (workspace, _, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    let memories = confine(&root, &layout.memories_dir.normalized).map_err(ApiError::internal)?;
+    let files = tokio::task::spawn_blocking(move || memory_files(&memories))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    Ok(Json(json!({"files": files})))
+}
+
+pub async fn list_tenants(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({"tenants": state.store.list_tenants().await?})))
+}

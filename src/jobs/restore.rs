@@ -1,0 +1,126 @@
+//! Restore jobs (SPEC §2.6): every memory file the consolidation agent may
+//! write goes back to what a kept run left, through the same staged,
+//! all-at-once publish as phase two, with a run record and history of its own.
+
+use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::llm::TokenUsage;
+use crate::store::{ClaimedJob, FileAtRun, JobOutcome, PhaseTwoReport, PhaseTwoRun};
+use crate::tools::agent_may_write;
+use crate::workspace::publish::FileChanges;
+use crate::workspace::{confine, files_under, is_temporary_file};
+use chrono::Utc;
+use serde_json::json;
+use std::collections::BTreeSet;
+use uuid::Uuid;
+
+pub struct Restore;
+
+#[async_trait::async_trait]
+impl super::JobRunner for Restore {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+        let started_at = Utc::now();
+        let result = restore(ctx, claimed).await;
+        let (state, error, files_changed) = match &result {
+            Ok(completion) => {
+                ("succeeded", None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
+            }
+            Err(AttemptError::Retryable { message, .. } | AttemptError::Fatal { message }) => {
+                ("failed", Some(message.clone()), Vec::new())
+            }
+        };
+        let report = PhaseTwoReport {
+            run: PhaseTwoRun {
+                run_id: Uuid::new_v4(),
+                job_id: claimed.job.job_id,
+                session_id: claimed.job.session_id.as_str().to_owned(),
+                state: state.to_owned(),
+                selected: 0,
+                added: 0,
+                retained: 0,
+                removed: 0,
+                files_changed,
+                usage: json!({"input_tokens": 0, "output_tokens": 0, "calls": 0}),
+                turns: 0,
+                error,
+                started_at,
+                finished_at: Utc::now(),
+                restored_from: claimed.job.restore_run_id,
+                sessions: Vec::new(),
+            },
+            selection: None,
+            history: None,
+        };
+        (result, Some(report))
+    }
+}
+
+fn retryable(message: String) -> AttemptError {
+    AttemptError::Retryable { message, retry_after: None, usage: TokenUsage::default(), token_limit: None }
+}
+
+async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+    let fatal = |message: String| AttemptError::Fatal { message };
+    let job = &claimed.job;
+    let target = job.restore_run_id.ok_or_else(|| fatal("a restore job names no run".into()))?;
+    let root = ctx
+        .volumes
+        .workspace_root(claimed.tenant_id, &job.workspace)
+        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+    let memories = claimed.layout.memories_dir.normalized.clone();
+    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let store_error = |e: crate::store::StoreError| retryable(format!("reading the history failed: {e}"));
+
+    // What the run's history knows of, and what is there now.
+    let mut paths: BTreeSet<String> = ctx
+        .store
+        .history_paths(claimed.tenant_id, &job.workspace, &job.layout)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .collect();
+    let scan_root = memory_root.clone();
+    let on_disk = tokio::task::spawn_blocking(move || files_under(&scan_root))
+        .await
+        .map_err(|e| retryable(e.to_string()))?
+        .map_err(|e| retryable(format!("listing the memory folder failed: {e}")))?;
+    for (path, _) in on_disk {
+        if path.file_name().is_some_and(is_temporary_file) {
+            continue;
+        }
+        if let Some(relative) = path.strip_prefix(&memory_root).ok().and_then(|p| p.to_str()) {
+            paths.insert(relative.to_owned());
+        }
+    }
+
+    let mut files = FileChanges::default();
+    for path in paths.into_iter().filter(|p| agent_may_write(p)) {
+        let then = ctx
+            .store
+            .file_after_run(claimed.tenant_id, &job.workspace, &job.layout, target, &path)
+            .await
+            .map_err(store_error)?;
+        let current = match tokio::fs::read(memory_root.join(&path)).await {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(retryable(format!("reading {path} failed: {e}"))),
+        };
+        let wanted = match then {
+            FileAtRun::NotKept => return Err(fatal(format!("the history of run {target} is no longer kept"))),
+            // No kept run changed it: what it was then is not known, so it stays.
+            FileAtRun::Unrecorded => continue,
+            FileAtRun::Absent => None,
+            FileAtRun::Content(bytes) => Some(bytes),
+        };
+        if wanted != current {
+            match wanted {
+                Some(bytes) => files.write(format!("{memories}/{path}"), bytes),
+                None => files.delete(format!("{memories}/{path}")),
+            }
+        }
+    }
+    Ok(Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        files: Some(files),
+        usage: TokenUsage::default(),
+    })
+}
