@@ -87,7 +87,7 @@ def test_history_diffs_and_restores(server, tenant):
         detail = client.get_run(first.run_id)
         assert detail.history_kept and detail.run_id == first.run_id
         memory = next(c for c in detail.changes if c.path == "MEMORY.md")
-        assert memory.change == "added" and memory.diff.startswith("--- /dev/null")
+        assert memory.change == "modified" and memory.before_bytes == 0 and "+" in memory.diff
         then = client.get_file("MEMORY.md", run_id=first.run_id)
         assert "green tea" in then and "black coffee" not in then
         assert "black coffee" in client.get_file("MEMORY.md")
