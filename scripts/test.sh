@@ -98,18 +98,29 @@ else
   cargo test --no-fail-fast "$@" || status=$?
 fi
 
-# The Python client (clients/python) against the binary the Rust tests built,
-# in a virtual environment of its own (MEMORYD_SKIP_PYTHON=1 skips it).
+# The Python client (clients/python) and the console in a headless Chromium
+# (tests/browser), against the binary the Rust tests built, in a virtual
+# environment of their own (MEMORYD_SKIP_PYTHON=1 skips both).
 if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
   cargo build --quiet --bin memoryd
-  VENV="target/pyvenv"
+  BIN="$PWD/target/debug/memoryd"
+  VENV="$PWD/target/pyvenv"
   if [ ! -x "$VENV/bin/pytest" ] || [ clients/python/pyproject.toml -nt "$VENV/bin/pytest" ]; then
-    log "creating the Python client's virtual environment in $VENV"
+    log "creating the Python tests' virtual environment in $VENV"
     python3 -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test]" playwright
     touch "$VENV/bin/pytest"
   fi
-  (cd clients/python && MEMORYD_BIN="$PWD/../../target/debug/memoryd" ../../"$VENV"/bin/pytest -q -p no:cacheprovider) || status=$?
+  (cd clients/python && MEMORYD_BIN="$BIN" "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
+  if ! command -v chromium >/dev/null 2>&1; then
+    log "installing Debian's chromium for the browser tests"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null; } ||
+      log "could not install chromium: the browser tests will say SKIPPED"
+  fi
+  (cd tests/browser && MEMORYD_BIN="$BIN" MEMORYD_CHROMIUM="$(command -v chromium)" \
+    "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
 fi
 exit "$status"

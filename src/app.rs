@@ -60,6 +60,7 @@ struct Core {
     config: Arc<Config>,
     wake: Arc<Notify>,
     shutdown: watch::Sender<bool>,
+    console: Arc<crate::api::ConsoleKeys>,
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
@@ -69,7 +70,9 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
     let (shutdown, _) = watch::channel(false);
-    Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown }, provider))
+    let console =
+        Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
+    Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console }, provider))
 }
 
 impl Core {
@@ -81,6 +84,7 @@ impl Core {
             shutdown: self.shutdown.subscribe(),
             wake: self.wake.clone(),
             caches: Default::default(),
+            console: self.console.clone(),
         }
     }
 }

@@ -94,6 +94,13 @@ pub struct Config {
     /// (the files they changed, for diffs and restores; SPEC §2.6).
     #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
     pub history_runs: u32,
+    /// The key that signs console sessions; unset: a random one per start
+    /// (every restart then signs everyone out, and replicas do not share sessions).
+    #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
+    pub console_secret: Option<String>,
+    /// Console cookies only over HTTPS (set behind a TLS-terminating proxy).
+    #[arg(long = "console-secure-cookies", env = "MEMORYD_CONSOLE_SECURE_COOKIES", default_value_t = false)]
+    pub console_secure_cookies: bool,
     /// Free space the data volume keeps: appends are refused and `/readyz`
     /// fails below it (0: off; readiness then fails below 64 KiB).
     #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
@@ -138,6 +145,8 @@ impl Config {
             job_lease_secs: 120,
             phase_two_debounce_ms: 0,
             history_runs: 100,
+            console_secret: None,
+            console_secure_cookies: false,
             min_free_bytes: 67_108_864,
             max_connections: 10_000,
             header_timeout_secs: 10,

@@ -48,8 +48,44 @@ async fn run_bench(args: memoryd::bench::BenchArgs) -> std::process::ExitCode {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// glibc gives each thread that allocates while another does an arena of its
+/// own, up to eight per core, and keeps in it what the thread frees. SQLite's
+/// connections each run on a thread of their own, and the blocking pool adds
+/// more: under a steady load the process grew without bound (the soak on
+/// SQLite: 28 → 76 MiB in five minutes; with one arena 25 → 36 MiB in half
+/// that, and flat). Two arenas keep the spare memory in one place. An
+/// operator's `MALLOC_ARENA_MAX` wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    use std::ffi::c_int;
+    const M_ARENA_MAX: c_int = -8;
+    unsafe extern "C" {
+        fn mallopt(param: c_int, value: c_int) -> c_int;
+    }
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator tunable; it is called before
+        // any other thread exists.
+        unsafe {
+            mallopt(M_ARENA_MAX, 2);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
+fn main() -> std::process::ExitCode {
+    limit_malloc_arenas();
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("memoryd: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
     let (config, api) = match command {
         Command::Serve(config) => (config, true),

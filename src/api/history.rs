@@ -6,14 +6,14 @@ use super::error::ApiError;
 use super::extract::TenantAuth;
 use super::memory::locate;
 use crate::domain::diff::{Change, unified_diff};
-use crate::store::RunFileRecord;
+use crate::store::{JobRecord, RunFileRecord};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-fn run_id(raw: &str) -> Result<Uuid, ApiError> {
+pub(crate) fn run_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::NotFound(format!("No run {raw}.")))
 }
 
@@ -29,7 +29,7 @@ async fn blob(state: &AppState, tenant: Uuid, hash: Option<&str>) -> Result<Opti
     }
 }
 
-async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<Value, ApiError> {
+pub(crate) async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<Value, ApiError> {
     let before = blob(state, tenant, file.before_hash.as_deref()).await?;
     let after = blob(state, tenant, file.after_hash.as_deref()).await?;
     let change = Change::of(before.as_deref(), after.as_deref()).unwrap_or(Change::Modified);
@@ -48,8 +48,19 @@ pub async fn restore(
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
-    let id = run_id(&raw_run)?;
+    let job = queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
+    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)))
+}
+
+pub(crate) async fn queue_restore(
+    state: &AppState,
+    tenant: Uuid,
+    raw_workspace: &str,
+    raw_layout: &str,
+    raw_run: &str,
+) -> Result<JobRecord, ApiError> {
+    let (workspace, layout_name, layout) = locate(state, tenant, raw_workspace, raw_layout).await?;
+    let id = run_id(raw_run)?;
     let run = state
         .store
         .phase_two_run(tenant, &workspace, &layout_name, id)
@@ -63,7 +74,7 @@ pub async fn restore(
     })?;
     state.wake.notify_waiters();
     tracing::info!(job_id = %job.job_id, run_id = %id, "restore queued");
-    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)))
+    Ok(job)
 }
 
 pub async fn run(

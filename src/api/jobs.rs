@@ -6,7 +6,7 @@ use super::extract::{QueryParams, TenantAuth};
 use super::listings::page_of;
 use crate::domain::ids::SessionId;
 use crate::domain::page::PageCursor;
-use crate::store::{JobFilter, JobKind, JobState, RetryOutcome};
+use crate::store::{JobFilter, JobKind, JobRecord, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
@@ -84,12 +84,18 @@ pub async fn retry_job(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = job_id(&raw_id)?;
-    match state.store.retry_job(tenant, id).await?.ok_or_else(|| job_not_found(&raw_id))? {
+    let job = retry(&state, tenant, &raw_id).await?;
+    Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+}
+
+/// Queues a failed job again; 409 for a job that has not failed.
+pub(crate) async fn retry(state: &AppState, tenant: uuid::Uuid, raw_id: &str) -> Result<JobRecord, ApiError> {
+    let id = job_id(raw_id)?;
+    match state.store.retry_job(tenant, id).await?.ok_or_else(|| job_not_found(raw_id))? {
         RetryOutcome::Requeued(job) => {
             state.wake.notify_waiters();
             tracing::info!(job_id = %id, "failed job queued again");
-            Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+            Ok(*job)
         }
         RetryOutcome::NotFailed(current) => {
             Err(ApiError::JobNotFailed(format!("Only a failed job can be retried; this one is {}.", current.as_str())))

@@ -76,10 +76,10 @@ pub async fn list_workspaces(
 }
 
 #[derive(Debug, Serialize)]
-struct MemoryFile {
-    path: String,
-    bytes: u64,
-    modified_at: DateTime<Utc>,
+pub(crate) struct MemoryFile {
+    pub path: String,
+    pub bytes: u64,
+    pub modified_at: DateTime<Utc>,
 }
 
 /// Every file under `dir`, by path relative to it; memoryd's own temporary
@@ -108,12 +108,17 @@ pub async fn list_files(
 ) -> Result<Json<Value>, ApiError> {
     let (workspace, _, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
-    let memories = confine(&root, &layout.memories_dir.normalized).map_err(ApiError::internal)?;
-    let files = tokio::task::spawn_blocking(move || memory_files(&memories))
+    let files = memory_files_of(&root, &layout.memories_dir.normalized).await?;
+    Ok(Json(json!({"files": files})))
+}
+
+/// The files of a layout's memory folder in a workspace (`root`).
+pub(crate) async fn memory_files_of(root: &FsPath, memories_dir: &str) -> Result<Vec<MemoryFile>, ApiError> {
+    let memories = confine(root, memories_dir).map_err(ApiError::internal)?;
+    tokio::task::spawn_blocking(move || memory_files(&memories))
         .await
         .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
-    Ok(Json(json!({"files": files})))
+        .map_err(ApiError::internal)
 }
 
 pub async fn list_tenants(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -3,6 +3,8 @@
 
 mod admin;
 mod cache;
+mod console;
+pub use console::ConsoleKeys;
 pub mod error;
 mod extract;
 mod health;
@@ -48,6 +50,8 @@ pub struct AppState {
     /// Signalled when jobs are queued or finish in this process.
     pub wake: Arc<tokio::sync::Notify>,
     pub caches: Arc<Caches>,
+    /// Signs and checks console sessions.
+    pub console: Arc<console::ConsoleKeys>,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another
@@ -176,7 +180,7 @@ pub fn router(state: AppState) -> Router {
         }
     }
     let routes = by_path.into_iter().fold(Router::new(), |router, (path, handler)| router.route(path, handler));
-    routes.route_layer(middleware::from_fn(record_http)).with_state(state).layer(
+    routes.merge(console::routes()).route_layer(middleware::from_fn(record_http)).with_state(state).layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(

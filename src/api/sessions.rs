@@ -199,6 +199,40 @@ fn close_body(outcome: &CloseOutcome) -> Value {
     })
 }
 
+/// Closes a session (queuing its jobs) and, given `wait`, holds until it is
+/// closed or the time passes.
+pub(crate) async fn close_and_wait(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    raw_id: &str,
+    wait: Option<Duration>,
+) -> Result<CloseOutcome, ApiError> {
+    let id = SessionId::parse(raw_id).ok_or_else(|| session_not_found(raw_id))?;
+    let debounce = chrono::Duration::milliseconds(state.config.phase_two_debounce_ms as i64);
+    let mut outcome =
+        state.store.close_session(tenant, &id, debounce).await?.ok_or_else(|| session_not_found(raw_id))?;
+    if outcome.closed_now {
+        crate::metrics::session_closed();
+        state.wake.notify_waiters();
+    }
+    if let Some(wait) = wait {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut shutdown = state.shutdown.clone();
+        while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
+            // Jobs finished in this process wake us; another replica's are seen by polling.
+            let step = tokio::time::Instant::now() + Duration::from_millis(200);
+            tokio::select! {
+                _ = tokio::time::sleep_until(step.min(deadline)) => {}
+                _ = state.wake.notified() => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => break,
+            }
+            let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(raw_id))?;
+            outcome = CloseOutcome { session: view.session, jobs: view.jobs, closed_now: false };
+        }
+    }
+    Ok(outcome)
+}
+
 pub async fn close_session(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
@@ -216,29 +250,7 @@ pub async fn close_session(
             }
         },
     };
-    let id = SessionId::parse(&raw_id).ok_or_else(|| session_not_found(&raw_id))?;
-    let debounce = chrono::Duration::milliseconds(state.config.phase_two_debounce_ms as i64);
-    let mut outcome =
-        state.store.close_session(tenant, &id, debounce).await?.ok_or_else(|| session_not_found(&raw_id))?;
-    if outcome.closed_now {
-        crate::metrics::session_closed();
-        state.wake.notify_waiters();
-    }
-    if let Some(wait) = wait {
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut shutdown = state.shutdown.clone();
-        while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
-            // Jobs finished in this process wake us; another replica's are seen by polling.
-            let step = tokio::time::Instant::now() + Duration::from_millis(200);
-            tokio::select! {
-                _ = tokio::time::sleep_until(step.min(deadline)) => {}
-                _ = state.wake.notified() => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => break,
-            }
-            let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(&raw_id))?;
-            outcome = CloseOutcome { session: view.session, jobs: view.jobs, closed_now: false };
-        }
-    }
+    let outcome = close_and_wait(&state, tenant, &raw_id, wait).await?;
     let status = if wait.is_some() && outcome.session.state == SessionState::Closed {
         StatusCode::OK
     } else {

@@ -26,6 +26,8 @@ async fn every_status_served_is_documented(backend: Backend) {
     app.post_segment(&t.key, "done", "default", json!({"rollout_id": "r", "input": "hi"})).await;
     let closed = app.json(Method::POST, "/v1/sessions/done/close?wait=30", &t.key).await;
     let job = closed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    let runs = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await;
+    let run = runs["runs"][0]["run_id"].as_str().unwrap().to_owned();
     let big = json!({"input": "x".repeat(4096)});
     let seg = "/v1/sessions/{session_id}/layouts/{layout}/segments";
     let ws = "/v1/workspaces/{workspace}/layouts/{layout}";
@@ -160,6 +162,55 @@ async fn every_status_served_is_documented(backend: Backend) {
             Method::GET,
             format!("{ws}/files/{{path}}"),
             "/v1/workspaces/default/layouts/default/files/nope.md".into(),
+            None,
+            key,
+        ),
+        (Method::GET, "/v1/admin/tenants".into(), "/v1/admin/tenants".into(), None, ADMIN_TOKEN),
+        (Method::GET, "/v1/admin/tenants".into(), "/v1/admin/tenants".into(), None, key),
+        (Method::GET, "/v1/sessions".into(), "/v1/sessions?limit=2".into(), None, key),
+        (Method::GET, "/v1/sessions".into(), "/v1/sessions?cursor=junk".into(), None, key),
+        (Method::GET, "/v1/workspaces".into(), "/v1/workspaces".into(), None, key),
+        (Method::GET, format!("{ws}/files"), "/v1/workspaces/default/layouts/default/files".into(), None, key),
+        (Method::GET, format!("{ws}/files"), "/v1/workspaces/default/layouts/nope/files".into(), None, key),
+        (
+            Method::GET,
+            format!("{ws}/runs/{{run_id}}"),
+            format!("/v1/workspaces/default/layouts/default/runs/{run}"),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/runs/{{run_id}}"),
+            "/v1/workspaces/default/layouts/default/runs/nope".into(),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/files/{{path}}"),
+            format!("/v1/workspaces/default/layouts/default/files/MEMORY.md?run_id={run}"),
+            None,
+            key,
+        ),
+        (
+            Method::GET,
+            format!("{ws}/files/{{path}}"),
+            "/v1/workspaces/default/layouts/default/files/MEMORY.md?run_id=junk".into(),
+            None,
+            key,
+        ),
+        (
+            Method::POST,
+            format!("{ws}/runs/{{run_id}}/restore"),
+            format!("/v1/workspaces/default/layouts/default/runs/{run}/restore"),
+            None,
+            key,
+        ),
+        (
+            Method::POST,
+            format!("{ws}/runs/{{run_id}}/restore"),
+            "/v1/workspaces/default/layouts/default/runs/nope/restore".into(),
             None,
             key,
         ),

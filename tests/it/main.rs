@@ -7,6 +7,7 @@ mod harness;
 mod admin;
 mod coalesce;
 mod connections;
+mod console;
 mod contract;
 mod deploy_files;
 mod hardening;

@@ -10,7 +10,7 @@ import yaml
 
 from memoryd import models
 
-from conftest import REPO
+from harness import REPO
 
 
 def load_spec() -> dict:

@@ -1,0 +1,224 @@
+//! Signing in to the console: a session cookie signed with HMAC-SHA256,
+//! CSRF tokens bound to it, and the check on every request that the key
+//! (or admin token) it was made from is still good.
+
+use crate::domain::ids::{random_hex, sha256_hex};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// How long a console sign-in lasts.
+pub const SESSION_SECS: i64 = 12 * 3600;
+pub const SESSION_COOKIE: &str = "memoryd_console";
+pub const LOGIN_COOKIE: &str = "memoryd_console_login";
+
+/// HMAC-SHA256 (RFC 2104).
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    inner.update(message);
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who is signed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// With a tenant's API key: that tenant only.
+    Tenant(Uuid),
+    /// With the admin token: any tenant, once picked.
+    Admin(Option<Uuid>),
+}
+
+impl Principal {
+    /// The tenant whose data the pages show.
+    pub fn tenant(&self) -> Option<Uuid> {
+        match self {
+            Self::Tenant(t) => Some(*t),
+            Self::Admin(t) => *t,
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        matches!(self, Self::Admin(_))
+    }
+}
+
+/// A signed-in console session, as its cookie carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    pub principal: Principal,
+    /// SHA-256 of the key or token signed in with: the session ends when it
+    /// no longer opens the console (revoked, rotated).
+    pub credential_hash: String,
+    pub expires_at: i64,
+}
+
+/// The console's signing key (`MEMORYD_CONSOLE_SECRET`, or random per start).
+pub struct ConsoleKeys {
+    secret: Vec<u8>,
+    pub secure_cookies: bool,
+}
+
+impl ConsoleKeys {
+    pub fn new(secret: Option<&str>, secure_cookies: bool) -> Self {
+        let secret = secret.map_or_else(|| random_hex(2).into_bytes(), |s| s.as_bytes().to_vec());
+        Self { secret, secure_cookies }
+    }
+
+    fn sign(&self, what: &str, payload: &str) -> String {
+        hex(&hmac_sha256(&self.secret, format!("{what}|{payload}").as_bytes()))
+    }
+
+    /// The cookie value: the payload in hex, a dot, its signature.
+    pub fn seal(&self, session: &ConsoleSession) -> String {
+        let (kind, tenant) = match &session.principal {
+            Principal::Tenant(t) => ("t", t.to_string()),
+            Principal::Admin(t) => ("a", t.map_or_else(|| "-".into(), |t| t.to_string())),
+        };
+        let payload = format!("v1|{kind}|{tenant}|{}|{}", session.expires_at, session.credential_hash);
+        format!("{}.{}", hex(payload.as_bytes()), self.sign("session", &payload))
+    }
+
+    /// The session a cookie value names, if its signature holds and it has
+    /// not expired at `now` (seconds since the epoch).
+    pub fn open(&self, cookie: &str, now: i64) -> Option<ConsoleSession> {
+        let (payload_hex, signature) = cookie.split_once('.')?;
+        let payload = String::from_utf8(unhex(payload_hex)?).ok()?;
+        if !same(self.sign("session", &payload).as_bytes(), signature.as_bytes()) {
+            return None;
+        }
+        let mut parts = payload.split('|');
+        if parts.next()? != "v1" {
+            return None;
+        }
+        let (kind, tenant) = (parts.next()?, parts.next()?);
+        let expires_at: i64 = parts.next()?.parse().ok()?;
+        let credential_hash = parts.next()?.to_owned();
+        let principal = match (kind, tenant) {
+            ("t", t) => Principal::Tenant(Uuid::parse_str(t).ok()?),
+            ("a", "-") => Principal::Admin(None),
+            ("a", t) => Principal::Admin(Some(Uuid::parse_str(t).ok()?)),
+            _ => return None,
+        };
+        (expires_at > now).then_some(ConsoleSession { principal, credential_hash, expires_at })
+    }
+
+    /// The CSRF token of a session: every form of its pages carries it.
+    pub fn csrf_token(&self, cookie: &str) -> String {
+        self.sign("csrf", cookie)
+    }
+
+    pub fn csrf_ok(&self, cookie: &str, token: &str) -> bool {
+        same(self.csrf_token(cookie).as_bytes(), token.as_bytes())
+    }
+
+    /// `Set-Cookie` for a value (an empty value with max-age 0 clears it).
+    pub fn cookie(&self, name: &str, value: &str, max_age: i64) -> String {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        format!("{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+    }
+}
+
+/// SHA-256 of a credential, as sessions record it.
+pub fn credential_hash(credential: &str) -> String {
+    sha256_hex(credential.as_bytes())
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie_value<'h>(header: &'h str, name: &str) -> Option<&'h str> {
+    header.split(';').filter_map(|c| c.trim().split_once('=')).find(|(n, _)| *n == name).map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        let long_key = [0xaau8; 131];
+        let mac = hmac_sha256(&long_key, b"Test Using Larger Than Block-Size Key - Hash Key First");
+        assert_eq!(hex(&mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    }
+
+    fn session(principal: Principal) -> ConsoleSession {
+        ConsoleSession { principal, credential_hash: credential_hash("mk_x"), expires_at: 1_000 }
+    }
+
+    #[test]
+    fn a_sealed_session_opens_until_it_expires() {
+        let keys = ConsoleKeys::new(Some("secret"), false);
+        for principal in
+            [Principal::Tenant(Uuid::new_v4()), Principal::Admin(None), Principal::Admin(Some(Uuid::new_v4()))]
+        {
+            let s = session(principal);
+            let cookie = keys.seal(&s);
+            assert_eq!(keys.open(&cookie, 999), Some(s));
+            assert_eq!(keys.open(&cookie, 1_000), None, "expired");
+        }
+    }
+
+    #[test]
+    fn a_tampered_or_foreign_cookie_opens_nothing() {
+        let keys = ConsoleKeys::new(Some("secret"), false);
+        let cookie = keys.seal(&session(Principal::Tenant(Uuid::new_v4())));
+        let (payload, signature) = cookie.split_once('.').unwrap();
+        let forged_payload = hex(format!("v1|a|-|99999999999|{}", credential_hash("x")).as_bytes());
+        for bad in [
+            format!("{forged_payload}.{signature}"),
+            format!("{payload}.{}", "0".repeat(64)),
+            format!("{payload}."),
+            payload.to_owned(),
+            "".into(),
+            "zz.zz".into(),
+        ] {
+            assert_eq!(keys.open(&bad, 0), None, "{bad}");
+        }
+        assert_eq!(ConsoleKeys::new(Some("other"), false).open(&cookie, 0), None, "another secret");
+        assert_eq!(ConsoleKeys::new(None, false).open(&cookie, 0), None, "a random secret");
+    }
+
+    #[test]
+    fn csrf_tokens_are_bound_to_their_session() {
+        let keys = ConsoleKeys::new(Some("secret"), false);
+        let token = keys.csrf_token("cookie-a");
+        assert!(keys.csrf_ok("cookie-a", &token));
+        assert!(!keys.csrf_ok("cookie-b", &token));
+        assert!(!keys.csrf_ok("cookie-a", ""));
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_when_asked() {
+        assert_eq!(
+            ConsoleKeys::new(None, false).cookie("n", "v", 60),
+            "n=v; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60"
+        );
+        assert!(ConsoleKeys::new(None, true).cookie("n", "v", 60).ends_with("; Secure"));
+        assert_eq!(cookie_value("a=1; memoryd_console=xyz; b=2", SESSION_COOKIE), Some("xyz"));
+        assert_eq!(cookie_value("a=1", SESSION_COOKIE), None);
+    }
+}

@@ -1,0 +1,942 @@
+//! The operator console at `/console` (SPEC §2.6): server-rendered pages
+//! over the same store the API uses, readable without JavaScript, signed in
+//! with a tenant's API key or the admin token. Every id links to its page.
+
+mod auth;
+mod page;
+mod render;
+
+pub use auth::ConsoleKeys;
+
+use super::AppState;
+use super::error::ApiError;
+use super::layouts::find_layout;
+use super::memory::locate;
+use auth::{ConsoleSession, LOGIN_COOKIE, Principal, SESSION_COOKIE, SESSION_SECS, cookie_value, credential_hash};
+use axum::Router;
+use axum::extract::{Form, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{Markup, html};
+use page::{Frame, html_page, maybe_when, post_button, query, state as state_badge, when};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::domain::ids::{LayoutName, SessionId, WorkspaceName, random_hex};
+use crate::domain::page::{PageCursor, PageRequest};
+use crate::store::{FileAtRun, JobFilter, JobKind, JobState, SessionFilter, SessionState, with_implicit_default};
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+/// How long the Close button waits for the session's memory.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// Conversations longer than this are cut on the page.
+const MAX_CONVERSATION_BYTES: u64 = 2 << 20;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/console", get(overview))
+        .route("/console/login", get(login_form).post(login))
+        .route("/console/logout", post(logout))
+        .route("/console/tenants", get(tenants))
+        .route("/console/tenant", post(pick_tenant))
+        .route("/console/sessions", get(sessions))
+        .route("/console/sessions/{session_id}", get(session))
+        .route("/console/sessions/{session_id}/close", post(close))
+        .route("/console/jobs", get(jobs))
+        .route("/console/jobs/{job_id}", get(job))
+        .route("/console/jobs/{job_id}/retry", post(retry))
+        .route("/console/memory", get(memory))
+        .route("/console/memory/file", get(memory_file))
+        .route("/console/runs", get(runs))
+        .route("/console/runs/{workspace}/{layout}/{run_id}", get(run))
+        .route("/console/runs/{workspace}/{layout}/{run_id}/restore", post(restore))
+        .route("/console/layouts", get(layouts))
+        .route("/console/assets/{name}", get(asset))
+}
+
+/// An error page in place of a problem document.
+pub struct ConsoleError(ApiError);
+
+impl From<ApiError> for ConsoleError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<crate::store::StoreError> for ConsoleError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self(e.into())
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.0.status_and_code();
+        let message = match &self.0 {
+            ApiError::Internal(cause) => {
+                tracing::error!(error = %crate::error_chain(cause.as_ref()), "console page failed");
+                "Something went wrong; the server log has the details.".to_owned()
+            }
+            other => other.to_string(),
+        };
+        html_page(
+            status,
+            "Error",
+            None,
+            html! { p class="error" { (message) } p { a href="/console" { "Back to the console" } } },
+        )
+    }
+}
+
+type Page = Result<Response, ConsoleError>;
+
+/// A signed-in request: its session, its cookie (for CSRF tokens) and the
+/// tenant its pages show.
+pub struct Signed {
+    session: ConsoleSession,
+    cookie: String,
+    csrf: String,
+}
+
+impl Signed {
+    fn frame(&self) -> Frame<'_> {
+        Frame { principal: &self.session.principal, csrf: &self.csrf }
+    }
+
+    /// The tenant the pages show; an admin who has not picked one is sent to pick.
+    fn tenant(&self) -> Result<Uuid, ConsoleError> {
+        self.session.principal.tenant().ok_or_else(|| ConsoleError(ApiError::NotFound("Pick a tenant first.".into())))
+    }
+
+    fn page(&self, title: &str, body: Markup) -> Page {
+        Ok(html_page(StatusCode::OK, title, Some(&self.frame()), body))
+    }
+
+    fn check_csrf(&self, token: &str, keys: &ConsoleKeys) -> Result<(), ConsoleError> {
+        if keys.csrf_ok(&self.cookie, token) {
+            Ok(())
+        } else {
+            Err(ConsoleError(ApiError::InvalidRequest("The form is stale or forged; reload the page.".into())))
+        }
+    }
+}
+
+fn now_secs() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+impl FromRequestParts<AppState> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let to_login = || page::harden(Redirect::to("/console/login").into_response());
+        let cookies = parts.headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let Some(cookie) = cookie_value(cookies, SESSION_COOKIE) else { return Err(to_login()) };
+        let Some(session) = state.console.open(cookie, now_secs()) else { return Err(to_login()) };
+        // The key or token signed in with must still open the console.
+        let still_good = match &session.principal {
+            Principal::Tenant(tenant) => {
+                matches!(state.store.tenant_for_key_hash(&session.credential_hash).await, Ok(Some(t)) if t == *tenant)
+            }
+            Principal::Admin(_) => {
+                state.config.admin_token.as_deref().is_some_and(|t| credential_hash(t) == session.credential_hash)
+            }
+        };
+        if !still_good {
+            return Err(to_login());
+        }
+        let csrf = state.console.csrf_token(cookie);
+        Ok(Signed { session, cookie: cookie.to_owned(), csrf })
+    }
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    csrf: String,
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    let (body, content_type) = match name.as_str() {
+        "console.css" => (CSS, "text/css; charset=utf-8"),
+        "console.js" => (JS, "text/javascript; charset=utf-8"),
+        _ => return page::harden(StatusCode::NOT_FOUND.into_response()),
+    };
+    let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    page::harden(response)
+}
+
+// -- signing in ------------------------------------------------------------
+
+async fn login_form(State(state): State<AppState>) -> Response {
+    // Double-submit token: a login form posted from elsewhere lacks the cookie.
+    let token = random_hex(1);
+    let mut response = html_page(
+        StatusCode::OK,
+        "Sign in",
+        None,
+        html! {
+            form class="login" method="post" action="/console/login" {
+                label for="credential" { "A tenant's API key, or the admin token" }
+                input id="credential" type="password" name="credential" autocomplete="off" required;
+                input type="hidden" name="csrf" value=(token);
+                button type="submit" { "Sign in" }
+            }
+        },
+    );
+    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(LOGIN_COOKIE, &token, 600)) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    credential: String,
+    csrf: String,
+}
+
+fn refused_login(message: &str) -> Response {
+    html_page(
+        StatusCode::UNAUTHORIZED,
+        "Sign in",
+        None,
+        html! { p class="error" { (message) } p { a href="/console/login" { "Try again" } } },
+    )
+}
+
+async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if cookie_value(cookies, LOGIN_COOKIE) != Some(form.csrf.as_str()) || form.csrf.is_empty() {
+        return refused_login("The sign-in form expired; load it again.");
+    }
+    let credential = form.credential.trim();
+    let hash = credential_hash(credential);
+    let is_admin = state.config.admin_token.as_deref().is_some_and(|t| credential_hash(t) == hash);
+    let principal = if is_admin {
+        Principal::Admin(None)
+    } else {
+        match state.store.tenant_for_key_hash(&hash).await {
+            Ok(Some(tenant)) => Principal::Tenant(tenant),
+            Ok(None) => return refused_login("That key opens nothing here."),
+            Err(e) => return ConsoleError(e.into()).into_response(),
+        }
+    };
+    let next = if is_admin { "/console/tenants" } else { "/console" };
+    let session = ConsoleSession { principal, credential_hash: hash, expires_at: now_secs() + SESSION_SECS };
+    let sealed = state.console.seal(&session);
+    let mut response = page::harden(Redirect::to(next).into_response());
+    for cookie in
+        [state.console.cookie(SESSION_COOKIE, &sealed, SESSION_SECS), state.console.cookie(LOGIN_COOKIE, "", 0)]
+    {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    tracing::info!(admin = is_admin, "console sign-in");
+    response
+}
+
+async fn logout(State(state): State<AppState>, signed: Signed, Form(form): Form<CsrfForm>) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let mut response = page::harden(Redirect::to("/console/login").into_response());
+    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(SESSION_COOKIE, "", 0)) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+async fn tenants(State(state): State<AppState>, signed: Signed) -> Page {
+    if !signed.session.principal.is_admin() {
+        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
+    }
+    let tenants = state.store.list_tenants().await?;
+    signed.page(
+        "Tenants",
+        html! {
+            table {
+                tr { th { "Tenant" } th { "Name" } th { "Created" } th { "Keys" } th { "Sessions" } th {} }
+                @for t in &tenants {
+                    tr {
+                        td { code { (t.tenant_id) } } td { (t.name) } td { (when(&t.created_at)) }
+                        td { (t.keys) } td { (t.sessions) }
+                        td {
+                            form class="inline" method="post" action="/console/tenant" {
+                                input type="hidden" name="csrf" value=(signed.csrf);
+                                input type="hidden" name="tenant_id" value=(t.tenant_id);
+                                button type="submit" { "Open" }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct PickForm {
+    csrf: String,
+    tenant_id: Uuid,
+}
+
+async fn pick_tenant(State(state): State<AppState>, signed: Signed, Form(form): Form<PickForm>) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    if !signed.session.principal.is_admin() {
+        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
+    }
+    if !state.store.list_tenants().await?.iter().any(|t| t.tenant_id == form.tenant_id) {
+        return Err(ConsoleError(ApiError::NotFound(format!("No tenant {}.", form.tenant_id))));
+    }
+    let session = ConsoleSession { principal: Principal::Admin(Some(form.tenant_id)), ..signed.session };
+    let mut response = page::harden(Redirect::to("/console").into_response());
+    let cookie = state.console.cookie(SESSION_COOKIE, &state.console.seal(&session), SESSION_SECS);
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+// -- links ---------------------------------------------------------------
+
+fn session_link(id: &str) -> Markup {
+    html! { a href={"/console/sessions/" (page::percent_encode(id))} { code { (id) } } }
+}
+
+/// The first eight hex digits of an id: enough to tell ids apart on a page.
+fn short(id: &Uuid) -> String {
+    id.simple().to_string()[..8].to_owned()
+}
+
+fn job_link(id: &Uuid) -> Markup {
+    html! { a href={"/console/jobs/" (id)} title=(id) { code { (short(id)) } } }
+}
+
+fn run_link(workspace: &str, layout: &str, id: &Uuid) -> Markup {
+    html! { a href={"/console/runs/" (workspace) "/" (layout) "/" (id)} title=(id) { code { (short(id)) } } }
+}
+
+fn memory_link(workspace: &str, layout: &str) -> Markup {
+    html! { a href={"/console/memory" (query(&[("workspace", Some(workspace)), ("layout", Some(layout))]))} { (workspace) " / " (layout) } }
+}
+
+// -- overview --------------------------------------------------------------
+
+async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
+    let Some(tenant) = signed.session.principal.tenant() else {
+        return Ok(page::harden(Redirect::to("/console/tenants").into_response()));
+    };
+    let everything = PageRequest { limit: crate::domain::page::MAX_LIMIT, after: None };
+    let recent_jobs = state.store.list_jobs(tenant, &JobFilter::default(), &everything).await?;
+    let mut depth: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for j in &recent_jobs {
+        *depth.entry((j.kind.as_str(), j.state.as_str())).or_default() += 1;
+    }
+    let day_ago = chrono::Utc::now() - chrono::Duration::hours(24);
+    let failed_today = recent_jobs
+        .iter()
+        .filter(|j| j.state == JobState::Failed && j.finished_at.is_some_and(|at| at > day_ago))
+        .count();
+    let sessions =
+        state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
+    let activity = state.store.workspace_activity(tenant).await?;
+    let mut runs = Vec::new();
+    for (workspace, layout, _) in &activity.layouts {
+        let (Some(ws), Some(l)) = (WorkspaceName::parse(workspace), LayoutName::parse(layout)) else { continue };
+        for run in state.store.phase_two_runs(tenant, &ws, &l, &PageRequest { limit: 5, after: None }).await? {
+            runs.push((workspace.clone(), layout.clone(), run));
+        }
+    }
+    runs.sort_by_key(|r| std::cmp::Reverse(r.2.finished_at));
+    runs.truncate(10);
+    signed.page(
+        "Overview",
+        html! {
+            div class="cards" {
+                div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "queued").map(|(_, n)| n).sum::<usize>()) } "jobs queued" }
+                div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "running").map(|(_, n)| n).sum::<usize>()) } "jobs running" }
+                div class="card" { div class="n" { (failed_today) } a href="/console/jobs?state=failed" { "jobs failed in 24 h" } }
+            }
+            h2 { "Queue by kind and state" }
+            table {
+                tr { th { "Kind" } th { "State" } th { "Jobs" } }
+                @for ((kind, job_state), n) in &depth {
+                    tr { td { (kind) } td { (state_badge(job_state)) } td { a href={"/console/jobs" (query(&[("kind", Some(kind)), ("state", Some(job_state))]))} { (n) } } }
+                }
+            }
+            p class="meta" { "Over the newest " (recent_jobs.len()) " jobs." }
+            h2 { "Recent sessions" }
+            (session_table(&sessions))
+            h2 { "Recent runs" }
+            table {
+                tr { th { "Run" } th { "Memory" } th { "State" } th { "Sessions" } th { "Finished" } }
+                @for (workspace, layout, run) in &runs {
+                    tr {
+                        td { (run_link(workspace, layout, &run.run_id)) }
+                        td { (memory_link(workspace, layout)) }
+                        td { (state_badge(&run.state)) }
+                        td { @for s in &run.sessions { (session_link(s)) " " } }
+                        td { (when(&run.finished_at)) }
+                    }
+                }
+            }
+        },
+    )
+}
+
+// -- sessions --------------------------------------------------------------
+
+fn session_table(sessions: &[crate::store::SessionSummary]) -> Markup {
+    html! {
+        table {
+            tr { th { "Session" } th { "Workspace" } th { "State" } th { "Rollouts" } th { "Segments" } th { "Memory" } th { "Created" } th { "Closed" } }
+            @for s in sessions {
+                tr {
+                    td { (session_link(s.session_id.as_str())) }
+                    td { (s.workspace.as_str()) }
+                    td { (state_badge(s.state.as_str())) }
+                    td { (s.rollouts) } td { (s.segments) }
+                    td { @if let Some(status) = s.memory_status.as_ref().and_then(|m| m.get("status")).and_then(|v| v.as_str()) { (status) } }
+                    td { (when(&s.created_at)) } td { (maybe_when(s.closed_at.as_ref())) }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SessionsQuery {
+    state: Option<String>,
+    workspace: Option<String>,
+    q: Option<String>,
+    cursor: Option<String>,
+}
+
+fn empty_to_none(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+async fn sessions(State(state): State<AppState>, signed: Signed, Query(q): Query<SessionsQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    if let Some(id) = empty_to_none(&q.q) {
+        return Ok(page::harden(
+            Redirect::to(&format!("/console/sessions/{}", page::percent_encode(id))).into_response(),
+        ));
+    }
+    let (state_filter, workspace) = (empty_to_none(&q.state), empty_to_none(&q.workspace));
+    let filter = SessionFilter {
+        state: state_filter.and_then(SessionState::parse),
+        workspace: workspace.and_then(WorkspaceName::parse),
+    };
+    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let rows = state.store.list_sessions(tenant, &filter, &page_request).await?;
+    let (rows, next) =
+        page_request.finish(rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
+    signed.page(
+        "Sessions",
+        html! {
+            form class="filters" method="get" action="/console/sessions" {
+                label { "State " select name="state" {
+                    option value="" { "any" }
+                    @for s in ["open", "closing", "closed"] { option value=(s) selected[state_filter == Some(s)] { (s) } }
+                } }
+                label { "Workspace " input name="workspace" value=[workspace]; }
+                button type="submit" class="secondary" { "Filter" }
+                label { "Session id " input name="q"; }
+                button type="submit" { "Open" }
+            }
+            (session_table(&rows))
+            @if let Some(next) = next {
+                p { a href={"/console/sessions" (query(&[("state", state_filter), ("workspace", workspace), ("cursor", Some(&next))]))} { "Older sessions →" } }
+            }
+        },
+    )
+}
+
+async fn session(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<String>) -> Page {
+    let tenant = signed.tenant()?;
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No session {raw_id}.")));
+    let id = SessionId::parse(&raw_id).ok_or_else(not_found)?;
+    let view = state.store.session_view(tenant, &id).await?.ok_or_else(not_found)?;
+    let root = state.volumes.workspace_root(tenant, &view.session.workspace).map_err(ApiError::internal)?;
+    let mut conversations = Vec::new();
+    for touched in &view.rollouts {
+        let committed = state
+            .store
+            .committed_rollout(tenant, &view.session.workspace, &touched.layout, &touched.rollout_id)
+            .await?;
+        let text = match committed {
+            Some(c) => {
+                let path = crate::workspace::confine(&root, &c.rollout_path).map_err(ApiError::internal)?;
+                let cap = c.committed_len.min(MAX_CONVERSATION_BYTES);
+                let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                    use std::io::Read;
+                    let mut buf = Vec::new();
+                    std::fs::File::open(path)?.take(cap).read_to_end(&mut buf)?;
+                    Ok(buf)
+                })
+                .await
+                .map_err(ApiError::internal)?
+                .unwrap_or_default();
+                Some((String::from_utf8_lossy(&bytes).into_owned(), c.committed_len > cap))
+            }
+            None => None,
+        };
+        conversations.push((touched, text));
+    }
+    let session = &view.session;
+    signed.page(
+        &format!("Session {}", session.session_id.as_str()),
+        html! {
+            p {
+                (state_badge(session.state.as_str())) " in workspace " strong { (session.workspace.as_str()) }
+                " · created " (when(&session.created_at)) " · closed " (maybe_when(session.closed_at.as_ref()))
+            }
+            @if let Some(status) = &session.memory_status { p { "Memory: " code { (status.to_string()) } } }
+            @if session.state == SessionState::Open {
+                (post_button(&format!("/console/sessions/{}/close", page::percent_encode(session.session_id.as_str())), &signed.csrf, "Close session", Some("Close this session and make its memory?")))
+            }
+            h2 { "Jobs" }
+            (job_table(&view.jobs))
+            h2 { "Rollouts" }
+            @for (touched, text) in &conversations {
+                h3 { code { (touched.rollout_id.as_str()) } " in layout " (memory_link(session.workspace.as_str(), touched.layout.as_str())) " · " (touched.segment_count) " segments from this session" }
+                @match text {
+                    Some((jsonl, cut)) => {
+                        (render::conversation(jsonl))
+                        @if *cut { p class="meta" { "(cut at " (MAX_CONVERSATION_BYTES) " bytes)" } }
+                    }
+                    None => { p class="meta" { "No committed lines." } }
+                }
+            }
+        },
+    )
+}
+
+async fn close(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(raw_id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let tenant = signed.tenant()?;
+    super::sessions::close_and_wait(&state, tenant, &raw_id, Some(CLOSE_WAIT)).await?;
+    Ok(page::harden(Redirect::to(&format!("/console/sessions/{}", page::percent_encode(&raw_id))).into_response()))
+}
+
+// -- jobs ------------------------------------------------------------------
+
+fn job_table(jobs: &[crate::store::JobRecord]) -> Markup {
+    html! {
+        table {
+            tr { th { "Job" } th { "Kind" } th { "State" } th { "Attempts" } th { "Memory" } th { "Rollout" } th { "Last error" } th { "Created" } }
+            @for j in jobs {
+                tr {
+                    td { (job_link(&j.job_id)) } td { (j.kind.as_str()) } td { (state_badge(j.state.as_str())) }
+                    td { (j.attempts) } td { (memory_link(j.workspace.as_str(), j.layout.as_str())) }
+                    td { @if let Some(r) = &j.rollout_id { code { (r.as_str()) } } }
+                    td class="error" { (j.last_error.as_deref().unwrap_or("")) }
+                    td { (when(&j.created_at)) }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct JobsQuery {
+    state: Option<String>,
+    kind: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn jobs(State(state): State<AppState>, signed: Signed, Query(q): Query<JobsQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    let (state_filter, kind) = (empty_to_none(&q.state), empty_to_none(&q.kind));
+    let filter = JobFilter {
+        state: state_filter.and_then(JobState::parse),
+        kind: kind.and_then(JobKind::parse),
+        session_id: None,
+    };
+    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    // Failed jobs first: they are what an operator comes for.
+    let failed = if filter.state.is_none() && page_request.after.is_none() {
+        let only_failed = JobFilter { state: Some(JobState::Failed), ..filter.clone() };
+        state.store.list_jobs(tenant, &only_failed, &PageRequest { limit: 20, after: None }).await?
+    } else {
+        Vec::new()
+    };
+    let rows = state.store.list_jobs(tenant, &filter, &page_request).await?;
+    let (rows, next) = page_request.finish(rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
+    signed.page(
+        "Jobs",
+        html! {
+            form class="filters" method="get" action="/console/jobs" {
+                label { "State " select name="state" {
+                    option value="" { "any" }
+                    @for s in ["failed", "queued", "running", "succeeded", "skipped"] { option value=(s) selected[state_filter == Some(s)] { (s) } }
+                } }
+                label { "Kind " select name="kind" {
+                    option value="" { "any" }
+                    @for k in ["phase_one", "phase_two", "restore"] { option value=(k) selected[kind == Some(k)] { (k) } }
+                } }
+                button type="submit" class="secondary" { "Filter" }
+            }
+            @if !failed.is_empty() {
+                h2 { "Failed" }
+                table {
+                    tr { th { "Job" } th { "Kind" } th { "Attempts" } th { "Error" } th { "Finished" } th {} }
+                    @for j in &failed {
+                        tr {
+                            td { (job_link(&j.job_id)) } td { (j.kind.as_str()) } td { (j.attempts) }
+                            td class="error" { (j.last_error.as_deref().unwrap_or("")) }
+                            td { (maybe_when(j.finished_at.as_ref())) }
+                            td { (post_button(&format!("/console/jobs/{}/retry", j.job_id), &signed.csrf, "Retry", None)) }
+                        }
+                    }
+                }
+                h2 { "All jobs" }
+            }
+            (job_table(&rows))
+            @if let Some(next) = next {
+                p { a href={"/console/jobs" (query(&[("state", state_filter), ("kind", kind), ("cursor", Some(&next))]))} { "Older jobs →" } }
+            }
+        },
+    )
+}
+
+async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<String>) -> Page {
+    let tenant = signed.tenant()?;
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No job {raw_id}.")));
+    let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
+    let j = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    signed.page(
+        &format!("Job {}", j.job_id),
+        html! {
+            table {
+                tr { th { "Kind" } td { (j.kind.as_str()) } }
+                tr { th { "State" } td { (state_badge(j.state.as_str())) } }
+                tr { th { "Session" } td { (session_link(j.session_id.as_str())) } }
+                tr { th { "Memory" } td { (memory_link(j.workspace.as_str(), j.layout.as_str())) } }
+                @if let Some(r) = &j.rollout_id { tr { th { "Rollout" } td { code { (r.as_str()) } } } }
+                @if !j.sessions.is_empty() { tr { th { "Serves" } td { @for s in &j.sessions { (session_link(s)) " " } } } }
+                @if let Some(run) = &j.restore_run_id { tr { th { "Restores" } td { (run_link(j.workspace.as_str(), j.layout.as_str(), run)) } } }
+                tr { th { "Attempts" } td { (j.attempts) } }
+                tr { th { "Last error" } td class="error" { (j.last_error.as_deref().unwrap_or("")) } }
+                tr { th { "Usage" } td { @if let Some(u) = &j.usage { code { (u.to_string()) } } } }
+                tr { th { "Created" } td { (when(&j.created_at)) } }
+                tr { th { "Started" } td { (maybe_when(j.started_at.as_ref())) } }
+                tr { th { "Finished" } td { (maybe_when(j.finished_at.as_ref())) } }
+            }
+            @if j.state == JobState::Failed {
+                p { (post_button(&format!("/console/jobs/{}/retry", j.job_id), &signed.csrf, "Retry", None)) }
+            }
+        },
+    )
+}
+
+async fn retry(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(raw_id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let tenant = signed.tenant()?;
+    let job = super::jobs::retry(&state, tenant, &raw_id).await?;
+    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+}
+
+// -- memory ----------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub struct MemoryQuery {
+    workspace: Option<String>,
+    layout: Option<String>,
+    path: Option<String>,
+    run_id: Option<String>,
+    cursor: Option<String>,
+}
+
+impl MemoryQuery {
+    fn workspace(&self) -> &str {
+        empty_to_none(&self.workspace).unwrap_or("default")
+    }
+
+    fn layout(&self) -> &str {
+        empty_to_none(&self.layout).unwrap_or("default")
+    }
+}
+
+async fn read_memory_file(root: &std::path::Path, memories_dir: &str, path: &str) -> Option<String> {
+    let memories = crate::workspace::confine(root, memories_dir).ok()?;
+    let file = crate::workspace::confine(&memories, path).ok()?;
+    tokio::fs::read(file).await.ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Which workspaces and layouts hold memory: the picker atop the memory pages.
+async fn memory_picker(
+    state: &AppState,
+    tenant: Uuid,
+    action: &str,
+    workspace: &str,
+    layout: &str,
+) -> Result<Markup, ConsoleError> {
+    let workspaces = state.store.workspace_activity(tenant).await?.summaries();
+    Ok(html! {
+        p class="meta" {
+            "Memory of: "
+            @for w in &workspaces {
+                @for l in &w.layouts {
+                    @let current = w.name == workspace && l == layout;
+                    a href={(action) (query(&[("workspace", Some(&w.name)), ("layout", Some(l))]))} {
+                        @if current { strong { (w.name) " / " (l) } } @else { (w.name) " / " (l) }
+                    }
+                    " · "
+                }
+            }
+        }
+    })
+}
+
+async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    let memories = &layout.memories_dir.normalized;
+    let memory_md = read_memory_file(&root, memories, "MEMORY.md").await;
+    let summary_md = read_memory_file(&root, memories, "memory_summary.md").await;
+    let files = super::listings::memory_files_of(&root, memories).await?;
+    let selection = state.store.phase_two_selection(tenant, &workspace, &layout_name).await?;
+    let (ws, ln) = (workspace.as_str(), layout_name.as_str());
+    let picker = memory_picker(&state, tenant, "/console/memory", ws, ln).await?;
+    signed.page(
+        &format!("Memory · {ws} / {ln}"),
+        html! {
+            (picker)
+            p { a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln))]))} { "Consolidation runs of this memory →" } }
+            h2 { "memory_summary.md" }
+            div class="markdown" { (render::markdown(summary_md.as_deref().unwrap_or(""))) }
+            h2 { "MEMORY.md" }
+            div class="markdown" { (render::markdown(memory_md.as_deref().unwrap_or(""))) }
+            h2 { "Files" }
+            table {
+                tr { th { "Path" } th { "Bytes" } th { "Modified" } }
+                @for f in &files {
+                    tr {
+                        td { a href={"/console/memory/file" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("path", Some(&f.path))]))} { code { (f.path) } } }
+                        td { (f.bytes) } td { (when(&f.modified_at)) }
+                    }
+                }
+            }
+            h2 { "Current selection" }
+            @match &selection {
+                Some(doc) => {
+                    table {
+                        tr { th { "Rollout" } th { "Updated" } th { "Terminal state" } th { "Summary file" } }
+                        @for item in doc.get("selected").and_then(|v| v.as_array()).into_iter().flatten() {
+                            tr {
+                                td { code { (item.get("rollout_id").and_then(|v| v.as_str()).unwrap_or("")) } }
+                                td { (item.get("updated_at").and_then(|v| v.as_str()).unwrap_or("")) }
+                                td { (item.get("terminal_state").and_then(|v| v.as_str()).unwrap_or("")) }
+                                td { code { (item.get("rollout_summary_file").and_then(|v| v.as_str()).unwrap_or("")) } }
+                            }
+                        }
+                    }
+                }
+                None => { p class="meta" { "No consolidation has succeeded here yet." } }
+            }
+        },
+    )
+}
+
+async fn memory_file(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    let raw_path = empty_to_none(&q.path).unwrap_or("MEMORY.md");
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No file {raw_path} in the memory folder.")));
+    let path = super::memory::history_path(raw_path).ok_or_else(not_found)?;
+    let text = match empty_to_none(&q.run_id) {
+        Some(raw_run) => {
+            let run = super::history::run_id(raw_run)?;
+            match state.store.file_after_run(tenant, &workspace, &layout_name, run, &path).await? {
+                FileAtRun::Content(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                _ => return Err(not_found()),
+            }
+        }
+        None => {
+            let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+            read_memory_file(&root, &layout.memories_dir.normalized, &path).await.ok_or_else(not_found)?
+        }
+    };
+    signed.page(
+        &path,
+        html! {
+            p class="meta" { (memory_link(workspace.as_str(), layout_name.as_str())) @if let Some(run) = empty_to_none(&q.run_id) { " · as run " code { (run) } " left it" } }
+            @if path.ends_with(".md") { div class="markdown" { (render::markdown(&text)) } } @else { pre { (text) } }
+        },
+    )
+}
+
+// -- runs ------------------------------------------------------------------
+
+async fn runs(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    let (workspace, layout_name, _) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page_request).await?;
+    let (rows, next) = page_request.finish(rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
+    let (ws, ln) = (workspace.as_str(), layout_name.as_str());
+    let picker = memory_picker(&state, tenant, "/console/runs", ws, ln).await?;
+    signed.page(
+        &format!("Runs · {ws} / {ln}"),
+        html! {
+            (picker)
+            table {
+                tr { th { "Run" } th { "State" } th { "Selected" } th { "Added" } th { "Retained" } th { "Removed" } th { "Sessions" } th { "Turns" } th { "Finished" } }
+                @for r in &rows {
+                    tr {
+                        td { (run_link(ws, ln, &r.run_id)) @if r.restored_from.is_some() { " (restore)" } }
+                        td { (state_badge(&r.state)) } td { (r.selected) } td { (r.added) } td { (r.retained) } td { (r.removed) }
+                        td { @for s in &r.sessions { (session_link(s)) " " } }
+                        td { (r.turns) } td { (when(&r.finished_at)) }
+                    }
+                }
+            }
+            @if let Some(next) = next {
+                p { a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("cursor", Some(&next))]))} { "Older runs →" } }
+            }
+        },
+    )
+}
+
+async fn run(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
+) -> Page {
+    let tenant = signed.tenant()?;
+    let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let id = super::history::run_id(&raw_run)?;
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No run {raw_run}.")));
+    let r = state.store.phase_two_run(tenant, &workspace, &layout_name, id).await?.ok_or_else(not_found)?;
+    let files = state.store.run_files(tenant, id).await?;
+    let mut changes = Vec::new();
+    for file in files.iter().flatten() {
+        changes.push(super::history::change_of(&state, tenant, file).await?);
+    }
+    // The selection the run wrote (its phase_two_selection.json, as history keeps it).
+    let selection = if r.state == "succeeded" && r.restored_from.is_none() {
+        match state.store.file_after_run(tenant, &workspace, &layout_name, id, "phase_two_selection.json").await? {
+            FileAtRun::Content(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes).ok(),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let (ws, ln) = (workspace.as_str(), layout_name.as_str());
+    let ids = |key: &str| -> Vec<String> {
+        selection
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .or_else(|| v.get("rollout_id").and_then(|r| r.as_str()).map(str::to_owned))
+            })
+            .collect()
+    };
+    signed.page(
+        &format!("Run {}", r.run_id),
+        html! {
+            table {
+                tr { th { "Memory" } td { (memory_link(ws, ln)) } }
+                tr { th { "State" } td { (state_badge(&r.state)) @if let Some(e) = &r.error { " " span class="error" { (e) } } } }
+                tr { th { "Job" } td { (job_link(&r.job_id)) } }
+                @if let Some(from) = &r.restored_from { tr { th { "Restored" } td { "the memory as " (run_link(ws, ln, from)) " left it" } } }
+                tr { th { "Sessions served" } td { @for s in &r.sessions { (session_link(s)) " " } } }
+                tr { th { "Selected / added / retained / removed" } td { (r.selected) " / " (r.added) " / " (r.retained) " / " (r.removed) } }
+                tr { th { "Model turns" } td { (r.turns) } }
+                tr { th { "Token usage" } td { code { (r.usage.to_string()) } } }
+                tr { th { "Started" } td { (when(&r.started_at)) } }
+                tr { th { "Finished" } td { (when(&r.finished_at)) " (" (format!("{:.2}", (r.finished_at - r.started_at).num_milliseconds() as f64 / 1000.0)) " s)" } }
+            }
+            @if selection.is_some() {
+                h2 { "Conversations" }
+                @for (label, key) in [("Added", "added_rollout_ids"), ("Retained", "retained_rollout_ids"), ("Removed", "removed")] {
+                    p {
+                        (label) ": "
+                        @for rollout in ids(key) {
+                            a href={"/console/memory/file" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("path", Some(&format!("raw_memories/{rollout}.md")))]))} { code { (rollout) } }
+                            " "
+                        }
+                    }
+                }
+            }
+            h2 { "Changes" }
+            @if files.is_none() {
+                p class="meta" { "This run's history is no longer kept (only the newest " (state.config.history_runs) " runs of a layout keep theirs)." }
+            } @else {
+                p { (post_button(&format!("/console/runs/{ws}/{ln}/{}/restore", r.run_id), &signed.csrf, "Restore this memory", Some("Put the memory back as this run left it?"))) }
+                @for change in &changes {
+                    @let path = change["path"].as_str().unwrap_or("");
+                    h3 {
+                        a href={"/console/memory/file" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("path", Some(path)), ("run_id", Some(&r.run_id.to_string()))]))} { code { (path) } }
+                        " · " (change["change"].as_str().unwrap_or(""))
+                    }
+                    @match change["diff"].as_str() {
+                        Some(diff) => { (render::diff(diff)) }
+                        None => { p class="meta" { "No diff (binary or over 1 MiB): " (change["before_bytes"].to_string()) " → " (change["after_bytes"].to_string()) " bytes." } }
+                    }
+                }
+            }
+        },
+    )
+}
+
+async fn restore(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
+    Form(form): Form<CsrfForm>,
+) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let tenant = signed.tenant()?;
+    let job = super::history::queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
+    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+}
+
+// -- layouts -----------------------------------------------------------------
+
+async fn layouts(State(state): State<AppState>, signed: Signed) -> Page {
+    let tenant = signed.tenant()?;
+    let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
+    let default_name = LayoutName::default_layout();
+    let (_, default_layout) = find_layout(&state, tenant, default_name.as_str()).await?;
+    signed.page(
+        "Layouts",
+        html! {
+            table {
+                tr { th { "Layout" } th { "Etag" } th { "Config" } th { "Updated" } }
+                @for l in &layouts {
+                    tr {
+                        td { strong { (l.name.as_str()) } @if l.name == default_name && l.updated_at.is_none() { " (implicit)" } }
+                        td { code { (l.layout.etag()) } }
+                        td { pre { (serde_json::to_string_pretty(&l.layout.config).unwrap_or_default()) } }
+                        td { (maybe_when(l.updated_at.as_ref())) }
+                    }
+                }
+            }
+            p class="meta" { "The default layout writes to " code { (default_layout.config.memories_dir) } "." }
+        },
+    )
+}

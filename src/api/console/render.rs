@@ -1,0 +1,249 @@
+//! What the console shows of hostile text: conversations and memory files
+//! are written by users and models, so Markdown renders with raw HTML
+//! escaped and only plain links kept, and conversations are escaped text.
+
+use maud::{Markup, PreEscaped, html};
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd, html as cmark_html};
+use serde_json::Value;
+
+/// A link target the console will follow: relative, `#fragment`, http(s)
+/// or mailto. Anything else (`javascript:`, `data:`, `vbscript:`, …) is not.
+fn safe_link(url: &str) -> bool {
+    let trimmed: String = url.chars().filter(|c| !c.is_whitespace() && !c.is_control()).collect();
+    let lower = trimmed.to_ascii_lowercase();
+    match lower.find(':') {
+        // A colon before any `/`, `?` or `#` starts a scheme.
+        Some(colon) if !lower[..colon].contains(['/', '?', '#']) => {
+            ["http", "https", "mailto"].contains(&&lower[..colon])
+        }
+        _ => true,
+    }
+}
+
+/// Markdown to HTML: raw HTML comes out as escaped text, links and images
+/// with unsafe targets as their text alone, images as links (the console
+/// loads nothing from elsewhere).
+pub fn markdown(text: &str) -> Markup {
+    let mut options = Options::empty();
+    options.insert(Options::ENABLE_TABLES);
+    options.insert(Options::ENABLE_STRIKETHROUGH);
+    options.insert(Options::ENABLE_TASKLISTS);
+    let mut dropped_links = Vec::new();
+    let events = Parser::new_ext(text, options).filter_map(|event| match event {
+        Event::Html(raw) | Event::InlineHtml(raw) => Some(Event::Text(raw)),
+        Event::Start(Tag::Link { dest_url, title, link_type, id }) => {
+            let keep = safe_link(&dest_url);
+            dropped_links.push(!keep);
+            keep.then_some(Event::Start(Tag::Link { dest_url, title, link_type, id }))
+        }
+        Event::End(TagEnd::Link) => (!dropped_links.pop().unwrap_or(false)).then_some(Event::End(TagEnd::Link)),
+        Event::Start(Tag::Image { dest_url, title, link_type, id }) => {
+            let keep = safe_link(&dest_url);
+            dropped_links.push(!keep);
+            keep.then_some(Event::Start(Tag::Link { dest_url, title, link_type, id }))
+        }
+        Event::End(TagEnd::Image) => (!dropped_links.pop().unwrap_or(false)).then_some(Event::End(TagEnd::Link)),
+        other => Some(other),
+    });
+    let mut out = String::new();
+    cmark_html::push_html(&mut out, events);
+    PreEscaped(out)
+}
+
+/// The text of an item's `content`: a string, or the text parts of a list.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str).or_else(|| p.get("refusal").and_then(Value::as_str)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn json_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    }
+}
+
+/// One item of a conversation, readably: who said it and what.
+fn item(item: &Value) -> Markup {
+    let role = item.get("role").and_then(Value::as_str);
+    let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+    match (role, kind) {
+        (Some(role), _) => html! {
+            div class={"turn " (role)} {
+                div class="who" { (role) }
+                pre class="said" { (content_text(item.get("content").unwrap_or(&Value::Null))) }
+            }
+        },
+        (None, kind) if kind.ends_with("_call") => {
+            let name = item.get("name").and_then(Value::as_str).unwrap_or(kind);
+            let args = item.get("arguments").or_else(|| item.get("action")).or_else(|| item.get("input"));
+            html! {
+                div class="turn tool-call" {
+                    div class="who" { "tool call · " code { (name) } }
+                    @if let Some(args) = args { pre class="said" { (json_text(args)) } }
+                }
+            }
+        }
+        (None, kind) if kind.ends_with("_output") => html! {
+            div class="turn tool-output" {
+                div class="who" { "tool output" }
+                pre class="said" { (json_text(item.get("output").unwrap_or(&Value::Null))) }
+            }
+        },
+        (None, kind) => html! {
+            div class="turn other" {
+                div class="who" { (kind) }
+                pre class="said" { (json_text(item)) }
+            }
+        },
+    }
+}
+
+/// A rollout's JSONL, one block per segment: its input, what the run
+/// generated, how it ended and its final output. Lines that are not JSON
+/// show as such.
+pub fn conversation(jsonl: &str) -> Markup {
+    html! {
+        @for (n, line) in jsonl.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            section class="segment" {
+                h4 { "Segment " (n) }
+                @match serde_json::from_str::<Value>(line) {
+                    Ok(segment) => {
+                        @if let Some(at) = segment.get("updated_at").and_then(Value::as_str) {
+                            p class="meta" { time datetime=(at) { (at) } }
+                        }
+                        @let input = match segment.get("input") {
+                            Some(Value::String(s)) => vec![serde_json::json!({"role": "user", "content": s})],
+                            Some(Value::Array(items)) => items.clone(),
+                            _ => Vec::new(),
+                        };
+                        @for entry in &input { (item(entry)) }
+                        @for entry in segment.get("generated_items").and_then(Value::as_array).into_iter().flatten() {
+                            (item(entry))
+                        }
+                        @if let Some(meta) = segment.get("terminal_metadata") {
+                            p class="meta" {
+                                "ended: " strong { (meta.get("terminal_state").and_then(Value::as_str).unwrap_or("unknown")) }
+                                @if let Some(error) = meta.get("exception_message").and_then(Value::as_str) {
+                                    " · " (meta.get("exception_type").and_then(Value::as_str).unwrap_or("error")) ": " (error)
+                                }
+                            }
+                        }
+                        @if let Some(output) = segment.get("final_output") {
+                            div class="turn final" { div class="who" { "final output" } pre class="said" { (json_text(output)) } }
+                        }
+                    }
+                    Err(_) => { p class="meta" { "(not a JSON line)" } pre { (line) } }
+                }
+            }
+        }
+    }
+}
+
+/// A unified diff with each line classed by its kind, for colour.
+pub fn diff(text: &str) -> Markup {
+    html! {
+        pre class="diff" {
+            @for line in text.lines() {
+                @let class = if line.starts_with("+++") || line.starts_with("---") { "head" }
+                    else if line.starts_with("@@") { "hunk" }
+                    else if line.starts_with('+') { "add" }
+                    else if line.starts_with('-') { "del" }
+                    else { "ctx" };
+                span class=(class) { (line) } "\n"
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\n\
+        [click](javascript:alert(3)) [spaced]( JaVaScRiPt:alert(4)) [tab](java\tscript:alert(5)) \
+        ![pic](data:text/html,alert(6)) <a href=\"javascript:alert(7)\">raw</a> [ok](https://example.com/x) [rel](../MEMORY.md)";
+
+    #[test]
+    fn markdown_escapes_raw_html_and_drops_unsafe_links() {
+        let out = markdown(HOSTILE).into_string();
+        assert!(!out.contains("<script"), "{out}");
+        assert!(!out.contains("<img"), "{out}");
+        // Every link that is a tag goes somewhere harmless; the raw <a> is text.
+        let targets: Vec<&str> = out.split("<a href=\"").skip(1).map(|rest| rest.split('"').next().unwrap()).collect();
+        assert_eq!(targets, ["https://example.com/x", "../MEMORY.md"], "{out}");
+        assert!(out.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{out}");
+        assert!(out.contains("click") && out.contains("spaced") && out.contains("pic"), "the link text stays: {out}");
+        assert!(out.contains("<a href=\"https://example.com/x\">ok</a>"), "{out}");
+        assert!(out.contains("<a href=\"../MEMORY.md\">rel</a>"), "{out}");
+    }
+
+    #[test]
+    fn markdown_renders_the_memory_formats() {
+        let out = markdown("# Memory\n\n- **tea**, not coffee\n\n| a | b |\n|---|---|\n| 1 | 2 |\n").into_string();
+        assert!(
+            out.contains("<h1>Memory</h1>") && out.contains("<strong>tea</strong>") && out.contains("<table>"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn links_are_judged_by_their_scheme() {
+        for ok in ["https://a.b", "http://a", "mailto:x@y", "/console", "MEMORY.md", "#top", "a/b:c", "?q=a:b"] {
+            assert!(safe_link(ok), "{ok}");
+        }
+        for bad in
+            ["javascript:x", "JAVASCRIPT:x", " javascript:x", "java\nscript:x", "data:x", "vbscript:x", "file:///etc"]
+        {
+            assert!(!safe_link(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_conversation_is_escaped_text() {
+        let line = serde_json::json!({
+            "updated_at": "2026-12-01T08:00:00+00:00", "rollout_id": "r",
+            "input": [{"role": "user", "content": "<script>alert(1)</script> hi"}],
+            "generated_items": [
+                {"type": "function_call", "name": "get_weather", "arguments": "{\"city\":\"<b>Bern</b>\"}", "call_id": "c"},
+                {"type": "function_call_output", "call_id": "c", "output": "<img src=x onerror=alert(2)>"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Sunny [x](javascript:alert(3))"}]}
+            ],
+            "terminal_metadata": {"terminal_state": "failed", "exception_type": "Boom", "exception_message": "<i>bad</i>", "has_final_output": false},
+            "final_output": "done"
+        });
+        let out = conversation(&format!("{line}\nnot json <script>\n")).into_string();
+        assert!(
+            !out.contains("<script") && !out.contains("<img") && !out.contains("<b>") && !out.contains("<i>"),
+            "{out}"
+        );
+        for want in [
+            "get_weather",
+            "&lt;script&gt;",
+            "tool output",
+            "Sunny",
+            "failed",
+            "Boom",
+            "final output",
+            "Segment 1",
+            "not a JSON line",
+        ] {
+            assert!(out.contains(want), "{want} in {out}");
+        }
+    }
+
+    #[test]
+    fn diff_lines_are_classed_and_escaped() {
+        let out = diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-<old>\n+new\n same\n").into_string();
+        assert!(out.contains("<span class=\"del\">-&lt;old&gt;</span>"), "{out}");
+        assert!(out.contains("<span class=\"add\">+new</span>") && out.contains("<span class=\"hunk\">"), "{out}");
+    }
+}

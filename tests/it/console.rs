@@ -1,0 +1,289 @@
+//! The console over HTTP: signing in, what each page shows, its forms and
+//! their CSRF tokens, the security headers, and hostile conversation text.
+
+use crate::both_backends;
+use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp};
+use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS};
+use reqwest::{Client, Method, StatusCode};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+both_backends!(
+    signing_in_and_what_a_tenant_sees,
+    forms_need_their_csrf_token_and_change_things,
+    an_admin_picks_a_tenant_and_a_revoked_key_signs_out,
+);
+
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A browser without JavaScript: it keeps the console's cookies and does
+/// not follow redirects, so each answer can be looked at.
+struct Browser<'a> {
+    app: &'a TestApp,
+    http: Client,
+    cookies: Vec<(String, String)>,
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a TestApp) -> Self {
+        let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { app, http, cookies: Vec::new() }
+    }
+
+    fn keep_cookies(&mut self, res: &reqwest::Response) {
+        for set in res.headers().get_all(SET_COOKIE) {
+            let set = set.to_str().unwrap();
+            assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+            let (pair, _) = set.split_once(';').unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            self.cookies.retain(|(n, _)| n != name);
+            if !value.is_empty() {
+                self.cookies.push((name.to_owned(), value.to_owned()));
+            }
+        }
+    }
+
+    async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        form: Option<&[(&str, &str)]>,
+    ) -> (StatusCode, String, String) {
+        let mut req = self.http.request(method, format!("{}{path}", self.app.base));
+        let jar: Vec<String> = self.cookies.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        if !jar.is_empty() {
+            req = req.header(COOKIE, jar.join("; "));
+        }
+        if let Some(form) = form {
+            let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+            req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body.join("&"));
+        }
+        let res = req.send().await.unwrap();
+        self.keep_cookies(&res);
+        let status = res.status();
+        if status.is_success()
+            && res.headers().get(CONTENT_TYPE).is_some_and(|t| t.to_str().unwrap().starts_with("text/html"))
+        {
+            let csp = res.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap();
+            assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+            assert_eq!(res.headers()[X_FRAME_OPTIONS], "DENY");
+        }
+        let location = res.headers().get(LOCATION).map(|l| l.to_str().unwrap().to_owned()).unwrap_or_default();
+        (status, location, res.text().await.unwrap())
+    }
+
+    async fn get(&mut self, path: &str) -> (StatusCode, String, String) {
+        self.send(Method::GET, path, None).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, String) {
+        self.send(Method::POST, path, Some(form)).await
+    }
+
+    async fn sign_in(&mut self, credential: &str) -> (StatusCode, String, String) {
+        let (status, _, page) = self.get("/console/login").await;
+        assert_eq!(status, 200);
+        let token = hidden(&page, "csrf");
+        self.post("/console/login", &[("credential", credential), ("csrf", &token)]).await
+    }
+}
+
+/// The value of the first hidden input `name` on a page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no {name} in {page}")) + marker.len();
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+async fn hostile_session(app: &TestApp, t: &Tenant, session: &str) {
+    let body = json!({
+        "rollout_id": "evil",
+        "input": "<script>alert('input')</script> I prefer tea",
+        "generated_items": [
+            {"role": "assistant", "content": "<img src=x onerror=alert('out')> [click](javascript:alert('link'))"},
+            {"type": "function_call", "name": "lookup", "arguments": "{\"q\":\"<b>x</b>\"}", "call_id": "c1"},
+            {"type": "function_call_output", "call_id": "c1", "output": "<iframe src=javascript:alert(1)>"}
+        ],
+        "final_output": "<script>alert('final')</script>"
+    });
+    assert_eq!(app.post_segment(&t.key, session, "default", body).await.status(), 201);
+}
+
+async fn signing_in_and_what_a_tenant_sees(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let mut browser = Browser::new(&app);
+    assert_eq!(browser.get("/console").await.1, "/console/login", "signed out: the sign-in page");
+    assert_eq!(browser.sign_in("mk_not_a_key").await.0, StatusCode::UNAUTHORIZED);
+    // A sign-in form posted from elsewhere carries no matching cookie.
+    let mut stranger = Browser::new(&app);
+    let forged = stranger.post("/console/login", &[("credential", &t.key), ("csrf", "guess")]).await;
+    assert_eq!(forged.0, StatusCode::UNAUTHORIZED);
+    let (status, location, _) = browser.sign_in(&t.key).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console"));
+
+    hostile_session(&app, &t, "s-evil").await;
+    let closed = app.json(Method::POST, "/v1/sessions/s-evil/close?wait=30", &t.key).await;
+    assert_eq!(closed["state"], "closed");
+    let (status, _, overview) = browser.get("/console").await;
+    assert_eq!(status, 200);
+    assert!(overview.contains("href=\"/console/sessions/s-evil\""), "{overview}");
+    for path in ["/console/sessions", "/console/jobs", "/console/memory", "/console/runs", "/console/layouts"] {
+        let (status, _, page) = browser.get(path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        assert!(!page.contains("<script>alert"), "{path} runs hostile script");
+    }
+    let (_, _, session) = browser.get("/console/sessions/s-evil").await;
+    for hostile in ["<script>alert", "<img src=x", "<iframe", "href=\"javascript", "<b>x</b>"] {
+        assert!(!session.contains(hostile), "{hostile} on the session page");
+    }
+    assert!(session.contains("&lt;script&gt;alert('input')&lt;/script&gt; I prefer tea"), "{session}");
+    assert!(session.contains("lookup") && session.contains("final output"), "{session}");
+    let (_, _, memory) = browser.get("/console/memory").await;
+    assert!(memory.contains("memory_summary.md") && memory.contains("I prefer tea"), "{memory}");
+    assert!(!memory.contains("<script>alert") && !memory.contains("href=\"javascript"), "{memory}");
+    let run = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _, run_page) = browser.get(&format!("/console/runs/default/default/{run}")).await;
+    assert_eq!(status, 200);
+    assert!(run_page.contains("class=\"diff\"") && run_page.contains("class=\"add\""), "{run_page}");
+    assert!(run_page.contains("Restore this memory"));
+
+    // Another tenant's session is not there for this one.
+    let other = app.tenant().await;
+    hostile_session(&app, &other, "theirs").await;
+    assert_eq!(browser.get("/console/sessions/theirs").await.0, StatusCode::NOT_FOUND);
+    let (status, _, asset) = browser.get("/console/assets/console.js").await;
+    assert!(status == 200 && asset.contains("toLocaleString"));
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < Duration::from_secs(30), "{what} did not happen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn forms_need_their_csrf_token_and_change_things(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let mut browser = Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    assert_eq!(
+        app.post_segment(&t.key, "s1", "default", json!({"rollout_id": "r1", "input": "I like tea"})).await.status(),
+        201
+    );
+    let (_, _, page) = browser.get("/console/sessions/s1").await;
+    let token = hidden(&page, "csrf");
+    assert_eq!(browser.post("/console/sessions/s1/close", &[("csrf", "forged")]).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        app.json(Method::GET, "/v1/sessions/s1", &t.key).await["state"],
+        "open",
+        "a forged form changes nothing"
+    );
+    let (status, location, _) = browser.post("/console/sessions/s1/close", &[("csrf", &token)]).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/sessions/s1"));
+    assert_eq!(app.json(Method::GET, "/v1/sessions/s1", &t.key).await["state"], "closed", "closed with its wait");
+
+    // Restore from the run's page, then retry a failed job from the jobs page.
+    let run = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let restore = format!("/console/runs/default/default/{run}/restore");
+    let (status, location, _) = browser.post(&restore, &[("csrf", &token)]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let job_id = location.strip_prefix("/console/jobs/").unwrap().to_owned();
+    wait_for("the restore", async || {
+        app.json(Method::GET, &format!("/v1/jobs/{job_id}"), &t.key).await["state"] == "succeeded"
+    })
+    .await;
+    let (_, _, job_page) = browser.get(&location).await;
+    assert!(job_page.contains("restore") && job_page.contains(&run[..8]), "{job_page}");
+
+    let failing = TestApp::start_with(backend, |c| {
+        c.llm_provider = Some(memoryd::config::ProviderKind::Openai);
+        c.llm_api_key = Some("k".into());
+        c.max_attempts = 1;
+    })
+    .await;
+    let ft = failing.tenant().await;
+    let mut operator = Browser::new(&failing);
+    operator.sign_in(&ft.key).await;
+    assert_eq!(
+        failing.post_segment(&ft.key, "s", "default", json!({"rollout_id": "r", "input": "x"})).await.status(),
+        201
+    );
+    failing.json(Method::POST, "/v1/sessions/s/close", &ft.key).await;
+    let jobs = failing.settled_jobs(&ft.key, "kind=phase_one").await;
+    let failed = jobs[0]["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(jobs[0]["state"], "failed");
+    let (_, _, jobs_page) = operator.get("/console/jobs").await;
+    assert!(
+        jobs_page.contains("<h2>Failed</h2>") && jobs_page.contains(&format!("/console/jobs/{failed}/retry")),
+        "{jobs_page}"
+    );
+    let token = hidden(&jobs_page, "csrf");
+    let first_failure = jobs[0]["finished_at"].as_str().unwrap().to_owned();
+    let (status, location, _) = operator.post(&format!("/console/jobs/{failed}/retry"), &[("csrf", &token)]).await;
+    assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/console/jobs/{failed}")));
+    // Queued again, it ran once more (and failed again: the model is still away).
+    wait_for("the retried attempt", async || {
+        let job = failing.json(Method::GET, &format!("/v1/jobs/{failed}"), &ft.key).await;
+        job["state"] == "failed" && job["finished_at"].as_str().is_some_and(|at| at > first_failure.as_str())
+    })
+    .await;
+
+    // Signing out ends the session.
+    let (_, _, page) = browser.get("/console").await;
+    let token = hidden(&page, "csrf");
+    assert_eq!(browser.post("/console/logout", &[("csrf", &token)]).await.1, "/console/login");
+    assert_eq!(browser.get("/console").await.1, "/console/login");
+}
+
+async fn an_admin_picks_a_tenant_and_a_revoked_key_signs_out(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    assert_eq!(app.post_segment(&t.key, "s-admin", "default", json!({"rollout_id": "r"})).await.status(), 201);
+    let mut admin = Browser::new(&app);
+    let (status, location, _) = admin.sign_in(ADMIN_TOKEN).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/tenants"));
+    assert_eq!(admin.get("/console").await.1, "/console/tenants", "no tenant picked yet");
+    let (_, _, tenants) = admin.get("/console/tenants").await;
+    assert!(tenants.contains(&t.id), "{tenants}");
+    let token = hidden(&tenants, "csrf");
+    let (status, location, _) = admin.post("/console/tenant", &[("csrf", &token), ("tenant_id", &t.id)]).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console"));
+    let (status, _, sessions) = admin.get("/console/sessions").await;
+    assert_eq!(status, 200);
+    assert!(sessions.contains("s-admin"), "{sessions}");
+
+    // A tenant's console session lasts only as long as its key.
+    let res = app.request(Method::POST, &format!("/v1/admin/tenants/{}/keys", t.id), ADMIN_TOKEN).send().await.unwrap();
+    let issued: serde_json::Value = res.json().await.unwrap();
+    let mut user = Browser::new(&app);
+    user.sign_in(issued["api_key"].as_str().unwrap()).await;
+    assert_eq!(user.get("/console/sessions").await.0, StatusCode::OK);
+    let key_id = issued["key_id"].as_str().unwrap();
+    let res = app.request(Method::DELETE, &format!("/v1/admin/keys/{key_id}"), ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(res.status(), 204);
+    assert_eq!(user.get("/console/sessions").await.1, "/console/login");
+    // A tenant cannot open the admin's page.
+    let mut tenant_user = Browser::new(&app);
+    tenant_user.sign_in(&t.key).await;
+    assert_eq!(tenant_user.get("/console/tenants").await.0, StatusCode::NOT_FOUND);
+}
