@@ -13,6 +13,7 @@ mod jobs;
 mod layouts;
 mod listings;
 mod memory;
+mod rate;
 pub mod serve;
 mod sessions;
 
@@ -61,6 +62,8 @@ pub struct Caches {
     pub keys: cache::TtlCache<String, Option<uuid::Uuid>>,
     /// Tenant → its stored layouts.
     pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
+    /// Segments appended per tenant per minute on this replica.
+    pub ingest: rate::IngestRate,
 }
 
 impl Default for Caches {
@@ -68,6 +71,7 @@ impl Default for Caches {
         Self {
             keys: cache::TtlCache::new(Duration::from_secs(5)),
             layouts: cache::TtlCache::new(Duration::from_secs(2)),
+            ingest: Default::default(),
         }
     }
 }

@@ -152,6 +152,7 @@ pub async fn append_segment(
     match outcome {
         AppendOutcome::Appended { receipt, opened_session } => {
             crate::metrics::segment_ingested(segment.line.len());
+            state.caches.ingest.record(tenant, super::rate::current_minute());
             if opened_session {
                 crate::metrics::session_opened();
             }

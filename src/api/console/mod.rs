@@ -321,6 +321,12 @@ fn run_link(workspace: &str, layout: &str, id: &Uuid) -> Markup {
     html! { a href={"/console/runs/" (workspace) "/" (layout) "/" (id)} title=(id) { code { (short(id)) } } }
 }
 
+/// A rollout's page is the raw memory phase one made of it.
+fn rollout_link(workspace: &str, layout: &str, rollout: &str) -> Markup {
+    let path = format!("raw_memories/{rollout}.md");
+    html! { a href={"/console/memory/file" (query(&[("workspace", Some(workspace)), ("layout", Some(layout)), ("path", Some(&path))]))} { code { (rollout) } } }
+}
+
 fn memory_link(workspace: &str, layout: &str) -> Markup {
     html! { a href={"/console/memory" (query(&[("workspace", Some(workspace)), ("layout", Some(layout))]))} { (workspace) " / " (layout) } }
 }
@@ -345,6 +351,7 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
     let sessions =
         state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
     let activity = state.store.workspace_activity(tenant).await?;
+    let ingest_rate = state.caches.ingest.per_minute(tenant, super::rate::current_minute(), 10);
     let mut runs = Vec::new();
     for (workspace, layout, _) in &activity.layouts {
         let (Some(ws), Some(l)) = (WorkspaceName::parse(workspace), LayoutName::parse(layout)) else { continue };
@@ -361,6 +368,7 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
                 div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "queued").map(|(_, n)| n).sum::<usize>()) } "jobs queued" }
                 div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "running").map(|(_, n)| n).sum::<usize>()) } "jobs running" }
                 div class="card" { div class="n" { (failed_today) } a href="/console/jobs?state=failed" { "jobs failed in 24 h" } }
+                div class="card" { div class="n" { (format!("{ingest_rate:.1}")) } "segments per minute (last 10 min, this replica)" }
             }
             h2 { "Queue by kind and state" }
             table {
@@ -505,7 +513,7 @@ async fn session(State(state): State<AppState>, signed: Signed, Path(raw_id): Pa
             (job_table(&view.jobs))
             h2 { "Rollouts" }
             @for (touched, text) in &conversations {
-                h3 { code { (touched.rollout_id.as_str()) } " in layout " (memory_link(session.workspace.as_str(), touched.layout.as_str())) " · " (touched.segment_count) " segments from this session" }
+                h3 { (rollout_link(session.workspace.as_str(), touched.layout.as_str(), touched.rollout_id.as_str())) " in layout " (memory_link(session.workspace.as_str(), touched.layout.as_str())) " · " (touched.segment_count) " segments from this session" }
                 @match text {
                     Some((jsonl, cut)) => {
                         (render::conversation(jsonl))
@@ -540,7 +548,7 @@ fn job_table(jobs: &[crate::store::JobRecord]) -> Markup {
                 tr {
                     td { (job_link(&j.job_id)) } td { (j.kind.as_str()) } td { (state_badge(j.state.as_str())) }
                     td { (j.attempts) } td { (memory_link(j.workspace.as_str(), j.layout.as_str())) }
-                    td { @if let Some(r) = &j.rollout_id { code { (r.as_str()) } } }
+                    td { @if let Some(r) = &j.rollout_id { (rollout_link(j.workspace.as_str(), j.layout.as_str(), r.as_str())) } }
                     td class="error" { (j.last_error.as_deref().unwrap_or("")) }
                     td { (when(&j.created_at)) }
                 }
@@ -624,7 +632,7 @@ async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<S
                 tr { th { "State" } td { (state_badge(j.state.as_str())) } }
                 tr { th { "Session" } td { (session_link(j.session_id.as_str())) } }
                 tr { th { "Memory" } td { (memory_link(j.workspace.as_str(), j.layout.as_str())) } }
-                @if let Some(r) = &j.rollout_id { tr { th { "Rollout" } td { code { (r.as_str()) } } } }
+                @if let Some(r) = &j.rollout_id { tr { th { "Rollout" } td { (rollout_link(j.workspace.as_str(), j.layout.as_str(), r.as_str())) } } }
                 @if !j.sessions.is_empty() { tr { th { "Serves" } td { @for s in &j.sessions { (session_link(s)) " " } } } }
                 @if let Some(run) = &j.restore_run_id { tr { th { "Restores" } td { (run_link(j.workspace.as_str(), j.layout.as_str(), run)) } } }
                 tr { th { "Attempts" } td { (j.attempts) } }
@@ -875,10 +883,7 @@ async fn run(
                 @for (label, key) in [("Added", "added_rollout_ids"), ("Retained", "retained_rollout_ids"), ("Removed", "removed")] {
                     p {
                         (label) ": "
-                        @for rollout in ids(key) {
-                            a href={"/console/memory/file" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("path", Some(&format!("raw_memories/{rollout}.md")))]))} { code { (rollout) } }
-                            " "
-                        }
+                        @for rollout in ids(key) { (rollout_link(ws, ln, &rollout)) " " }
                     }
                 }
             }

@@ -55,7 +55,7 @@ pub fn html_page(status: StatusCode, title: &str, frame: Option<&Frame<'_>>, bod
                         div class="who" {
                             @match frame.principal {
                                 Principal::Tenant(t) => { span { "tenant " code { (t) } } }
-                                Principal::Admin(Some(t)) => { span { "admin · tenant " code { (t) } } }
+                                Principal::Admin(Some(t)) => { span { "admin · tenant " a href="/console/tenants" { code { (t) } } } }
                                 Principal::Admin(None) => { span { "admin" } }
                             }
                             form class="inline" method="post" action="/console/logout" {
