@@ -271,7 +271,30 @@ class _Routes:
         return self._send(Call("GET", path, _instructions, params={"live_update": live_update}))
 
 
-class Memoryd(_Routes):
+class _Client(_Routes):
+    """What both clients hold: their settings and their HTTP client."""
+
+    def __init__(
+        self,
+        base_url: Optional[str],
+        api_key: Optional[str],
+        admin_token: Optional[str],
+        retry: Optional[RetryPolicy],
+        max_retries: Optional[int],
+        timeout: float,
+        http_client: Any,
+        make_http: Any,
+    ) -> None:
+        self._settings = Settings.resolve(base_url, api_key, admin_token, retry, max_retries, timeout)
+        self._owns_http = http_client is None
+        self._http = http_client or make_http(timeout=timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+
+class Memoryd(_Client):
     """The synchronous client.
 
     ``base_url`` and ``api_key`` default to ``MEMORYD_URL`` and
@@ -291,13 +314,7 @@ class Memoryd(_Routes):
         timeout: float = 30.0,
         http_client: Optional[httpx.Client] = None,
     ) -> None:
-        self._settings = Settings.resolve(base_url, api_key, admin_token, retry, max_retries, timeout)
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(timeout=timeout)
-
-    @property
-    def base_url(self) -> str:
-        return self._settings.base_url
+        super().__init__(base_url, api_key, admin_token, retry, max_retries, timeout, http_client, httpx.Client)
 
     def _send(self, call: Call) -> Any:
         attempt = 0
@@ -325,7 +342,7 @@ class Memoryd(_Routes):
         self.close()
 
 
-class AsyncMemoryd(_Routes):
+class AsyncMemoryd(_Client):
     """The asynchronous client: the methods of :class:`Memoryd`, awaitable."""
 
     def __init__(
@@ -339,13 +356,7 @@ class AsyncMemoryd(_Routes):
         timeout: float = 30.0,
         http_client: Optional[httpx.AsyncClient] = None,
     ) -> None:
-        self._settings = Settings.resolve(base_url, api_key, admin_token, retry, max_retries, timeout)
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
-
-    @property
-    def base_url(self) -> str:
-        return self._settings.base_url
+        super().__init__(base_url, api_key, admin_token, retry, max_retries, timeout, http_client, httpx.AsyncClient)
 
     async def _send(self, call: Call) -> Any:
         attempt = 0
