@@ -51,6 +51,7 @@ fn worker_settings(config: &Config) -> WorkerSettings {
         poll: Duration::from_millis(500),
         log_content: config.log_content,
         history_runs: i64::from(config.history_runs.max(1)),
+        eager_phase_one: (config.eager_phase_one_secs > 0).then(|| Duration::from_secs(config.eager_phase_one_secs)),
     }
 }
 

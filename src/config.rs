@@ -90,6 +90,10 @@ pub struct Config {
     /// queued, so that more closes join it (SPEC §2.3).
     #[arg(long = "phase-two-debounce-ms", env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS", default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
+    /// A rollout of an open session idle this long is extracted early, so a
+    /// close needs no model call for it (SPEC §5; 0: off).
+    #[arg(long = "eager-phase-one-secs", env = "MEMORYD_EAGER_PHASE_ONE_SECS", default_value_t = 0)]
+    pub eager_phase_one_secs: u64,
     /// How many of each layout's newest successful runs keep their history
     /// (the files they changed, for diffs and restores; SPEC §2.6).
     #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
@@ -145,6 +149,7 @@ impl Config {
             job_lease_secs: 120,
             phase_two_debounce_ms: 0,
             history_runs: 100,
+            eager_phase_one_secs: 0,
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

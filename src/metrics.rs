@@ -46,6 +46,16 @@ pub fn session_closed() {
     counter!("memoryd_sessions_closed_total").increment(1);
 }
 
+/// Eager phase-one jobs queued for idle rollouts of open sessions.
+pub fn eager_phase_one_queued(jobs: usize) {
+    counter!("memoryd_eager_phase_one_queued_total").increment(jobs as u64);
+}
+
+/// A phase one that found its raw memory already made at the committed length.
+pub fn phase_one_reused() {
+    counter!("memoryd_phase_one_reused_total").increment(1);
+}
+
 /// One finished attempt; `outcome` is `succeeded`, `skipped`, `retry` or `failed`.
 pub fn job_attempt(kind: &str, outcome: &str, elapsed: Duration) {
     let labels = [("kind", kind.to_owned()), ("outcome", outcome.to_owned())];

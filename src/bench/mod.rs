@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// How long the soak workload loads memoryd, in seconds.
     #[arg(long, default_value_t = 180)]
     pub duration: u64,
+    /// The close workload with eager phase one: every rollout idle past
+    /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
+    #[arg(long, default_value_t = false)]
+    pub eager: bool,
     /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
     #[arg(long, default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
@@ -125,6 +129,8 @@ struct Bench {
     tenant: uuid::Uuid,
     backend: &'static str,
     runs: usize,
+    /// Closes wait, before they are timed, for every rollout's eager phase one.
+    eager: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -158,6 +164,9 @@ impl Bench {
             for i in 0..k {
                 self.segment(&name, &name, &format!("r{i}"), &input).await?;
             }
+            if self.eager {
+                self.wait_for_eager(&name, k).await?;
+            }
             let started = Instant::now();
             let (status, body) = self.post(&format!("/v1/sessions/{name}/close?wait=300"), &json!({})).await?;
             if status != 200 || body["memory_status"]["status"] != "complete" {
@@ -165,7 +174,27 @@ impl Bench {
             }
             times.push(started.elapsed().as_secs_f64());
         }
-        Ok(figure("close", self.backend, format!("K={k}"), "close?wait to closed", "s", times))
+        let case = if self.eager { format!("K={k} eager") } else { format!("K={k}") };
+        Ok(figure("close", self.backend, case, "close?wait to closed", "s", times))
+    }
+
+    /// Until every one of the session's `k` rollouts has its eager phase one done.
+    async fn wait_for_eager(&self, session: &str, k: usize) -> BenchResult<()> {
+        let started = Instant::now();
+        loop {
+            let path = format!("{}/v1/jobs?kind=phase_one&session_id={session}&limit=1000", self.base);
+            let jobs: Value = self.http.get(path).bearer_auth(&self.key).send().await?.json().await?;
+            let done = jobs["jobs"]
+                .as_array()
+                .map_or(0, |all| all.iter().filter(|j| j["eager"] == true && j["state"] == "succeeded").count());
+            if done >= k {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err(format!("only {done} of {k} rollouts were extracted early").into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn append(&self, segments: usize) -> BenchResult<Vec<Figure>> {
@@ -307,6 +336,9 @@ async fn drop_schema(url: &str, schema: &str) {
     }
 }
 
+/// The idle time after which `--eager` extracts a rollout.
+const EAGER_IDLE_SECS: u64 = 1;
+
 async fn open_bench(backend: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
     let dir = tempfile::tempdir()?;
     let latency = Duration::from_millis(args.latency_ms);
@@ -326,6 +358,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         max_attempts: 3,
         retry_base_ms: 100,
         phase_two_debounce_ms: args.phase_two_debounce_ms,
+        eager_phase_one_secs: if args.eager { EAGER_IDLE_SECS } else { 0 },
         ..Config::embedded(dir.path().join("data"), database_url)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -342,7 +375,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         .await?;
     let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
     let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
-    Ok(Bench { server, base, http, key, tenant, backend, runs: args.runs.max(1), _dir: dir })
+    Ok(Bench { server, base, http, key, tenant, backend, runs: args.runs.max(1), eager: args.eager, _dir: dir })
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {

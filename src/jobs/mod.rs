@@ -33,6 +33,9 @@ pub struct WorkerSettings {
     pub log_content: bool,
     /// `MEMORYD_HISTORY_RUNS`: how many runs of a layout keep their history.
     pub history_runs: i64,
+    /// `MEMORYD_EAGER_PHASE_ONE_SECS`: idle time after which a rollout of an
+    /// open session is extracted early; `None`: off.
+    pub eager_phase_one: Option<Duration>,
 }
 
 pub struct WorkerContext {
@@ -512,11 +515,36 @@ async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<
 
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Queues eager phase one for rollouts idle `idle` long in open sessions
+/// (SPEC §5), looking every quarter of that (at most every 5 s).
+async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {
+    let every = (idle / 4).clamp(Duration::from_millis(250), SWEEP_INTERVAL);
+    while !*shutdown.borrow() {
+        let idle_since = Utc::now() - chrono::Duration::from_std(idle).unwrap_or(chrono::Duration::MAX);
+        match ctx.store.queue_eager_phase_one(idle_since, 500).await {
+            Ok(jobs) if jobs.is_empty() => {}
+            Ok(jobs) => {
+                crate::metrics::eager_phase_one_queued(jobs.len());
+                tracing::info!(jobs = jobs.len(), "eager phase one queued for idle rollouts");
+                ctx.wake.notify_waiters();
+            }
+            Err(e) => tracing::warn!(error = %crate::error_chain(&e), "queuing eager phase one failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
 /// Starts `concurrency` workers; they stop claiming on shutdown and give back
 /// the jobs they hold.
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
+    if let Some(idle) = ctx.settings.eager_phase_one {
+        set.spawn(eager_sweeper(ctx.clone(), idle, shutdown.clone()));
+    }
     let start_up = ctx.clone();
     set.spawn(async move {
         // Publishes first: the files a committed manifest names are not leftovers.

@@ -56,6 +56,21 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .await
         .map_err(|e| io_error("reading the rollout's committed length failed", e))?
         .ok_or_else(|| fatal(format!("rollout {rollout_id} has no committed segments")))?;
+    // SPEC §5: a rollout extracted (early, say) at exactly its committed
+    // length has its raw memory already; no model call makes it again.
+    let existing = ctx
+        .store
+        .raw_memory(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)
+        .await
+        .map_err(|e| io_error("reading the raw-memory index failed", e))?;
+    if let Some(made) = existing.as_ref().filter(|m| m.extracted_len == committed.committed_len) {
+        crate::metrics::phase_one_reused();
+        return Ok(Completion {
+            outcome: JobOutcome::Succeeded { raw_memory: Some(made.clone()) },
+            files: None,
+            usage: TokenUsage::default(),
+        });
+    }
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
@@ -104,13 +119,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let raw_text = format_raw_memory(rollout_id.as_str(), &facts, &committed.rollout_path, &summary_file, &raw_memory);
     let summary_text =
         format_rollout_summary(job.session_id.as_str(), &facts, &committed.rollout_path, &rollout_summary);
-    let previous_summary = ctx
-        .store
-        .raw_memory(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)
-        .await
-        .map_err(|e| io_error("reading the raw-memory index failed", e))?
-        .map(|r| r.rollout_summary_file)
-        .filter(|previous| previous != &summary_file);
+    let previous_summary = existing.map(|r| r.rollout_summary_file).filter(|previous| previous != &summary_file);
     let memories_dir = &layout.memories_dir.normalized;
     let memories = confine(&root, memories_dir).map_err(|e| fatal(format!("memories path refused: {e}")))?;
     super::remove_earlier_leftovers(claimed, memories).await?;

@@ -206,6 +206,11 @@ pub trait JobQueue: Send + Sync {
         publish_id: Uuid,
         now: DateTime<Utc>,
     ) -> StoreResult<PublishDecision>;
+    /// Queues an eager phase one (SPEC §5) for each rollout of an open
+    /// session that has had no segment since `idle_since`, holds more than
+    /// its raw memory was made from, and has no phase one waiting or an eager
+    /// one made since its last segment; at most `limit`. Returns the jobs.
+    async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
 }

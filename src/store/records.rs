@@ -74,6 +74,9 @@ pub struct JobRecord {
     /// For a restore job: the run whose memory it puts back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restore_run_id: Option<Uuid>,
+    /// A phase one made early, for a rollout idle in an open session.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub eager: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -10,6 +10,7 @@ mod connections;
 mod console;
 mod contract;
 mod deploy_files;
+mod eager;
 mod hardening;
 mod history;
 mod ingest;

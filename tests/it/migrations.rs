@@ -80,7 +80,7 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
     let versions =
         run(backend, &url, &["SELECT version FROM _sqlx_migrations WHERE success ORDER BY version".into()]).await;
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
     let legacy_left = match backend {
         Backend::Postgres => {
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'memoryd_migrations'"

@@ -60,12 +60,12 @@ def test_a_new_schema_or_property_without_a_model_is_found():
     spec = load_spec()
     spec["components"]["schemas"]["ConsoleSession"] = {"type": "object", "properties": {"token": {"type": "string"}}}
     job = copy.deepcopy(spec["components"]["schemas"]["Job"])
-    job["properties"]["eager"] = {"type": "boolean"}
+    job["properties"]["priority"] = {"type": "integer"}
     spec["components"]["schemas"]["Job"] = job
     spec["components"]["schemas"]["JobState"]["enum"].append("cancelled")
     found = drift(spec)
     assert "ConsoleSession: no model in memoryd.models" in found
-    assert "Job: properties without a field: ['eager']" in found
+    assert "Job: properties without a field: ['priority']" in found
     assert any(p.startswith("JobState: values") for p in found)
 
 

@@ -371,6 +371,70 @@ for_every_dialect! {
         Ok(if leased { PublishDecision::Pending } else { PublishDecision::Abandoned })
     }
 
+    async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        // Rollouts (with the open session that last touched them) idle since
+        // `idle_since` whose committed bytes outgrew their raw memory.
+        let candidates = sqlx::query(
+            "SELECT r.tenant_id, s.session_id, r.workspace, r.layout, r.rollout_id
+             FROM rollouts r
+             JOIN session_rollouts sr ON sr.tenant_id = r.tenant_id AND sr.layout = r.layout AND sr.rollout_id = r.rollout_id
+             JOIN sessions s ON s.tenant_id = sr.tenant_id AND s.session_id = sr.session_id
+                AND s.workspace = r.workspace AND s.state = 'open'
+             LEFT JOIN raw_memories m ON m.tenant_id = r.tenant_id AND m.workspace = r.workspace
+                AND m.layout = r.layout AND m.rollout_id = r.rollout_id
+             WHERE r.updated_at <= $1 AND (m.extracted_len IS NULL OR m.extracted_len < r.committed_len)
+               AND NOT EXISTS (
+                 SELECT 1 FROM jobs j WHERE j.tenant_id = r.tenant_id AND j.workspace = r.workspace
+                    AND j.layout = r.layout AND j.rollout_id = r.rollout_id AND j.kind = 'phase_one'
+                    AND (j.state IN ('queued', 'running') OR (j.eager AND j.created_at >= r.updated_at)))
+             ORDER BY r.updated_at LIMIT $2",
+        )
+        .bind(idle_since)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut queued = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for row in &candidates {
+            let tenant: Uuid = row.try_get("tenant_id")?;
+            let (session, workspace, layout_name, rollout): (String, String, String, String) =
+                (row.try_get("session_id")?, row.try_get("workspace")?, row.try_get("layout")?, row.try_get("rollout_id")?);
+            // A rollout two open sessions share is extracted once.
+            if !seen.insert((tenant, workspace.clone(), layout_name.clone(), rollout.clone())) {
+                continue;
+            }
+            let name = parse_id(LayoutName::parse, &layout_name, "layout name")?;
+            let layouts = Self::layouts_in(&mut *tx, tenant).await?;
+            let Some(layout) = resolve_layout(layouts, &name).filter(|l| l.config.generate.is_some()) else { continue };
+            let job_id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
+                                   state, attempts, run_after, created_at, eager)
+                 VALUES ($1, $2, 'phase_one', $3, $4, $5, $6, $7, 'queued', 0, $8, $8, $9)",
+            )
+            .bind(job_id)
+            .bind(tenant)
+            .bind(session.as_str())
+            .bind(workspace.as_str())
+            .bind(layout_name.as_str())
+            .bind(rollout.as_str())
+            .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
+            .bind(now)
+            .bind(true)
+            .execute(&mut *tx)
+            .await?;
+            let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
+                .bind(job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            queued.push(Self::record::<JobRow, JobRecord>(&row)?);
+        }
+        tx.commit().await?;
+        Ok(queued)
+    }
+
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
         let rows = sqlx::query("SELECT kind, state, count(*) AS n FROM jobs GROUP BY kind, state")
             .fetch_all(&self.pool)

@@ -139,6 +139,7 @@ macro_rules! for_every_dialect {
             for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
             for<'q> Option<&'q str>: sqlx::Encode<'q, DB>,
             for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+            for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
             for<'q> Option<i64>: sqlx::Encode<'q, DB>,
             for<'q> chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
             for<'q> Option<chrono::DateTime<chrono::Utc>>: sqlx::Encode<'q, DB>,

@@ -29,6 +29,8 @@ pub(super) struct JobRow {
     sessions: Option<String>,
     #[sqlx(default)]
     restore_run_id: Option<Uuid>,
+    #[sqlx(default)]
+    eager: bool,
 }
 
 impl TryFrom<JobRow> for JobRecord {
@@ -52,6 +54,7 @@ impl TryFrom<JobRow> for JobRecord {
             finished_at: r.finished_at,
             sessions: sorted_list(r.sessions.as_deref()),
             restore_run_id: r.restore_run_id,
+            eager: r.eager,
         })
     }
 }

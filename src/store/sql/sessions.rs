@@ -126,7 +126,8 @@ for_every_dialect! {
         }
         let failed = sqlx::query(AssertSqlSafe(format!(
             "SELECT id, kind, layout, rollout_id, last_error FROM jobs
-             WHERE tenant_id = $1 AND {SESSION_JOBS} AND state = 'failed' ORDER BY created_at, kind, layout, rollout_id"
+             WHERE tenant_id = $1 AND {SESSION_JOBS} AND state = 'failed' AND NOT eager
+             ORDER BY created_at, kind, layout, rollout_id"
         )))
         .bind(tenant)
         .bind(session_id)

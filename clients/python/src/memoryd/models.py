@@ -135,6 +135,7 @@ class Job(_Model):
     finished_at: Optional[datetime] = None
     sessions: list[str] = []
     restore_run_id: Optional[str] = None
+    eager: bool = False
 
 
 class JobList(_Model):
