@@ -8,7 +8,8 @@ use super::layouts::find_layout;
 use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
 use crate::domain::segment::{SegmentError, build_segment};
 use crate::store::{
-    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, NewSession, SessionState,
+    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind, JobState, NewSession,
+    SessionState,
 };
 use axum::Json;
 use axum::extract::{Path, State};
@@ -214,6 +215,10 @@ pub(crate) async fn close_and_wait(
         state.store.close_session(tenant, &id, debounce).await?.ok_or_else(|| session_not_found(raw_id))?;
     if outcome.closed_now {
         crate::metrics::session_closed();
+        // Phase-one jobs a close finds already done (their memory was made early).
+        for _ in outcome.jobs.iter().filter(|j| j.kind == JobKind::PhaseOne && j.state == JobState::Succeeded) {
+            crate::metrics::phase_one_reused();
+        }
         state.wake.notify_waiters();
     }
     if let Some(wait) = wait {

@@ -88,6 +88,37 @@ for_every_dialect! {
         Ok(())
     }
 
+    /// The session's rollouts whose raw memory was made from exactly their
+    /// committed bytes, as `(layout, rollout)`.
+    async fn extracted_at_committed_len(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        session: &SessionId,
+        workspace: &WorkspaceName,
+    ) -> StoreResult<std::collections::HashSet<(LayoutName, RolloutId)>> {
+        let rows = sqlx::query(
+            "SELECT r.layout, r.rollout_id FROM session_rollouts sr
+             JOIN rollouts r ON r.tenant_id = sr.tenant_id AND r.workspace = $3 AND r.layout = sr.layout
+                AND r.rollout_id = sr.rollout_id
+             JOIN raw_memories m ON m.tenant_id = r.tenant_id AND m.workspace = r.workspace AND m.layout = r.layout
+                AND m.rollout_id = r.rollout_id
+             WHERE sr.tenant_id = $1 AND sr.session_id = $2 AND m.extracted_len = r.committed_len",
+        )
+        .bind(tenant)
+        .bind(session.as_str())
+        .bind(workspace.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    parse_id(LayoutName::parse, r.try_get("layout")?, "layout name")?,
+                    parse_id(RolloutId::parse, r.try_get("rollout_id")?, "rollout id")?,
+                ))
+            })
+            .collect()
+    }
+
     pub(super) async fn jobs_of_session<'e>(
         executor: impl Executor<'e, Database = DB>,
         tenant: TenantId,
@@ -256,6 +287,7 @@ for_every_dialect! {
             let touched = Self::touched_in(&mut *tx, tenant, id).await?;
             let layouts = Self::layouts_in(&mut *tx, tenant).await?;
             let pairs: Vec<_> = touched.iter().map(|t| (t.layout.clone(), t.rollout_id.clone())).collect();
+            let already_extracted = Self::extracted_at_committed_len(&mut tx, tenant, id, &session.workspace).await?;
             for (kind, layout_name, rollout) in jobs_for_close(&pairs) {
                 if kind == JobKind::PhaseTwo {
                     let waiting = Self::waiting_phase_two(&mut tx, tenant, &session.workspace, &layout_name).await?;
@@ -268,10 +300,14 @@ for_every_dialect! {
                     .ok_or_else(|| corrupt(format!("layout {layout_name} of a session is gone")))?;
                 let job_id = Uuid::new_v4();
                 let run_after = if kind == JobKind::PhaseTwo { now + phase_two_delay } else { now };
+                // SPEC §5: a rollout whose raw memory was made (early) at its
+                // committed length needs no new extraction: its job succeeds at once.
+                let extracted = rollout.as_ref().is_some_and(|r| already_extracted.contains(&(layout_name.clone(), r.clone())));
+                let (state, finished_at) = if extracted { ("succeeded", Some(now)) } else { ("queued", None) };
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
-                                       state, attempts, run_after, created_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', 0, $9, $10)",
+                                       state, attempts, run_after, created_at, started_at, finished_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $11, 0, $9, $10, $12, $12)",
                 )
                 .bind(job_id)
                 .bind(tenant)
@@ -283,6 +319,8 @@ for_every_dialect! {
                 .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
                 .bind(run_after)
                 .bind(now)
+                .bind(state)
+                .bind(finished_at)
                 .execute(&mut *tx)
                 .await?;
                 if kind == JobKind::PhaseTwo {
