@@ -196,11 +196,7 @@ for_every_dialect! {
         .bind(run.run_id)
         .execute(&mut *tx)
         .await?;
-        let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
-            .bind(job_id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let job = Self::record::<super::rows::JobRow, JobRecord>(&row)?;
+        let job = Self::job_in(&mut tx, job_id).await?;
         tx.commit().await?;
         Ok(Some(job))
     }

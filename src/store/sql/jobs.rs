@@ -9,6 +9,15 @@ use uuid::Uuid;
 
 for_every_dialect! {
     impl {
+        /// A job just written in this transaction, as the API shows it.
+        pub(super) async fn job_in(conn: &mut DB::Connection, job_id: Uuid) -> StoreResult<JobRecord> {
+            let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
+                .bind(job_id)
+                .fetch_one(&mut *conn)
+                .await?;
+            Self::record::<JobRow, JobRecord>(&row)
+        }
+
         /// A phase-two job starting serves exactly the closes whose phase one
         /// has finished; those still extracting move to the layout's waiting
         /// job (a new one if none waits), so that no close is served by a run
@@ -425,11 +434,7 @@ for_every_dialect! {
             .bind(true)
             .execute(&mut *tx)
             .await?;
-            let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
-                .bind(job_id)
-                .fetch_one(&mut *tx)
-                .await?;
-            queued.push(Self::record::<JobRow, JobRecord>(&row)?);
+            queued.push(Self::job_in(&mut tx, job_id).await?);
         }
         tx.commit().await?;
         Ok(queued)
