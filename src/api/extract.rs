@@ -3,6 +3,7 @@
 
 use super::AppState;
 use super::error::ApiError;
+use crate::domain::ids::constant_time_eq;
 pub use crate::domain::ids::sha256_hex;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
@@ -26,42 +27,42 @@ impl FromRequestParts<AppState> for TenantAuth {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        let hash = sha256_hex(key.as_bytes());
-        let tenant = match state.caches.keys.get(&hash) {
-            Some(tenant) => tenant,
-            None => {
-                let tenant = state.store.tenant_for_key_hash(&hash).await?;
-                state.caches.keys.put(hash, tenant);
-                tenant
-            }
-        };
-        tenant.map(TenantAuth).ok_or(ApiError::Unauthorized)
+        tenant_of_key_hash(state, &sha256_hex(key.as_bytes())).await?.map(TenantAuth).ok_or(ApiError::Unauthorized)
     }
+}
+
+/// The tenant whose live API key has this SHA-256, through the key cache.
+pub(crate) async fn tenant_of_key_hash(state: &AppState, hash: &str) -> Result<Option<uuid::Uuid>, ApiError> {
+    if let Some(tenant) = state.caches.keys.get(&hash.to_owned()) {
+        return Ok(tenant);
+    }
+    let tenant = state.store.tenant_for_key_hash(hash).await?;
+    state.caches.keys.put(hash.to_owned(), tenant);
+    Ok(tenant)
+}
+
+/// `given` is the configured admin token (never, when none is configured).
+pub(crate) fn is_admin_token(state: &AppState, given: &str) -> bool {
+    // Digests have one length whatever the token's, so the comparison tells
+    // nothing about the token's length either.
+    state.config.admin_token.as_deref().is_some_and(|expected| {
+        constant_time_eq(&Sha256::digest(given.as_bytes()), &Sha256::digest(expected.as_bytes()))
+    })
 }
 
 /// `Bearer <MEMORYD_ADMIN_TOKEN>`; with no token configured the admin API
 /// does not exist.
 pub struct AdminAuth;
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 impl FromRequestParts<AppState> for AdminAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(expected) = state.config.admin_token.as_deref() else {
+        if state.config.admin_token.is_none() {
             return Err(ApiError::NotFound("No such route.".into()));
-        };
-        let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        // Digests have one length whatever the token's, so the comparison
-        // tells nothing about the token's length either.
-        if constant_time_eq(&Sha256::digest(given.as_bytes()), &Sha256::digest(expected.as_bytes())) {
-            Ok(AdminAuth)
-        } else {
-            Err(ApiError::Unauthorized)
         }
+        let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        if is_admin_token(state, given) { Ok(AdminAuth) } else { Err(ApiError::Unauthorized) }
     }
 }
 

@@ -9,7 +9,7 @@ use super::memory::locate;
 use crate::domain::ids::WorkspaceName;
 use crate::domain::page::{PageCursor, PageRequest};
 use crate::store::{SessionFilter, SessionState};
-use crate::workspace::{confine, files_under, is_temporary_file};
+use crate::workspace::{confine, folder_files};
 use axum::Json;
 use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
@@ -82,23 +82,11 @@ pub(crate) struct MemoryFile {
     pub modified_at: DateTime<Utc>,
 }
 
-/// Every file under `dir`, by path relative to it; memoryd's own temporary
-/// files (a publish under way) are not memory.
 fn memory_files(dir: &FsPath) -> std::io::Result<Vec<MemoryFile>> {
-    let mut files = Vec::new();
-    for (path, meta) in files_under(dir)? {
-        if path.file_name().is_some_and(is_temporary_file) {
-            continue;
-        }
-        let relative = path.strip_prefix(dir).map_err(std::io::Error::other)?;
-        files.push(MemoryFile {
-            path: relative.to_string_lossy().into_owned(),
-            bytes: meta.len(),
-            modified_at: meta.modified()?.into(),
-        });
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    folder_files(dir)?
+        .into_iter()
+        .map(|(path, meta)| Ok(MemoryFile { path, bytes: meta.len(), modified_at: meta.modified()?.into() }))
+        .collect()
 }
 
 pub async fn list_files(

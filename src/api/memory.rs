@@ -19,7 +19,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::path::{Component, PathBuf};
+use std::path::PathBuf;
 
 /// The tenant's workspace and layout named in the path; 404 for either unknown.
 pub(super) async fn locate(
@@ -70,13 +70,10 @@ pub async fn runs(
 }
 
 /// A path inside the memory folder, refused if it could leave it.
-fn memory_file(root: &std::path::Path, memories_dir: &str, raw: &str) -> Option<PathBuf> {
-    let relative = std::path::Path::new(raw);
-    if relative.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return None;
-    }
+pub(super) fn memory_file(root: &std::path::Path, memories_dir: &str, raw: &str) -> Option<PathBuf> {
+    let relative = history_path(raw)?;
     let memories = confine(root, memories_dir).ok()?;
-    confine(&memories, raw).ok()
+    confine(&memories, &relative).ok()
 }
 
 #[derive(Deserialize)]
@@ -100,19 +97,9 @@ fn file_response(path: &str, bytes: Vec<u8>) -> Response {
     response
 }
 
-/// A path inside the memory folder as history records it: its normal
-/// components joined by `/`; `None` if it could leave the folder.
-pub(super) fn history_path(raw: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for component in std::path::Path::new(raw).components() {
-        match component {
-            Component::Normal(part) => parts.push(part.to_str()?),
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
-}
+/// A path inside the memory folder as history records it; `None` if it
+/// could leave the folder.
+pub(super) use crate::tools::normalize as history_path;
 
 pub async fn file(
     TenantAuth(tenant): TenantAuth,

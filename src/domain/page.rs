@@ -2,6 +2,7 @@
 //! `(time, key)`, and a cursor names the last row of the page before, so a
 //! row inserted meanwhile never shifts a page (as an offset would).
 
+use super::ids::{hex_decode, hex_encode};
 use chrono::{DateTime, SecondsFormat, Utc};
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -19,16 +20,14 @@ impl PageCursor {
     /// Opaque to clients: hex of `v1|<RFC 3339 with nanoseconds>|<key>`.
     pub fn encode(&self) -> String {
         let plain = format!("{VERSION}|{}|{}", self.at.to_rfc3339_opts(SecondsFormat::Nanos, true), self.key);
-        plain.bytes().map(|b| format!("{b:02x}")).collect()
+        hex_encode(plain.as_bytes())
     }
 
     pub fn decode(raw: &str) -> Option<Self> {
-        if !raw.len().is_multiple_of(2) || raw.len() > 1024 {
+        if raw.len() > 1024 {
             return None;
         }
-        let bytes: Option<Vec<u8>> =
-            (0..raw.len()).step_by(2).map(|i| u8::from_str_radix(raw.get(i..i + 2)?, 16).ok()).collect();
-        let plain = String::from_utf8(bytes?).ok()?;
+        let plain = String::from_utf8(hex_decode(raw)?).ok()?;
         let mut parts = plain.splitn(3, '|');
         if parts.next()? != VERSION {
             return None;

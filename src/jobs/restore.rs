@@ -7,7 +7,7 @@ use crate::llm::TokenUsage;
 use crate::store::{ClaimedJob, FileAtRun, JobOutcome, PhaseTwoReport, PhaseTwoRun};
 use crate::tools::agent_may_write;
 use crate::workspace::publish::FileChanges;
-use crate::workspace::{confine, files_under, is_temporary_file};
+use crate::workspace::{confine, folder_files};
 use chrono::Utc;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -79,18 +79,11 @@ async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .into_iter()
         .collect();
     let scan_root = memory_root.clone();
-    let on_disk = tokio::task::spawn_blocking(move || files_under(&scan_root))
+    let on_disk = tokio::task::spawn_blocking(move || folder_files(&scan_root))
         .await
         .map_err(|e| retryable(e.to_string()))?
         .map_err(|e| retryable(format!("listing the memory folder failed: {e}")))?;
-    for (path, _) in on_disk {
-        if path.file_name().is_some_and(is_temporary_file) {
-            continue;
-        }
-        if let Some(relative) = path.strip_prefix(&memory_root).ok().and_then(|p| p.to_str()) {
-            paths.insert(relative.to_owned());
-        }
-    }
+    paths.extend(on_disk.into_iter().map(|(path, _)| path));
 
     let mut files = FileChanges::default();
     for path in paths.into_iter().filter(|p| agent_may_write(p)) {

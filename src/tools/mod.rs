@@ -48,7 +48,7 @@ pub fn tool_specs() -> Vec<ToolSpec> {
 
 /// Normalised relative path: `a//b/./c` → `a/b/c`; `None` for absolute paths
 /// or any `..`.
-fn normalize(path: &str) -> Option<String> {
+pub(crate) fn normalize(path: &str) -> Option<String> {
     let mut parts = Vec::new();
     for component in Path::new(path).components() {
         match component {

@@ -268,6 +268,21 @@ pub fn files_under(dir: &Path) -> io::Result<Vec<(PathBuf, fs::Metadata)>> {
     Ok(found)
 }
 
+/// The files of a folder memoryd writes (a memory folder), by path relative
+/// to it, sorted: its own temporary files (a publish under way) left out.
+pub fn folder_files(dir: &Path) -> io::Result<Vec<(String, fs::Metadata)>> {
+    let mut files = Vec::new();
+    for (path, meta) in files_under(dir)? {
+        if path.file_name().is_some_and(is_temporary_file) {
+            continue;
+        }
+        let relative = path.strip_prefix(dir).map_err(io::Error::other)?;
+        files.push((relative.to_string_lossy().into_owned(), meta));
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
 /// Every temporary file under `dir`, in all its subfolders.
 pub fn find_leftovers(dir: &Path) -> io::Result<Vec<Leftover>> {
     let mut found = Vec::new();

@@ -2,7 +2,7 @@
 //! CSRF tokens bound to it, and the check on every request that the key
 //! (or admin token) it was made from is still good.
 
-use crate::domain::ids::{random_hex, sha256_hex};
+use crate::domain::ids::{constant_time_eq as same, hex_decode as unhex, hex_encode as hex, random_hex, sha256_hex};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -26,21 +26,6 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     outer.update(block.map(|b| b ^ 0x5c));
     outer.update(inner.finalize());
     outer.finalize().into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-}
-
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Who is signed in.

@@ -10,6 +10,7 @@ pub use auth::ConsoleKeys;
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::{is_admin_token, tenant_of_key_hash};
 use super::layouts::find_layout;
 use super::memory::locate;
 use auth::{ConsoleSession, LOGIN_COOKIE, Principal, SESSION_COOKIE, SESSION_SECS, cookie_value, credential_hash};
@@ -141,7 +142,7 @@ impl FromRequestParts<AppState> for Signed {
         // The key or token signed in with must still open the console.
         let still_good = match &session.principal {
             Principal::Tenant(tenant) => {
-                matches!(state.store.tenant_for_key_hash(&session.credential_hash).await, Ok(Some(t)) if t == *tenant)
+                matches!(tenant_of_key_hash(state, &session.credential_hash).await, Ok(Some(t)) if t == *tenant)
             }
             Principal::Admin(_) => {
                 state.config.admin_token.as_deref().is_some_and(|t| credential_hash(t) == session.credential_hash)
@@ -217,14 +218,14 @@ async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Fo
     }
     let credential = form.credential.trim();
     let hash = credential_hash(credential);
-    let is_admin = state.config.admin_token.as_deref().is_some_and(|t| credential_hash(t) == hash);
+    let is_admin = is_admin_token(&state, credential);
     let principal = if is_admin {
         Principal::Admin(None)
     } else {
-        match state.store.tenant_for_key_hash(&hash).await {
+        match tenant_of_key_hash(&state, &hash).await {
             Ok(Some(tenant)) => Principal::Tenant(tenant),
             Ok(None) => return refused_login("That key opens nothing here."),
-            Err(e) => return ConsoleError(e.into()).into_response(),
+            Err(e) => return ConsoleError(e).into_response(),
         }
     };
     let next = if is_admin { "/console/tenants" } else { "/console" };
@@ -683,8 +684,7 @@ impl MemoryQuery {
 }
 
 async fn read_memory_file(root: &std::path::Path, memories_dir: &str, path: &str) -> Option<String> {
-    let memories = crate::workspace::confine(root, memories_dir).ok()?;
-    let file = crate::workspace::confine(&memories, path).ok()?;
+    let file = super::memory::memory_file(root, memories_dir, path)?;
     tokio::fs::read(file).await.ok().map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 

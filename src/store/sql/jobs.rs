@@ -406,6 +406,7 @@ for_every_dialect! {
         .await?;
         let mut queued = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut layouts_of = std::collections::HashMap::new();
         for row in &candidates {
             let tenant: Uuid = row.try_get("tenant_id")?;
             let (session, workspace, layout_name, rollout): (String, String, String, String) =
@@ -415,7 +416,10 @@ for_every_dialect! {
                 continue;
             }
             let name = parse_id(LayoutName::parse, &layout_name, "layout name")?;
-            let layouts = Self::layouts_in(&mut *tx, tenant).await?;
+            if let std::collections::hash_map::Entry::Vacant(slot) = layouts_of.entry(tenant) {
+                slot.insert(Self::layouts_in(&mut *tx, tenant).await?);
+            }
+            let layouts = layouts_of[&tenant].clone();
             let Some(layout) = resolve_layout(layouts, &name).filter(|l| l.config.generate.is_some()) else { continue };
             let job_id = Uuid::new_v4();
             sqlx::query(
