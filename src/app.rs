@@ -58,6 +58,7 @@ fn worker_settings(config: &Config) -> WorkerSettings {
 struct Core {
     store: DynStore,
     volumes: Volumes,
+    appends: crate::ingest::AppendQueue,
     config: Arc<Config>,
     wake: Arc<Notify>,
     shutdown: watch::Sender<bool>,
@@ -70,10 +71,11 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let provider = provider(&config)?;
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
+    let appends = crate::ingest::AppendQueue::start(store.clone(), volumes.clone());
     let (shutdown, _) = watch::channel(false);
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
-    Ok((Core { store, volumes, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console }, provider))
+    Ok((Core { store, volumes, appends, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console }, provider))
 }
 
 impl Core {
@@ -81,6 +83,7 @@ impl Core {
         AppState {
             store: self.store.clone(),
             volumes: self.volumes.clone(),
+            appends: self.appends.clone(),
             config: self.config.clone(),
             shutdown: self.shutdown.subscribe(),
             wake: self.wake.clone(),

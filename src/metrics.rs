@@ -38,6 +38,11 @@ pub fn segment_ingested(bytes: usize) {
     counter!("memoryd_segment_bytes_total").increment(bytes as u64);
 }
 
+/// The size of each group of appends written in one transaction.
+pub fn append_group(appends: usize) {
+    histogram!("memoryd_append_group_size").record(appends as f64);
+}
+
 pub fn session_opened() {
     counter!("memoryd_sessions_opened_total").increment(1);
 }

@@ -150,18 +150,23 @@ impl IntoResponse for ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(err: crate::store::StoreError) -> Self {
-        use crate::store::Failure;
-        match err.failure() {
-            Failure::Unavailable => {
-                tracing::warn!(error = %crate::error_chain(&err), "the database is unavailable");
-                Self::Unavailable("The database is unavailable; try again shortly.".into())
-            }
-            Failure::StorageFull => {
-                tracing::warn!(error = %crate::error_chain(&err), "the storage is full");
-                Self::InsufficientStorage(STORAGE_FULL.into())
-            }
-            Failure::Other => Self::internal(err),
+        store_problem(&err).unwrap_or_else(|| Self::internal(err))
+    }
+}
+
+/// The problem a store failure is for its caller; `None` for a fault of memoryd's own.
+fn store_problem(err: &crate::store::StoreError) -> Option<ApiError> {
+    use crate::store::Failure;
+    match err.failure() {
+        Failure::Unavailable => {
+            tracing::warn!(error = %crate::error_chain(err), "the database is unavailable");
+            Some(ApiError::Unavailable("The database is unavailable; try again shortly.".into()))
         }
+        Failure::StorageFull => {
+            tracing::warn!(error = %crate::error_chain(err), "the storage is full");
+            Some(ApiError::InsufficientStorage(STORAGE_FULL.into()))
+        }
+        Failure::Other => None,
     }
 }
 
@@ -169,7 +174,7 @@ impl From<crate::ingest::IngestError> for ApiError {
     fn from(err: crate::ingest::IngestError) -> Self {
         use crate::ingest::IngestError;
         match err {
-            IngestError::Store(e) => e.into(),
+            IngestError::Store(e) => store_problem(&e).unwrap_or_else(|| Self::internal(e)),
             IngestError::Disk(e) if crate::store::io_failure(&e) == crate::store::Failure::StorageFull => {
                 tracing::warn!(error = %e, "the data volume is full");
                 Self::InsufficientStorage(STORAGE_FULL.into())

@@ -45,6 +45,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(330);
 pub struct AppState {
     pub store: DynStore,
     pub volumes: Volumes,
+    /// Segments on their way to the disk and the database.
+    pub appends: crate::ingest::AppendQueue,
     pub config: Arc<Config>,
     /// Flips to `true` on SIGTERM, so long polls answer at once.
     pub shutdown: watch::Receiver<bool>,

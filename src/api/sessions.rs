@@ -136,30 +136,29 @@ pub async fn append_segment(
         SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
         SegmentError::Invalid(detail) => ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail },
     })?;
-    let outcome = crate::ingest::append_segment(
-        state.store.as_ref(),
-        &state.volumes,
-        AppendRequest {
+    let bytes = segment.line.len();
+    let outcome = state
+        .appends
+        .append(AppendRequest {
             tenant_id: tenant,
-            session_id: &session_id,
-            workspace: workspace.as_ref(),
-            layout_name: &layout_name,
-            layout: &layout,
-            segment: &segment,
-            idempotency: claim.as_ref(),
-        },
-    )
-    .await?;
+            session_id: session_id.clone(),
+            workspace,
+            layout_name,
+            layout,
+            segment,
+            idempotency: claim,
+        })
+        .await?;
     match outcome {
         AppendOutcome::Appended { receipt, opened_session } => {
-            crate::metrics::segment_ingested(segment.line.len());
+            crate::metrics::segment_ingested(bytes);
             state.caches.ingest.record(tenant, super::rate::current_minute());
             if opened_session {
                 crate::metrics::session_opened();
             }
             tracing::info!(
                 session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
-                segment_index = receipt.segment_index, bytes = segment.line.len(), "segment appended"
+                segment_index = receipt.segment_index, bytes, "segment appended"
             );
             Ok((StatusCode::CREATED, Json(serde_json::to_value(receipt).map_err(ApiError::internal)?)))
         }

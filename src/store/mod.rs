@@ -142,9 +142,12 @@ pub trait SessionStore: Send + Sync {
         page: &PageRequest,
     ) -> StoreResult<Vec<SessionSummary>>;
     async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
-    /// Locks the session and the rollout (opening the session if it is new)
-    /// and says where the line goes; the caller writes it and commits the slot.
-    async fn begin_append<'s>(&'s self, req: &AppendRequest<'_>) -> StoreResult<AppendStart<'s>>;
+    /// Locks, in one transaction and in the order given, the session and the
+    /// rollout of each append (opening sessions that are new) and says where
+    /// each line goes; the caller writes the lines and commits the batch.
+    /// No two appends of a batch may go to one rollout (their lines would
+    /// take the same place) or carry one idempotency key.
+    async fn begin_appends<'s>(&'s self, reqs: &[&AppendRequest]) -> StoreResult<Box<dyn AppendBatch + 's>>;
     /// `None` for an unknown session. Moves an open session to `closing` and
     /// queues its jobs in one transaction; idempotent afterwards.
     /// A new phase-two job waits `phase_two_delay` before it may start

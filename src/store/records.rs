@@ -198,15 +198,15 @@ pub struct IdempotencyClaim {
     pub request_hash: String,
 }
 
-pub struct AppendRequest<'a> {
+pub struct AppendRequest {
     pub tenant_id: TenantId,
-    pub session_id: &'a SessionId,
+    pub session_id: SessionId,
     /// `?workspace=`; `None` means the session's own (or `default` for a new one).
-    pub workspace: Option<&'a WorkspaceName>,
-    pub layout_name: &'a LayoutName,
-    pub layout: &'a ValidLayout,
-    pub segment: &'a Segment,
-    pub idempotency: Option<&'a IdempotencyClaim>,
+    pub workspace: Option<WorkspaceName>,
+    pub layout_name: LayoutName,
+    pub layout: ValidLayout,
+    pub segment: Segment,
+    pub idempotency: Option<IdempotencyClaim>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -232,7 +232,7 @@ pub enum AppendOutcome {
     WorkspaceMismatch(WorkspaceName),
 }
 
-/// Where a segment goes, decided and locked by `begin_append`: the line is
+/// Where a segment goes, decided and locked by `begin_appends`: the line is
 /// written at `committed_len` of the rollout file at `rollout_path`.
 #[derive(Debug, Clone)]
 pub struct AppendPosition {
@@ -244,22 +244,36 @@ pub struct AppendPosition {
     pub opened_session: bool,
 }
 
-/// An append under way: its rollout's row is locked (across replicas) until
-/// the slot is committed or dropped (which rolls it back).
-#[async_trait]
-pub trait AppendSlot: Send {
-    fn position(&self) -> &AppendPosition;
-    /// Records the line written (the file is now `new_len` bytes long) and
-    /// the answer for its idempotency key, and releases the lock.
-    async fn commit(self: Box<Self>, new_len: u64, receipt: &SegmentReceipt) -> StoreResult<()>;
-}
-
-/// What `begin_append` found.
-pub enum AppendStart<'s> {
+/// What `begin_appends` found for one append of a batch.
+#[derive(Debug, Clone)]
+pub enum AppendStart {
     /// Nothing is to be written: a replay, a conflict, a closed session.
     Done(AppendOutcome),
-    /// Write the line, then commit the slot.
-    Write(Box<dyn AppendSlot + 's>),
+    /// Write the line here, then commit the batch.
+    Write(AppendPosition),
+}
+
+/// A line on disk, to be recorded by [`AppendBatch::commit`].
+#[derive(Debug, Clone)]
+pub struct WrittenSegment {
+    /// The append's place in the batch.
+    pub request: usize,
+    /// The rollout file's length with the line.
+    pub new_len: u64,
+    pub receipt: SegmentReceipt,
+}
+
+/// Appends under way in one transaction: their sessions' and rollouts' rows
+/// are locked (across replicas) until the batch is committed or dropped
+/// (which rolls all of it back).
+#[async_trait]
+pub trait AppendBatch: Send {
+    /// What each append found, in the order they were given.
+    fn starts(&self) -> &[AppendStart];
+    /// Records every line written (one for each `Write` start) and the
+    /// answers for their idempotency keys, and commits: all of them are
+    /// recorded, or none.
+    async fn commit(self: Box<Self>, written: &[WrittenSegment]) -> StoreResult<()>;
 }
 
 #[derive(Debug, Clone)]

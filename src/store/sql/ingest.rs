@@ -8,25 +8,66 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-/// An append whose session and rollout rows this transaction holds.
-struct SqlAppendSlot<'s, DB: Database> {
+/// Appends whose session and rollout rows this transaction holds.
+struct SqlAppendBatch<'s, DB: Database> {
     tx: WriteTx<'s, DB>,
-    position: AppendPosition,
+    starts: Vec<AppendStart>,
+    /// What the commit records of each append to be written (by request).
+    rows: Vec<Option<RolloutUpdate>>,
+    now: DateTime<Utc>,
+}
+
+/// The columns an append changes once its line is on disk.
+struct RolloutUpdate {
     tenant: TenantId,
+    workspace: String,
     session_id: String,
     layout: String,
     rollout_id: String,
     updated_at: String,
     terminal_state: String,
     idempotency_key: Option<String>,
-    now: DateTime<Utc>,
 }
+
 for_every_dialect! {
     impl {
-        pub(super) async fn lock_for_append<'s>(&'s self, req: &AppendRequest<'_>) -> StoreResult<AppendStart<'s>> {
-        let now = Utc::now();
-        let mut tx = self.begin_write().await?;
-        if let Some(claim) = req.idempotency {
+        pub(super) async fn lock_for_appends<'s>(
+            &'s self,
+            reqs: &[&AppendRequest],
+        ) -> StoreResult<Box<dyn AppendBatch + 's>> {
+            let now = Utc::now();
+            let mut tx = self.begin_write().await?;
+            let mut starts = Vec::with_capacity(reqs.len());
+            let mut rows = Vec::with_capacity(reqs.len());
+            for req in reqs {
+                let start = Self::position_in(&mut tx, req, now).await?;
+                rows.push(match &start {
+                    AppendStart::Write(position) => Some(RolloutUpdate {
+                        tenant: req.tenant_id,
+                        workspace: position.workspace.as_str().to_owned(),
+                        session_id: req.session_id.as_str().to_owned(),
+                        layout: req.layout_name.as_str().to_owned(),
+                        rollout_id: req.segment.rollout_id.as_str().to_owned(),
+                        updated_at: req.segment.updated_at.clone(),
+                        terminal_state: req.segment.terminal_state.clone(),
+                        idempotency_key: req.idempotency.as_ref().map(|c| c.key.clone()),
+                    }),
+                    AppendStart::Done(_) => None,
+                });
+                starts.push(start);
+            }
+            Ok(Box::new(SqlAppendBatch { tx, starts, rows, now }))
+        }
+
+        /// Where one append's line goes, its session and rollout rows locked;
+        /// or its answer when nothing is to be written, in which case it has
+        /// left nothing behind in the transaction.
+        async fn position_in(
+            tx: &mut WriteTx<'_, DB>,
+            req: &AppendRequest,
+            now: DateTime<Utc>,
+        ) -> StoreResult<AppendStart> {
+        if let Some(claim) = &req.idempotency {
             // A concurrent holder of the same key makes this insert wait for
             // its commit, after which the stored answer is there to replay.
             let claimed = sqlx::query(
@@ -37,7 +78,7 @@ for_every_dialect! {
             .bind(claim.key.as_str())
             .bind(claim.request_hash.as_str())
             .bind(now)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
             if claimed.is_none() {
                 let row = sqlx::query(
@@ -45,7 +86,7 @@ for_every_dialect! {
                 )
                 .bind(req.tenant_id)
                 .bind(claim.key.as_str())
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut **tx)
                 .await?;
                 return Ok(AppendStart::Done(replay_or_conflict(claim, row.try_get("request_hash")?, row.try_get("response")?)?));
             }
@@ -65,7 +106,7 @@ for_every_dialect! {
         .bind(req.session_id.as_str())
         .bind(req.layout_name.as_str())
         .bind(rollout_id.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         let (session, opened_session, position) = match known {
             Some(row) => {
@@ -73,54 +114,53 @@ for_every_dialect! {
                 (Self::record::<SessionRow, SessionRecord>(&row)?, false, Some(position))
             }
             None => {
-                let (session, opened) = Self::open_session_in(&mut tx, req, now).await?;
+                let (session, opened) = Self::open_session_in(tx, req, now).await?;
                 (session, opened, None)
             }
         };
         // Holding the session row keeps a concurrent close from queuing its
-        // jobs before this segment is in.
-        if req.workspace.is_some_and(|w| w != &session.workspace) {
-            return Ok(AppendStart::Done(AppendOutcome::WorkspaceMismatch(session.workspace)));
-        }
-        if session.state != SessionState::Open {
-            return Ok(AppendStart::Done(AppendOutcome::SessionClosed(session.state)));
+        // jobs before this segment is in. A session refused here existed
+        // before this append, so only the key's claim is to be taken back.
+        let refusal = if req.workspace.as_ref().is_some_and(|w| w != &session.workspace) {
+            Some(AppendOutcome::WorkspaceMismatch(session.workspace.clone()))
+        } else if session.state != SessionState::Open {
+            Some(AppendOutcome::SessionClosed(session.state))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if let Some(claim) = &req.idempotency {
+                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
+                    .bind(req.tenant_id)
+                    .bind(claim.key.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            return Ok(AppendStart::Done(refusal));
         }
         let (committed_len, segment_index) = match position {
             Some(position) => position,
-            None => Self::lock_rollout_in(&mut tx, req, &session.workspace, &path_text, now).await?,
+            None => Self::lock_rollout_in(tx, req, &session.workspace, &path_text, now).await?,
         };
-
-        let slot = SqlAppendSlot {
-            tx,
-            position: AppendPosition {
-                workspace: session.workspace,
-                rollout_path: path_text,
-                committed_len: committed_len as u64,
-                segment_index,
-                opened_session,
-            },
-            tenant: req.tenant_id,
-            session_id: req.session_id.as_str().to_owned(),
-            layout: req.layout_name.as_str().to_owned(),
-            rollout_id: rollout_id.as_str().to_owned(),
-            updated_at: req.segment.updated_at.clone(),
-            terminal_state: req.segment.terminal_state.clone(),
-            idempotency_key: req.idempotency.map(|c| c.key.clone()),
-            now,
-        };
-        Ok(AppendStart::Write(Box::new(slot)))
+        Ok(AppendStart::Write(AppendPosition {
+            workspace: session.workspace,
+            rollout_path: path_text,
+            committed_len: committed_len as u64,
+            segment_index,
+            opened_session,
+        }))
     }
 
     /// The session a segment goes to, created if it is new (`true`), its row locked.
     pub(super) async fn open_session_in(
         conn: &mut DB::Connection,
-        req: &AppendRequest<'_>,
+        req: &AppendRequest,
         now: DateTime<Utc>,
     ) -> StoreResult<(SessionRecord, bool)> {
-        if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, req.session_id, true).await? {
+        if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true).await? {
             return Ok((session, false));
         }
-        let workspace = req.workspace.cloned().unwrap_or_else(WorkspaceName::default_workspace);
+        let workspace = req.workspace.clone().unwrap_or_else(WorkspaceName::default_workspace);
         let opened = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
@@ -132,7 +172,7 @@ for_every_dialect! {
         .fetch_optional(&mut *conn)
         .await?
         .is_some();
-        let session = Self::session_in(&mut *conn, req.tenant_id, req.session_id, true)
+        let session = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true)
             .await?
             .ok_or_else(|| corrupt("session vanished after insert"))?;
         Ok((session, opened))
@@ -142,7 +182,7 @@ for_every_dialect! {
     /// it is new and locked.
     pub(super) async fn lock_rollout_in(
         conn: &mut DB::Connection,
-        req: &AppendRequest<'_>,
+        req: &AppendRequest,
         workspace: &WorkspaceName,
         path_text: &str,
         now: DateTime<Utc>,
@@ -182,50 +222,98 @@ for_every_dialect! {
 }
 
 for_every_dialect! {
-    @bounded [#[async_trait::async_trait] impl<'s, DB> AppendSlot for SqlAppendSlot<'s, DB>]
+    @bounded [#[async_trait::async_trait] impl<'s, DB> AppendBatch for SqlAppendBatch<'s, DB>]
 
-    fn position(&self) -> &AppendPosition {
-        &self.position
+    fn starts(&self) -> &[AppendStart] {
+        &self.starts
     }
 
-    async fn commit(mut self: Box<Self>, new_len: u64, receipt: &SegmentReceipt) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE rollouts SET committed_len = $5, segment_count = segment_count + 1, last_updated_at = $6,
-                    last_terminal_state = $7, updated_at = $8
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-        )
-        .bind(self.tenant)
-        .bind(self.position.workspace.as_str())
-        .bind(self.layout.as_str())
-        .bind(self.rollout_id.as_str())
-        .bind(new_len as i64)
-        .bind(self.updated_at.as_str())
-        .bind(self.terminal_state.as_str())
-        .bind(self.now)
-        .execute(&mut *self.tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, segment_count, first_seen_at)
-             VALUES ($1, $2, $3, $4, 1, $5)
+    async fn commit(mut self: Box<Self>, written: &[WrittenSegment]) -> StoreResult<()> {
+        let mut lines = Vec::with_capacity(written.len());
+        for segment in written {
+            let row = self.rows.get(segment.request).and_then(Option::as_ref);
+            lines.push((row.ok_or_else(|| corrupt("a line written for an append that had none to write"))?, segment));
+        }
+        if lines.len() != self.rows.iter().flatten().count() {
+            return Err(corrupt("an append of the batch has no line written"));
+        }
+        if lines.is_empty() {
+            self.tx.commit().await?;
+            return Ok(());
+        }
+        // One statement per table for the whole batch: the round trips, not
+        // the rows, are what an append costs.
+        let update = format!(
+            "UPDATE rollouts SET committed_len = v.column5, segment_count = rollouts.segment_count + 1,
+                    last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = $1
+             FROM (VALUES {}) AS v
+             WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
+               AND rollouts.layout = v.column3 AND rollouts.rollout_id = v.column4",
+            placeholders(lines.len(), 7, 2, "")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(update)).bind(self.now);
+        for (row, segment) in &lines {
+            query = query
+                .bind(row.tenant)
+                .bind(row.workspace.as_str())
+                .bind(row.layout.as_str())
+                .bind(row.rollout_id.as_str())
+                .bind(segment.new_len as i64)
+                .bind(row.updated_at.as_str())
+                .bind(row.terminal_state.as_str());
+        }
+        query.execute(&mut *self.tx).await?;
+        let upsert = format!(
+            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count)
+             VALUES {}
              ON CONFLICT (tenant_id, session_id, layout, rollout_id)
              DO UPDATE SET segment_count = session_rollouts.segment_count + 1",
-        )
-        .bind(self.tenant)
-        .bind(self.session_id.as_str())
-        .bind(self.layout.as_str())
-        .bind(self.rollout_id.as_str())
-        .bind(self.now)
-        .execute(&mut *self.tx)
-        .await?;
-        if let Some(key) = &self.idempotency_key {
-            sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
-                .bind(self.tenant)
-                .bind(key.as_str())
-                .bind(serde_json::to_string(receipt).expect("a receipt always serialises"))
-                .execute(&mut *self.tx)
-                .await?;
+            placeholders(lines.len(), 5, 1, ", 1")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(upsert));
+        for (row, _) in &lines {
+            query = query
+                .bind(row.tenant)
+                .bind(row.session_id.as_str())
+                .bind(row.layout.as_str())
+                .bind(row.rollout_id.as_str())
+                .bind(self.now);
+        }
+        query.execute(&mut *self.tx).await?;
+        for (row, segment) in &lines {
+            if let Some(key) = &row.idempotency_key {
+                sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
+                    .bind(row.tenant)
+                    .bind(key.as_str())
+                    .bind(serde_json::to_string(&segment.receipt).expect("a receipt always serialises"))
+                    .execute(&mut *self.tx)
+                    .await?;
+            }
         }
         self.tx.commit().await?;
         Ok(())
+    }
+}
+
+/// `($first, …), (…), …`: `rows` tuples of `width` numbered parameters,
+/// each ending with `constants`.
+fn placeholders(rows: usize, width: usize, first: usize, constants: &str) -> String {
+    (0..rows)
+        .map(|r| {
+            let params: Vec<String> = (0..width).map(|c| format!("${}", first + r * width + c)).collect();
+            format!("({}{constants})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_number_rows_after_the_leading_parameters() {
+        assert_eq!(placeholders(1, 2, 1, ""), "($1, $2)");
+        assert_eq!(placeholders(2, 3, 2, ", 1"), "($2, $3, $4, 1), ($5, $6, $7, 1)");
     }
 }

@@ -267,8 +267,8 @@ for_every_dialect! {
         row.map(|r| parse_id(SessionState::parse, r.try_get("state")?, "session state")).transpose()
     }
 
-    async fn begin_append<'s>(&'s self, req: &AppendRequest<'_>) -> StoreResult<AppendStart<'s>> {
-        self.lock_for_append(req).await
+    async fn begin_appends<'s>(&'s self, reqs: &[&AppendRequest]) -> StoreResult<Box<dyn AppendBatch + 's>> {
+        self.lock_for_appends(reqs).await
     }
 
     async fn close_session(
