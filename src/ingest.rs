@@ -2,7 +2,7 @@
 //! (SPEC §2.2), in groups. Appends that arrive while a group is being written
 //! wait in a queue and form the next group: one transaction locks their
 //! sessions and rollouts and says where each line goes, the lines are written
-//! and fsync'd side by side, and one commit records them all. A lone append
+//! and synced to disk together, and one commit records them all. A lone append
 //! is a group of one and never waits for company.
 //!
 //! A 201 is sent only after the commit. A crash anywhere leaves lines beyond
@@ -11,9 +11,10 @@
 
 use crate::domain::ids::LayoutName;
 use crate::store::{
-    AppendOutcome, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId, WrittenSegment,
+    AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId, WrittenSegment,
 };
-use crate::workspace::{PathError, Volumes, append_durably, confine, ensure_layout};
+use crate::domain::layout::ValidLayout;
+use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -142,8 +143,8 @@ pub fn next_group<T>(waiting: &mut VecDeque<T>, max: usize, keys: impl Fn(&T) ->
     group
 }
 
-/// Appends a group: one transaction, the lines written side by side, one
-/// commit. Answers come in the order of `reqs`. An append whose line could
+/// Appends a group: one transaction, the lines written and synced together,
+/// one commit. Answers come in the order of `reqs`. An append whose line could
 /// not be written fails alone: the transaction is rolled back and the rest
 /// are carried out again without it, so nothing of it is left behind.
 pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest]) -> Vec<Answer> {
@@ -177,6 +178,37 @@ pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRe
     answers.into_iter().map(|a| a.expect("every append of a group is answered")).collect()
 }
 
+/// Writes each line (by its place in the group) into its layout's sessions
+/// folder and makes all of them durable together.
+fn write_lines(
+    lines: Vec<(usize, std::path::PathBuf, ValidLayout, AppendPosition, String)>,
+) -> Vec<(usize, Result<u64, IngestError>)> {
+    let mut results = Vec::with_capacity(lines.len());
+    let mut appends = Vec::with_capacity(lines.len());
+    let mut places = Vec::with_capacity(lines.len());
+    let mut ensured: Vec<(std::path::PathBuf, String, String)> = Vec::new();
+    for (place, root, layout, position, line) in lines {
+        let folders = (root, layout.sessions_dir.normalized.clone(), layout.memories_dir.normalized.clone());
+        let ready = if ensured.contains(&folders) {
+            Ok(())
+        } else {
+            ensure_layout(&folders.0, &layout).inspect(|()| ensured.push(folders.clone()))
+        };
+        let root = &folders.0;
+        let path = ready.and_then(|()| confine(root, &position.rollout_path));
+        match path {
+            Ok(path) => {
+                appends.push(LineAppend { path, committed_len: position.committed_len, line });
+                places.push(place);
+            }
+            Err(err) => results.push((place, Err(err.into()))),
+        }
+    }
+    let durable = append_all_durably(&appends);
+    results.extend(places.into_iter().zip(durable.into_iter().map(|r| r.map_err(IngestError::from))));
+    results
+}
+
 fn lock_order(req: &AppendRequest) -> (TenantId, &str, &str, &str) {
     (req.tenant_id, req.session_id.as_str(), req.layout_name.as_str(), req.segment.rollout_id.as_str())
 }
@@ -195,33 +227,29 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
         Ok(batch) => batch,
         Err(err) => return GroupResult::Failed(err),
     };
-    let mut writes = tokio::task::JoinSet::new();
     let mut failures = Vec::new();
+    let mut lines = Vec::new();
     for (place, start) in batch.starts().iter().enumerate() {
         let AppendStart::Write(position) = start else { continue };
         let req = group[place];
-        let root = match volumes.workspace_root(req.tenant_id, &position.workspace) {
-            Ok(root) => root,
-            Err(err) => {
-                failures.push((pending[place], err.into()));
-                continue;
-            }
-        };
-        let (layout, line, rollout_path, committed_len) =
-            (req.layout.clone(), req.segment.line.clone(), position.rollout_path.clone(), position.committed_len);
-        writes.spawn_blocking(move || -> (usize, Result<u64, IngestError>) {
-            let written = ensure_layout(&root, &layout).map_err(IngestError::from).and_then(|()| {
-                Ok(append_durably(&confine(&root, &rollout_path)?, committed_len, line.as_bytes())?)
-            });
-            (place, written)
-        });
+        match volumes.workspace_root(req.tenant_id, &position.workspace) {
+            Ok(root) => lines.push((place, root, req.layout.clone(), position.clone(), req.segment.line.clone())),
+            Err(err) => failures.push((pending[place], err.into())),
+        }
     }
+    let written = tokio::task::spawn_blocking(move || write_lines(lines)).await;
     let mut new_lens = vec![0; group.len()];
-    while let Some(joined) = writes.join_next().await {
-        match joined {
-            Ok((place, Ok(new_len))) => new_lens[place] = new_len,
-            Ok((place, Err(err))) => failures.push((pending[place], err)),
-            Err(panicked) => return GroupResult::Failed(StoreError::Corrupt(format!("a rollout write panicked: {panicked}"))),
+    match written {
+        Ok(written) => {
+            for (place, result) in written {
+                match result {
+                    Ok(new_len) => new_lens[place] = new_len,
+                    Err(err) => failures.push((pending[place], err)),
+                }
+            }
+        }
+        Err(panicked) => {
+            return GroupResult::Failed(StoreError::Corrupt(format!("writing the rollout files panicked: {panicked}")));
         }
     }
     if !failures.is_empty() {

@@ -51,6 +51,8 @@ pub struct TestApp {
     pub base: String,
     pub client: Client,
     pub data_dir: PathBuf,
+    /// The database this memoryd uses (a schema of its own on Postgres).
+    pub database_url: String,
     _dir: tempfile::TempDir,
 }
 
@@ -82,10 +84,10 @@ impl TestApp {
         };
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let data_dir = config.data_dir.clone();
+        let (data_dir, database_url) = (config.data_dir.clone(), config.database_url());
         let server = start(config, listener).await.expect("memoryd starts");
         let base = format!("http://{}", server.addr);
-        Self { server: Some(server), base, client: Client::new(), data_dir, _dir: dir }
+        Self { server: Some(server), base, client: Client::new(), data_dir, database_url, _dir: dir }
     }
 
     pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {

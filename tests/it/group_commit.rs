@@ -1,0 +1,244 @@
+//! Group commit (SPEC §2.2): appends that wait together share one
+//! transaction, and a 201 still means the line is on disk and recorded —
+//! through a failed group and through SIGKILL under load.
+
+use crate::both_backends;
+use crate::harness::{Backend, TestApp, status_code_body};
+use crate::process::{Memoryd, database_env, spawn_round};
+use reqwest::Method;
+use serde_json::{Value, json};
+use sqlx::Connection;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+both_backends!(a_failed_group_acknowledges_none_of_its_appends, acknowledged_segments_survive_sigkill_under_load);
+
+fn segment(rollout: &str, said: &str) -> Value {
+    json!({"rollout_id": rollout, "input": said, "final_output": "ok"})
+}
+
+/// A connection of the test's own to memoryd's database.
+enum Database {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl Database {
+    async fn connect(backend: Backend, url: &str) -> Self {
+        match backend {
+            Backend::Postgres => Self::Postgres(sqlx::PgConnection::connect(url).await.unwrap()),
+            Backend::Sqlite => Self::Sqlite(sqlx::SqliteConnection::connect(url).await.unwrap()),
+        }
+    }
+
+    async fn run(&mut self, sql: &'static str) {
+        match self {
+            Self::Postgres(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+            Self::Sqlite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Makes recording a line of rollout `poison` fail inside the commit.
+    async fn poison_rollout(&mut self) {
+        match self {
+            Self::Postgres(_) => {
+                self.run(
+                    "CREATE FUNCTION poison_append() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN IF NEW.rollout_id = 'poison' THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$;
+                     CREATE TRIGGER poison_append BEFORE UPDATE ON rollouts
+                     FOR EACH ROW EXECUTE FUNCTION poison_append();",
+                )
+                .await
+            }
+            Self::Sqlite(_) => {
+                self.run(
+                    "CREATE TRIGGER poison_append BEFORE UPDATE ON rollouts WHEN NEW.rollout_id = 'poison'
+                     BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+                )
+                .await
+            }
+        }
+    }
+
+    async fn cure(&mut self) {
+        match self {
+            Self::Postgres(_) => self.run("DROP TRIGGER poison_append ON rollouts").await,
+            Self::Sqlite(_) => self.run("DROP TRIGGER poison_append").await,
+        }
+    }
+
+    /// Holds what memoryd's next append must wait for: the `blocker`
+    /// session's row on Postgres, the database's write lock on SQLite.
+    async fn block_appends(&mut self) {
+        match self {
+            Self::Postgres(_) => {
+                self.run("BEGIN; SELECT 1 FROM sessions WHERE session_id = 'blocker' FOR UPDATE").await
+            }
+            Self::Sqlite(_) => self.run("BEGIN IMMEDIATE").await,
+        }
+    }
+}
+
+async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
+    let app = Arc::new(TestApp::start(backend).await);
+    let t = app.tenant().await;
+    assert_eq!(app.post_segment(&t.key, "blocker", "default", segment("r-block", "first")).await.status(), 201);
+    let mut db = Database::connect(backend, &app.database_url).await;
+    db.poison_rollout().await;
+
+    // While one append waits for the lock, four others queue behind it and
+    // then go to the database together, as one group: the poisoned one fails
+    // the group's transaction.
+    db.block_appends().await;
+    let post = |session: &'static str, rollout: &'static str| {
+        let (app, key) = (app.clone(), t.key.clone());
+        tokio::spawn(async move { app.post_segment(&key, session, "default", segment(rollout, "said")).await })
+    };
+    let blocked = post("blocker", "r-block");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let group = [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s, r));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    db.run("ROLLBACK").await;
+
+    assert_eq!(blocked.await.unwrap().status(), 201, "the append before the failed group is recorded");
+    for answer in group {
+        let res = answer.await.unwrap();
+        let content_type = res.headers()["content-type"].to_str().unwrap().to_owned();
+        let (status, code, _) = status_code_body(res).await;
+        assert!(status >= 500, "every append of the failed group fails, got {status}");
+        assert_eq!((content_type.as_str(), code.as_str()), ("application/problem+json", "internal"));
+    }
+    for session in ["s-poison", "s-b", "s-c", "s-d"] {
+        let res = app.request(Method::GET, &format!("/v1/sessions/{session}"), &t.key).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{session} was opened only by the failed group: nothing of it is recorded");
+    }
+    let blocker = app.json(Method::GET, "/v1/sessions/blocker", &t.key).await;
+    assert_eq!(blocker["rollouts"][0]["segment_count"], 2, "{blocker}");
+
+    // The lines the failed group wrote are beyond the committed lengths, and
+    // are cut when the appends are made again.
+    db.cure().await;
+    let res = app.post_segment(&t.key, "s-b", "default", segment("r-b", "again")).await;
+    assert_eq!(res.status(), 201);
+    let receipt: Value = res.json().await.unwrap();
+    assert_eq!(receipt["segment_index"], 0);
+    let file = app.workspace_dir(&t, "default").join(receipt["rollout_path"].as_str().unwrap());
+    let text = std::fs::read_to_string(file).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("again") && !text.contains("said"), "{text}");
+}
+
+/// A small generator of kill moments, different on every run.
+fn jitter(state: &mut u64, range: std::ops::Range<u64>) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    range.start + *state % (range.end - range.start)
+}
+
+/// One appender: its own rollout, markers 0, 1, 2, … each sent with its own
+/// idempotency key until acknowledged. Returns `(marker, segment_index)` of
+/// every acknowledgement.
+async fn appender(
+    http: reqwest::Client,
+    base: Arc<RwLock<String>>,
+    key: String,
+    session: String,
+    rollout: String,
+    stop: Arc<AtomicBool>,
+) -> Vec<(u64, i64)> {
+    let mut acknowledged = Vec::new();
+    let mut marker = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let url = format!("{}/v1/sessions/{session}/layouts/default/segments", base.read().unwrap());
+        let sent = http
+            .post(url)
+            .bearer_auth(&key)
+            .header("idempotency-key", format!("{rollout}-{marker}"))
+            .json(&segment(&rollout, &format!("<{rollout}#{marker}>")))
+            .send()
+            .await;
+        match sent {
+            Ok(res) if res.status() == 201 => {
+                // A process killed mid-answer leaves the marker unacknowledged:
+                // it is sent again, and its key replays the first answer.
+                if let Ok(receipt) = res.json::<Value>().await {
+                    acknowledged.push((marker, receipt["segment_index"].as_i64().unwrap()));
+                    marker += 1;
+                }
+            }
+            Ok(res) if res.status().is_client_error() => panic!("append refused: {}", res.text().await.unwrap()),
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    acknowledged
+}
+
+async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
+    const APPENDERS: usize = 32;
+    const KILLS: u64 = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let env = database_env(backend).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let mut tenant = None;
+    let (mut memoryd, tenant_id, key) = spawn_round(dir.path(), 0, &env, &http, &mut tenant).await;
+    let base = Arc::new(RwLock::new(memoryd.base.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two appenders per session, each with a rollout of its own.
+    let appenders: Vec<_> = (0..APPENDERS)
+        .map(|i| {
+            let (session, rollout) = (format!("s-{}", i / 2), format!("r-{i}"));
+            tokio::spawn(appender(http.clone(), base.clone(), key.clone(), session, rollout, stop.clone()))
+        })
+        .collect();
+
+    let mut seed = u64::from(Instant::now().elapsed().subsec_nanos()) | 1;
+    seed ^= std::process::id() as u64;
+    for round in 1..=KILLS {
+        tokio::time::sleep(Duration::from_millis(jitter(&mut seed, 300..900))).await;
+        memoryd.signal("-KILL");
+        memoryd.exit().await;
+        memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
+        *base.write().unwrap() = memoryd.base.clone();
+        memoryd.ready(&http).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acknowledged = Vec::new();
+    for task in appenders {
+        acknowledged.push(task.await.unwrap());
+    }
+
+    let root = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default"));
+    for (i, acks) in acknowledged.iter().enumerate() {
+        let (session, rollout) = (format!("s-{}", i / 2), format!("r-{i}"));
+        assert!(acks.len() as u64 > KILLS, "{rollout} made progress across the restarts: {acks:?}");
+        // One more append after the last kill cuts any unacknowledged tail
+        // and lands at the next index.
+        let res = http
+            .post(format!("{}/v1/sessions/{session}/layouts/default/segments", memoryd.base))
+            .bearer_auth(&key)
+            .json(&segment(&rollout, &format!("<{rollout}#last>")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+        let receipt: Value = res.json().await.unwrap();
+        assert_eq!(receipt["segment_index"].as_u64(), Some(acks.len() as u64), "{rollout}");
+
+        // Every acknowledged marker is in the file exactly once, in order, at
+        // the index its receipt gave.
+        let text = std::fs::read_to_string(root.join(receipt["rollout_path"].as_str().unwrap())).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), acks.len() + 1, "{rollout}: {text}");
+        for (marker, index) in acks {
+            assert_eq!(*index as usize, *marker as usize, "{rollout}: marker {marker} got index {index}");
+            let line = lines[*index as usize];
+            assert!(line.contains(&format!("<{rollout}#{marker}>")), "{rollout} line {index}: {line}");
+            assert!(serde_json::from_str::<Value>(line).is_ok(), "{rollout} line {index} is whole: {line}");
+        }
+        assert!(lines[acks.len()].contains(&format!("<{rollout}#last>")));
+    }
+}
