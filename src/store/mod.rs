@@ -83,9 +83,12 @@ fn database_failure(e: &sqlx::Error) -> Failure {
             let code = db.code().unwrap_or_default();
             if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some() {
                 // SQLSTATE class 53 is insufficient resources (53100: disk full),
-                // class 08 connection failures, 57P0x the server stopping or starting.
+                // class 08 connection failures, 57P0x the server stopping or starting;
+                // 40P01 a deadlock between replicas' transactions, which the server
+                // broke by failing this one: each is worth trying again.
                 return match code.as_ref() {
                     "53100" => Failure::StorageFull,
+                    "40P01" => Failure::Unavailable,
                     c if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") => Failure::Unavailable,
                     _ => Failure::Other,
                 };

@@ -7,6 +7,7 @@ use crate::domain::ids::WorkspaceName;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
+use std::collections::HashMap;
 
 /// Appends whose session and rollout rows this transaction holds.
 struct SqlAppendBatch<'s, DB: Database> {
@@ -15,6 +16,21 @@ struct SqlAppendBatch<'s, DB: Database> {
     /// What the commit records of each append to be written (by request).
     rows: Vec<Option<RolloutUpdate>>,
     now: DateTime<Utc>,
+}
+
+/// An append's session and rollout: tenant, session id, layout, rollout id.
+type AppendTarget = (TenantId, String, String, String);
+
+/// A target found locked: its session, and its rollout's committed length and segment count.
+type KnownTarget = (SessionRecord, (i64, i64));
+
+fn append_target(req: &AppendRequest) -> AppendTarget {
+    (
+        req.tenant_id,
+        req.session_id.as_str().to_owned(),
+        req.layout_name.as_str().to_owned(),
+        req.segment.rollout_id.as_str().to_owned(),
+    )
 }
 
 /// The columns an append changes once its line is on disk.
@@ -37,10 +53,12 @@ for_every_dialect! {
         ) -> StoreResult<Box<dyn AppendBatch + 's>> {
             let now = Utc::now();
             let mut tx = self.begin_write().await?;
+            let mut known = Self::lock_known_in(&mut tx, reqs).await?;
             let mut starts = Vec::with_capacity(reqs.len());
             let mut rows = Vec::with_capacity(reqs.len());
             for req in reqs {
-                let start = Self::position_in(&mut tx, req, now).await?;
+                let found = known.remove(&append_target(req));
+                let start = Self::position_in(&mut tx, req, now, found).await?;
                 rows.push(match &start {
                     AppendStart::Write(position) => Some(RolloutUpdate {
                         tenant: req.tenant_id,
@@ -59,13 +77,56 @@ for_every_dialect! {
             Ok(Box::new(SqlAppendBatch { tx, starts, rows, now }))
         }
 
-        /// Where one append's line goes, its session and rollout rows locked;
-        /// or its answer when nothing is to be written, in which case it has
-        /// left nothing behind in the transaction.
+        /// The common case in one statement: the appends whose session and
+        /// rollout exist, those rows locked in one order (the same in every
+        /// replica), with the session and the rollout's committed length
+        /// and segment count.
+        async fn lock_known_in(
+            tx: &mut WriteTx<'_, DB>,
+            reqs: &[&AppendRequest],
+        ) -> StoreResult<HashMap<AppendTarget, KnownTarget>> {
+            let sql = format!(
+                "SELECT s.*, r.layout AS rollout_layout, r.rollout_id AS rollout_rollout_id,
+                        r.committed_len AS rollout_committed_len, r.segment_count AS rollout_segment_count
+                 FROM (VALUES {}) AS v
+                 JOIN sessions s ON s.tenant_id = v.column1 AND s.session_id = v.column2
+                 JOIN rollouts r ON r.tenant_id = s.tenant_id AND r.workspace = s.workspace
+                                AND r.layout = v.column3 AND r.rollout_id = v.column4
+                 ORDER BY s.tenant_id, s.session_id, r.layout, r.rollout_id{}",
+                placeholders(reqs.len(), 4, 1, ""),
+                DB::LOCK_SESSIONS_AND_ROLLOUTS
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for req in reqs {
+                query = query
+                    .bind(req.tenant_id)
+                    .bind(req.session_id.as_str())
+                    .bind(req.layout_name.as_str())
+                    .bind(req.segment.rollout_id.as_str());
+            }
+            let mut known = HashMap::new();
+            for row in query.fetch_all(&mut **tx).await? {
+                let session = Self::record::<SessionRow, SessionRecord>(&row)?;
+                let target = (
+                    row.try_get("tenant_id")?,
+                    session.session_id.as_str().to_owned(),
+                    row.try_get("rollout_layout")?,
+                    row.try_get("rollout_rollout_id")?,
+                );
+                let position = (row.try_get("rollout_committed_len")?, row.try_get("rollout_segment_count")?);
+                known.insert(target, (session, position));
+            }
+            Ok(known)
+        }
+
+        /// Where one append's line goes, its session and rollout rows locked
+        /// (`known`: already locked); or its answer when nothing is to be
+        /// written, in which case it has left nothing behind in the transaction.
         async fn position_in(
             tx: &mut WriteTx<'_, DB>,
             req: &AppendRequest,
             now: DateTime<Utc>,
+            known: Option<KnownTarget>,
         ) -> StoreResult<AppendStart> {
         if let Some(claim) = &req.idempotency {
             // A concurrent holder of the same key makes this insert wait for
@@ -92,27 +153,9 @@ for_every_dialect! {
             }
         }
 
-        let rollout_id = &req.segment.rollout_id;
-        let path_text = req.layout.rollout_path(rollout_id);
-        // The common case in one statement: the session and the rollout exist,
-        // and both rows are locked.
-        let known = sqlx::query(locking::<DB>(
-            "SELECT s.*, r.committed_len AS rollout_committed_len, r.segment_count AS rollout_segment_count
-             FROM sessions s JOIN rollouts r
-               ON r.tenant_id = s.tenant_id AND r.workspace = s.workspace AND r.layout = $3 AND r.rollout_id = $4
-             WHERE s.tenant_id = $1 AND s.session_id = $2",
-        ))
-        .bind(req.tenant_id)
-        .bind(req.session_id.as_str())
-        .bind(req.layout_name.as_str())
-        .bind(rollout_id.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
+        let path_text = req.layout.rollout_path(&req.segment.rollout_id);
         let (session, opened_session, position) = match known {
-            Some(row) => {
-                let position = (row.try_get::<i64, _>("rollout_committed_len")?, row.try_get("rollout_segment_count")?);
-                (Self::record::<SessionRow, SessionRecord>(&row)?, false, Some(position))
-            }
+            Some((session, position)) => (session, false, Some(position)),
             None => {
                 let (session, opened) = Self::open_session_in(tx, req, now).await?;
                 (session, opened, None)
