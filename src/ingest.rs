@@ -15,7 +15,7 @@ use crate::store::{
 };
 use crate::domain::layout::ValidLayout;
 use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -76,31 +76,64 @@ fn stopped() -> IngestError {
     IngestError::Disk(std::io::Error::other("the ingest service has stopped"))
 }
 
+/// How many groups may be under way at once: while one waits for its commit
+/// (the database's log flush), the next locks its rows and syncs its lines.
+pub const GROUPS_IN_FLIGHT: usize = 2;
+
 async fn write_groups(store: DynStore, volumes: Volumes, mut receiver: mpsc::Receiver<QueuedAppend>) {
     let mut waiting = VecDeque::new();
+    let mut running = tokio::task::JoinSet::new();
+    // The keys of the groups under way, by task: no later group may share one.
+    let mut held: HashMap<tokio::task::Id, Vec<GroupKey>> = HashMap::new();
+    let mut busy: HashSet<GroupKey> = HashSet::new();
+    let mut open = true;
     loop {
-        if waiting.is_empty() {
-            match receiver.recv().await {
-                Some(queued) => waiting.push_back(queued),
-                None => return,
-            }
-        }
         while waiting.len() < 2 * MAX_GROUP
             && let Ok(queued) = receiver.try_recv()
         {
             waiting.push_back(queued);
         }
-        let group = next_group(&mut waiting, MAX_GROUP, |q| GroupKey::of(&q.req));
-        let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
-        crate::metrics::append_group(reqs.len());
-        let answers = append_group(store.as_ref(), &volumes, &reqs).await;
-        for (reply, answer) in replies.into_iter().zip(answers) {
-            let _ = reply.send(answer);
+        if running.len() < GROUPS_IN_FLIGHT {
+            let group = next_group(&mut waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &busy);
+            if !group.is_empty() {
+                let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
+                busy.extend(keys.iter().cloned());
+                let (store, volumes) = (store.clone(), volumes.clone());
+                let task = running.spawn(async move {
+                    let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
+                    crate::metrics::append_group(reqs.len());
+                    let answers = append_group(store.as_ref(), &volumes, &reqs).await;
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(answer);
+                    }
+                });
+                held.insert(task.id(), keys);
+                continue;
+            }
+        }
+        if !open && running.is_empty() && waiting.is_empty() {
+            return;
+        }
+        tokio::select! {
+            finished = running.join_next_with_id(), if !running.is_empty() => {
+                let id = match finished {
+                    Some(Ok((id, ()))) => id,
+                    Some(Err(failed)) => failed.id(),
+                    None => continue,
+                };
+                for key in held.remove(&id).unwrap_or_default() {
+                    busy.remove(&key);
+                }
+            }
+            queued = receiver.recv(), if open => match queued {
+                Some(queued) => waiting.push_back(queued),
+                None => open = false,
+            },
         }
     }
 }
 
-/// What two appends of one group must not share.
+/// What two appends under way at once must not share.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum GroupKey {
     /// A rollout: two lines would be given the same place. The workspace is
@@ -108,34 +141,53 @@ pub enum GroupKey {
     /// apart more than it must, never less.
     Rollout(TenantId, LayoutName, String),
     IdempotencyKey(TenantId, String),
+    /// A session: one group may append to several of its rollouts, but two
+    /// groups under way would wait for each other's lock on its row.
+    Session(TenantId, String),
 }
 
 impl GroupKey {
     fn of(req: &AppendRequest) -> Vec<GroupKey> {
-        let mut keys = vec![GroupKey::Rollout(req.tenant_id, req.layout_name.clone(), req.segment.rollout_id.to_string())];
+        let mut keys = vec![
+            GroupKey::Rollout(req.tenant_id, req.layout_name.clone(), req.segment.rollout_id.to_string()),
+            GroupKey::Session(req.tenant_id, req.session_id.to_string()),
+        ];
         if let Some(claim) = &req.idempotency {
             keys.push(GroupKey::IdempotencyKey(req.tenant_id, claim.key.clone()));
         }
         keys
     }
+
+    fn shared_within_a_group(&self) -> bool {
+        matches!(self, GroupKey::Session(..))
+    }
 }
 
-/// Takes up to `max` of the waiting appends, oldest first, leaving in the
-/// queue (in their order) those that share a key with one taken before them:
-/// they go in a later group, so appends to one rollout keep their order.
-pub fn next_group<T>(waiting: &mut VecDeque<T>, max: usize, keys: impl Fn(&T) -> Vec<GroupKey>) -> Vec<T> {
-    let mut taken_keys = HashSet::new();
+/// Takes up to `max` of the waiting appends, oldest first. Left in the queue
+/// (in their order) are those that share a key with a group under way
+/// (`busy`), with one taken before them, or with one left before them: so
+/// appends to one rollout or session keep their order.
+pub fn next_group<T>(
+    waiting: &mut VecDeque<T>,
+    max: usize,
+    keys: impl Fn(&T) -> Vec<GroupKey>,
+    busy: &HashSet<GroupKey>,
+) -> Vec<T> {
+    let mut taken = HashSet::new();
+    let mut left_keys = HashSet::new();
     let mut group = Vec::new();
     let mut left = VecDeque::new();
     while let Some(item) = waiting.pop_front() {
         let item_keys = keys(&item);
-        if group.len() < max && item_keys.iter().all(|k| !taken_keys.contains(k)) {
-            taken_keys.extend(item_keys);
+        let free = group.len() < max
+            && item_keys.iter().all(|k| {
+                !busy.contains(k) && !left_keys.contains(k) && (k.shared_within_a_group() || !taken.contains(k))
+            });
+        if free {
+            taken.extend(item_keys);
             group.push(item);
         } else {
-            // Keys of a deferred append block later ones too: an append to a
-            // rollout never overtakes an earlier one to the same rollout.
-            taken_keys.extend(item_keys);
+            left_keys.extend(item_keys);
             left.push_back(item);
         }
     }
@@ -284,39 +336,64 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
 mod tests {
     use super::*;
 
-    fn key(rollout: &str) -> Vec<GroupKey> {
-        vec![GroupKey::Rollout(uuid::Uuid::nil(), LayoutName::parse("default").unwrap(), rollout.into())]
+    fn tenant() -> TenantId {
+        uuid::Uuid::nil()
+    }
+
+    /// An append to rollout `r` of session `s`.
+    fn keys((session, rollout): &(&str, &str)) -> Vec<GroupKey> {
+        vec![
+            GroupKey::Rollout(tenant(), LayoutName::parse("default").unwrap(), rollout.to_string()),
+            GroupKey::Session(tenant(), session.to_string()),
+        ]
+    }
+
+    fn idle() -> HashSet<GroupKey> {
+        HashSet::new()
     }
 
     #[test]
     fn a_group_takes_the_oldest_appends_up_to_its_size() {
-        let mut waiting: VecDeque<&str> = ["a", "b", "c", "d"].into();
-        assert_eq!(next_group(&mut waiting, 3, |r| key(r)), ["a", "b", "c"]);
-        assert_eq!(waiting, ["d"]);
+        let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "c"), ("s4", "d")].into();
+        assert_eq!(next_group(&mut waiting, 3, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s3", "c")]);
+        assert_eq!(waiting, [("s4", "d")]);
     }
 
     #[test]
     fn appends_to_one_rollout_go_in_later_groups_in_their_order() {
-        let mut waiting: VecDeque<(&str, u8)> = [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3)].into();
-        assert_eq!(next_group(&mut waiting, 10, |(r, _)| key(r)), [("a", 1), ("b", 1), ("c", 1)]);
-        assert_eq!(next_group(&mut waiting, 10, |(r, _)| key(r)), [("a", 2)]);
-        assert_eq!(next_group(&mut waiting, 10, |(r, _)| key(r)), [("a", 3)]);
+        let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "a"), ("s4", "c"), ("s5", "a")].into();
+        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s4", "c")]);
+        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s3", "a")]);
+        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s5", "a")]);
         assert!(waiting.is_empty());
     }
 
     #[test]
+    fn one_group_appends_to_several_rollouts_of_a_session() {
+        let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s1", "b")].into();
+        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s1", "a"), ("s1", "b")]);
+    }
+
+    #[test]
+    fn a_group_under_way_holds_back_its_sessions_and_rollouts() {
+        let busy: HashSet<GroupKey> = keys(&("s1", "a")).into_iter().collect();
+        let mut waiting: VecDeque<(&str, &str)> = [("s1", "b"), ("s2", "a"), ("s3", "c"), ("s1", "d")].into();
+        assert_eq!(next_group(&mut waiting, 10, keys, &busy), [("s3", "c")]);
+        assert_eq!(waiting, [("s1", "b"), ("s2", "a"), ("s1", "d")]);
+    }
+
+    #[test]
     fn an_append_past_the_size_keeps_later_ones_of_its_rollout_behind_it() {
-        let mut waiting: VecDeque<(&str, u8)> = [("a", 1), ("b", 1), ("b", 2)].into();
-        assert_eq!(next_group(&mut waiting, 1, |(r, _)| key(r)), [("a", 1)]);
-        assert_eq!(waiting, [("b", 1), ("b", 2)]);
+        let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "b")].into();
+        assert_eq!(next_group(&mut waiting, 1, keys, &idle()), [("s1", "a")]);
+        assert_eq!(waiting, [("s2", "b"), ("s3", "b")]);
     }
 
     #[test]
     fn one_idempotency_key_never_appears_twice_in_a_group() {
-        let tenant = uuid::Uuid::nil();
-        let keyed = |k: &str| vec![GroupKey::IdempotencyKey(tenant, k.into())];
+        let keyed = |k: &&str| vec![GroupKey::IdempotencyKey(tenant(), k.to_string())];
         let mut waiting: VecDeque<&str> = ["k1", "k1", "k2"].into();
-        assert_eq!(next_group(&mut waiting, 10, |k| keyed(k)), ["k1", "k2"]);
+        assert_eq!(next_group(&mut waiting, 10, keyed, &idle()), ["k1", "k2"]);
         assert_eq!(waiting, ["k1"]);
     }
 }

@@ -69,12 +69,12 @@ impl Database {
         }
     }
 
-    /// Holds what memoryd's next append must wait for: the `blocker`
-    /// session's row on Postgres, the database's write lock on SQLite.
+    /// Holds what memoryd's next appends must wait for: the `blocker-…`
+    /// sessions' rows on Postgres, the database's write lock on SQLite.
     async fn block_appends(&mut self) {
         match self {
             Self::Postgres(_) => {
-                self.run("BEGIN; SELECT 1 FROM sessions WHERE session_id = 'blocker' FOR UPDATE").await
+                self.run("BEGIN; SELECT 1 FROM sessions WHERE session_id LIKE 'blocker-%' FOR UPDATE").await
             }
             Self::Sqlite(_) => self.run("BEGIN IMMEDIATE").await,
         }
@@ -84,25 +84,30 @@ impl Database {
 async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     let app = Arc::new(TestApp::start(backend).await);
     let t = app.tenant().await;
-    assert_eq!(app.post_segment(&t.key, "blocker", "default", segment("r-block", "first")).await.status(), 201);
+    let blockers: Vec<String> = (0..memoryd::ingest::GROUPS_IN_FLIGHT).map(|i| format!("blocker-{i}")).collect();
+    for blocker in &blockers {
+        assert_eq!(app.post_segment(&t.key, blocker, "default", segment(blocker, "first")).await.status(), 201);
+    }
     let mut db = Database::connect(backend, &app.database_url).await;
     db.poison_rollout().await;
 
-    // While one append waits for the lock, four others queue behind it and
-    // then go to the database together, as one group: the poisoned one fails
-    // the group's transaction.
+    // While as many groups as may be under way wait for the lock, four
+    // appends queue behind them and then go to the database together, as
+    // one group: the poisoned one fails the group's transaction.
     db.block_appends().await;
-    let post = |session: &'static str, rollout: &'static str| {
+    let post = |session: String, rollout: String| {
         let (app, key) = (app.clone(), t.key.clone());
-        tokio::spawn(async move { app.post_segment(&key, session, "default", segment(rollout, "said")).await })
+        tokio::spawn(async move { app.post_segment(&key, &session, "default", segment(&rollout, "said")).await })
     };
-    let blocked = post("blocker", "r-block");
+    let blocked: Vec<_> = blockers.iter().map(|b| post(b.clone(), b.clone())).collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let group = [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s, r));
+    let group = [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s.into(), r.into()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     db.run("ROLLBACK").await;
 
-    assert_eq!(blocked.await.unwrap().status(), 201, "the append before the failed group is recorded");
+    for blocked in blocked {
+        assert_eq!(blocked.await.unwrap().status(), 201, "the appends before the failed group are recorded");
+    }
     for answer in group {
         let res = answer.await.unwrap();
         let content_type = res.headers()["content-type"].to_str().unwrap().to_owned();
@@ -114,7 +119,7 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
         let res = app.request(Method::GET, &format!("/v1/sessions/{session}"), &t.key).send().await.unwrap();
         assert_eq!(res.status(), 404, "{session} was opened only by the failed group: nothing of it is recorded");
     }
-    let blocker = app.json(Method::GET, "/v1/sessions/blocker", &t.key).await;
+    let blocker = app.json(Method::GET, "/v1/sessions/blocker-0", &t.key).await;
     assert_eq!(blocker["rollouts"][0]["segment_count"], 2, "{blocker}");
 
     // The lines the failed group wrote are beyond the committed lengths, and
