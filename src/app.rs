@@ -75,7 +75,10 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let (shutdown, _) = watch::channel(false);
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
-    Ok((Core { store, volumes, appends, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console }, provider))
+    Ok((
+        Core { store, volumes, appends, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console },
+        provider,
+    ))
 }
 
 impl Core {

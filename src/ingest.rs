@@ -10,10 +10,11 @@
 //! the next append or read.
 
 use crate::domain::ids::LayoutName;
-use crate::store::{
-    AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId, WrittenSegment,
-};
 use crate::domain::layout::ValidLayout;
+use crate::store::{
+    AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId,
+    WrittenSegment,
+};
 use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -76,9 +77,16 @@ fn stopped() -> IngestError {
     IngestError::Disk(std::io::Error::other("the ingest service has stopped"))
 }
 
-/// How many groups may be under way at once: while one waits for its commit
-/// (the database's log flush), the next locks its rows and syncs its lines.
-pub const GROUPS_IN_FLIGHT: usize = 2;
+/// How many groups may be under way at once. Where write transactions run
+/// in parallel, two: while one waits for its commit (the database's log
+/// flush) the next locks its rows and syncs its lines, and a group waiting
+/// for a lock another replica holds does not stop the rest. Where they run
+/// one at a time, one: a second group would only wait for the first, and
+/// the appends it took would miss the next, bigger group (SQLite at 32
+/// clients: 3,700 segments/s with one, 2,700 with two).
+pub fn groups_in_flight(store: &dyn Store) -> usize {
+    if store.one_writer() { 1 } else { 2 }
+}
 
 async fn write_groups(store: DynStore, volumes: Volumes, mut receiver: mpsc::Receiver<QueuedAppend>) {
     let mut waiting = VecDeque::new();
@@ -87,13 +95,14 @@ async fn write_groups(store: DynStore, volumes: Volumes, mut receiver: mpsc::Rec
     let mut held: HashMap<tokio::task::Id, Vec<GroupKey>> = HashMap::new();
     let mut busy: HashSet<GroupKey> = HashSet::new();
     let mut open = true;
+    let in_flight = groups_in_flight(store.as_ref());
     loop {
         while waiting.len() < 2 * MAX_GROUP
             && let Ok(queued) = receiver.try_recv()
         {
             waiting.push_back(queued);
         }
-        if running.len() < GROUPS_IN_FLIGHT {
+        if running.len() < in_flight {
             let group = next_group(&mut waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &busy);
             if !group.is_empty() {
                 let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
@@ -361,7 +370,8 @@ mod tests {
 
     #[test]
     fn appends_to_one_rollout_go_in_later_groups_in_their_order() {
-        let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "a"), ("s4", "c"), ("s5", "a")].into();
+        let mut waiting: VecDeque<(&str, &str)> =
+            [("s1", "a"), ("s2", "b"), ("s3", "a"), ("s4", "c"), ("s5", "a")].into();
         assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s4", "c")]);
         assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s3", "a")]);
         assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s5", "a")]);

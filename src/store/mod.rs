@@ -312,6 +312,8 @@ pub trait RunHistoryStore: Send + Sync {
 #[async_trait]
 pub trait Store: TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + 'static {
     async fn ping(&self) -> StoreResult<()>;
+    /// Write transactions of this store run one at a time (SQLite).
+    fn one_writer(&self) -> bool;
 }
 
 pub type DynStore = Arc<dyn Store>;

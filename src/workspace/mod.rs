@@ -217,11 +217,12 @@ pub fn append_all_durably(lines: &[LineAppend]) -> Vec<io::Result<u64>> {
             Ok((append, device))
         })
         .collect();
-    // One sync per filesystem; its failure, remembered as kind and text, fails every line there.
-    let mut syncs: Vec<(u64, Result<(), (io::ErrorKind, String)>)> = Vec::new();
+    // One sync per filesystem (by device); its failure, remembered as kind
+    // and text, fails every line there.
+    let mut syncs: Vec<(u64, Option<SyncFailure>)> = Vec::new();
     for (append, device) in written.iter().flatten() {
         if !syncs.iter().any(|(d, _)| d == device) {
-            syncs.push((*device, sync_filesystem(&append.file).map_err(|e| (e.kind(), e.to_string()))));
+            syncs.push((*device, sync_filesystem(&append.file).err().map(|e| (e.kind(), e.to_string()))));
         }
     }
     written
@@ -229,12 +230,14 @@ pub fn append_all_durably(lines: &[LineAppend]) -> Vec<io::Result<u64>> {
         .map(|w| {
             let (append, device) = w?;
             match syncs.iter().find(|(d, _)| *d == device) {
-                Some((_, Err((kind, text)))) => Err(io::Error::new(*kind, text.clone())),
+                Some((_, Some((kind, text)))) => Err(io::Error::new(*kind, text.clone())),
                 _ => Ok(append.new_len),
             }
         })
         .collect()
 }
+
+type SyncFailure = (io::ErrorKind, String);
 
 /// Every write on the filesystem holding `file` (data, sizes, new directory
 /// entries) on disk.

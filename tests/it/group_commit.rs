@@ -84,7 +84,8 @@ impl Database {
 async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     let app = Arc::new(TestApp::start(backend).await);
     let t = app.tenant().await;
-    let blockers: Vec<String> = (0..memoryd::ingest::GROUPS_IN_FLIGHT).map(|i| format!("blocker-{i}")).collect();
+    let in_flight = memoryd::ingest::groups_in_flight(app.server.as_ref().unwrap().state.store.as_ref());
+    let blockers: Vec<String> = (0..in_flight).map(|i| format!("blocker-{i}")).collect();
     for blocker in &blockers {
         assert_eq!(app.post_segment(&t.key, blocker, "default", segment(blocker, "first")).await.status(), 201);
     }
@@ -101,7 +102,8 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     };
     let blocked: Vec<_> = blockers.iter().map(|b| post(b.clone(), b.clone())).collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let group = [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s.into(), r.into()));
+    let group =
+        [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s.into(), r.into()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     db.run("ROLLBACK").await;
 

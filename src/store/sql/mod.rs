@@ -182,5 +182,9 @@ for_every_dialect! {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+
+    fn one_writer(&self) -> bool {
+        DB::ONE_WRITER
+    }
     }
 }
