@@ -71,7 +71,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let provider = provider(&config)?;
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
-    let appends = crate::ingest::AppendQueue::start(store.clone(), volumes.clone());
+    let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let (shutdown, _) = watch::channel(false);
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));

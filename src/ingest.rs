@@ -16,9 +16,9 @@ use crate::store::{
     WrittenSegment,
 };
 use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -46,7 +46,23 @@ pub const MAX_GROUP: usize = 64;
 /// The queue in front of the ingest service; cheap to clone.
 #[derive(Clone)]
 pub struct AppendQueue {
-    sender: mpsc::Sender<QueuedAppend>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: DynStore,
+    volumes: Volumes,
+    in_flight: usize,
+    state: Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    waiting: VecDeque<QueuedAppend>,
+    /// Groups under way.
+    running: usize,
+    /// The keys of the groups under way: no other group may share one.
+    busy: HashSet<GroupKey>,
 }
 
 struct QueuedAppend {
@@ -55,26 +71,84 @@ struct QueuedAppend {
 }
 
 impl AppendQueue {
-    /// Starts the task that writes the queued appends; it ends when the last
-    /// clone of the queue is dropped.
-    pub fn start(store: DynStore, volumes: Volumes) -> Self {
-        let (sender, receiver) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(write_groups(store, volumes, receiver));
-        Self { sender }
+    pub fn new(store: DynStore, volumes: Volumes) -> Self {
+        let in_flight = groups_in_flight(store.as_ref());
+        Self { shared: Arc::new(Shared { store, volumes, in_flight, state: Mutex::default() }) }
     }
 
     /// Appends one segment durably: when this returns `Appended`, the line
-    /// is on disk and its committed length is in the database. An append
-    /// whose caller goes away once it is queued is still carried out.
+    /// is on disk and its committed length is in the database. Each group
+    /// runs in a task of its own, started by the append that finds room for
+    /// it or by the group before it, so an append whose caller goes away is
+    /// still carried out, and a lone append costs no hand-over to another
+    /// task's thread.
     pub async fn append(&self, req: AppendRequest) -> Answer {
         let (reply, answer) = oneshot::channel();
-        self.sender.send(QueuedAppend { req, reply }).await.map_err(|_| stopped())?;
+        self.shared.lock().waiting.push_back(QueuedAppend { req, reply });
+        start_groups(&self.shared);
         answer.await.map_err(|_| stopped())?
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // The state is consistent between statements; a panic elsewhere leaves it usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 fn stopped() -> IngestError {
     IngestError::Disk(std::io::Error::other("the ingest service has stopped"))
+}
+
+/// Starts what is waiting, as groups, while fewer than `in_flight` run.
+fn start_groups(shared: &Arc<Shared>) {
+    let mut guard = shared.lock();
+    let state = &mut *guard;
+    while state.running < shared.in_flight {
+        let group = next_group(&mut state.waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &state.busy);
+        if group.is_empty() {
+            return;
+        }
+        let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
+        state.busy.extend(keys.iter().cloned());
+        state.running += 1;
+        let finished = GroupFinished { shared: shared.clone(), keys };
+        tokio::spawn(async move {
+            let shared = &finished.shared;
+            let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
+            crate::metrics::append_group(reqs.len());
+            let answers = append_group(shared.store.as_ref(), &shared.volumes, &reqs).await;
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+            drop(finished);
+        });
+    }
+}
+
+/// Frees a group's keys and place when it ends — even by a panic — and
+/// starts what waited for them.
+struct GroupFinished {
+    shared: Arc<Shared>,
+    keys: Vec<GroupKey>,
+}
+
+impl Drop for GroupFinished {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut state = self.shared.lock();
+            for key in &self.keys {
+                state.busy.remove(key);
+            }
+            state.running -= 1;
+            !state.waiting.is_empty()
+        };
+        // A runtime shutting down drops its tasks; nothing is left to start then.
+        if waiting && tokio::runtime::Handle::try_current().is_ok() {
+            start_groups(&self.shared);
+        }
+    }
 }
 
 /// How many groups may be under way at once. Where write transactions run
@@ -86,60 +160,6 @@ fn stopped() -> IngestError {
 /// clients: 3,700 segments/s with one, 2,700 with two).
 pub fn groups_in_flight(store: &dyn Store) -> usize {
     if store.one_writer() { 1 } else { 2 }
-}
-
-async fn write_groups(store: DynStore, volumes: Volumes, mut receiver: mpsc::Receiver<QueuedAppend>) {
-    let mut waiting = VecDeque::new();
-    let mut running = tokio::task::JoinSet::new();
-    // The keys of the groups under way, by task: no later group may share one.
-    let mut held: HashMap<tokio::task::Id, Vec<GroupKey>> = HashMap::new();
-    let mut busy: HashSet<GroupKey> = HashSet::new();
-    let mut open = true;
-    let in_flight = groups_in_flight(store.as_ref());
-    loop {
-        while waiting.len() < 2 * MAX_GROUP
-            && let Ok(queued) = receiver.try_recv()
-        {
-            waiting.push_back(queued);
-        }
-        if running.len() < in_flight {
-            let group = next_group(&mut waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &busy);
-            if !group.is_empty() {
-                let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
-                busy.extend(keys.iter().cloned());
-                let (store, volumes) = (store.clone(), volumes.clone());
-                let task = running.spawn(async move {
-                    let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
-                    crate::metrics::append_group(reqs.len());
-                    let answers = append_group(store.as_ref(), &volumes, &reqs).await;
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(answer);
-                    }
-                });
-                held.insert(task.id(), keys);
-                continue;
-            }
-        }
-        if !open && running.is_empty() && waiting.is_empty() {
-            return;
-        }
-        tokio::select! {
-            finished = running.join_next_with_id(), if !running.is_empty() => {
-                let id = match finished {
-                    Some(Ok((id, ()))) => id,
-                    Some(Err(failed)) => failed.id(),
-                    None => continue,
-                };
-                for key in held.remove(&id).unwrap_or_default() {
-                    busy.remove(&key);
-                }
-            }
-            queued = receiver.recv(), if open => match queued {
-                Some(queued) => waiting.push_back(queued),
-                None => open = false,
-            },
-        }
-    }
 }
 
 /// What two appends under way at once must not share.
