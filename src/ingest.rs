@@ -304,58 +304,70 @@ enum GroupResult {
 
 async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest], pending: &[usize]) -> GroupResult {
     let group: Vec<&AppendRequest> = pending.iter().map(|&i| &reqs[i]).collect();
-    let batch = match store.begin_appends(&group).await {
+    let mut batch = match store.begin_appends(&group).await {
         Ok(batch) => batch,
         Err(err) => return GroupResult::Failed(err),
     };
     let mut failures = Vec::new();
     let mut lines = Vec::new();
+    let mut outcomes = Vec::with_capacity(group.len());
+    let mut written = Vec::new();
     for (place, start) in batch.starts().iter().enumerate() {
-        let AppendStart::Write(position) = start else { continue };
+        let position = match start {
+            AppendStart::Done(outcome) => {
+                outcomes.push(outcome.clone());
+                continue;
+            }
+            AppendStart::Write(position) => position,
+        };
         let req = group[place];
         match volumes.workspace_root(req.tenant_id, &position.workspace) {
             Ok(root) => lines.push((place, root, req.layout.clone(), position.clone(), req.segment.line.clone())),
             Err(err) => failures.push((pending[place], err.into())),
         }
+        let receipt = SegmentReceipt {
+            session_id: req.session_id.clone(),
+            layout: req.layout_name.clone(),
+            rollout_id: req.segment.rollout_id.clone(),
+            segment_index: position.segment_index,
+            rollout_path: position.rollout_path.clone(),
+        };
+        let new_len = position.committed_len + req.segment.line.len() as u64;
+        written.push(WrittenSegment { request: place, new_len, receipt: receipt.clone() });
+        outcomes.push(AppendOutcome::Appended { receipt, opened_session: position.opened_session });
     }
-    let written = tokio::task::spawn_blocking(move || write_lines(lines)).await;
-    let mut new_lens = vec![0; group.len()];
-    match written {
-        Ok(written) => {
-            for (place, result) in written {
-                match result {
-                    Ok(new_len) => new_lens[place] = new_len,
-                    Err(err) => failures.push((pending[place], err)),
-                }
-            }
-        }
+    if !failures.is_empty() {
+        return GroupResult::NotWritten(failures);
+    }
+    // The rows are updated while the lines are written and synced: the
+    // commit, which alone makes the updates count, waits for both.
+    let (synced, recorded) =
+        tokio::join!(tokio::task::spawn_blocking(move || write_lines(lines)), batch.record(&written));
+    let synced = match synced {
+        Ok(synced) => synced,
         Err(panicked) => {
             return GroupResult::Failed(StoreError::Corrupt(format!("writing the rollout files panicked: {panicked}")));
+        }
+    };
+    for (place, result) in synced {
+        let expected = written.iter().find(|w| w.request == place).map(|w| w.new_len);
+        match result {
+            Ok(new_len) if Some(new_len) == expected => {}
+            Ok(new_len) => {
+                return GroupResult::Failed(StoreError::Corrupt(format!(
+                    "a rollout file grew to {new_len} bytes, not the {expected:?} recorded"
+                )));
+            }
+            Err(err) => failures.push((pending[place], err)),
         }
     }
     if !failures.is_empty() {
         return GroupResult::NotWritten(failures);
     }
-    let mut outcomes = Vec::with_capacity(group.len());
-    let mut written = Vec::new();
-    for (place, start) in batch.starts().iter().enumerate() {
-        match start {
-            AppendStart::Done(outcome) => outcomes.push(outcome.clone()),
-            AppendStart::Write(position) => {
-                let req = group[place];
-                let receipt = SegmentReceipt {
-                    session_id: req.session_id.clone(),
-                    layout: req.layout_name.clone(),
-                    rollout_id: req.segment.rollout_id.clone(),
-                    segment_index: position.segment_index,
-                    rollout_path: position.rollout_path.clone(),
-                };
-                written.push(WrittenSegment { request: place, new_len: new_lens[place], receipt: receipt.clone() });
-                outcomes.push(AppendOutcome::Appended { receipt, opened_session: position.opened_session });
-            }
-        }
+    if let Err(err) = recorded {
+        return GroupResult::Failed(err);
     }
-    match batch.commit(&written).await {
+    match batch.commit().await {
         Ok(()) => GroupResult::Committed(outcomes),
         Err(err) => GroupResult::Failed(err),
     }

@@ -253,7 +253,7 @@ pub enum AppendStart {
     Write(AppendPosition),
 }
 
-/// A line on disk, to be recorded by [`AppendBatch::commit`].
+/// A line for its rollout file, to be recorded by [`AppendBatch::record`].
 #[derive(Debug, Clone)]
 pub struct WrittenSegment {
     /// The append's place in the batch.
@@ -270,10 +270,12 @@ pub struct WrittenSegment {
 pub trait AppendBatch: Send {
     /// What each append found, in the order they were given.
     fn starts(&self) -> &[AppendStart];
-    /// Records every line written (one for each `Write` start) and the
-    /// answers for their idempotency keys, and commits: all of them are
-    /// recorded, or none.
-    async fn commit(self: Box<Self>, written: &[WrittenSegment]) -> StoreResult<()>;
+    /// Records every line (one for each `Write` start) and the answers for
+    /// their idempotency keys, within the transaction: nothing of it counts
+    /// before `commit`, so the lines may still be on their way to the disk.
+    async fn record(&mut self, written: &[WrittenSegment]) -> StoreResult<()>;
+    /// Commits what was recorded: all of it, or none.
+    async fn commit(self: Box<Self>) -> StoreResult<()>;
 }
 
 #[derive(Debug, Clone)]

@@ -271,7 +271,12 @@ for_every_dialect! {
         &self.starts
     }
 
-    async fn commit(mut self: Box<Self>, written: &[WrittenSegment]) -> StoreResult<()> {
+    async fn commit(self: Box<Self>) -> StoreResult<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn record(&mut self, written: &[WrittenSegment]) -> StoreResult<()> {
         let mut lines = Vec::with_capacity(written.len());
         for segment in written {
             let row = self.rows.get(segment.request).and_then(Option::as_ref);
@@ -281,7 +286,6 @@ for_every_dialect! {
             return Err(corrupt("an append of the batch has no line written"));
         }
         if lines.is_empty() {
-            self.tx.commit().await?;
             return Ok(());
         }
         // One statement per table for the whole batch: the round trips, not
@@ -333,7 +337,6 @@ for_every_dialect! {
                     .await?;
             }
         }
-        self.tx.commit().await?;
         Ok(())
     }
 }
