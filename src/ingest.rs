@@ -224,17 +224,30 @@ pub fn next_group<T>(
     group
 }
 
+/// Every replica locks a group's rows in one order (by session, each with its
+/// rollouts). Groups of two replicas can still wait for each other in a cycle
+/// when sessions share a rollout; the database then fails one of them, and
+/// nothing of it is kept, so it is made again, up to this many times.
+const DEADLOCK_RETRIES: u32 = 3;
+
 /// Appends a group: one transaction, the lines written and synced together,
 /// one commit. Answers come in the order of `reqs`. An append whose line could
 /// not be written fails alone: the transaction is rolled back and the rest
 /// are carried out again without it, so nothing of it is left behind.
 pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest]) -> Vec<Answer> {
     let mut answers: Vec<Option<Answer>> = reqs.iter().map(|_| None).collect();
-    // Every process locks rows in one order, so two groups never wait on each other in a cycle.
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
     pending.sort_by(|&a, &b| lock_order(&reqs[a]).cmp(&lock_order(&reqs[b])));
+    let mut deadlocks = 0;
     while !pending.is_empty() {
         match try_group(store, volumes, reqs, &pending).await {
+            GroupResult::Failed(err) if err.is_deadlock() && deadlocks < DEADLOCK_RETRIES => {
+                deadlocks += 1;
+                tracing::info!(
+                    appends = pending.len(),
+                    "a group of appends was failed to break a deadlock; making it again"
+                );
+            }
             GroupResult::Committed(outcomes) => {
                 for (i, outcome) in pending.iter().zip(outcomes) {
                     answers[*i] = Some(Ok(outcome));

@@ -58,7 +58,18 @@ impl StoreError {
             _ => Failure::Other,
         }
     }
+
+    /// The server failed this transaction to break a deadlock with another
+    /// (SQLSTATE 40P01): nothing of it was kept, and it may be run again.
+    pub fn is_deadlock(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(db)) => db.code().is_some_and(|c| c == DEADLOCK_DETECTED),
+            _ => false,
+        }
+    }
 }
+
+const DEADLOCK_DETECTED: &str = "40P01";
 
 pub fn io_failure(e: &std::io::Error) -> Failure {
     match e.kind() {
@@ -88,7 +99,7 @@ fn database_failure(e: &sqlx::Error) -> Failure {
                 // broke by failing this one: each is worth trying again.
                 return match code.as_ref() {
                     "53100" => Failure::StorageFull,
-                    "40P01" => Failure::Unavailable,
+                    DEADLOCK_DETECTED => Failure::Unavailable,
                     c if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") => Failure::Unavailable,
                     _ => Failure::Other,
                 };

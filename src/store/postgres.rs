@@ -17,7 +17,7 @@ impl Dialect for Postgres {
     const TABLE_EXISTS: &'static str =
         "SELECT 1 AS found FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1";
     const LOCK_ROWS: &'static str = " FOR UPDATE";
-    const LOCK_SESSIONS_AND_ROLLOUTS: &'static str = " FOR UPDATE OF s, r";
+    const LOCK_JOINED_ROWS: &'static str = " FOR UPDATE OF locked";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const CLAIM_ROWS: &'static str = " FOR UPDATE OF j SKIP LOCKED";
     // The advisory lock keys are arbitrary; they only have to be the same for

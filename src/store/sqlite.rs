@@ -17,7 +17,7 @@ impl Dialect for Sqlite {
     }
     const TABLE_EXISTS: &'static str = "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = $1";
     const LOCK_ROWS: &'static str = "";
-    const LOCK_SESSIONS_AND_ROLLOUTS: &'static str = "";
+    const LOCK_JOINED_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CLAIM_ROWS: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;

@@ -249,3 +249,77 @@ async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
         assert!(lines[acks.len()].contains(&format!("<{rollout}#last>")));
     }
 }
+
+/// Two replicas on one Postgres and one volume, appending to shared rollouts
+/// at once: their groups lock the same rows and must neither interleave
+/// lines nor wait for each other forever.
+#[tokio::test]
+async fn two_replicas_keep_shared_rollouts_whole_and_ordered() {
+    const APPENDERS: usize = 16;
+    const ROLLOUTS: usize = 4;
+    const EACH: u64 = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let env = database_env(Backend::Postgres).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let replicas =
+        [Memoryd::spawn(dir.path(), "a", &["serve"], &env), Memoryd::spawn(dir.path(), "b", &["serve"], &env)];
+    for replica in &replicas {
+        replica.ready(&http).await;
+    }
+    let (tenant_id, key) = crate::process::new_tenant(&http, &replicas[0].base).await;
+    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let appenders: Vec<_> = (0..APPENDERS)
+        .map(|i| {
+            let (http, key, bases) = (http.clone(), key.clone(), bases.clone());
+            tokio::spawn(async move {
+                let rollout = format!("r-{}", i % ROLLOUTS);
+                let mut indexes = Vec::new();
+                for marker in 0..EACH {
+                    // Every other append goes to the other replica. A
+                    // deadlock between the replicas' groups is broken and the
+                    // failed group made again, never answered with an error.
+                    let base = &bases[(i + marker as usize) % 2];
+                    let res = http
+                        .post(format!("{base}/v1/sessions/s-{i}/layouts/default/segments"))
+                        .bearer_auth(&key)
+                        .json(&segment(&rollout, &format!("<{i}#{marker}>")))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+                    indexes.push(res.json::<Value>().await.unwrap()["segment_index"].as_u64().unwrap());
+                }
+                indexes
+            })
+        })
+        .collect();
+    let mut indexes = Vec::new();
+    for task in appenders {
+        indexes.push(task.await.unwrap());
+    }
+
+    let sessions = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/sessions"));
+    for r in 0..ROLLOUTS {
+        let file = std::fs::read_dir(&sessions)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().contains(&format!("r-{r}")))
+            .expect("the rollout file exists");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let writers: Vec<usize> = (0..APPENDERS).filter(|i| i % ROLLOUTS == r).collect();
+        assert_eq!(lines.len(), writers.len() * EACH as usize, "every append once: {}", file.display());
+        let mut taken = vec![false; lines.len()];
+        for i in writers {
+            let mut previous = None;
+            for (marker, index) in indexes[i].iter().enumerate() {
+                let line = lines[*index as usize];
+                assert!(line.contains(&format!("<{i}#{marker}>")), "line {index} of r-{r}: {line}");
+                assert!(serde_json::from_str::<Value>(line).is_ok(), "line {index} of r-{r} is whole");
+                assert!(!std::mem::replace(&mut taken[*index as usize], true), "index {index} given twice");
+                assert!(previous < Some(*index), "appender {i}'s lines keep their order");
+                previous = Some(*index);
+            }
+        }
+    }
+}

@@ -77,44 +77,75 @@ for_every_dialect! {
             Ok(Box::new(SqlAppendBatch { tx, starts, rows, now }))
         }
 
-        /// The common case in one statement: the appends whose session and
-        /// rollout exist, those rows locked in one order (the same in every
-        /// replica), with the session and the rollout's committed length
-        /// and segment count.
+        /// The common case in two statements: the sessions of the appends
+        /// that exist, then those of their rollouts that exist, with each
+        /// session and each rollout's committed length and segment count.
+        /// Every replica locks all sessions before any rollout, each kind in
+        /// one order, so two groups never wait for each other in a cycle.
         async fn lock_known_in(
             tx: &mut WriteTx<'_, DB>,
             reqs: &[&AppendRequest],
         ) -> StoreResult<HashMap<AppendTarget, KnownTarget>> {
-            let sql = format!(
-                "SELECT s.*, r.layout AS rollout_layout, r.rollout_id AS rollout_rollout_id,
-                        r.committed_len AS rollout_committed_len, r.segment_count AS rollout_segment_count
-                 FROM (VALUES {}) AS v
-                 JOIN sessions s ON s.tenant_id = v.column1 AND s.session_id = v.column2
-                 JOIN rollouts r ON r.tenant_id = s.tenant_id AND r.workspace = s.workspace
-                                AND r.layout = v.column3 AND r.rollout_id = v.column4
-                 ORDER BY s.tenant_id, s.session_id, r.layout, r.rollout_id{}",
-                placeholders(reqs.len(), 4, 1, ""),
-                DB::LOCK_SESSIONS_AND_ROLLOUTS
+            let sessions_sql = format!(
+                "SELECT locked.* FROM sessions locked
+                 JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.session_id = v.column2
+                 ORDER BY locked.tenant_id, locked.session_id{}",
+                placeholders(reqs.len(), 2, 1, ""),
+                DB::LOCK_JOINED_ROWS
             );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
+            let mut query = sqlx::query(AssertSqlSafe(sessions_sql));
             for req in reqs {
+                query = query.bind(req.tenant_id).bind(req.session_id.as_str());
+            }
+            let mut sessions: HashMap<(TenantId, String), SessionRecord> = HashMap::new();
+            for row in query.fetch_all(&mut **tx).await? {
+                let session = Self::record::<SessionRow, SessionRecord>(&row)?;
+                sessions.insert((row.try_get("tenant_id")?, session.session_id.as_str().to_owned()), session);
+            }
+            // The rollouts of the appends whose session exists, in the session's workspace.
+            let targets: Vec<(&AppendRequest, &SessionRecord)> = reqs
+                .iter()
+                .filter_map(|req| {
+                    sessions.get(&(req.tenant_id, req.session_id.as_str().to_owned())).map(|session| (*req, session))
+                })
+                .collect();
+            let mut known = HashMap::new();
+            if targets.is_empty() {
+                return Ok(known);
+            }
+            let rollouts_sql = format!(
+                "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
+                        locked.committed_len, locked.segment_count
+                 FROM rollouts locked
+                 JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.workspace = v.column2
+                                      AND locked.layout = v.column3 AND locked.rollout_id = v.column4
+                 ORDER BY locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id{}",
+                placeholders(targets.len(), 4, 1, ""),
+                DB::LOCK_JOINED_ROWS
+            );
+            let mut query = sqlx::query(AssertSqlSafe(rollouts_sql));
+            for (req, session) in &targets {
                 query = query
                     .bind(req.tenant_id)
-                    .bind(req.session_id.as_str())
+                    .bind(session.workspace.as_str())
                     .bind(req.layout_name.as_str())
                     .bind(req.segment.rollout_id.as_str());
             }
-            let mut known = HashMap::new();
+            let mut positions: HashMap<(TenantId, String, String, String), (i64, i64)> = HashMap::new();
             for row in query.fetch_all(&mut **tx).await? {
-                let session = Self::record::<SessionRow, SessionRecord>(&row)?;
-                let target = (
-                    row.try_get("tenant_id")?,
-                    session.session_id.as_str().to_owned(),
-                    row.try_get("rollout_layout")?,
-                    row.try_get("rollout_rollout_id")?,
+                let rollout = (row.try_get("tenant_id")?, row.try_get("workspace")?, row.try_get("layout")?, row.try_get("rollout_id")?);
+                positions.insert(rollout, (row.try_get("committed_len")?, row.try_get("segment_count")?));
+            }
+            for (req, session) in targets {
+                let rollout = (
+                    req.tenant_id,
+                    session.workspace.as_str().to_owned(),
+                    req.layout_name.as_str().to_owned(),
+                    req.segment.rollout_id.as_str().to_owned(),
                 );
-                let position = (row.try_get("rollout_committed_len")?, row.try_get("rollout_segment_count")?);
-                known.insert(target, (session, position));
+                if let Some(position) = positions.get(&rollout) {
+                    known.insert(append_target(req), (session.clone(), *position));
+                }
             }
             Ok(known)
         }

@@ -25,9 +25,9 @@ pub trait Dialect: Database {
     /// ends (`FOR UPDATE`); empty where the write transaction already
     /// excludes every other writer.
     const LOCK_ROWS: &'static str;
-    /// As `LOCK_ROWS`, for a query joining `sessions s` and `rollouts r`
-    /// with rows that cannot be locked.
-    const LOCK_SESSIONS_AND_ROLLOUTS: &'static str;
+    /// As `LOCK_ROWS`, for a query joining the table whose rows it locks,
+    /// named `locked`, with rows that cannot be locked (a `VALUES` list).
+    const LOCK_JOINED_ROWS: &'static str;
     /// Appended to the claim query: skip rows another worker is claiming.
     const CLAIM_ROWS: &'static str;
     /// Run first in a claim transaction where claims are not already
