@@ -21,8 +21,9 @@ struct SqlAppendBatch<'s, DB: Database> {
 /// An append's session and rollout: tenant, session id, layout, rollout id.
 type AppendTarget = (TenantId, String, String, String);
 
-/// A target found locked: its session, and its rollout's committed length and segment count.
-type KnownTarget = (SessionRecord, (i64, i64));
+/// A target whose session was found and locked: the session, and its
+/// rollout's committed length and segment count when the rollout exists too.
+type KnownTarget = (SessionRecord, Option<(i64, i64)>);
 
 fn append_target(req: &AppendRequest) -> AppendTarget {
     (
@@ -79,7 +80,8 @@ for_every_dialect! {
 
         /// The common case in two statements: the sessions of the appends
         /// that exist, then those of their rollouts that exist, with each
-        /// session and each rollout's committed length and segment count.
+        /// session and, where its rollout exists, the rollout's committed
+        /// length and segment count.
         /// Every replica locks all sessions before any rollout, each kind in
         /// one order, so two groups never wait for each other in a cycle.
         async fn lock_known_in(
@@ -143,9 +145,7 @@ for_every_dialect! {
                     req.layout_name.as_str().to_owned(),
                     req.segment.rollout_id.as_str().to_owned(),
                 );
-                if let Some(position) = positions.get(&rollout) {
-                    known.insert(append_target(req), (session.clone(), *position));
-                }
+                known.insert(append_target(req), (session.clone(), positions.get(&rollout).copied()));
             }
             Ok(known)
         }
@@ -186,7 +186,7 @@ for_every_dialect! {
 
         let path_text = req.layout.rollout_path(&req.segment.rollout_id);
         let (session, opened_session, position) = match known {
-            Some((session, position)) => (session, false, Some(position)),
+            Some((session, position)) => (session, false, position),
             None => {
                 let (session, opened) = Self::open_session_in(tx, req, now).await?;
                 (session, opened, None)
