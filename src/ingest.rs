@@ -84,7 +84,11 @@ impl AppendQueue {
     /// task's thread.
     pub async fn append(&self, req: AppendRequest) -> Answer {
         let (reply, answer) = oneshot::channel();
-        self.shared.lock().waiting.push_back(QueuedAppend { req, reply });
+        {
+            let mut state = self.shared.lock();
+            state.waiting.push_back(QueuedAppend { req, reply });
+            state.publish();
+        }
         start_groups(&self.shared);
         answer.await.map_err(|_| stopped())?
     }
@@ -94,6 +98,14 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
         // The state is consistent between statements; a panic elsewhere leaves it usable.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl QueueState {
+    /// Sets the queue's gauges; called under the lock, so that they never
+    /// go back to an older value.
+    fn publish(&self) {
+        crate::metrics::append_queue(self.waiting.len(), self.running);
     }
 }
 
@@ -108,7 +120,7 @@ fn start_groups(shared: &Arc<Shared>) {
     while state.running < shared.in_flight {
         let group = next_group(&mut state.waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &state.busy);
         if group.is_empty() {
-            return;
+            break;
         }
         let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
         state.busy.extend(keys.iter().cloned());
@@ -125,6 +137,7 @@ fn start_groups(shared: &Arc<Shared>) {
             drop(finished);
         });
     }
+    state.publish();
 }
 
 /// Frees a group's keys and place when it ends — even by a panic — and
@@ -142,6 +155,7 @@ impl Drop for GroupFinished {
                 state.busy.remove(key);
             }
             state.running -= 1;
+            state.publish();
             !state.waiting.is_empty()
         };
         // A runtime shutting down drops its tasks; nothing is left to start then.

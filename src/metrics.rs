@@ -9,6 +9,7 @@ use std::time::Duration;
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 const SECONDS_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const GROUP_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 const TURN_BUCKETS: [f64; 9] = [0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 25.0, 100.0, 500.0];
 
 /// The process's recorder; installed once, shared by every server in it.
@@ -17,6 +18,7 @@ pub fn handle() -> &'static PrometheusHandle {
         PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full("memoryd_phase_two_turns".into()), &TURN_BUCKETS))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full("memoryd_append_group_size".into()), &GROUP_BUCKETS))
             .expect("the buckets are not empty")
             .install_recorder()
             .unwrap_or_else(|_| {
@@ -41,6 +43,14 @@ pub fn segment_ingested(bytes: usize) {
 /// The size of each group of appends written in one transaction.
 pub fn append_group(appends: usize) {
     histogram!("memoryd_append_group_size").record(appends as f64);
+}
+
+/// The append queue at a moment: appends waiting for a group, and groups
+/// under way. Waiting appends while every group is under way mean the
+/// database or the disk is the bound.
+pub fn append_queue(waiting: usize, groups_running: usize) {
+    gauge!("memoryd_appends_waiting").set(waiting as f64);
+    gauge!("memoryd_append_groups_running").set(groups_running as f64);
 }
 
 pub fn session_opened() {

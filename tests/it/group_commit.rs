@@ -92,19 +92,23 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     let mut db = Database::connect(backend, &app.database_url).await;
     db.poison_rollout().await;
 
-    // While as many groups as may be under way wait for the lock, four
-    // appends queue behind them and then go to the database together, as
-    // one group: the poisoned one fails the group's transaction.
+    // Each blocker append starts a group of its own that waits for the lock,
+    // until as many groups as may be under way are waiting; then four
+    // appends queue behind them and go to the database together, as one
+    // group, in which the poisoned one fails the transaction.
     db.block_appends().await;
     let post = |session: String, rollout: String| {
         let (app, key) = (app.clone(), t.key.clone());
         tokio::spawn(async move { app.post_segment(&key, &session, "default", segment(&rollout, "said")).await })
     };
-    let blocked: Vec<_> = blockers.iter().map(|b| post(b.clone(), b.clone())).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut blocked = Vec::new();
+    for (running, blocker) in blockers.iter().enumerate() {
+        blocked.push(post(blocker.clone(), blocker.clone()));
+        wait_for_queue(&app, 0, running + 1).await;
+    }
     let group =
         [("s-poison", "poison"), ("s-b", "r-b"), ("s-c", "r-c"), ("s-d", "r-d")].map(|(s, r)| post(s.into(), r.into()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_queue(&app, group.len(), in_flight).await;
     db.run("ROLLBACK").await;
 
     for blocked in blocked {
@@ -135,6 +139,27 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     let text = std::fs::read_to_string(file).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("again") && !text.contains("said"), "{text}");
+}
+
+/// Waits until the append queue's gauges read `waiting` appends and
+/// `running` groups.
+async fn wait_for_queue(app: &TestApp, waiting: usize, running: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want = (waiting as f64, running as f64);
+    loop {
+        let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+        let gauge = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} is missing:\n{text}"))
+        };
+        let now = (gauge("memoryd_appends_waiting"), gauge("memoryd_append_groups_running"));
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the queue stayed at {now:?} (waiting, running), not {want:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A small generator of kill moments, different on every run.
