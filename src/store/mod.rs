@@ -230,6 +230,9 @@ pub trait JobQueue: Send + Sync {
     async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>>;
     /// `(kind, state, count)` of every job in the database: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
+    /// One tenant's jobs, all of them counted: by kind and state, and those
+    /// that failed after `failed_after`.
+    async fn tenant_job_counts(&self, tenant: TenantId, failed_after: DateTime<Utc>) -> StoreResult<TenantJobCounts>;
 }
 
 /// The raw-memory index and phase two's selections and runs.

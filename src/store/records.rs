@@ -51,6 +51,14 @@ pub struct TouchedRollout {
     pub segment_count: i64,
 }
 
+/// A tenant's jobs counted (the console's overview).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantJobCounts {
+    /// `(kind, state, count)`, by kind then state.
+    pub by_kind_and_state: Vec<(String, String, i64)>,
+    pub failed_recently: i64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct JobRecord {
     pub job_id: Uuid,

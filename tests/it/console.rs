@@ -2,7 +2,7 @@
 //! their CSRF tokens, the security headers, and hostile conversation text.
 
 use crate::both_backends;
-use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp};
+use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp};
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::json;
@@ -170,6 +170,23 @@ async fn signing_in_and_what_a_tenant_sees(backend: Backend) {
     assert!(status == 200 && asset.contains("toLocaleString"));
 }
 
+/// Adds 1,200 copies of each failed job, straight into memoryd's database.
+async fn copy_failed_jobs(db: &mut Database) {
+    const POSTGRES: &str = "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id,
+            layout_config, state, attempts, run_after, created_at, finished_at)
+        SELECT gen_random_uuid(), tenant_id, kind, session_id, workspace, layout, rollout_id,
+            layout_config, state, attempts, run_after, created_at, finished_at
+        FROM jobs CROSS JOIN generate_series(1, 1200) WHERE state = 'failed'";
+    const SQLITE: &str = "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id,
+            layout_config, state, attempts, run_after, created_at, finished_at)
+        WITH RECURSIVE copies(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM copies WHERE n < 1200)
+        SELECT randomblob(16), tenant_id, kind, session_id, workspace, layout, rollout_id,
+            layout_config, state, attempts, run_after, created_at, finished_at
+        FROM jobs CROSS JOIN copies WHERE state = 'failed'";
+    let sql = if matches!(db, Database::Postgres(_)) { POSTGRES } else { SQLITE };
+    db.run(sql).await;
+}
+
 async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let started = Instant::now();
     while !done().await {
@@ -247,6 +264,15 @@ async fn forms_need_their_csrf_token_and_change_things(backend: Backend) {
         job["state"] == "failed" && job["finished_at"].as_str().is_some_and(|at| at > first_failure.as_str())
     })
     .await;
+
+    // The overview counts every job, not the newest page of them.
+    copy_failed_jobs(&mut Database::connect(backend, &failing.database_url).await).await;
+    let (_, _, overview) = operator.get("/console").await;
+    assert!(
+        overview.contains(r#"<div class="n">1201</div><a href="/console/jobs?state=failed">jobs failed in 24 h</a>"#),
+        "{overview}"
+    );
+    assert!(overview.contains(r#"state=failed">1201</a>"#), "the queue table counts them too: {overview}");
 
     // Signing out ends the session.
     let (_, _, page) = browser.get("/console").await;

@@ -3,11 +3,10 @@
 //! through a failed group and through SIGKILL under load.
 
 use crate::both_backends;
-use crate::harness::{Backend, TestApp, status_code_body};
+use crate::harness::{Backend, Database, TestApp, status_code_body};
 use crate::process::{Memoryd, database_env, spawn_round};
 use reqwest::Method;
 use serde_json::{Value, json};
-use sqlx::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -18,28 +17,7 @@ fn segment(rollout: &str, said: &str) -> Value {
     json!({"rollout_id": rollout, "input": said, "final_output": "ok"})
 }
 
-/// A connection of the test's own to memoryd's database.
-enum Database {
-    Postgres(sqlx::PgConnection),
-    Sqlite(sqlx::SqliteConnection),
-}
-
 impl Database {
-    async fn connect(backend: Backend, url: &str) -> Self {
-        match backend {
-            Backend::Postgres => Self::Postgres(sqlx::PgConnection::connect(url).await.unwrap()),
-            Backend::Sqlite => Self::Sqlite(sqlx::SqliteConnection::connect(url).await.unwrap()),
-        }
-    }
-
-    async fn run(&mut self, sql: &'static str) {
-        match self {
-            Self::Postgres(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
-            Self::Sqlite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-
     /// Makes recording a line of rollout `poison` fail inside the commit.
     async fn poison_rollout(&mut self) {
         match self {

@@ -46,6 +46,29 @@ pub async fn isolated_postgres_url() -> String {
     format!("{url}{separator}options=-c%20search_path%3D{schema}")
 }
 
+/// A connection of the test's own to memoryd's database.
+pub enum Database {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl Database {
+    pub async fn connect(backend: Backend, url: &str) -> Self {
+        match backend {
+            Backend::Postgres => Self::Postgres(<sqlx::PgConnection as sqlx::Connection>::connect(url).await.unwrap()),
+            Backend::Sqlite => Self::Sqlite(<sqlx::SqliteConnection as sqlx::Connection>::connect(url).await.unwrap()),
+        }
+    }
+
+    pub async fn run(&mut self, sql: &'static str) {
+        match self {
+            Self::Postgres(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+            Self::Sqlite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
 pub struct TestApp {
     pub server: Option<RunningServer>,
     pub base: String,

@@ -23,7 +23,6 @@ use axum::routing::{get, post};
 use maud::{Markup, html};
 use page::{Frame, html_page, maybe_when, post_button, query, state as state_badge, when};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -338,17 +337,11 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
     let Some(tenant) = signed.session.principal.tenant() else {
         return Ok(page::harden(Redirect::to("/console/tenants").into_response()));
     };
-    let everything = PageRequest { limit: crate::domain::page::MAX_LIMIT, after: None };
-    let recent_jobs = state.store.list_jobs(tenant, &JobFilter::default(), &everything).await?;
-    let mut depth: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for j in &recent_jobs {
-        *depth.entry((j.kind.as_str(), j.state.as_str())).or_default() += 1;
-    }
     let day_ago = chrono::Utc::now() - chrono::Duration::hours(24);
-    let failed_today = recent_jobs
-        .iter()
-        .filter(|j| j.state == JobState::Failed && j.finished_at.is_some_and(|at| at > day_ago))
-        .count();
+    let jobs = state.store.tenant_job_counts(tenant, day_ago).await?;
+    let in_state = |wanted: &str| -> i64 {
+        jobs.by_kind_and_state.iter().filter(|(_, s, _)| s == wanted).map(|(_, _, n)| n).sum()
+    };
     let sessions =
         state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
     let activity = state.store.workspace_activity(tenant).await?;
@@ -366,19 +359,18 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
         "Overview",
         html! {
             div class="cards" {
-                div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "queued").map(|(_, n)| n).sum::<usize>()) } "jobs queued" }
-                div class="card" { div class="n" { (depth.iter().filter(|((_, s), _)| *s == "running").map(|(_, n)| n).sum::<usize>()) } "jobs running" }
-                div class="card" { div class="n" { (failed_today) } a href="/console/jobs?state=failed" { "jobs failed in 24 h" } }
+                div class="card" { div class="n" { (in_state("queued")) } "jobs queued" }
+                div class="card" { div class="n" { (in_state("running")) } "jobs running" }
+                div class="card" { div class="n" { (jobs.failed_recently) } a href="/console/jobs?state=failed" { "jobs failed in 24 h" } }
                 div class="card" { div class="n" { (format!("{ingest_rate:.1}")) } "segments per minute (last 10 min, this replica)" }
             }
             h2 { "Queue by kind and state" }
             table {
                 tr { th { "Kind" } th { "State" } th { "Jobs" } }
-                @for ((kind, job_state), n) in &depth {
+                @for (kind, job_state, n) in &jobs.by_kind_and_state {
                     tr { td { (kind) } td { (state_badge(job_state)) } td { a href={"/console/jobs" (query(&[("kind", Some(kind)), ("state", Some(job_state))]))} { (n) } } }
                 }
             }
-            p class="meta" { "Over the newest " (recent_jobs.len()) " jobs." }
             h2 { "Recent sessions" }
             (session_table(&sessions))
             h2 { "Recent runs" }

@@ -450,5 +450,23 @@ for_every_dialect! {
             .await?;
         rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("state")?, r.try_get("n")?))).collect()
     }
+
+    async fn tenant_job_counts(&self, tenant: TenantId, failed_after: DateTime<Utc>) -> StoreResult<TenantJobCounts> {
+        let rows = sqlx::query(
+            "SELECT kind, state, count(*) AS n,
+                    SUM(CASE WHEN state = 'failed' AND finished_at > $2 THEN 1 ELSE 0 END) AS failed_recently
+             FROM jobs WHERE tenant_id = $1 GROUP BY kind, state ORDER BY kind, state",
+        )
+        .bind(tenant)
+        .bind(failed_after)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut counts = TenantJobCounts { by_kind_and_state: Vec::with_capacity(rows.len()), failed_recently: 0 };
+        for row in &rows {
+            counts.by_kind_and_state.push((row.try_get("kind")?, row.try_get("state")?, row.try_get("n")?));
+            counts.failed_recently += row.try_get::<i64, _>("failed_recently")?;
+        }
+        Ok(counts)
+    }
     }
 }
