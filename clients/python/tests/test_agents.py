@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
+import time
 
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
@@ -19,8 +21,8 @@ from agents.sandbox.memory.rollouts import (
 )
 from conftest import text_reply, tool_call
 
-from memoryd import AsyncMemoryd, RetryPolicy
-from memoryd.agents import MemorydMemory, segment_from_result
+from memoryd import AsyncMemoryd, Memoryd, RetryPolicy
+from memoryd.agents import MemorydMemory, SyncMemorydMemory, segment_from_result
 
 set_tracing_disabled(True)
 
@@ -170,3 +172,72 @@ async def test_leaving_the_context_closes_the_session(server, tenant, fake_model
         async with MemorydMemory(client) as unused:
             pass
         assert await unused.close() is None, "a session never written to has nothing to close"
+
+
+def test_a_sync_memory_records_the_sdks_line_and_gives_the_next_agent_the_memory(
+    server, tenant, fake_model, agents_model
+):
+    tenant_id, key = tenant
+    with Memoryd(server.base_url, key) as client:
+        with SyncMemorydMemory(client, session_id="py-sync", close_wait=30) as first:
+            barista = Agent(name="barista", instructions=first.instructions("You are a barista."), model=agents_model)
+            fake_model.script = [[text_reply("Noted: black coffee, no sugar.")]]
+            result = first.run(barista, "Remember: I drink my coffee black, no sugar.")
+        assert client.get_session("py-sync").memory_status["status"] == "complete"
+        (line,) = stored_lines(server, tenant_id, "sessions/py-sync.jsonl")
+        updated_at = json.loads(line)["updated_at"]
+        assert line == sdk_line(build_rollout_payload_from_result(result), "py-sync", updated_at)
+
+        second = SyncMemorydMemory(client)
+        barista = Agent(name="barista", instructions=second.instructions("You are a barista."), model=agents_model)
+        fake_model.script = [[text_reply("Black, no sugar, coming up.")]]
+        second.run(barista, "The usual, please.")
+    instructions = fake_model.requests[-1]["instructions"]
+    assert instructions.startswith("You are a barista.\n\n")
+    assert "black, no sugar" in instructions.split("========= MEMORY_SUMMARY BEGINS =========")[1]
+
+
+def test_a_sync_memory_records_a_failed_run_and_never_breaks_one(server, tenant, fake_model, agents_model, caplog):
+    tenant_id, key = tenant
+    fake_model.default = lambda body: [tool_call("get_weather", {"city": "Chur"})]
+    looper = Agent(name="looper", instructions="Use tools.", model=agents_model, tools=[get_weather])
+    with Memoryd(server.base_url, key) as client:
+        memory = SyncMemorydMemory(client, session_id="py-sync-failed")
+        with pytest.raises(MaxTurnsExceeded):
+            memory.run(looper, "loop forever", max_turns=1)
+    (line,) = stored_lines(server, tenant_id, "sessions/py-sync-failed.jsonl")
+    assert json.loads(line)["terminal_metadata"]["terminal_state"] == "max_turns_exceeded"
+
+    fake_model.script = [[text_reply("fine")]]
+    with Memoryd("http://127.0.0.1:9", key, retry=RetryPolicy(max_retries=0)) as down:
+        unreachable = SyncMemorydMemory(down)
+        with caplog.at_level(logging.WARNING, logger="memoryd.agents"):
+            plain = Agent(name="a", instructions=unreachable.instructions("Base only."), model=agents_model)
+            assert unreachable.run(plain, "hello").final_output == "fine"
+    assert fake_model.requests[-1]["instructions"] == "Base only."
+    assert "without memory" in caplog.text and "could not record" in caplog.text
+    with Memoryd(server.base_url, key) as client:
+        with SyncMemorydMemory(client) as unused:
+            pass
+        assert unused.close() is None, "a session never written to has nothing to close"
+
+
+async def test_the_instructions_wait_no_longer_than_their_timeout(tenant):
+    """A memoryd that takes the connection and never answers costs a run
+    ``instructions_timeout``, not the client's 30 s timeout and its retries."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    base_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        with Memoryd(base_url, tenant[1]) as client:
+            started = time.monotonic()
+            assert SyncMemorydMemory(client, instructions_timeout=0.5).instructions("Base.")(None, None) == "Base."
+            sync_took = time.monotonic() - started
+        async with AsyncMemoryd(base_url, tenant[1]) as client:
+            started = time.monotonic()
+            assert await MemorydMemory(client, instructions_timeout=0.5).instructions("Base.")(None, None) == "Base."
+            async_took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert sync_took < 5 and async_took < 5, (sync_took, async_took)

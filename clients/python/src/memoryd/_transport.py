@@ -67,6 +67,8 @@ class Call:
     admin: bool = False
     # Seconds beyond the client's timeout this call may take (a close that waits).
     extra_time: float = 0.0
+    # Seconds the whole call may take, its retries and their waits included.
+    budget: Optional[float] = None
 
     def query(self) -> dict[str, Any]:
         out = {}
@@ -158,16 +160,19 @@ class Settings:
             timeout=timeout,
         )
 
-    def request_options(self, call: Call) -> dict[str, Any]:
+    def request_options(self, call: Call, remaining: Optional[float]) -> dict[str, Any]:
         headers = {"user-agent": "memoryd-python/0.1", **call.headers}
         token = self.admin_token if call.admin else self.api_key
         if token:
             headers["authorization"] = f"Bearer {token}"
+        timeout = self.timeout + call.extra_time
+        if remaining is not None:
+            timeout = max(0.001, min(timeout, remaining))
         return {
             "params": call.query(),
             "json": call.json,
             "headers": headers,
-            "timeout": self.timeout + call.extra_time,
+            "timeout": timeout,
         }
 
 
@@ -179,6 +184,32 @@ class Outcome:
     value: Any = None
     error: Optional[MemorydError] = None
     wait: Optional[float] = None
+
+
+class Attempts:
+    """The attempts of one call, as both clients make them: the options of
+    the next request, and what an answer comes to within the retry policy
+    and the call's budget."""
+
+    def __init__(self, call: Call, settings: Settings) -> None:
+        self.call = call
+        self.settings = settings
+        self.number = 0
+        self.ends = None if call.budget is None else time.monotonic() + call.budget
+
+    def url(self) -> str:
+        return self.settings.base_url + self.call.path
+
+    def options(self) -> dict[str, Any]:
+        remaining = None if self.ends is None else self.ends - time.monotonic()
+        return self.settings.request_options(self.call, remaining)
+
+    def judge(self, answer: "httpx.Response | httpx.TransportError") -> Outcome:
+        outcome = judge(self.call, self.number, self.settings.retry, answer)
+        self.number += 1
+        if outcome.wait is not None and self.ends is not None and time.monotonic() + outcome.wait >= self.ends:
+            outcome.wait = None
+        return outcome
 
 
 def judge(call: Call, attempt: int, policy: RetryPolicy, answer: "httpx.Response | httpx.TransportError") -> Outcome:

@@ -6,22 +6,23 @@ Three lines give an agent long-term memory::
     agent = Agent(name="assistant", instructions=memory.instructions("You are helpful."))
     result = await memory.run(agent, "I prefer green tea.")
 
-``run`` records every run (also one that raised) as a rollout segment,
+In synchronous code, ``SyncMemorydMemory(Memoryd())`` does the same with
+``Runner.run_sync``. ``run`` records every run (also one that raised) as a
+rollout segment,
 exactly the payload the SDK's own sandbox memory would write, and the
 instructions carry what memoryd consolidated from earlier sessions.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from .client import AsyncMemoryd
+from .client import AsyncMemoryd, Memoryd
 from .errors import MemorydError, NotFoundError
-from .models import AppendedSegment, CloseResult
+from .models import AppendedSegment, CloseResult, Instructions
 
 try:
     from agents import Runner
@@ -75,14 +76,83 @@ def segment_from_result(
 
 
 InstructionsFn = Callable[[Any, Any], Awaitable[str]]
+SyncInstructionsFn = Callable[[Any, Any], str]
 
 
-class MemorydMemory:
+class _Conversation:
+    """What the async and the sync memory share: one conversation's session,
+    rollout and layout, the instructions' cache, and the segment of a run."""
+
+    def __init__(
+        self,
+        *,
+        session_id: Optional[str],
+        layout: str,
+        workspace: str,
+        rollout_id: Optional[str],
+        instructions_ttl: float,
+        instructions_timeout: float,
+        close_wait: Optional[int],
+    ) -> None:
+        self._explicit_session = session_id is not None
+        self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
+        self.layout = layout
+        self.workspace = workspace
+        self.rollout_id = rollout_id or self.session_id
+        self.instructions_ttl = instructions_ttl
+        self.instructions_timeout = instructions_timeout
+        self.close_wait = close_wait
+        self._recorded = 0
+        self._cached: Optional[tuple[float, Optional[str]]] = None
+
+    def _fresh_instructions(self) -> tuple[bool, Optional[str]]:
+        """``(True, text)`` while the cached instructions are fresh."""
+        if self._cached is not None and time.monotonic() - self._cached[0] < self.instructions_ttl:
+            return True, self._cached[1]
+        return False, None
+
+    def _instructions_answered(self, answer: Optional[Instructions]) -> Optional[str]:
+        text = answer.instructions if answer is not None else None
+        self._cached = (time.monotonic(), text)
+        return text
+
+    @staticmethod
+    def _instructions_unavailable(exc: Exception) -> None:
+        logger.warning("memoryd instructions unavailable, the agent runs without memory: %s", exc)
+
+    @staticmethod
+    def _with_memory(base: Optional[str], memory: Optional[str]) -> str:
+        if not memory:
+            return base or ""
+        return f"{base}\n\n{memory}" if base else memory
+
+    def _segment(
+        self,
+        result: Any,
+        rollout_id: Optional[str],
+        exception: Optional[BaseException],
+        input_override: Optional[RunInput],
+    ) -> dict[str, Any]:
+        payload = segment_from_result(result, exception=exception, input_override=input_override)
+        payload["rollout_id"] = rollout_id or self.rollout_id
+        return payload
+
+    def _recording_failed(self, exc: Exception) -> None:
+        logger.error("memoryd could not record the run of session %s: %s", self.session_id, exc)
+
+    def _written(self) -> bool:
+        """Whether the session exists to be closed: a run was recorded, or it was named."""
+        return bool(self._recorded) or self._explicit_session
+
+
+class MemorydMemory(_Conversation):
     """One conversation's memory in memoryd: a session, one rollout, one layout.
 
     ``session_id`` defaults to a new ``agent-<hex>``; every run recorded here
     goes to one rollout (``rollout_id``, default the session id), so phase
     one reads the conversation as a whole, as the SDK does for a session.
+    :class:`SyncMemorydMemory` is the same for :class:`~memoryd.Memoryd` and
+    ``Runner.run_sync``.
     """
 
     def __init__(
@@ -97,46 +167,40 @@ class MemorydMemory:
         instructions_timeout: float = 2.0,
         close_wait: Optional[int] = None,
     ) -> None:
+        super().__init__(
+            session_id=session_id,
+            layout=layout,
+            workspace=workspace,
+            rollout_id=rollout_id,
+            instructions_ttl=instructions_ttl,
+            instructions_timeout=instructions_timeout,
+            close_wait=close_wait,
+        )
         self.client = client
-        self._explicit_session = session_id is not None
-        self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
-        self.layout = layout
-        self.workspace = workspace
-        self.rollout_id = rollout_id or self.session_id
-        self.instructions_ttl = instructions_ttl
-        self.instructions_timeout = instructions_timeout
-        self.close_wait = close_wait
-        self._recorded = 0
-        self._cached: Optional[tuple[float, Optional[str]]] = None
 
     # -- the read side -----------------------------------------------------
     async def memory_instructions(self) -> Optional[str]:
         """memoryd's memory instructions for this layout, or ``None`` when there
-        are none yet or memoryd cannot be asked (logged, never raised).
-        Cached for ``instructions_ttl`` seconds."""
-        now = time.monotonic()
-        if self._cached is not None and now - self._cached[0] < self.instructions_ttl:
-            return self._cached[1]
+        are none yet or memoryd cannot be asked within ``instructions_timeout``
+        (logged, never raised). Cached for ``instructions_ttl`` seconds."""
+        fresh, text = self._fresh_instructions()
+        if fresh:
+            return text
         try:
-            answer = await asyncio.wait_for(
-                self.client.get_instructions(self.workspace, self.layout), self.instructions_timeout
+            answer = await self.client.get_instructions(
+                self.workspace, self.layout, timeout=self.instructions_timeout
             )
-            text = answer.instructions if answer is not None else None
-        except (MemorydError, asyncio.TimeoutError) as exc:
-            logger.warning("memoryd instructions unavailable, the agent runs without memory: %s", exc)
+        except MemorydError as exc:
+            self._instructions_unavailable(exc)
             return None
-        self._cached = (now, text)
-        return text
+        return self._instructions_answered(answer)
 
     def instructions(self, base: Optional[str] = None) -> InstructionsFn:
         """A value for ``Agent(instructions=...)``: ``base`` followed by the
         memory instructions, or ``base`` alone when there is no memory."""
 
         async def with_memory(_context: Any, _agent: Any) -> str:
-            memory = await self.memory_instructions()
-            if not memory:
-                return base or ""
-            return f"{base}\n\n{memory}" if base else memory
+            return self._with_memory(base, await self.memory_instructions())
 
         return with_memory
 
@@ -151,8 +215,7 @@ class MemorydMemory:
     ) -> AppendedSegment:
         """Post one run as a segment of this conversation (see
         :func:`segment_from_result`); raises :class:`~memoryd.MemorydError`."""
-        payload = segment_from_result(result, exception=exception, input_override=input_override)
-        payload["rollout_id"] = rollout_id or self.rollout_id
+        payload = self._segment(result, rollout_id, exception, input_override)
         appended = await self.client.append_segment(
             self.session_id, payload, layout=self.layout, workspace=self.workspace
         )
@@ -178,7 +241,7 @@ class MemorydMemory:
         try:
             await self.record(result, **kwargs)
         except Exception as exc:
-            logger.error("memoryd could not record the run of session %s: %s", self.session_id, exc)
+            self._recording_failed(exc)
 
     async def close(self, wait: Optional[int] = None) -> Optional[CloseResult]:
         """Close the session: memoryd extracts and consolidates its runs. With
@@ -187,7 +250,7 @@ class MemorydMemory:
         try:
             return await self.client.close_session(self.session_id, wait=wait)
         except NotFoundError:
-            if self._recorded or self._explicit_session:
+            if self._written():
                 raise
             return None
 
@@ -195,5 +258,102 @@ class MemorydMemory:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        if self._recorded or self._explicit_session:
+        if self._written():
             await self.close(wait=self.close_wait)
+
+
+class SyncMemorydMemory(_Conversation):
+    """:class:`MemorydMemory` for synchronous code: the client is a
+    :class:`~memoryd.Memoryd`, runs go through ``Runner.run_sync``, and
+    ``with`` closes the session."""
+
+    def __init__(
+        self,
+        client: Memoryd,
+        *,
+        session_id: Optional[str] = None,
+        layout: str = "default",
+        workspace: str = "default",
+        rollout_id: Optional[str] = None,
+        instructions_ttl: float = 5.0,
+        instructions_timeout: float = 2.0,
+        close_wait: Optional[int] = None,
+    ) -> None:
+        super().__init__(
+            session_id=session_id,
+            layout=layout,
+            workspace=workspace,
+            rollout_id=rollout_id,
+            instructions_ttl=instructions_ttl,
+            instructions_timeout=instructions_timeout,
+            close_wait=close_wait,
+        )
+        self.client = client
+
+    def memory_instructions(self) -> Optional[str]:
+        """As :meth:`MemorydMemory.memory_instructions`, blocking."""
+        fresh, text = self._fresh_instructions()
+        if fresh:
+            return text
+        try:
+            answer = self.client.get_instructions(self.workspace, self.layout, timeout=self.instructions_timeout)
+        except MemorydError as exc:
+            self._instructions_unavailable(exc)
+            return None
+        return self._instructions_answered(answer)
+
+    def instructions(self, base: Optional[str] = None) -> SyncInstructionsFn:
+        """A value for ``Agent(instructions=...)``; the SDK calls it at the
+        start of each run, and it waits at most ``instructions_timeout``."""
+
+        def with_memory(_context: Any, _agent: Any) -> str:
+            return self._with_memory(base, self.memory_instructions())
+
+        return with_memory
+
+    def record(
+        self,
+        result: Any,
+        *,
+        rollout_id: Optional[str] = None,
+        exception: Optional[BaseException] = None,
+        input_override: Optional[RunInput] = None,
+    ) -> AppendedSegment:
+        """As :meth:`MemorydMemory.record`, blocking."""
+        payload = self._segment(result, rollout_id, exception, input_override)
+        appended = self.client.append_segment(self.session_id, payload, layout=self.layout, workspace=self.workspace)
+        self._recorded += 1
+        return appended
+
+    def run(self, agent: Any, input: RunInput, *, rollout_id: Optional[str] = None, **runner_kwargs: Any) -> Any:
+        """``Runner.run_sync(agent, input, **runner_kwargs)``, recorded as
+        :meth:`MemorydMemory.run` records."""
+        try:
+            result = Runner.run_sync(agent, input, **runner_kwargs)
+        except Exception as exc:
+            self._record_quietly(None, exception=exc, input_override=input, rollout_id=rollout_id)
+            raise
+        self._record_quietly(result, input_override=input, rollout_id=rollout_id)
+        return result
+
+    def _record_quietly(self, result: Any, **kwargs: Any) -> None:
+        try:
+            self.record(result, **kwargs)
+        except Exception as exc:
+            self._recording_failed(exc)
+
+    def close(self, wait: Optional[int] = None) -> Optional[CloseResult]:
+        """As :meth:`MemorydMemory.close`, blocking."""
+        try:
+            return self.client.close_session(self.session_id, wait=wait)
+        except NotFoundError:
+            if self._written():
+                raise
+            return None
+
+    def __enter__(self) -> "SyncMemorydMemory":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._written():
+            self.close(wait=self.close_wait)

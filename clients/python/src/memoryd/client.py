@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Union
 import httpx
 
 from . import models as m
-from ._transport import Call, RetryPolicy, Settings, judge, new_idempotency_key, segment
+from ._transport import Attempts, Call, RetryPolicy, Settings, new_idempotency_key, segment
 
 SegmentBody = Union[Mapping[str, Any], m.Segment]
 LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
@@ -263,12 +263,18 @@ class _Routes:
         return self._send(call)
 
     def get_instructions(
-        self, workspace: str = "default", layout: str = "default", *, live_update: Optional[bool] = None
+        self,
+        workspace: str = "default",
+        layout: str = "default",
+        *,
+        live_update: Optional[bool] = None,
+        timeout: Optional[float] = None,
     ):
         """``GET …/instructions``: the memory instructions for the next run, or
-        ``None`` when there are none yet (204)."""
+        ``None`` when there are none yet (204). ``timeout``: seconds for the
+        whole call, its retries included."""
         path = self._memory_path(workspace, layout, "instructions")
-        return self._send(Call("GET", path, _instructions, params={"live_update": live_update}))
+        return self._send(Call("GET", path, _instructions, params={"live_update": live_update}, budget=timeout))
 
 
 class _Client(_Routes):
@@ -317,19 +323,18 @@ class Memoryd(_Client):
         super().__init__(base_url, api_key, admin_token, retry, max_retries, timeout, http_client, httpx.Client)
 
     def _send(self, call: Call) -> Any:
-        attempt = 0
+        attempts = Attempts(call, self._settings)
         while True:
             try:
-                answer: Any = self._http.request(call.method, self._settings.base_url + call.path, **self._settings.request_options(call))
+                answer: Any = self._http.request(call.method, attempts.url(), **attempts.options())
             except httpx.TransportError as exc:
                 answer = exc
-            outcome = judge(call, attempt, self._settings.retry, answer)
+            outcome = attempts.judge(answer)
             if outcome.error is None:
                 return outcome.value
             if outcome.wait is None:
                 raise outcome.error
             time.sleep(outcome.wait)
-            attempt += 1
 
     def close(self) -> None:
         if self._owns_http:
@@ -359,21 +364,18 @@ class AsyncMemoryd(_Client):
         super().__init__(base_url, api_key, admin_token, retry, max_retries, timeout, http_client, httpx.AsyncClient)
 
     async def _send(self, call: Call) -> Any:
-        attempt = 0
+        attempts = Attempts(call, self._settings)
         while True:
             try:
-                answer: Any = await self._http.request(
-                    call.method, self._settings.base_url + call.path, **self._settings.request_options(call)
-                )
+                answer: Any = await self._http.request(call.method, attempts.url(), **attempts.options())
             except httpx.TransportError as exc:
                 answer = exc
-            outcome = judge(call, attempt, self._settings.retry, answer)
+            outcome = attempts.judge(answer)
             if outcome.error is None:
                 return outcome.value
             if outcome.wait is None:
                 raise outcome.error
             await asyncio.sleep(outcome.wait)
-            attempt += 1
 
     async def aclose(self) -> None:
         if self._owns_http:
