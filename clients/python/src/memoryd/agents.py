@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union
 
 from .client import AsyncMemoryd, Memoryd
 from .errors import MemorydError, NotFoundError
@@ -79,21 +79,26 @@ InstructionsFn = Callable[[Any, Any], Awaitable[str]]
 SyncInstructionsFn = Callable[[Any, Any], str]
 
 
-class _Conversation:
+ClientT = TypeVar("ClientT", AsyncMemoryd, Memoryd)
+
+
+class _Conversation(Generic[ClientT]):
     """What the async and the sync memory share: one conversation's session,
     rollout and layout, the instructions' cache, and the segment of a run."""
 
     def __init__(
         self,
+        client: ClientT,
         *,
-        session_id: Optional[str],
-        layout: str,
-        workspace: str,
-        rollout_id: Optional[str],
-        instructions_ttl: float,
-        instructions_timeout: float,
-        close_wait: Optional[int],
+        session_id: Optional[str] = None,
+        layout: str = "default",
+        workspace: str = "default",
+        rollout_id: Optional[str] = None,
+        instructions_ttl: float = 5.0,
+        instructions_timeout: float = 2.0,
+        close_wait: Optional[int] = None,
     ) -> None:
+        self.client = client
         self._explicit_session = session_id is not None
         self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
         self.layout = layout
@@ -145,7 +150,7 @@ class _Conversation:
         return bool(self._recorded) or self._explicit_session
 
 
-class MemorydMemory(_Conversation):
+class MemorydMemory(_Conversation[AsyncMemoryd]):
     """One conversation's memory in memoryd: a session, one rollout, one layout.
 
     ``session_id`` defaults to a new ``agent-<hex>``; every run recorded here
@@ -154,29 +159,6 @@ class MemorydMemory(_Conversation):
     :class:`SyncMemorydMemory` is the same for :class:`~memoryd.Memoryd` and
     ``Runner.run_sync``.
     """
-
-    def __init__(
-        self,
-        client: AsyncMemoryd,
-        *,
-        session_id: Optional[str] = None,
-        layout: str = "default",
-        workspace: str = "default",
-        rollout_id: Optional[str] = None,
-        instructions_ttl: float = 5.0,
-        instructions_timeout: float = 2.0,
-        close_wait: Optional[int] = None,
-    ) -> None:
-        super().__init__(
-            session_id=session_id,
-            layout=layout,
-            workspace=workspace,
-            rollout_id=rollout_id,
-            instructions_ttl=instructions_ttl,
-            instructions_timeout=instructions_timeout,
-            close_wait=close_wait,
-        )
-        self.client = client
 
     # -- the read side -----------------------------------------------------
     async def memory_instructions(self) -> Optional[str]:
@@ -262,33 +244,10 @@ class MemorydMemory(_Conversation):
             await self.close(wait=self.close_wait)
 
 
-class SyncMemorydMemory(_Conversation):
+class SyncMemorydMemory(_Conversation[Memoryd]):
     """:class:`MemorydMemory` for synchronous code: the client is a
     :class:`~memoryd.Memoryd`, runs go through ``Runner.run_sync``, and
     ``with`` closes the session."""
-
-    def __init__(
-        self,
-        client: Memoryd,
-        *,
-        session_id: Optional[str] = None,
-        layout: str = "default",
-        workspace: str = "default",
-        rollout_id: Optional[str] = None,
-        instructions_ttl: float = 5.0,
-        instructions_timeout: float = 2.0,
-        close_wait: Optional[int] = None,
-    ) -> None:
-        super().__init__(
-            session_id=session_id,
-            layout=layout,
-            workspace=workspace,
-            rollout_id=rollout_id,
-            instructions_ttl=instructions_ttl,
-            instructions_timeout=instructions_timeout,
-            close_wait=close_wait,
-        )
-        self.client = client
 
     def memory_instructions(self) -> Optional[str]:
         """As :meth:`MemorydMemory.memory_instructions`, blocking."""
