@@ -84,28 +84,30 @@ impl AppendQueue {
     /// task's thread.
     pub async fn append(&self, req: AppendRequest) -> Answer {
         let (reply, answer) = oneshot::channel();
-        {
-            let mut state = self.shared.lock();
-            state.waiting.push_back(QueuedAppend { req, reply });
-            state.publish();
-        }
+        self.shared.lock().waiting.push_back(QueuedAppend { req, reply });
         start_groups(&self.shared);
         answer.await.map_err(|_| stopped())?
     }
+
+    /// How busy the queue is now.
+    pub fn load(&self) -> QueueLoad {
+        let state = self.shared.lock();
+        QueueLoad { waiting: state.waiting.len(), groups_running: state.running }
+    }
+}
+
+/// Appends waiting for a group, and groups under way. Appends waiting while
+/// every group is under way mean the database or the disk is the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLoad {
+    pub waiting: usize,
+    pub groups_running: usize,
 }
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
         // The state is consistent between statements; a panic elsewhere leaves it usable.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl QueueState {
-    /// Sets the queue's gauges; called under the lock, so that they never
-    /// go back to an older value.
-    fn publish(&self) {
-        crate::metrics::append_queue(self.waiting.len(), self.running);
     }
 }
 
@@ -120,7 +122,7 @@ fn start_groups(shared: &Arc<Shared>) {
     while state.running < shared.in_flight {
         let group = next_group(&mut state.waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &state.busy);
         if group.is_empty() {
-            break;
+            return;
         }
         let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
         state.busy.extend(keys.iter().cloned());
@@ -137,7 +139,6 @@ fn start_groups(shared: &Arc<Shared>) {
             drop(finished);
         });
     }
-    state.publish();
 }
 
 /// Frees a group's keys and place when it ends — even by a panic — and
@@ -155,7 +156,6 @@ impl Drop for GroupFinished {
                 state.busy.remove(key);
             }
             state.running -= 1;
-            state.publish();
             !state.waiting.is_empty()
         };
         // A runtime shutting down drops its tasks; nothing is left to start then.

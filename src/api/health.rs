@@ -48,11 +48,13 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     Ok(Json(json!({"status": "ready"})))
 }
 
-/// Prometheus text format; the queue gauges are read from the database at
-/// each scrape, so every replica reports the shared queue. When the database
+/// Prometheus text format; the job queue gauges are read from the database
+/// at each scrape, so every replica reports the shared queue, and the append
+/// queue's from this replica. When the database
 /// does not answer within a second, the last figures read are served.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let handle = crate::metrics::handle();
+    crate::metrics::append_queue(state.appends.load());
     match tokio::time::timeout(METRICS_DB_TIMEOUT, state.store.job_counts()).await {
         Ok(Ok(counts)) => {
             for kind in ["phase_one", "phase_two"] {

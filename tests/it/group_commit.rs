@@ -5,6 +5,7 @@
 use crate::both_backends;
 use crate::harness::{Backend, Database, TestApp, status_code_body};
 use crate::process::{Memoryd, database_env, spawn_round};
+use memoryd::ingest::QueueLoad;
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,24 +120,15 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     assert!(text.contains("again") && !text.contains("said"), "{text}");
 }
 
-/// Waits until the append queue's gauges read `waiting` appends and
+/// Waits until memoryd's append queue holds `waiting` appends and runs
 /// `running` groups.
 async fn wait_for_queue(app: &TestApp, waiting: usize, running: usize) {
+    let appends = &app.server.as_ref().unwrap().state.appends;
+    let want = QueueLoad { waiting, groups_running: running };
     let deadline = Instant::now() + Duration::from_secs(10);
-    let want = (waiting as f64, running as f64);
-    loop {
-        let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
-        let gauge = |name: &str| -> f64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-                .unwrap_or_else(|| panic!("{name} is missing:\n{text}"))
-        };
-        let now = (gauge("memoryd_appends_waiting"), gauge("memoryd_append_groups_running"));
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the queue stayed at {now:?} (waiting, running), not {want:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    while appends.load() != want {
+        assert!(Instant::now() < deadline, "the queue stayed at {:?}, not {want:?}", appends.load());
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
