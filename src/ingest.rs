@@ -238,10 +238,11 @@ pub fn next_group<T>(
     group
 }
 
-/// Every replica locks a group's rows in one order (by session, each with its
-/// rollouts). Groups of two replicas can still wait for each other in a cycle
-/// when sessions share a rollout; the database then fails one of them, and
-/// nothing of it is kept, so it is made again, up to this many times.
+/// Every replica locks a group's existing sessions, then their existing
+/// rollouts, each kind in one order. Groups of two replicas that open one new
+/// rollout at once can still wait for each other in a cycle; the database then
+/// fails one of them, and nothing of it is kept, so it is made again, up to
+/// this many times.
 const DEADLOCK_RETRIES: u32 = 3;
 
 /// Appends a group: one transaction, the lines written and synced together,
@@ -289,7 +290,7 @@ pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRe
 /// Writes each line (by its place in the group) into its layout's sessions
 /// folder and makes all of them durable together.
 fn write_lines(
-    lines: Vec<(usize, std::path::PathBuf, ValidLayout, AppendPosition, String)>,
+    lines: Vec<(usize, std::path::PathBuf, ValidLayout, AppendPosition, Arc<str>)>,
 ) -> Vec<(usize, Result<u64, IngestError>)> {
     let mut results = Vec::with_capacity(lines.len());
     let mut appends = Vec::with_capacity(lines.len());

@@ -6,6 +6,7 @@ use super::pyjson::{PyJsonStyle, dumps};
 use super::time::{parse_rfc3339, py_isoformat};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 const DROPPED_ROLES: [&str; 2] = ["developer", "system"];
 const KEPT_ROLES: [&str; 3] = ["assistant", "tool", "user"];
@@ -71,8 +72,9 @@ pub struct Segment {
     pub rollout_id: RolloutId,
     pub updated_at: String,
     pub terminal_state: String,
-    /// The compact JSON line, with its final `\n`.
-    pub line: String,
+    /// The compact JSON line, with its final `\n`; shared, not copied, by
+    /// each attempt of the group that writes it.
+    pub line: Arc<str>,
 }
 
 fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError> {
@@ -223,7 +225,7 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
     line.extend(body);
     let mut text = dumps(&Value::Object(line), PyJsonStyle::COMPACT);
     text.push('\n');
-    Ok(Segment { rollout_id, updated_at, terminal_state, line: text })
+    Ok(Segment { rollout_id, updated_at, terminal_state, line: text.into() })
 }
 
 #[cfg(test)]
@@ -298,7 +300,7 @@ mod tests {
         let seg = build_segment(body, now()).unwrap();
         assert_eq!(seg.rollout_id.as_str(), "chat-1");
         assert_eq!(
-            seg.line,
+            &*seg.line,
             concat!(
                 r#"{"updated_at":"2026-04-15T00:00:00+00:00","rollout_id":"chat-1","#,
                 r#""input":[{"role":"user","content":"hello"}],"#,
@@ -320,7 +322,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            seg.line,
+            &*seg.line,
             "{\"updated_at\":\"2026-04-15T00:00:00+00:00\",\"rollout_id\":\"c\",\"input\":[{\"content\":\"h\\u00e9llo\",\"role\":\"user\"}],\"generated_items\":[],\"terminal_metadata\":{\"terminal_state\":\"completed\",\"exception_type\":null,\"exception_message\":null,\"has_final_output\":true},\"final_output\":\"done\"}\n"
         );
     }

@@ -192,7 +192,7 @@ fn append_unsynced(path: &Path, committed_len: u64, line: &[u8]) -> io::Result<U
 pub struct LineAppend {
     pub path: PathBuf,
     pub committed_len: u64,
-    pub line: String,
+    pub line: std::sync::Arc<str>,
 }
 
 /// Appends each line as [`append_durably`] does, making them durable
