@@ -4,7 +4,7 @@
 use crate::api::serve::{ConnectionLimits, serve};
 use crate::api::{AppState, router};
 use crate::config::{Config, LlmApi, ProviderKind};
-use crate::jobs::{WorkerContext, WorkerSettings, spawn_workers};
+use crate::jobs::{RetentionSettings, WorkerContext, WorkerSettings, spawn_workers};
 use crate::llm::{ChatCompletions, Model, OpenAiModel, Provider, Responses};
 use crate::store::{self, DynStore};
 use crate::workspace::Volumes;
@@ -52,7 +52,18 @@ fn worker_settings(config: &Config) -> WorkerSettings {
         log_content: config.log_content,
         history_runs: i64::from(config.history_runs.max(1)),
         eager_phase_one: (config.eager_phase_one_secs > 0).then(|| Duration::from_secs(config.eager_phase_one_secs)),
+        retention: RetentionSettings {
+            sweep_every: Duration::from_secs(config.retention_sweep_secs.max(1)),
+            idempotency_ttl: Duration::from_secs(config.idempotency_ttl_secs),
+            records: days(config.retain_records_days),
+            rollout_days: config.retain_rollouts_days.max(0.0),
+        },
     }
+}
+
+/// A number of days (fractions allowed) as a duration; 0 or less: none.
+fn days(days: f64) -> Option<Duration> {
+    (days.is_finite() && days > 0.0).then(|| Duration::from_secs_f64((days * 86_400.0).min(1e12)))
 }
 
 struct Core {

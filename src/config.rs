@@ -98,6 +98,20 @@ pub struct Config {
     /// (the files they changed, for diffs and restores; SPEC §2.6).
     #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
     pub history_runs: u32,
+    /// Idempotency keys older than this are removed (SPEC §2.7).
+    #[arg(long = "idempotency-ttl-secs", env = "MEMORYD_IDEMPOTENCY_TTL_SECS", default_value_t = 86_400)]
+    pub idempotency_ttl_secs: u64,
+    /// Finished jobs and closed sessions older than this many days are
+    /// deleted: records only, never memory (0: kept; fractions allowed).
+    #[arg(long = "retain-records-days", env = "MEMORYD_RETAIN_RECORDS_DAYS", default_value_t = 30.0)]
+    pub retain_records_days: f64,
+    /// Rollouts without a segment for this many days are forgotten, in
+    /// layouts that set no `retention.rollout_days` (0: kept).
+    #[arg(long = "retain-rollouts-days", env = "MEMORYD_RETAIN_ROLLOUTS_DAYS", default_value_t = 0.0)]
+    pub retain_rollouts_days: f64,
+    /// How often the workers apply retention.
+    #[arg(long = "retention-sweep-secs", env = "MEMORYD_RETENTION_SWEEP_SECS", default_value_t = 3600)]
+    pub retention_sweep_secs: u64,
     /// The key that signs console sessions; unset: a random one per start
     /// (every restart then signs everyone out, and replicas do not share sessions).
     #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
@@ -150,6 +164,10 @@ impl Config {
             phase_two_debounce_ms: 0,
             history_runs: 100,
             eager_phase_one_secs: 0,
+            idempotency_ttl_secs: 86_400,
+            retain_records_days: 30.0,
+            retain_rollouts_days: 0.0,
+            retention_sweep_secs: 3600,
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

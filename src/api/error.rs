@@ -39,6 +39,10 @@ pub enum ApiError {
     #[error("{0}")]
     HistoryExpired(String),
     #[error("{0}")]
+    SessionOpen(String),
+    #[error("{0}")]
+    Forgetting(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -71,6 +75,8 @@ impl ApiError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::JobNotFailed(_) => (StatusCode::CONFLICT, "job_not_failed"),
             Self::HistoryExpired(_) => (StatusCode::CONFLICT, "history_expired"),
+            Self::SessionOpen(_) => (StatusCode::CONFLICT, "session_open"),
+            Self::Forgetting(_) => (StatusCode::CONFLICT, "forgetting"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

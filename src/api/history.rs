@@ -30,6 +30,17 @@ async fn blob(state: &AppState, tenant: Uuid, hash: Option<&str>) -> Result<Opti
 }
 
 pub(crate) async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<Value, ApiError> {
+    if file.before_omitted {
+        // A forget's run: what the file held before must not be shown, nor a diff against it.
+        let change = if file.after_hash.is_some() { Change::Modified } else { Change::Deleted };
+        return Ok(json!({
+            "path": file.path,
+            "change": change.as_str(),
+            "diff": null,
+            "before_bytes": null,
+            "after_bytes": file.after_bytes,
+        }));
+    }
     let before = blob(state, tenant, file.before_hash.as_deref()).await?;
     let after = blob(state, tenant, file.after_hash.as_deref()).await?;
     let change = Change::of(before.as_deref(), after.as_deref()).unwrap_or(Change::Modified);

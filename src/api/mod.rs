@@ -7,6 +7,7 @@ mod console;
 pub use console::ConsoleKeys;
 pub mod error;
 mod extract;
+mod forget;
 mod health;
 mod history;
 mod jobs;
@@ -134,6 +135,7 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::POST, "/v1/admin/tenants", admin::create_tenant),
         endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", admin::create_key),
         endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
+        endpoint(Method::DELETE, "/v1/admin/tenants/{tenant_id}", forget::delete_tenant),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
         endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
@@ -141,6 +143,12 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::POST, "/v1/sessions", sessions::create_session),
         endpoint(Method::GET, "/v1/sessions", listings::list_sessions),
         endpoint(Method::GET, "/v1/workspaces", listings::list_workspaces),
+        endpoint(Method::DELETE, "/v1/workspaces/{workspace}", forget::forget_workspace),
+        endpoint(
+            Method::DELETE,
+            "/v1/workspaces/{workspace}/layouts/{layout}/rollouts/{rollout_id}",
+            forget::forget_rollout,
+        ),
         endpoint(Method::GET, "/v1/sessions/{session_id}", sessions::get_session),
         endpoint(Method::POST, "/v1/sessions/{session_id}/layouts/{layout}/segments", sessions::append_segment),
         endpoint(Method::POST, "/v1/sessions/{session_id}/close", sessions::close_session),

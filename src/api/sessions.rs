@@ -71,6 +71,12 @@ pub async fn create_session(
             }
             StatusCode::OK
         }
+        CreateSessionOutcome::Forgetting => {
+            return Err(ApiError::Forgetting(format!(
+                "Workspace {} is being forgotten; open a session there once that is done.",
+                new.workspace
+            )));
+        }
     };
     let view =
         state.store.session_view(tenant, &session_id).await?.ok_or_else(|| session_not_found(session_id.as_str()))?;
@@ -173,6 +179,7 @@ pub async fn append_segment(
         AppendOutcome::WorkspaceMismatch(actual) => {
             Err(ApiError::IdempotencyConflict(format!("Session {session_id} belongs to workspace {actual}.")))
         }
+        AppendOutcome::Forgetting(detail) => Err(ApiError::Forgetting(detail)),
     }
 }
 

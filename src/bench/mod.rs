@@ -7,7 +7,7 @@ use crate::app::{RunningServer, start};
 use crate::config::Config;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::fake_model::{FakeLlm, Reply};
-use crate::jobs::phase_two::prepare_input;
+use crate::jobs::phase_two::{LayoutPlace, prepare_input};
 use crate::pipeline::selection::raw_memories_md;
 use crate::store::{RawMemoryRecord, default_layout};
 use clap::{Args, ValueEnum};
@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod forget;
 mod soak;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -23,6 +24,8 @@ pub enum Workload {
     Append,
     Ingest,
     Selection,
+    /// A forget of one conversation among many, and a retention sweep.
+    Forget,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
     All,
@@ -301,8 +304,14 @@ impl Bench {
         let mut times = Vec::new();
         for _ in 0..self.runs {
             let started = Instant::now();
-            let input =
-                prepare_input(state.store.as_ref(), &root, self.tenant, &workspace, &layout_name, &layout, 256).await?;
+            let place = LayoutPlace {
+                root: &root,
+                tenant: self.tenant,
+                workspace: &workspace,
+                layout_name: &layout_name,
+                layout: &layout,
+            };
+            let input = prepare_input(state.store.as_ref(), &place, 256, &[], true).await?;
             let text = raw_memories_md(&input.chunks);
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             if input.selection.selected.len() != count.min(256) || text.is_empty() {
@@ -411,6 +420,15 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
     }
     if wants(Workload::Soak) {
         for f in bench.soak(Duration::from_secs(args.duration.max(1))).await? {
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Forget) {
+        let f = bench.forget(if args.quick { 20 } else { 1000 }).await?;
+        progress(&f);
+        out.push(f);
+        for f in bench.retention_sweep(if args.quick { 2000 } else { 100_000 }).await? {
             progress(&f);
             out.push(f);
         }

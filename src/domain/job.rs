@@ -41,6 +41,9 @@ pub enum JobKind {
     /// Puts a layout's memory back as a kept run left it; runs alone per
     /// layout, like phase two.
     Restore,
+    /// Removes conversations, a workspace or a tenant (SPEC §2.7); a forget
+    /// of conversations runs alone per layout, like phase two.
+    Forget,
 }
 
 impl JobKind {
@@ -49,6 +52,7 @@ impl JobKind {
             Self::PhaseOne => "phase_one",
             Self::PhaseTwo => "phase_two",
             Self::Restore => "restore",
+            Self::Forget => "forget",
         }
     }
 
@@ -57,6 +61,7 @@ impl JobKind {
             "phase_one" => Some(Self::PhaseOne),
             "phase_two" => Some(Self::PhaseTwo),
             "restore" => Some(Self::Restore),
+            "forget" => Some(Self::Forget),
             _ => None,
         }
     }
@@ -70,6 +75,8 @@ pub enum JobState {
     Succeeded,
     Skipped,
     Failed,
+    /// Ended by a forget of its workspace or tenant before it finished.
+    Cancelled,
 }
 
 impl JobState {
@@ -80,6 +87,7 @@ impl JobState {
             Self::Succeeded => "succeeded",
             Self::Skipped => "skipped",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -90,9 +98,82 @@ impl JobState {
             "succeeded" => Some(Self::Succeeded),
             "skipped" => Some(Self::Skipped),
             "failed" => Some(Self::Failed),
+            "cancelled" => Some(Self::Cancelled),
             _ => None,
         }
     }
+}
+
+/// What a forget job removes (SPEC §2.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForgetScope {
+    /// Some conversations of one layout in one workspace.
+    Rollouts,
+    Workspace,
+    Tenant,
+}
+
+impl ForgetScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rollouts => "rollouts",
+            Self::Workspace => "workspace",
+            Self::Tenant => "tenant",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "rollouts" => Some(Self::Rollouts),
+            "workspace" => Some(Self::Workspace),
+            "tenant" => Some(Self::Tenant),
+            _ => None,
+        }
+    }
+}
+
+/// How the memory is consolidated without a forgotten conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForgetMode {
+    /// A phase two told to take out what came only from the forgotten ones.
+    Scrub,
+    /// The memory made again from the remaining raw memories alone.
+    Rebuild,
+}
+
+impl ForgetMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scrub => "scrub",
+            Self::Rebuild => "rebuild",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "scrub" => Some(Self::Scrub),
+            "rebuild" => Some(Self::Rebuild),
+            _ => None,
+        }
+    }
+}
+
+/// A forget job's target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForgetSpec {
+    pub scope: ForgetScope,
+    pub mode: ForgetMode,
+    /// The conversations, for a forget of conversations.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollout_ids: Vec<RolloutId>,
+}
+
+/// The status of a session whose workspace or tenant was forgotten while
+/// it was open or closing: it ended without memory.
+pub fn forgotten_memory_status() -> Value {
+    serde_json::json!({"status": "forgotten", "failures": []})
 }
 
 /// Where a close leaves a session: closed at once when it touched nothing,
@@ -168,9 +249,26 @@ mod tests {
         for s in [SessionState::Open, SessionState::Closing, SessionState::Closed] {
             assert_eq!(SessionState::parse(s.as_str()), Some(s));
         }
-        for s in [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Skipped, JobState::Failed] {
+        for s in [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Succeeded,
+            JobState::Skipped,
+            JobState::Failed,
+            JobState::Cancelled,
+        ] {
             assert_eq!(JobState::parse(s.as_str()), Some(s));
         }
+        for k in [JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore, JobKind::Forget] {
+            assert_eq!(JobKind::parse(k.as_str()), Some(k));
+        }
+        for s in [ForgetScope::Rollouts, ForgetScope::Workspace, ForgetScope::Tenant] {
+            assert_eq!(ForgetScope::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(ForgetMode::parse("scrub"), Some(ForgetMode::Scrub));
+        assert_eq!(ForgetMode::parse("rebuild"), Some(ForgetMode::Rebuild));
+        assert_eq!(ForgetMode::parse("erase"), None);
+        assert_eq!(forgotten_memory_status()["status"], "forgotten");
         assert_eq!(JobKind::parse("phase_three"), None);
         assert_eq!(settled_memory_status(vec![])["status"], "complete");
         assert_eq!(settled_memory_status(vec![serde_json::json!({})])["status"], "partial");

@@ -17,6 +17,32 @@ pub struct LayoutConfig {
     pub generate: Option<GenerateConfig>,
     #[serde(default = "default_read")]
     pub read: Option<ReadConfig>,
+    /// Left out when it holds only defaults, so that layouts written before
+    /// it existed keep their etag.
+    #[serde(default, skip_serializing_if = "RetentionConfig::is_default")]
+    pub retention: RetentionConfig,
+}
+
+/// How long a layout keeps conversations (SPEC §2.7).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Days without a segment after which a rollout is forgotten (fractions
+    /// allowed; 0 keeps it); `None`: the server's `MEMORYD_RETAIN_ROLLOUTS_DAYS`.
+    pub rollout_days: Option<f64>,
+}
+
+impl RetentionConfig {
+    fn is_default(&self) -> bool {
+        self.rollout_days.is_none()
+    }
+
+    /// The idle time after which a rollout of this layout is forgotten,
+    /// given the server's default (in days); `None`: kept for good.
+    pub fn rollout_idle_limit(&self, server_default_days: f64) -> Option<chrono::Duration> {
+        let days = self.rollout_days.unwrap_or(server_default_days);
+        (days.is_finite() && days > 0.0).then(|| chrono::Duration::milliseconds((days * 86_400_000.0).min(1e15) as i64))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +99,7 @@ impl Default for LayoutConfig {
             sessions_dir: "sessions".into(),
             generate: default_generate(),
             read: default_read(),
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -159,6 +186,11 @@ impl ValidLayout {
         let sessions_dir = validate_layout_dir("sessions_dir", &config.sessions_dir)?;
         if let Some(generate) = &config.generate {
             validate_generate(generate)?;
+        }
+        if let Some(days) = config.retention.rollout_days
+            && !(days.is_finite() && days >= 0.0)
+        {
+            return Err(format!("layout.retention.rollout_days must be a number of days, 0 or more, got: {days}"));
         }
         Ok(Self { config, memories_dir, sessions_dir })
     }
@@ -374,6 +406,35 @@ mod tests {
         assert_eq!(ok("./a/"), "a");
         assert_eq!(ok("a/./b"), "a/b");
         assert_eq!(ok("team\\memory"), "team\\memory");
+    }
+
+    #[test]
+    fn retention_takes_days_with_fractions_and_defaults_to_the_server() {
+        let with = |days| {
+            ValidLayout::new(LayoutConfig {
+                retention: RetentionConfig { rollout_days: Some(days) },
+                ..LayoutConfig::default()
+            })
+        };
+        assert!(with(-1.0).unwrap_err().contains("retention.rollout_days"));
+        assert!(with(f64::NAN).is_err());
+        let half = with(0.5).unwrap().config.retention;
+        assert_eq!(half.rollout_idle_limit(30.0), Some(chrono::Duration::hours(12)));
+        assert_eq!(with(0.0).unwrap().config.retention.rollout_idle_limit(30.0), None);
+        let unset = RetentionConfig::default();
+        assert_eq!(unset.rollout_idle_limit(0.0), None);
+        assert_eq!(unset.rollout_idle_limit(2.0), Some(chrono::Duration::days(2)));
+        // A layout that does not set it serialises as before (same etag).
+        let plain = serde_json::to_string(&LayoutConfig::default()).unwrap();
+        assert!(!plain.contains("retention"), "{plain}");
+        let parsed: LayoutConfig =
+            serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s","retention":{"rollout_days":1.5}}"#)
+                .unwrap();
+        assert_eq!(parsed.retention.rollout_days, Some(1.5));
+        assert!(
+            serde_json::from_str::<LayoutConfig>(r#"{"memories_dir":"m","sessions_dir":"s","retention":{"days":1}}"#)
+                .is_err()
+        );
     }
 
     #[test]

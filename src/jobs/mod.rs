@@ -2,6 +2,7 @@
 //! renew while working, and record the outcome only while they still own the
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
+mod forget;
 mod leftovers;
 mod phase_one;
 pub mod phase_two;
@@ -36,6 +37,19 @@ pub struct WorkerSettings {
     /// `MEMORYD_EAGER_PHASE_ONE_SECS`: idle time after which a rollout of an
     /// open session is extracted early; `None`: off.
     pub eager_phase_one: Option<Duration>,
+    pub retention: RetentionSettings,
+}
+
+/// What the retention sweeps remove, and how often they look (SPEC §2.7).
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    pub sweep_every: Duration,
+    /// `MEMORYD_IDEMPOTENCY_TTL_SECS`.
+    pub idempotency_ttl: Duration,
+    /// `MEMORYD_RETAIN_RECORDS_DAYS`; `None`: kept.
+    pub records: Option<Duration>,
+    /// `MEMORYD_RETAIN_ROLLOUTS_DAYS`: the default of layouts that set none.
+    pub rollout_days: f64,
 }
 
 pub struct WorkerContext {
@@ -173,6 +187,7 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
         JobKind::PhaseOne => &phase_one::PhaseOne,
         JobKind::PhaseTwo => &phase_two::PhaseTwo,
         JobKind::Restore => &restore::Restore,
+        JobKind::Forget => &forget::Forget,
     }
 }
 
@@ -302,8 +317,14 @@ async fn stage_files(
     };
     match staged {
         Ok((manifest, history)) => {
-            if let (Some(report), Some(files)) = (report.as_mut(), history) {
-                report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs });
+            if let (Some(report), Some(mut files)) = (report.as_mut(), history) {
+                let forget = claimed.job.kind == JobKind::Forget;
+                if forget {
+                    // A forget's history keeps the files as it left them; the
+                    // files it removed (named after what it forgot) are not listed.
+                    files.retain(|f| f.after.is_some());
+                }
+                report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
             (Ok(Completion { outcome, files: None, usage }), Some(manifest))
         }
@@ -379,7 +400,7 @@ fn served_sessions(claimed: &ClaimedJob) -> Vec<crate::domain::ids::SessionId> {
     let joined = claimed.job.sessions.iter().filter_map(|s| crate::domain::ids::SessionId::parse(s));
     let mut sessions: Vec<_> = joined.collect();
     if sessions.is_empty() {
-        sessions.push(claimed.job.session_id.clone());
+        sessions.extend(claimed.job.session_id.clone());
     }
     sessions
 }
@@ -416,6 +437,13 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
             }
         }
+    }
+    if finished && claimed.job.kind == JobKind::Forget && matches!(recorded, Ok(true)) {
+        if let Err(e) = ctx.store.compact_after_forget().await {
+            tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
+        }
+        let scope = claimed.job.forget.as_ref().map_or("", |f| f.scope.as_str());
+        tracing::info!(%job_id, tenant_id = %claimed.tenant_id, scope, "forget completed");
     }
     match recorded {
         Ok(true) => {
@@ -463,14 +491,9 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
         woken.as_mut().enable();
         // Below the free-space watermark a job could only fail to write its
         // files; it waits in the queue instead, spending none of its attempts.
-        if !ctx.volumes.has_room() {
-            tokio::select! {
-                _ = tokio::time::sleep(ctx.settings.poll) => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => {}
-            }
-            continue;
-        }
-        let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds: &kinds, now: Utc::now(), lease };
+        // Forgets still run: they free space.
+        let kinds = if ctx.volumes.has_room() { kinds.as_slice() } else { &[JobKind::Forget][..] };
+        let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds, now: Utc::now(), lease };
         match ctx.store.claim_job(&request).await {
             Ok(Some(claimed)) => {
                 let Some(finished) = attempt_job(&ctx, claimed, &mut shutdown).await else { continue };
@@ -515,6 +538,69 @@ async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<
 
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Rows one retention statement deletes at most: each batch is a short
+/// transaction of its own, so appends never wait long behind a sweep.
+const RETENTION_BATCH: i64 = 1000;
+
+/// Deletes in batches until a batch comes back short.
+async fn in_batches<F, Fut>(mut batch: F) -> crate::store::StoreResult<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::store::StoreResult<u64>>,
+{
+    let mut total = 0;
+    loop {
+        let deleted = batch().await?;
+        total += deleted;
+        if deleted < RETENTION_BATCH as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Removes every idempotency key made before `before`, a batch at a time.
+pub async fn expire_idempotency_keys(
+    store: &dyn crate::store::Store,
+    before: chrono::DateTime<Utc>,
+) -> crate::store::StoreResult<u64> {
+    in_batches(|| store.expire_idempotency_keys(before, RETENTION_BATCH)).await
+}
+
+/// One retention sweep (SPEC §2.7): expired idempotency keys and records go,
+/// idle rollouts are queued for forgetting.
+pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<()> {
+    let retention = &ctx.settings.retention;
+    let now = Utc::now();
+    let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    let keys_before = now - to_chrono(retention.idempotency_ttl);
+    let keys = expire_idempotency_keys(ctx.store.as_ref(), keys_before).await?;
+    let mut records = 0;
+    if let Some(keep) = retention.records {
+        let before = now - to_chrono(keep);
+        records = in_batches(|| ctx.store.expire_records(before, RETENTION_BATCH)).await?;
+    }
+    let forgets = ctx.store.queue_retention_forgets(now, retention.rollout_days).await?;
+    if !forgets.is_empty() {
+        ctx.wake.notify_waiters();
+    }
+    if keys + records > 0 || !forgets.is_empty() {
+        tracing::info!(idempotency_keys = keys, records, forget_jobs = forgets.len(), "retention sweep");
+    }
+    Ok(())
+}
+
+async fn retention_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        if let Err(e) = sweep_retention(&ctx).await {
+            tracing::warn!(error = %crate::error_chain(&e), "the retention sweep failed; it runs again later");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ctx.settings.retention.sweep_every) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
 /// Queues eager phase one for rollouts idle `idle` long in open sessions
 /// (SPEC §5), looking every quarter of that (at most every 5 s).
 async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {
@@ -542,6 +628,7 @@ async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: wa
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
+    set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));
     if let Some(idle) = ctx.settings.eager_phase_one {
         set.spawn(eager_sweeper(ctx.clone(), idle, shutdown.clone()));
     }
@@ -554,7 +641,7 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
     for _ in 0..ctx.settings.concurrency.max(1) {
         set.spawn(worker_slot(
             ctx.clone(),
-            vec![JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore],
+            vec![JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore, JobKind::Forget],
             shutdown.clone(),
         ));
     }

@@ -117,8 +117,12 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
 
     let summary_file = rollout_summary_file(rollout_id.as_str(), &slug);
     let raw_text = format_raw_memory(rollout_id.as_str(), &facts, &committed.rollout_path, &summary_file, &raw_memory);
-    let summary_text =
-        format_rollout_summary(job.session_id.as_str(), &facts, &committed.rollout_path, &rollout_summary);
+    let summary_text = format_rollout_summary(
+        job.session_id.as_ref().map_or("", |s| s.as_str()),
+        &facts,
+        &committed.rollout_path,
+        &rollout_summary,
+    );
     let previous_summary = existing.map(|r| r.rollout_summary_file).filter(|previous| previous != &summary_file);
     let memories_dir = &layout.memories_dir.normalized;
     let memories = confine(&root, memories_dir).map_err(|e| fatal(format!("memories path refused: {e}")))?;

@@ -5,7 +5,7 @@
 //! attempt changes no file.
 
 use super::{Attempt, AttemptError, Completion, WorkerContext};
-use crate::domain::ids::{LayoutName, WorkspaceName};
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::page::{MAX_LIMIT, PageRequest};
 use crate::domain::time::py_isoformat;
@@ -29,17 +29,28 @@ use uuid::Uuid;
 const AGENT_INSTRUCTIONS: &str = "You maintain the long-term memory folder of an AI agent. Do what the user message asks with the tools you have; when the memory files are done, answer in plain text without calling a tool.";
 
 /// Everything the run record needs, filled in as the attempt goes.
-struct RunLog {
-    run_id: Uuid,
-    started_at: DateTime<Utc>,
-    selection: Option<PhaseTwoSelection>,
-    files_changed: Vec<String>,
-    usage: TokenUsage,
-    turns: i64,
+pub(super) struct RunLog {
+    pub run_id: Uuid,
+    pub started_at: DateTime<Utc>,
+    pub selection: Option<PhaseTwoSelection>,
+    pub files_changed: Vec<String>,
+    pub usage: TokenUsage,
+    pub turns: i64,
 }
 
 impl RunLog {
-    fn report(
+    pub fn new() -> Self {
+        Self {
+            run_id: Uuid::new_v4(),
+            started_at: Utc::now(),
+            selection: None,
+            files_changed: Vec::new(),
+            usage: TokenUsage::default(),
+            turns: 0,
+        }
+    }
+
+    pub fn report(
         &self,
         claimed: &ClaimedJob,
         state: &str,
@@ -50,8 +61,9 @@ impl RunLog {
         PhaseTwoReport {
             run: PhaseTwoRun {
                 run_id: self.run_id,
+                kind: claimed.job.kind.as_str().to_owned(),
                 job_id: claimed.job.job_id,
-                session_id: claimed.job.session_id.as_str().to_owned(),
+                session_id: claimed.job.session_id.as_ref().map_or_else(String::new, |s| s.as_str().to_owned()),
                 state: state.to_owned(),
                 selected: count(|s| s.selected.len()),
                 added: count(PhaseTwoSelection::added_count),
@@ -72,7 +84,7 @@ impl RunLog {
     }
 }
 
-fn retryable(message: String, usage: TokenUsage) -> AttemptError {
+pub(super) fn retryable(message: String, usage: TokenUsage) -> AttemptError {
     AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
 }
 
@@ -82,7 +94,7 @@ fn model_failure(e: ModelError) -> AttemptError {
     AttemptError::Retryable { message, retry_after, usage: e.usage, token_limit: None }
 }
 
-fn error_text(e: &AttemptError) -> String {
+pub(super) fn error_text(e: &AttemptError) -> String {
     match e {
         AttemptError::Retryable { message, .. } | AttemptError::Fatal { message } => message.clone(),
     }
@@ -94,14 +106,7 @@ pub struct PhaseTwo;
 #[async_trait::async_trait]
 impl super::JobRunner for PhaseTwo {
     async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
-        let mut log = RunLog {
-            run_id: Uuid::new_v4(),
-            started_at: Utc::now(),
-            selection: None,
-            files_changed: Vec::new(),
-            usage: TokenUsage::default(),
-            turns: 0,
-        };
+        let mut log = RunLog::new();
         let (result, report) = match attempt(ctx, claimed, &mut log).await {
             Ok((completion, document)) => {
                 let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
@@ -154,10 +159,16 @@ async fn attempt(
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
     let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
-    let PhaseTwoInput { selection, chunks } =
-        prepare_input(ctx.store.as_ref(), &root, claimed.tenant_id, &job.workspace, &job.layout, layout, cap)
-            .await
-            .map_err(|e| retryable(e, TokenUsage::default()))?;
+    let place = LayoutPlace {
+        root: &root,
+        tenant: claimed.tenant_id,
+        workspace: &job.workspace,
+        layout_name: &job.layout,
+        layout,
+    };
+    let PhaseTwoInput { selection, chunks } = prepare_input(ctx.store.as_ref(), &place, cap, &[], true)
+        .await
+        .map_err(|e| retryable(e, TokenUsage::default()))?;
     log.selection = Some(selection.clone());
     let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
     if chunks.is_empty() {
@@ -196,22 +207,33 @@ pub struct PhaseTwoInput {
     pub chunks: Vec<String>,
 }
 
+/// One layout's memory in one workspace.
+pub struct LayoutPlace<'a> {
+    /// The workspace root.
+    pub root: &'a std::path::Path,
+    pub tenant: TenantId,
+    pub workspace: &'a WorkspaceName,
+    pub layout_name: &'a LayoutName,
+    pub layout: &'a ValidLayout,
+}
+
 /// R-P2-2..4 from the raw-memory index: order, cap, diff against the last
-/// successful selection, and read the selected files.
+/// successful selection (or against none, without `against_prior`), and read
+/// the selected files. The `excluded` rollouts (being forgotten) are left out.
 pub async fn prepare_input(
     store: &dyn Store,
-    root: &std::path::Path,
-    tenant: TenantId,
-    workspace: &WorkspaceName,
-    layout_name: &LayoutName,
-    layout: &ValidLayout,
+    place: &LayoutPlace<'_>,
     cap: usize,
+    excluded: &[RolloutId],
+    against_prior: bool,
 ) -> Result<PhaseTwoInput, String> {
+    let LayoutPlace { root, tenant, workspace, layout_name, layout } = *place;
     let items: Vec<SelectionItem> = store
-        .newest_raw_memories(tenant, workspace, layout_name, cap)
+        .newest_raw_memories(tenant, workspace, layout_name, cap + excluded.len())
         .await
         .map_err(|e| format!("reading the raw-memory index failed: {e}"))?
         .into_iter()
+        .filter(|r| !excluded.contains(&r.rollout_id))
         .map(|r| SelectionItem {
             rollout_id: r.rollout_id.as_str().to_owned(),
             updated_at: r.updated_at,
@@ -220,12 +242,16 @@ pub async fn prepare_input(
             terminal_state: r.terminal_state,
         })
         .collect();
-    let prior = store
-        .phase_two_selection(tenant, workspace, layout_name)
-        .await
-        .map_err(|e| format!("reading the last selection failed: {e}"))?
-        .map(|doc| prior_from_document(&doc))
-        .unwrap_or_default();
+    let prior = if against_prior {
+        store
+            .phase_two_selection(tenant, workspace, layout_name)
+            .await
+            .map_err(|e| format!("reading the last selection failed: {e}"))?
+            .map(|doc| prior_from_document(&doc))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let selection = build_selection(items, cap, &prior);
     let memory_root =
         confine(root, &layout.memories_dir.normalized).map_err(|e| format!("memories path refused: {e}"))?;
@@ -243,7 +269,7 @@ pub async fn prepare_input(
 }
 
 /// Rebuilds `raw_memories.md`, then lets the provider edit the memory files.
-async fn consolidate(
+pub(super) async fn consolidate(
     ctx: &WorkerContext,
     claimed: &ClaimedJob,
     tools: &mut MemoryTools,

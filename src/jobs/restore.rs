@@ -31,8 +31,9 @@ impl super::JobRunner for Restore {
         let report = PhaseTwoReport {
             run: PhaseTwoRun {
                 run_id: Uuid::new_v4(),
+                kind: claimed.job.kind.as_str().to_owned(),
                 job_id: claimed.job.job_id,
-                session_id: claimed.job.session_id.as_str().to_owned(),
+                session_id: claimed.job.session_id.as_ref().map_or_else(String::new, |s| s.as_str().to_owned()),
                 state: state.to_owned(),
                 selected: 0,
                 added: 0,

@@ -322,9 +322,52 @@ pub trait RunHistoryStore: Send + Sync {
     ) -> StoreResult<FileAtRun>;
 }
 
+/// Forgetting and retention (SPEC §2.7). A forget is queued here and runs
+/// as a job; its fenced finish erases the rows of what it removed.
+#[async_trait]
+pub trait ForgetStore: Send + Sync {
+    /// Queues a forget of conversations of one layout in one workspace (or
+    /// returns the one already queued or running for them). The rollouts are
+    /// marked so that they take no more segments.
+    async fn queue_forget_rollouts(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout_name: &LayoutName,
+        layout: &ValidLayout,
+        rollouts: &[RolloutId],
+        mode: crate::domain::job::ForgetMode,
+    ) -> StoreResult<ForgetQueued>;
+    /// Ends the workspace's sessions, cancels its jobs and queues its forget;
+    /// `None` for a workspace the tenant never used.
+    async fn queue_forget_workspace(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> StoreResult<Option<JobRecord>>;
+    /// Revokes the tenant's keys, ends its sessions, cancels its jobs and
+    /// queues its forget; `None` for an unknown tenant.
+    async fn queue_forget_tenant(&self, tenant: TenantId) -> StoreResult<Option<JobRecord>>;
+    /// A forget of the workspace is queued or running.
+    async fn workspace_forgetting(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
+    /// After a forget, leaves no copy of deleted rows in the database's
+    /// files where the database can promise it (SQLite: truncates the WAL).
+    async fn compact_after_forget(&self) -> StoreResult<()>;
+    /// Deletes at most `batch` idempotency keys made before `before`.
+    async fn expire_idempotency_keys(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64>;
+    /// Deletes at most `batch` finished jobs and `batch` closed sessions that
+    /// ended before `before`: records only, never memory.
+    async fn expire_records(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64>;
+    /// Queues a scrub forget per layout and workspace of the rollouts idle
+    /// past their layout's retention (`default_days` where it sets none).
+    async fn queue_retention_forgets(&self, now: DateTime<Utc>, default_days: f64) -> StoreResult<Vec<JobRecord>>;
+}
+
 /// The whole store.
 #[async_trait]
-pub trait Store: TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + 'static {
+pub trait Store:
+    TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + ForgetStore + 'static
+{
     async fn ping(&self) -> StoreResult<()>;
     /// Write transactions of this store run one at a time (SQLite).
     fn one_writer(&self) -> bool;

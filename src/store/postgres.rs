@@ -36,6 +36,7 @@ impl Dialect for Postgres {
     const ONE_WRITER: bool = false;
     const SESSION_LIST: &'static str = "string_agg(js.session_id, ',' ORDER BY js.session_id)";
     const LAYOUT_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 7235159010003))");
+    const AFTER_FORGET: Option<&'static str> = None;
 }
 
 pub type PgStore = SqlStore<Postgres>;

@@ -2,7 +2,7 @@
 
 use super::{StoreResult, TenantId};
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{JobKind, JobState, SessionState};
+use crate::domain::job::{ForgetSpec, JobKind, JobState, SessionState};
 use crate::domain::layout::ValidLayout;
 use crate::domain::segment::Segment;
 use async_trait::async_trait;
@@ -64,7 +64,9 @@ pub struct JobRecord {
     pub job_id: Uuid,
     pub kind: JobKind,
     pub state: JobState,
-    pub session_id: SessionId,
+    /// The session whose close queued the job; `None` for a forget, which
+    /// no close queues.
+    pub session_id: Option<SessionId>,
     pub workspace: WorkspaceName,
     pub layout: LayoutName,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,6 +87,9 @@ pub struct JobRecord {
     /// A phase one made early, for a rollout idle in an open session.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub eager: bool,
+    /// For a forget job: what it forgets, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forget: Option<ForgetSpec>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +109,8 @@ pub struct TenantSummary {
     /// Keys not revoked.
     pub keys: i64,
     pub sessions: i64,
+    /// `active`, or `deleting` while a forget of the tenant runs.
+    pub state: &'static str,
 }
 
 /// What the store knows of a tenant's workspaces: sessions per workspace,
@@ -197,6 +204,8 @@ pub struct NewSession {
 pub enum CreateSessionOutcome {
     Created(SessionRecord),
     Existing(SessionRecord),
+    /// The workspace is being forgotten: no session opens there until it is done.
+    Forgetting,
 }
 
 /// A client's `Idempotency-Key` and the hash of what it was sent with.
@@ -238,6 +247,8 @@ pub enum AppendOutcome {
     IdempotencyConflict,
     SessionClosed(SessionState),
     WorkspaceMismatch(WorkspaceName),
+    /// The workspace or the rollout is being forgotten (the detail says which).
+    Forgetting(String),
 }
 
 /// Where a segment goes, decided and locked by `begin_appends`: the line is
@@ -358,6 +369,8 @@ pub enum PublishDecision {
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseTwoRun {
     pub run_id: Uuid,
+    /// `phase_two`, `restore` or `forget`.
+    pub kind: String,
     pub job_id: Uuid,
     pub session_id: String,
     pub state: String,
@@ -403,6 +416,9 @@ pub struct FileHistory {
 pub struct RunHistory {
     pub files: Vec<FileHistory>,
     pub keep_runs: i64,
+    /// A forget's run: the files are kept as it left them and never as they
+    /// were before, and the history of the layout's earlier runs goes.
+    pub forget: bool,
 }
 
 /// One file of a kept run, as recorded: its contents by hash.
@@ -413,6 +429,8 @@ pub struct RunFileRecord {
     pub after_hash: Option<String>,
     pub before_bytes: Option<i64>,
     pub after_bytes: Option<i64>,
+    /// The run kept no before-content (a forget's run): there is no diff.
+    pub before_omitted: bool,
 }
 
 /// A file as it was right after a run.
@@ -435,6 +453,20 @@ pub struct JobFinish {
     /// The staged publish this finish makes visible, recorded with the outcome.
     pub publish_id: Option<Uuid>,
 }
+
+/// What a request to forget conversations became.
+#[derive(Debug, Clone)]
+pub enum ForgetQueued {
+    /// A new forget job, or the one already queued or running for them.
+    Job(Box<JobRecord>),
+    /// The layout has none of these rollouts in the workspace.
+    UnknownRollout,
+    /// Sessions that appended to them are not closed yet.
+    SessionsOpen(Vec<String>),
+}
+
+/// A tenant as the admin listing shows it while it is being forgotten.
+pub const TENANT_DELETING: &str = "deleting";
 
 #[derive(Debug, Clone)]
 pub enum RetryOutcome {

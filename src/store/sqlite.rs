@@ -25,6 +25,7 @@ impl Dialect for Sqlite {
     const ONE_WRITER: bool = true;
     const SESSION_LIST: &'static str = "group_concat(js.session_id, ',')";
     const LAYOUT_LOCK: Option<&'static str> = None;
+    const AFTER_FORGET: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -35,6 +36,9 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
+        // Deleted rows are overwritten, not just unlinked: a forget leaves no
+        // copy in the file (SPEC §2.7).
+        .pragma("secure_delete", "ON")
         .busy_timeout(Duration::from_secs(30));
     if let Some(dir) = options.get_filename().parent() {
         std::fs::create_dir_all(dir).map_err(|e| super::StoreError::Database(sqlx::Error::Io(e)))?;

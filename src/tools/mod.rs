@@ -105,6 +105,12 @@ impl MemoryTools {
         self.commit(BTreeMap::from([(rel.to_owned(), Some(text.to_owned()))]));
     }
 
+    /// Deletes a file from the working copy (a forget removes what the agent
+    /// must no longer see), recorded like any edit.
+    pub fn delete_owned(&mut self, rel: &str) {
+        self.commit(BTreeMap::from([(rel.to_owned(), None)]));
+    }
+
     /// The working copy's content of `rel`: the run's edit, else the disk.
     fn current(&self, rel: &str, abs: &Path) -> std::io::Result<Option<Vec<u8>>> {
         if let Some((_, edit)) = self.edits.iter().find(|(r, _)| r == rel) {

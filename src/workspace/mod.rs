@@ -117,6 +117,11 @@ impl Volumes {
         self.min_free_bytes.max(HARD_MIN_FREE_BYTES)
     }
 
+    /// `<volumes>/<tenant>`: a tenant's whole volume.
+    pub fn tenant_root(&self, tenant: Uuid) -> Result<PathBuf, PathError> {
+        confine(&self.root, &tenant.to_string())
+    }
+
     /// `<volumes>/<tenant>/<workspace>`; both parts are validated ids, and the
     /// result still goes through [`confine`].
     pub fn workspace_root(&self, tenant: Uuid, workspace: &WorkspaceName) -> Result<PathBuf, PathError> {

@@ -69,6 +69,16 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     statements.push(format!(
         "INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ({key_id_literal}, {id_literal}, '{hash}', {now})"
     ));
+    // An answered idempotency key: the upgrade records which rollout it wrote
+    // to. (Made "in the future", so that the retention sweep leaves it.)
+    statements.push(format!(
+        "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
+         VALUES ({id_literal}, 'old-s', 'team', 'closed', '{{}}', {now})"
+    ));
+    statements.push(format!(
+        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, response, created_at)
+         VALUES ({id_literal}, 'old-key', 'h', '{{\"session_id\":\"old-s\",\"layout\":\"default\",\"rollout_id\":\"old-r\",\"segment_index\":0}}', '2099-01-01T00:00:00Z')"
+    ));
     run(backend, &url, &statements).await;
 
     let upgraded_url = url.clone();
@@ -80,7 +90,10 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
     let versions =
         run(backend, &url, &["SELECT version FROM _sqlx_migrations WHERE success ORDER BY version".into()]).await;
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    let backfilled = "SELECT count(*) FROM idempotency_keys
+                      WHERE key = 'old-key' AND workspace = 'team' AND layout = 'default' AND rollout_id = 'old-r'";
+    assert_eq!(run(backend, &url, &[backfilled.into()]).await, [1]);
     let legacy_left = match backend {
         Backend::Postgres => {
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'memoryd_migrations'"

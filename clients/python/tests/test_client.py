@@ -101,6 +101,39 @@ def test_history_diffs_and_restores(server, tenant):
         assert client.list_runs(limit=1).runs[0].restored_from == first.run_id
 
 
+def wait_for(client, job_id: str):
+    deadline = time.monotonic() + 30
+    while (job := client.get_job(job_id)).state in ("queued", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return job
+
+
+def test_forgetting_a_conversation_and_a_workspace(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        client.append_segment("py-f1", segment("f-secret", "My locker code is 7421."))
+        client.close_session("py-f1", wait=30)
+        client.append_segment("py-f2", segment("f-kept", "I prefer green tea."))
+        client.close_session("py-f2", wait=30)
+        assert "7421" in client.get_file("MEMORY.md")
+        with pytest.raises(BadRequestError):
+            client.forget_rollout("f-secret", mode="erase")
+        with pytest.raises(NotFoundError):
+            client.forget_rollout("f-nobody")
+        job = client.forget_rollout("f-secret", mode="rebuild")
+        assert job.kind == "forget" and job.forget.scope == "rollouts" and job.forget.rollout_ids == ["f-secret"]
+        assert wait_for(client, job.job_id).state == "succeeded"
+        memory = client.get_file("MEMORY.md")
+        assert "7421" not in memory and "green tea" in memory
+        assert client.list_runs(limit=1).runs[0].kind == "forget"
+        client.append_segment("py-f3", segment("f-team", "hello"), workspace="py-team")
+        workspace_job = client.forget_workspace("py-team")
+        assert workspace_job.forget.scope == "workspace"
+        assert wait_for(client, workspace_job.job_id).state == "succeeded"
+        with pytest.raises(NotFoundError):
+            client.list_files(workspace="py-team")
+
+
 def test_layouts_with_etags(server, tenant):
     with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
         assert [l.name for l in client.list_layouts()] == ["default"]
@@ -151,6 +184,19 @@ def test_admin_routes(server):
     with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked:
         with pytest.raises(AuthenticationError):
             revoked.list_layouts()
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        doomed = admin.create_tenant("py-doomed")
+        job = admin.delete_tenant(doomed.tenant_id)
+        assert job.kind == "forget" and job.forget.scope == "tenant"
+        deadline = time.monotonic() + 30
+        while doomed.tenant_id in {t.tenant_id for t in admin.list_tenants()}:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(NotFoundError):
+            admin.delete_tenant(doomed.tenant_id)
+    with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone:
+        with pytest.raises(AuthenticationError):
+            gone.list_layouts()
 
 
 @pytest.mark.parametrize("fault", ["503", "429", "drop"])

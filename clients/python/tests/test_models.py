@@ -62,7 +62,7 @@ def test_a_new_schema_or_property_without_a_model_is_found():
     job = copy.deepcopy(spec["components"]["schemas"]["Job"])
     job["properties"]["priority"] = {"type": "integer"}
     spec["components"]["schemas"]["Job"] = job
-    spec["components"]["schemas"]["JobState"]["enum"].append("cancelled")
+    spec["components"]["schemas"]["JobState"]["enum"].append("paused")
     found = drift(spec)
     assert "ConsoleSession: no model in memoryd.models" in found
     assert "Job: properties without a field: ['priority']" in found

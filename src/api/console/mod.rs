@@ -44,6 +44,9 @@ pub fn routes() -> Router<AppState> {
         .route("/console/logout", post(logout))
         .route("/console/tenants", get(tenants))
         .route("/console/tenant", post(pick_tenant))
+        .route("/console/tenants/{tenant_id}/forget", post(forget_tenant))
+        .route("/console/forget/rollout", post(forget_rollout))
+        .route("/console/forget/workspace", post(forget_workspace))
         .route("/console/sessions", get(sessions))
         .route("/console/sessions/{session_id}", get(session))
         .route("/console/sessions/{session_id}/close", post(close))
@@ -260,16 +263,20 @@ async fn tenants(State(state): State<AppState>, signed: Signed) -> Page {
         "Tenants",
         html! {
             table {
-                tr { th { "Tenant" } th { "Name" } th { "Created" } th { "Keys" } th { "Sessions" } th {} }
+                tr { th { "Tenant" } th { "Name" } th { "Created" } th { "Keys" } th { "Sessions" } th { "State" } th {} }
                 @for t in &tenants {
                     tr {
                         td { code { (t.tenant_id) } } td { (t.name) } td { (when(&t.created_at)) }
-                        td { (t.keys) } td { (t.sessions) }
+                        td { (t.keys) } td { (t.sessions) } td { (state_badge(t.state)) }
                         td {
                             form class="inline" method="post" action="/console/tenant" {
                                 input type="hidden" name="csrf" value=(signed.csrf);
                                 input type="hidden" name="tenant_id" value=(t.tenant_id);
                                 button type="submit" { "Open" }
+                            }
+                            @if t.state != crate::store::TENANT_DELETING {
+                                " "
+                                (post_button(&format!("/console/tenants/{}/forget", t.tenant_id), &signed.csrf, "Forget", Some("Forget this tenant? Its keys stop working now; all its memory, conversations and records are removed.")))
                             }
                         }
                     }
@@ -507,6 +514,9 @@ async fn session(State(state): State<AppState>, signed: Signed, Path(raw_id): Pa
             h2 { "Rollouts" }
             @for (touched, text) in &conversations {
                 h3 { (rollout_link(session.workspace.as_str(), touched.layout.as_str(), touched.rollout_id.as_str())) " in layout " (memory_link(session.workspace.as_str(), touched.layout.as_str())) " · " (touched.segment_count) " segments from this session" }
+                @if session.state == SessionState::Closed {
+                    (forget_rollout_form(&signed.csrf, session.workspace.as_str(), touched.layout.as_str(), touched.rollout_id.as_str()))
+                }
                 @match text {
                     Some((jsonl, cut)) => {
                         (render::conversation(jsonl))
@@ -623,7 +633,13 @@ async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<S
             table {
                 tr { th { "Kind" } td { (j.kind.as_str()) } }
                 tr { th { "State" } td { (state_badge(j.state.as_str())) } }
-                tr { th { "Session" } td { (session_link(j.session_id.as_str())) } }
+                @if let Some(session) = &j.session_id { tr { th { "Session" } td { (session_link(session.as_str())) } } }
+                @if let Some(forget) = &j.forget {
+                    tr { th { "Forgets" } td {
+                        (forget.scope.as_str()) " (" (forget.mode.as_str()) ")"
+                        @for r in &forget.rollout_ids { " " code { (r.as_str()) } }
+                    } }
+                }
                 tr { th { "Memory" } td { (memory_link(j.workspace.as_str(), j.layout.as_str())) } }
                 @if let Some(r) = &j.rollout_id { tr { th { "Rollout" } td { (rollout_link(j.workspace.as_str(), j.layout.as_str(), r.as_str())) } } }
                 @if !j.sessions.is_empty() { tr { th { "Serves" } td { @for s in &j.sessions { (session_link(s)) " " } } } }
@@ -721,6 +737,11 @@ async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<M
         html! {
             (picker)
             p { a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln))]))} { "Consolidation runs of this memory →" } }
+            form class="inline" method="post" action="/console/forget/workspace" data-confirm={"Forget the workspace " (ws) "? Its sessions end, and every conversation, memory file and record of it is removed."} {
+                input type="hidden" name="csrf" value=(signed.csrf);
+                input type="hidden" name="workspace" value=(ws);
+                button type="submit" { "Forget workspace " (ws) }
+            }
             h2 { "memory_summary.md" }
             div class="markdown" { (render::markdown(summary_md.as_deref().unwrap_or(""))) }
             h2 { "MEMORY.md" }
@@ -910,6 +931,79 @@ async fn restore(
     let tenant = signed.tenant()?;
     let job = super::history::queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
     Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+}
+
+// -- forgetting ----------------------------------------------------------------
+
+/// Forget one conversation, choosing the mode (SPEC §2.7).
+fn forget_rollout_form(csrf: &str, workspace: &str, layout: &str, rollout: &str) -> Markup {
+    html! {
+        form class="inline" method="post" action="/console/forget/rollout" data-confirm={"Forget the conversation " (rollout) "? Its file, raw memory and summary are removed and the memory is consolidated without it."} {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="workspace" value=(workspace);
+            input type="hidden" name="layout" value=(layout);
+            input type="hidden" name="rollout_id" value=(rollout);
+            select name="mode" {
+                option value="scrub" selected { "scrub: the agent removes what came only from it" }
+                option value="rebuild" { "rebuild: the memory is made again without it" }
+            }
+            " "
+            button type="submit" { "Forget" }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ForgetRolloutForm {
+    csrf: String,
+    workspace: String,
+    layout: String,
+    rollout_id: String,
+    mode: Option<String>,
+}
+
+async fn forget_rollout(State(state): State<AppState>, signed: Signed, Form(form): Form<ForgetRolloutForm>) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let tenant = signed.tenant()?;
+    let mode = super::forget::forget_mode(empty_to_none(&form.mode))?;
+    let job =
+        super::forget::queue_forget_rollout(&state, tenant, &form.workspace, &form.layout, &form.rollout_id, mode)
+            .await?;
+    state.wake.notify_waiters();
+    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+}
+
+#[derive(Deserialize)]
+pub struct ForgetWorkspaceForm {
+    csrf: String,
+    workspace: String,
+}
+
+async fn forget_workspace(
+    State(state): State<AppState>,
+    signed: Signed,
+    Form(form): Form<ForgetWorkspaceForm>,
+) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    let tenant = signed.tenant()?;
+    let job = super::forget::queue_forget_workspace(&state, tenant, &form.workspace).await?;
+    state.wake.notify_waiters();
+    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+}
+
+async fn forget_tenant(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(raw_tenant): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Page {
+    signed.check_csrf(&form.csrf, &state.console)?;
+    if !signed.session.principal.is_admin() {
+        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
+    }
+    super::forget::queue_forget_tenant(&state, &raw_tenant).await?;
+    state.wake.notify_waiters();
+    Ok(page::harden(Redirect::to("/console/tenants").into_response()))
 }
 
 // -- layouts -----------------------------------------------------------------

@@ -20,17 +20,23 @@ for_every_dialect! {
         history: &RunHistory,
     ) -> StoreResult<()> {
         let (tenant, job) = (claimed.tenant_id, &claimed.job);
-        sqlx::query("INSERT INTO run_history (run_id, tenant_id, workspace, layout, finished_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(run.run_id)
-            .bind(tenant)
-            .bind(job.workspace.as_str())
-            .bind(job.layout.as_str())
-            .bind(run.finished_at)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO run_history (run_id, tenant_id, workspace, layout, finished_at, before_omitted)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(run.run_id)
+        .bind(tenant)
+        .bind(job.workspace.as_str())
+        .bind(job.layout.as_str())
+        .bind(run.finished_at)
+        .bind(history.forget)
+        .execute(&mut *conn)
+        .await?;
         for file in &history.files {
             let mut hashes = [None, None];
-            for (slot, content) in hashes.iter_mut().zip([&file.before, &file.after]) {
+            // A forget's run keeps nothing of what the files held before it.
+            let before = if history.forget { &None } else { &file.before };
+            for (slot, content) in hashes.iter_mut().zip([before, &file.after]) {
                 if let Some(bytes) = content {
                     let hash = sha256_hex(bytes);
                     sqlx::query(
@@ -55,12 +61,33 @@ for_every_dialect! {
             .bind(file.path.as_str())
             .bind(before_hash)
             .bind(after_hash)
-            .bind(file.before.as_ref().map(|b| b.len() as i64))
+            .bind(before.as_ref().map(|b| b.len() as i64))
             .bind(file.after.as_ref().map(|b| b.len() as i64))
             .execute(&mut *conn)
             .await?;
         }
-        Self::prune_history(conn, tenant, &job.workspace, &job.layout, history.keep_runs).await
+        if !history.forget {
+            return Self::prune_history(conn, tenant, &job.workspace, &job.layout, history.keep_runs).await;
+        }
+        // Memory history recorded before a forget could bring it back: only
+        // the forget's own run stays.
+        let dropped = sqlx::query(
+            "DELETE FROM run_files WHERE run_id IN (
+                SELECT run_id FROM run_history WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND run_id <> $4)",
+        );
+        let runs = sqlx::query(
+            "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND run_id <> $4",
+        );
+        for query in [dropped, runs] {
+            query
+                .bind(tenant)
+                .bind(job.workspace.as_str())
+                .bind(job.layout.as_str())
+                .bind(run.run_id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Self::drop_unreferenced_blobs(conn, tenant).await
     }
 
     async fn prune_history(
@@ -141,8 +168,9 @@ for_every_dialect! {
             return Ok(None);
         }
         let rows = sqlx::query(
-            "SELECT path, before_hash, after_hash, before_bytes, after_bytes FROM run_files
-             WHERE run_id = $1 ORDER BY path",
+            "SELECT f.path, f.before_hash, f.after_hash, f.before_bytes, f.after_bytes, h.before_omitted
+             FROM run_files f JOIN run_history h ON h.run_id = f.run_id
+             WHERE f.run_id = $1 ORDER BY f.path",
         )
         .bind(run_id)
         .fetch_all(&self.pool)
@@ -156,6 +184,7 @@ for_every_dialect! {
                     after_hash: r.try_get("after_hash")?,
                     before_bytes: r.try_get("before_bytes")?,
                     after_bytes: r.try_get("after_bytes")?,
+                    before_omitted: r.try_get("before_omitted")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?;

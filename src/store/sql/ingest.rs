@@ -21,9 +21,13 @@ struct SqlAppendBatch<'s, DB: Database> {
 /// An append's session and rollout: tenant, session id, layout, rollout id.
 type AppendTarget = (TenantId, String, String, String);
 
+/// A rollout's committed length and segment count, and whether a forget of
+/// it is queued (it then takes no segment).
+type RolloutPosition = (i64, i64, bool);
+
 /// A target whose session was found and locked: the session, and its
-/// rollout's committed length and segment count when the rollout exists too.
-type KnownTarget = (SessionRecord, Option<(i64, i64)>);
+/// rollout's position when the rollout exists too.
+type KnownTarget = (SessionRecord, Option<RolloutPosition>);
 
 fn append_target(req: &AppendRequest) -> AppendTarget {
     (
@@ -117,7 +121,7 @@ for_every_dialect! {
             }
             let rollouts_sql = format!(
                 "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
-                        locked.committed_len, locked.segment_count
+                        locked.committed_len, locked.segment_count, locked.forgetting
                  FROM rollouts locked
                  JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.workspace = v.column2
                                       AND locked.layout = v.column3 AND locked.rollout_id = v.column4
@@ -133,10 +137,13 @@ for_every_dialect! {
                     .bind(req.layout_name.as_str())
                     .bind(req.segment.rollout_id.as_str());
             }
-            let mut positions: HashMap<(TenantId, String, String, String), (i64, i64)> = HashMap::new();
+            let mut positions: HashMap<(TenantId, String, String, String), RolloutPosition> = HashMap::new();
             for row in query.fetch_all(&mut **tx).await? {
                 let rollout = (row.try_get("tenant_id")?, row.try_get("workspace")?, row.try_get("layout")?, row.try_get("rollout_id")?);
-                positions.insert(rollout, (row.try_get("committed_len")?, row.try_get("segment_count")?));
+                positions.insert(
+                    rollout,
+                    (row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?),
+                );
             }
             for (req, session) in targets {
                 let rollout = (
@@ -185,22 +192,32 @@ for_every_dialect! {
         }
 
         let path_text = req.layout.rollout_path(&req.segment.rollout_id);
-        let (session, opened_session, position) = match known {
-            Some((session, position)) => (session, false, position),
-            None => {
-                let (session, opened) = Self::open_session_in(tx, req, now).await?;
-                (session, opened, None)
-            }
+        let opened = match known {
+            Some((session, position)) => Some((session, false, position)),
+            None => Self::open_session_in(tx, req, now).await?.map(|(session, opened)| (session, opened, None)),
         };
+        let mut position = None;
+        let mut found = None;
         // Holding the session row keeps a concurrent close from queuing its
         // jobs before this segment is in. A session refused here existed
         // before this append, so only the key's claim is to be taken back.
-        let refusal = if req.workspace.as_ref().is_some_and(|w| w != &session.workspace) {
-            Some(AppendOutcome::WorkspaceMismatch(session.workspace.clone()))
-        } else if session.state != SessionState::Open {
-            Some(AppendOutcome::SessionClosed(session.state))
-        } else {
-            None
+        let refusal = match opened {
+            None => Some(AppendOutcome::Forgetting(format!(
+                "Workspace {} is being forgotten; open a session there once that is done.",
+                req.workspace.clone().unwrap_or_else(WorkspaceName::default_workspace)
+            ))),
+            Some((session, opened_session, known_position)) => {
+                let refusal = if req.workspace.as_ref().is_some_and(|w| w != &session.workspace) {
+                    Some(AppendOutcome::WorkspaceMismatch(session.workspace.clone()))
+                } else if session.state != SessionState::Open {
+                    Some(AppendOutcome::SessionClosed(session.state))
+                } else {
+                    None
+                };
+                position = known_position;
+                found = Some((session, opened_session));
+                refusal
+            }
         };
         if let Some(refusal) = refusal {
             if let Some(claim) = &req.idempotency {
@@ -212,10 +229,24 @@ for_every_dialect! {
             }
             return Ok(AppendStart::Done(refusal));
         }
-        let (committed_len, segment_index) = match position {
+        let (session, opened_session) = found.ok_or_else(|| corrupt("an append with neither a session nor a refusal"))?;
+        let (committed_len, segment_index, forgetting) = match position {
             Some(position) => position,
             None => Self::lock_rollout_in(tx, req, &session.workspace, &path_text, now).await?,
         };
+        if forgetting {
+            if let Some(claim) = &req.idempotency {
+                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
+                    .bind(req.tenant_id)
+                    .bind(claim.key.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            return Ok(AppendStart::Done(AppendOutcome::Forgetting(format!(
+                "Rollout {} is being forgotten; it takes segments again once that is done.",
+                req.segment.rollout_id
+            ))));
+        }
         Ok(AppendStart::Write(AppendPosition {
             workspace: session.workspace,
             rollout_path: path_text,
@@ -225,16 +256,20 @@ for_every_dialect! {
         }))
     }
 
-    /// The session a segment goes to, created if it is new (`true`), its row locked.
-    pub(super) async fn open_session_in(
+    /// The session a segment goes to, created if it is new (`true`), its row
+    /// locked; `None` when it is new and its workspace is being forgotten.
+    async fn open_session_in(
         conn: &mut DB::Connection,
         req: &AppendRequest,
         now: DateTime<Utc>,
-    ) -> StoreResult<(SessionRecord, bool)> {
+    ) -> StoreResult<Option<(SessionRecord, bool)>> {
         if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true).await? {
-            return Ok((session, false));
+            return Ok(Some((session, false)));
         }
         let workspace = req.workspace.clone().unwrap_or_else(WorkspaceName::default_workspace);
+        if Self::workspace_forgotten_in(&mut *conn, req.tenant_id, &workspace).await? {
+            return Ok(None);
+        }
         let opened = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', '{}', $4) ON CONFLICT DO NOTHING RETURNING session_id",
@@ -249,7 +284,21 @@ for_every_dialect! {
         let session = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true)
             .await?
             .ok_or_else(|| corrupt("session vanished after insert"))?;
-        Ok((session, opened))
+        Ok(Some((session, opened)))
+    }
+
+    /// A forget of the workspace is queued or running: no session opens there.
+    pub(super) async fn workspace_forgotten_in(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 AS found FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(row.is_some())
     }
 
     /// The rollout's committed length and segment count, its row created if
@@ -260,10 +309,10 @@ for_every_dialect! {
         workspace: &WorkspaceName,
         path_text: &str,
         now: DateTime<Utc>,
-    ) -> StoreResult<(i64, i64)> {
+    ) -> StoreResult<RolloutPosition> {
         let lock = || {
             sqlx::query(locking::<DB>(
-                "SELECT committed_len, segment_count FROM rollouts
+                "SELECT committed_len, segment_count, forgetting FROM rollouts
                  WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
             ))
             .bind(req.tenant_id)
@@ -290,7 +339,7 @@ for_every_dialect! {
                 lock().fetch_one(&mut *conn).await?
             }
         };
-        Ok((row.try_get("committed_len")?, row.try_get("segment_count")?))
+        Ok((row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?))
     }
     }
 }
@@ -360,12 +409,19 @@ for_every_dialect! {
         query.execute(&mut *self.tx).await?;
         for (row, segment) in &lines {
             if let Some(key) = &row.idempotency_key {
-                sqlx::query("UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND key = $2")
-                    .bind(row.tenant)
-                    .bind(key.as_str())
-                    .bind(serde_json::to_string(&segment.receipt).expect("a receipt always serialises"))
-                    .execute(&mut *self.tx)
-                    .await?;
+                // Where the append went, so that a forget finds its key.
+                sqlx::query(
+                    "UPDATE idempotency_keys SET response = $3, workspace = $4, layout = $5, rollout_id = $6
+                     WHERE tenant_id = $1 AND key = $2",
+                )
+                .bind(row.tenant)
+                .bind(key.as_str())
+                .bind(serde_json::to_string(&segment.receipt).expect("a receipt always serialises"))
+                .bind(row.workspace.as_str())
+                .bind(row.layout.as_str())
+                .bind(row.rollout_id.as_str())
+                .execute(&mut *self.tx)
+                .await?;
             }
         }
         Ok(())

@@ -145,7 +145,8 @@ for_every_dialect! {
              LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
                         WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
                     ON share.tenant_id = j.tenant_id
-             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1))
+             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1)
+                    OR (j.kind = 'forget' AND $7 = 1))
                AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
                AND (j.kind <> 'phase_two' OR EXISTS (
                      SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
@@ -153,7 +154,7 @@ for_every_dialect! {
                            AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
                AND (j.kind = 'phase_one' OR NOT EXISTS (
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
-                        AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore') AND o.state = 'running'
+                        AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'
                         AND o.id <> j.id))
              ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
              LIMIT 1{})
@@ -166,6 +167,7 @@ for_every_dialect! {
         .bind(req.worker)
         .bind(token)
         .bind(req.now + req.lease)
+        .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
         .fetch_optional(&mut *tx)
         .await;
         let row = match claimed {
@@ -241,13 +243,16 @@ for_every_dialect! {
             Self::upsert_raw_memory(&mut tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
                 .await?;
         }
+        if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
+            Self::erase_forgotten(&mut tx, claimed).await?;
+        }
         if let Some(report) = &finish.phase_two {
             let run = &report.run;
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
                                              retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions, restored_from)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+                                             sessions, restored_from, kind)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -268,6 +273,7 @@ for_every_dialect! {
             .bind(run.finished_at)
             .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
             .bind(run.restored_from)
+            .bind(run.kind.as_str())
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {
@@ -342,7 +348,7 @@ for_every_dialect! {
                 OR session_id IN (SELECT session_id FROM job_sessions WHERE job_id = $3))",
         )
         .bind(tenant)
-        .bind(job.session_id.as_str())
+        .bind(job.session_id.as_ref().map_or("", SessionId::as_str))
         .bind(job_id)
         .execute(&mut *tx)
         .await?;

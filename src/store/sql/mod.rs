@@ -3,6 +3,7 @@
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
 //! file per subject.
 
+mod forget;
 mod history;
 mod ingest;
 mod jobs;
@@ -48,6 +49,9 @@ pub trait Dialect: Database {
     /// being the layout's key: closes racing on one layout then cannot both
     /// queue a waiting job. `None` where writers are serialised anyway.
     const LAYOUT_LOCK: Option<&'static str>;
+    /// Run after a forget so that the database's files keep no copy of the
+    /// deleted rows (SQLite: fold the WAL into the main file and truncate it).
+    const AFTER_FORGET: Option<&'static str>;
     /// The database admits one writer at a time: queue writers in the process
     /// (fairly, without the busy-wait sleeps of a contended lock).
     const ONE_WRITER: bool;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
@@ -31,6 +32,23 @@ pub(super) struct JobRow {
     restore_run_id: Option<Uuid>,
     #[sqlx(default)]
     eager: bool,
+    #[sqlx(default)]
+    forget_scope: Option<String>,
+    #[sqlx(default)]
+    forget_mode: Option<String>,
+    #[sqlx(default)]
+    forget_rollouts: Option<String>,
+}
+
+/// A forget job's target from its columns.
+fn forget_spec(scope: Option<&str>, mode: Option<&str>, rollouts: Option<&str>) -> StoreResult<Option<ForgetSpec>> {
+    let Some(scope) = scope else { return Ok(None) };
+    let ids: Vec<String> = rollouts.map(serde_json::from_str).transpose().map_err(corrupt)?.unwrap_or_default();
+    Ok(Some(ForgetSpec {
+        scope: parse_id(ForgetScope::parse, scope, "forget scope")?,
+        mode: parse_id(ForgetMode::parse, mode.unwrap_or("scrub"), "forget mode")?,
+        rollout_ids: ids.iter().map(|id| parse_id(RolloutId::parse, id, "rollout id")).collect::<StoreResult<_>>()?,
+    }))
 }
 
 impl TryFrom<JobRow> for JobRecord {
@@ -41,7 +59,11 @@ impl TryFrom<JobRow> for JobRecord {
             job_id: r.id,
             kind: parse_id(JobKind::parse, &r.kind, "job kind")?,
             state: parse_id(JobState::parse, &r.state, "job state")?,
-            session_id: parse_id(SessionId::parse, &r.session_id, "session id")?,
+            // A forget job belongs to no session: its column holds ''.
+            session_id: match r.session_id.as_str() {
+                "" => None,
+                id => Some(parse_id(SessionId::parse, id, "session id")?),
+            },
             workspace: parse_id(WorkspaceName::parse, &r.workspace, "workspace")?,
             layout: parse_id(LayoutName::parse, &r.layout, "layout name")?,
             rollout_id: r.rollout_id.as_deref().map(|s| parse_id(RolloutId::parse, s, "rollout id")).transpose()?,
@@ -55,6 +77,7 @@ impl TryFrom<JobRow> for JobRecord {
             sessions: sorted_list(r.sessions.as_deref()),
             restore_run_id: r.restore_run_id,
             eager: r.eager,
+            forget: forget_spec(r.forget_scope.as_deref(), r.forget_mode.as_deref(), r.forget_rollouts.as_deref())?,
         })
     }
 }
@@ -187,6 +210,8 @@ pub(super) struct RunRow {
     sessions: Option<String>,
     #[sqlx(default)]
     restored_from: Option<Uuid>,
+    #[sqlx(default)]
+    kind: Option<String>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -195,6 +220,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
     fn try_from(r: RunRow) -> StoreResult<Self> {
         Ok(PhaseTwoRun {
             run_id: r.id,
+            kind: r.kind.unwrap_or_else(|| "phase_two".into()),
             job_id: r.job_id,
             session_id: r.session_id,
             state: r.state,

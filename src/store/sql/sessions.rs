@@ -227,6 +227,11 @@ for_every_dialect! {
         // One transaction whose commit reports a failure (a full disk, say) that
         // an autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
+        if Self::workspace_forgotten_in(&mut tx, tenant, &new.workspace).await?
+            && Self::session_in(&mut *tx, tenant, &new.session_id, false).await?.is_none()
+        {
+            return Ok(CreateSessionOutcome::Forgetting);
+        }
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
              VALUES ($1, $2, $3, 'open', $4, $5) ON CONFLICT DO NOTHING RETURNING session_id",

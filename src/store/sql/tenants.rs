@@ -1,7 +1,7 @@
 //! Tenants and their API keys.
 
 use super::*;
-use crate::store::{NewApiKey, Tenant, TenantId, TenantSummary};
+use crate::store::{NewApiKey, TENANT_DELETING, Tenant, TenantId, TenantSummary};
 use chrono::Utc;
 use sqlx::Row;
 use uuid::Uuid;
@@ -34,7 +34,7 @@ for_every_dialect! {
         let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
             "INSERT INTO api_keys (id, tenant_id, key_hash, created_at)
-             SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 RETURNING id",
+             SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 AND deleting_at IS NULL RETURNING id",
         )
         .bind(key.key_id)
         .bind(key.tenant_id)
@@ -61,7 +61,10 @@ for_every_dialect! {
     }
 
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
-        let row = sqlx::query("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+        let row = sqlx::query(
+            "SELECT k.tenant_id FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+             WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.deleting_at IS NULL",
+        )
             .bind(key_hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -70,7 +73,7 @@ for_every_dialect! {
 
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>> {
         let rows = sqlx::query(
-            "SELECT t.id, t.name, t.created_at,
+            "SELECT t.id, t.name, t.created_at, t.deleting_at,
                     (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL) AS keys,
                     (SELECT COUNT(*) FROM sessions s WHERE s.tenant_id = t.id) AS sessions
              FROM tenants t ORDER BY t.created_at, t.id",
@@ -85,6 +88,10 @@ for_every_dialect! {
                     created_at: r.try_get("created_at")?,
                     keys: r.try_get("keys")?,
                     sessions: r.try_get("sessions")?,
+                    state: match r.try_get::<Option<chrono::DateTime<Utc>>, _>("deleting_at")? {
+                        Some(_) => TENANT_DELETING,
+                        None => "active",
+                    },
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

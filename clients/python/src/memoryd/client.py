@@ -105,6 +105,11 @@ class _Routes:
         """``DELETE /v1/admin/keys/{key_id}``."""
         return self._send(Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", _nothing, admin=True))
 
+    def delete_tenant(self, tenant_id: str):
+        """``DELETE /v1/admin/tenants/{tenant_id}``: forget a tenant. Its keys stop
+        working at once; returns the ``forget`` job that removes its data."""
+        return self._send(Call("DELETE", f"/v1/admin/tenants/{segment(tenant_id)}", _model(m.Job), admin=True))
+
     # -- layouts -------------------------------------------------------------
     def list_layouts(self):
         """``GET /v1/layouts``: every layout, the implicit ``default`` included."""
@@ -248,6 +253,18 @@ class _Routes:
         the run left; returns the ``restore`` job."""
         path = self._memory_path(workspace, layout, f"runs/{segment(run_id)}/restore")
         return self._send(Call("POST", path, _model(m.Job)))
+
+    def forget_rollout(
+        self, rollout_id: str, *, workspace: str = "default", layout: str = "default", mode: Optional[str] = None
+    ):
+        """``DELETE …/rollouts/{rollout_id}``: forget one conversation (``mode``
+        ``scrub``, the default, or ``rebuild``); returns the ``forget`` job."""
+        path = self._memory_path(workspace, layout, f"rollouts/{segment(rollout_id)}")
+        return self._send(Call("DELETE", path, _model(m.Job), params={"mode": mode}))
+
+    def forget_workspace(self, workspace: str):
+        """``DELETE /v1/workspaces/{workspace}``: forget a workspace; returns the ``forget`` job."""
+        return self._send(Call("DELETE", f"/v1/workspaces/{segment(workspace)}", _model(m.Job)))
 
     def list_files(self, workspace: str = "default", layout: str = "default"):
         """``GET …/files``: every file of the layout's memory folder."""

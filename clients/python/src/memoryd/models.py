@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 SessionState = Literal["open", "closing", "closed"]
-JobKind = Literal["phase_one", "phase_two", "restore"]
-JobState = Literal["queued", "running", "succeeded", "skipped", "failed"]
+JobKind = Literal["phase_one", "phase_two", "restore", "forget"]
+JobState = Literal["queued", "running", "succeeded", "skipped", "failed", "cancelled"]
 TerminalState = Literal[
     "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"
 ]
@@ -63,11 +63,18 @@ class ReadConfig(_Model):
     live_update: bool = True
 
 
+class RetentionConfig(_Model):
+    """``LayoutConfig.retention``: how long the layout keeps conversations."""
+
+    rollout_days: Optional[float] = None
+
+
 class LayoutConfig(_Model):
     memories_dir: str
     sessions_dir: str
     generate: Optional[GenerateConfig] = Field(default_factory=GenerateConfig)
     read: Optional[ReadConfig] = Field(default_factory=ReadConfig)
+    retention: Optional[RetentionConfig] = None
 
 
 class Layout(LayoutConfig):
@@ -118,6 +125,14 @@ class SessionRollout(_Model):
     segment_count: Optional[int] = None
 
 
+class ForgetSpec(_Model):
+    """``Job.forget``: what a forget job removes, and how."""
+
+    scope: Optional[Literal["rollouts", "workspace", "tenant"]] = None
+    mode: Optional[Literal["scrub", "rebuild"]] = None
+    rollout_ids: list[str] = []
+
+
 class Job(_Model):
     job_id: Optional[str] = None
     kind: Optional[JobKind] = None
@@ -136,6 +151,7 @@ class Job(_Model):
     sessions: list[str] = []
     restore_run_id: Optional[str] = None
     eager: bool = False
+    forget: Optional[ForgetSpec] = None
 
 
 class JobList(_Model):
@@ -186,6 +202,7 @@ class TenantSummary(_Model):
     created_at: Optional[datetime] = None
     keys: Optional[int] = None
     sessions: Optional[int] = None
+    state: Optional[Literal["active", "deleting"]] = None
 
 
 class TenantList(_Model):
@@ -239,6 +256,7 @@ class PhaseTwoSelection(_Model):
 
 class PhaseTwoRun(_Model):
     run_id: Optional[str] = None
+    kind: Optional[Literal["phase_two", "restore", "forget"]] = None
     job_id: Optional[str] = None
     session_id: Optional[str] = None
     state: Optional[Literal["succeeded", "skipped", "failed"]] = None

@@ -1,0 +1,279 @@
+//! Forget jobs (SPEC §2.7). A forget of conversations removes their rollout
+//! files, then consolidates the layout's memory without them through the
+//! same staged, fenced publish as phase two: `scrub` tells the agent what was
+//! removed, `rebuild` starts the memory files from nothing. A forget of a
+//! workspace or a tenant removes its whole folder. In every case the fenced
+//! finish erases the rows.
+
+use super::phase_two::{LayoutPlace, PhaseTwoInput, RunLog, consolidate, error_text, prepare_input, retryable};
+use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::domain::ids::RolloutId;
+use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
+use crate::domain::time::py_isoformat;
+use crate::llm::TokenUsage;
+use crate::pipeline::selection::{raw_memories_md, selection_document, selection_file};
+use crate::store::{ClaimedJob, JobOutcome};
+use crate::tools::MemoryTools;
+use crate::workspace::publish::FileChanges;
+use crate::workspace::{confine, folder_files, remove_if_present, sync_dir};
+use chrono::Utc;
+use std::path::{Path, PathBuf};
+
+/// How many raw memories a forget consolidates when its layout no longer
+/// generates memory (it then only removes and empties).
+const READ_ONLY_CAP: usize = 256;
+
+pub struct Forget;
+
+#[async_trait::async_trait]
+impl super::JobRunner for Forget {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+        let Some(spec) = claimed.job.forget.clone() else {
+            return (Err(AttemptError::Fatal { message: "a forget job names nothing to forget".into() }), None);
+        };
+        match spec.scope {
+            ForgetScope::Rollouts => forget_rollouts(ctx, claimed, &spec).await,
+            ForgetScope::Workspace => {
+                let root = ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace);
+                (remove_folder(ctx, root.map_err(|e| e.to_string())).await, None)
+            }
+            ForgetScope::Tenant => {
+                let root = ctx.volumes.tenant_root(claimed.tenant_id);
+                (remove_folder(ctx, root.map_err(|e| e.to_string())).await, None)
+            }
+        }
+    }
+}
+
+fn io_failure(what: &str, e: impl std::fmt::Display) -> AttemptError {
+    retryable(format!("{what}: {e}"), TokenUsage::default())
+}
+
+/// Removes a workspace's or a tenant's whole folder. Publishes that cancelled
+/// jobs left are settled first, so that none puts a file back afterwards.
+async fn remove_folder(ctx: &WorkerContext, root: Result<PathBuf, String>) -> Result<Completion, AttemptError> {
+    let root = root.map_err(|e| AttemptError::Fatal { message: format!("folder path refused: {e}") })?;
+    super::recover_publishes(ctx, None).await;
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&root) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        match root.parent().map(sync_dir) {
+            Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    })
+    .await
+    .map_err(|e| io_failure("removing the folder failed", e))?
+    .map_err(|e| io_failure("removing the folder failed", e))?;
+    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: None, usage: TokenUsage::default() })
+}
+
+/// The rollout summaries of `ids` in `summaries` (any slug), but not one
+/// that is the indexed summary of another rollout (`a_b_x.md` may be the
+/// summary of `a_b`, not of `a`).
+fn summaries_of(summaries: &[String], ids: &[RolloutId], others: &[String]) -> Vec<String> {
+    summaries
+        .iter()
+        .filter(|name| {
+            name.ends_with(".md")
+                && ids.iter().any(|id| name.starts_with(&format!("{id}_")))
+                && !others.iter().any(|other| other == *name)
+        })
+        .cloned()
+        .collect()
+}
+
+async fn forget_rollouts(ctx: &WorkerContext, claimed: &ClaimedJob, spec: &ForgetSpec) -> Attempt {
+    let mut log = RunLog::new();
+    let result = forget_and_consolidate(ctx, claimed, spec, &mut log).await;
+    match result {
+        Ok((completion, document)) => {
+            let report = log.report(claimed, "succeeded", None, Some(document));
+            (Ok(completion), Some(report))
+        }
+        Err(e) => {
+            log.files_changed.clear();
+            let report = log.report(claimed, "failed", Some(error_text(&e)), None);
+            (Err(e), Some(report))
+        }
+    }
+}
+
+fn list_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<Vec<_>>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn forget_and_consolidate(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    spec: &ForgetSpec,
+    log: &mut RunLog,
+) -> Result<(Completion, serde_json::Value), AttemptError> {
+    let job = &claimed.job;
+    let fatal = |message: String| AttemptError::Fatal { message };
+    let layout = &claimed.layout;
+    let ids = &spec.rollout_ids;
+    let root = ctx
+        .volumes
+        .workspace_root(claimed.tenant_id, &job.workspace)
+        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+    let memories = layout.memories_dir.normalized.clone();
+    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    super::remove_earlier_leftovers(claimed, memory_root.clone()).await?;
+
+    // The conversations themselves go now: marked, they take no segment, and
+    // a crash before the finish leaves the job to be run again.
+    let rollout_files = ids
+        .iter()
+        .map(|id| confine(&root, &layout.rollout_path(id)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fatal(format!("rollout path refused: {e}")))?;
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        for file in &rollout_files {
+            remove_if_present(file)?;
+            if let Some(dir) = file.parent() {
+                match sync_dir(dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| io_failure("removing a rollout file failed", e))?
+    .map_err(|e| io_failure("removing a rollout file failed", e))?;
+
+    // Their raw memories and summaries leave the working copy before the
+    // agent can read them.
+    let store = ctx.store.as_ref();
+    let mut indexed_summaries = Vec::new();
+    for id in ids {
+        if let Some(raw) = store
+            .raw_memory(claimed.tenant_id, &job.workspace, &job.layout, id)
+            .await
+            .map_err(|e| io_failure("reading the raw-memory index failed", e))?
+        {
+            indexed_summaries.push(raw.rollout_summary_file);
+        }
+    }
+    let summaries_dir = memory_root.join("rollout_summaries");
+    let skills_dir = memory_root.join("skills");
+    let (names, skills) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        let skills = match folder_files(&skills_dir) {
+            Ok(files) => files.into_iter().map(|(path, _)| path).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok((list_names(&summaries_dir)?, skills))
+    })
+    .await
+    .map_err(|e| io_failure("listing the memory folder failed", e))?
+    .map_err(|e| io_failure("listing the memory folder failed", e))?;
+    let cap =
+        layout.config.generate.as_ref().map_or(READ_ONLY_CAP, |g| g.max_raw_memories_for_consolidation.max(1) as usize);
+    let place = LayoutPlace {
+        root: &root,
+        tenant: claimed.tenant_id,
+        workspace: &job.workspace,
+        layout_name: &job.layout,
+        layout,
+    };
+    let PhaseTwoInput { selection, chunks } = prepare_input(store, &place, cap, ids, spec.mode == ForgetMode::Scrub)
+        .await
+        .map_err(|e| io_failure("reading the selection failed", e))?;
+    // Summaries that belong to the rollouts that stay are not this forget's.
+    let others: Vec<String> = selection
+        .selected
+        .iter()
+        .map(|s| s.rollout_summary_file.trim_start_matches("rollout_summaries/").to_owned())
+        .collect();
+    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized);
+    // Their paths name them: the run record lists the files it changed without these.
+    let mut forgotten_paths = Vec::new();
+    for id in ids {
+        if memory_root.join(format!("raw_memories/{id}.md")).exists() {
+            forgotten_paths.push(format!("{memories}/raw_memories/{id}.md"));
+        }
+    }
+    let mut doomed = summaries_of(&names, ids, &others);
+    for indexed in &indexed_summaries {
+        let name = indexed.trim_start_matches("rollout_summaries/").to_owned();
+        if !doomed.contains(&name) && names.contains(&name) {
+            doomed.push(name);
+        }
+    }
+    forgotten_paths.extend(doomed.iter().map(|name| format!("{memories}/rollout_summaries/{name}")));
+    for path in &forgotten_paths {
+        tools.delete_owned(path);
+    }
+    let changed = |tools: &MemoryTools| -> Vec<String> {
+        tools.changed_files().into_iter().filter(|p| !forgotten_paths.contains(p)).collect()
+    };
+    let empty_memory = |tools: &mut MemoryTools| {
+        for file in ["MEMORY.md", "memory_summary.md"] {
+            tools.write_owned(&format!("{memories}/{file}"), "");
+        }
+        for skill in &skills {
+            tools.delete_owned(&format!("{memories}/skills/{skill}"));
+        }
+    };
+    if spec.mode == ForgetMode::Rebuild || chunks.is_empty() {
+        empty_memory(&mut tools);
+    }
+    log.selection = Some(selection.clone());
+    if chunks.is_empty() || layout.config.generate.is_none() {
+        // Nothing left to consolidate, or no model config to do it with.
+        tools.write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(&chunks));
+    } else {
+        let consolidated = consolidate(ctx, claimed, &mut tools, &selection, &chunks, log).await;
+        log.files_changed = changed(&tools);
+        consolidated?;
+    }
+    log.files_changed = changed(&tools);
+
+    // The ledger that is kept names no forgotten rollout, though the agent
+    // was told of them under `removed`.
+    let mut kept = selection;
+    kept.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
+    log.selection = Some(kept.clone());
+    let written_at = py_isoformat(Utc::now());
+    let document = selection_document(&kept, &written_at, &log.run_id.to_string());
+    let mut files = FileChanges::default();
+    for (path, text) in tools.into_edits() {
+        match text {
+            Some(text) => files.write(path, text),
+            None => files.delete(path),
+        }
+    }
+    files.write(format!("{memories}/phase_two_selection.json"), selection_file(&kept.selected, &written_at));
+    Ok((
+        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage },
+        document,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_of_a_rollout_are_found_under_any_slug_but_not_another_rollouts() {
+        let names: Vec<String> =
+            ["a_first.md", "a_b_note.md", "ab_x.md", "a_old.md", "a_first.md.tmp", "b_x.md"].map(String::from).to_vec();
+        let a = [RolloutId::parse("a").unwrap()];
+        let found = summaries_of(&names, &a, &["a_b_note.md".to_owned()]);
+        assert_eq!(found, ["a_first.md", "a_old.md"]);
+        let both = [RolloutId::parse("a").unwrap(), RolloutId::parse("b").unwrap()];
+        assert_eq!(summaries_of(&names, &both, &[]).len(), 4);
+        assert!(summaries_of(&names, &[RolloutId::parse("c").unwrap()], &[]).is_empty());
+    }
+}

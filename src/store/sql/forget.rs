@@ -1,0 +1,686 @@
+//! Forgetting and retention (SPEC §2.7): queuing forget jobs, erasing every
+//! row of what a forget job removed in its fenced finish, and the sweeps that
+//! expire old records.
+
+use super::*;
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+use crate::domain::job::{ForgetMode, ForgetScope, forgotten_memory_status};
+use crate::domain::layout::{ValidLayout, default_layout, with_implicit_default};
+use crate::store::*;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use uuid::Uuid;
+
+/// What an error text becomes when it named a forgotten conversation.
+const SCRUBBED_ERROR: &str = "(this error named a forgotten conversation and was removed)";
+
+/// Rollouts of one layout that one retention sweep forgets at most.
+const RETENTION_BATCH: i64 = 1000;
+
+/// What a new forget job is.
+struct NewForget<'a> {
+    scope: ForgetScope,
+    mode: ForgetMode,
+    workspace: &'a WorkspaceName,
+    layout_name: &'a LayoutName,
+    layout: &'a ValidLayout,
+    rollouts: &'a [RolloutId],
+}
+
+/// The highest `$n` a statement uses: Postgres refuses more arguments than that.
+fn parameter_count(sql: &str) -> usize {
+    let mut highest = 0;
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at + 1..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        highest = highest.max(digits.parse().unwrap_or(0));
+    }
+    highest
+}
+
+fn mentions_any(text: &str, ids: &[RolloutId]) -> bool {
+    ids.iter().any(|id| text.contains(id.as_str()))
+}
+
+/// A session's `memory_status` without the failures of forgotten rollouts;
+/// `None` when nothing in it changes.
+fn status_without(status: &Value, layout: &LayoutName, ids: &[RolloutId]) -> Option<Value> {
+    let failures = status.get("failures")?.as_array()?;
+    let kept: Vec<Value> = failures
+        .iter()
+        .filter(|f| {
+            let forgotten = f["layout"] == layout.as_str() && ids.iter().any(|id| f["rollout_id"] == id.as_str());
+            !forgotten && !f["error"].as_str().is_some_and(|e| mentions_any(e, ids))
+        })
+        .cloned()
+        .collect();
+    if kept.len() == failures.len() {
+        return None;
+    }
+    let mut status = status.clone();
+    if kept.is_empty() && status["status"] == "partial" {
+        status["status"] = "complete".into();
+    }
+    status["failures"] = Value::Array(kept);
+    Some(status)
+}
+
+for_every_dialect! {
+    impl {
+    async fn insert_forget(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        new: &NewForget<'_>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<JobRecord> {
+        let job_id = Uuid::new_v4();
+        let ids: Vec<&str> = new.rollouts.iter().map(RolloutId::as_str).collect();
+        let single = (ids.len() == 1).then(|| ids[0]);
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config, state,
+                               attempts, run_after, created_at, forget_scope, forget_mode, forget_rollouts)
+             VALUES ($1, $2, 'forget', '', $3, $4, $5, $6, 'queued', 0, $7, $7, $8, $9, $10)",
+        )
+        .bind(job_id)
+        .bind(tenant)
+        .bind(new.workspace.as_str())
+        .bind(new.layout_name.as_str())
+        .bind(single)
+        .bind(serde_json::to_string(&new.layout.config).expect("a config always serialises"))
+        .bind(now)
+        .bind(new.scope.as_str())
+        .bind(new.mode.as_str())
+        .bind((!ids.is_empty()).then(|| serde_json::to_string(&ids).expect("ids serialise")))
+        .execute(&mut *conn)
+        .await?;
+        Self::job_in(conn, job_id).await
+    }
+
+    /// Marks the rollouts (those that exist) as being forgotten, then checks
+    /// that every session that appended to them is closed: the mark, taken
+    /// first, waits for appends under way and refuses later ones. Without
+    /// `take_over`, a rollout another forget already marked is left to it.
+    async fn mark_rollouts_forgetting(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollouts: &[RolloutId],
+        take_over: bool,
+    ) -> StoreResult<Result<Vec<RolloutId>, Vec<String>>> {
+        let mut known = Vec::new();
+        let mut open = std::collections::BTreeSet::new();
+        for rollout in rollouts {
+            let marked = sqlx::query(
+                "UPDATE rollouts SET forgetting = TRUE
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4
+                   AND ($5 = 1 OR NOT forgetting)
+                 RETURNING rollout_id",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(layout.as_str())
+            .bind(rollout.as_str())
+            .bind(i64::from(take_over))
+            .fetch_optional(&mut *conn)
+            .await?;
+            let indexed = sqlx::query(
+                "SELECT 1 AS found FROM raw_memories
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(layout.as_str())
+            .bind(rollout.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+            if marked.is_some() || (take_over && indexed.is_some()) {
+                known.push(rollout.clone());
+            }
+            let sessions = sqlx::query(
+                "SELECT s.session_id FROM session_rollouts sr
+                 JOIN sessions s ON s.tenant_id = sr.tenant_id AND s.session_id = sr.session_id
+                 WHERE sr.tenant_id = $1 AND s.workspace = $2 AND sr.layout = $3 AND sr.rollout_id = $4
+                   AND s.state <> 'closed'",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(layout.as_str())
+            .bind(rollout.as_str())
+            .fetch_all(&mut *conn)
+            .await?;
+            for row in sessions {
+                open.insert(row.try_get::<String, _>("session_id")?);
+            }
+        }
+        Ok(if open.is_empty() { Ok(known) } else { Err(open.into_iter().collect()) })
+    }
+
+    /// Ends the open and closing sessions (without memory) and cancels the
+    /// queued and running jobs of a tenant, or of one of its workspaces.
+    async fn end_everything_in(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: Option<&WorkspaceName>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let workspace = workspace.map(WorkspaceName::as_str);
+        sqlx::query(
+            "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
+             WHERE tenant_id = $1 AND ($2 IS NULL OR workspace = $2) AND state <> 'closed'",
+        )
+        .bind(tenant)
+        .bind(workspace)
+        .bind(forgotten_memory_status().to_string())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        // A running job's worker can no longer renew or finish it: its
+        // publish is fenced out and its staged files are discarded.
+        sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', finished_at = $3, lease_owner = NULL, lease_token = NULL,
+                    lease_expires_at = NULL
+             WHERE tenant_id = $1 AND ($2 IS NULL OR workspace = $2) AND state IN ('queued', 'running')",
+        )
+        .bind(tenant)
+        .bind(workspace)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Drops the history blobs of a tenant that no kept run refers to.
+    pub(super) async fn drop_unreferenced_blobs(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM history_blobs WHERE tenant_id = $1 AND NOT EXISTS (
+                SELECT 1 FROM run_files f WHERE f.tenant_id = $1
+                   AND (f.before_hash = history_blobs.hash OR f.after_hash = history_blobs.hash))",
+        )
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Every row of what a succeeded forget job removed, in its fenced finish.
+    pub(super) async fn erase_forgotten(conn: &mut DB::Connection, claimed: &ClaimedJob) -> StoreResult<()> {
+        let job = &claimed.job;
+        let spec = job.forget.as_ref().ok_or_else(|| corrupt("a forget job without a target"))?;
+        match spec.scope {
+            ForgetScope::Rollouts => {
+                Self::erase_rollouts(conn, claimed.tenant_id, &job.workspace, &job.layout, &spec.rollout_ids, job.job_id)
+                    .await
+            }
+            ForgetScope::Workspace => Self::erase_workspace(conn, claimed.tenant_id, &job.workspace, job.job_id).await,
+            ForgetScope::Tenant => Self::erase_tenant(conn, claimed.tenant_id).await,
+        }
+    }
+
+    async fn erase_rollouts(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        ids: &[RolloutId],
+        own_job: Uuid,
+    ) -> StoreResult<()> {
+        const BY_ROLLOUT: [&str; 5] = [
+            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            "DELETE FROM session_rollouts WHERE tenant_id = $1 AND layout = $3 AND rollout_id = $4
+                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
+            // Its phase-one jobs (no phase-two job names a rollout).
+            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND id <> $5",
+        ];
+        for id in ids {
+            for sql in BY_ROLLOUT {
+                let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str()).bind(layout.as_str()).bind(id.as_str());
+                let query = if parameter_count(sql) == 5 { query.bind(own_job) } else { query };
+                query.execute(&mut *conn).await?;
+            }
+        }
+        // Earlier forgets of several rollouts that named one of these.
+        let earlier = sqlx::query(
+            "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+               AND kind = 'forget' AND id <> $4 AND forget_rollouts IS NOT NULL",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(own_job)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in earlier {
+            let named: Vec<String> = serde_json::from_str(row.try_get("forget_rollouts")?).map_err(corrupt)?;
+            if named.iter().any(|n| ids.iter().any(|id| id.as_str() == n)) {
+                sqlx::query("DELETE FROM jobs WHERE id = $1").bind(row.try_get::<Uuid, _>("id")?).execute(&mut *conn).await?;
+            }
+        }
+        // Error texts and session statuses that name one of them.
+        let errors = sqlx::query(
+            "SELECT id, last_error FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND last_error IS NOT NULL AND id <> $3",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(own_job)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in errors {
+            if mentions_any(row.try_get("last_error")?, ids) {
+                sqlx::query("UPDATE jobs SET last_error = $2 WHERE id = $1")
+                    .bind(row.try_get::<Uuid, _>("id")?)
+                    .bind(SCRUBBED_ERROR)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        let runs = sqlx::query(
+            "SELECT id, error FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND error IS NOT NULL",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in runs {
+            if mentions_any(row.try_get("error")?, ids) {
+                sqlx::query("UPDATE phase_two_runs SET error = $2 WHERE id = $1")
+                    .bind(row.try_get::<Uuid, _>("id")?)
+                    .bind(SCRUBBED_ERROR)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        let statuses = sqlx::query(
+            "SELECT session_id, memory_status FROM sessions
+             WHERE tenant_id = $1 AND workspace = $2 AND memory_status IS NOT NULL",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in statuses {
+            let text: String = row.try_get("memory_status")?;
+            if !mentions_any(&text, ids) {
+                continue;
+            }
+            let status: Value = serde_json::from_str(&text).map_err(corrupt)?;
+            if let Some(cleaned) = status_without(&status, layout, ids) {
+                sqlx::query("UPDATE sessions SET memory_status = $3 WHERE tenant_id = $1 AND session_id = $2")
+                    .bind(tenant)
+                    .bind(row.try_get::<String, _>("session_id")?)
+                    .bind(cleaned.to_string())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn erase_workspace(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        own_job: Uuid,
+    ) -> StoreResult<()> {
+        const BY_WORKSPACE: [&str; 12] = [
+            "DELETE FROM session_rollouts WHERE tenant_id = $1
+                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
+            "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM job_sessions WHERE job_id IN (SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3)",
+            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3",
+            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM run_files WHERE run_id IN (SELECT run_id FROM run_history WHERE tenant_id = $1 AND workspace = $2)",
+            "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2",
+        ];
+        for sql in BY_WORKSPACE {
+            let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str());
+            let query = if parameter_count(sql) == 3 { query.bind(own_job) } else { query };
+            query.execute(&mut *conn).await?;
+        }
+        Self::drop_unreferenced_blobs(conn, tenant).await
+    }
+
+    async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
+        // Children before the rows they refer to.
+        const BY_TENANT: [&str; 16] = [
+            "DELETE FROM run_files WHERE tenant_id = $1",
+            "DELETE FROM run_history WHERE tenant_id = $1",
+            "DELETE FROM history_blobs WHERE tenant_id = $1",
+            "DELETE FROM phase_two_runs WHERE tenant_id = $1",
+            "DELETE FROM phase_two_selections WHERE tenant_id = $1",
+            "DELETE FROM raw_memories WHERE tenant_id = $1",
+            "DELETE FROM job_sessions WHERE tenant_id = $1",
+            "DELETE FROM jobs WHERE tenant_id = $1",
+            "DELETE FROM idempotency_keys WHERE tenant_id = $1",
+            "DELETE FROM session_rollouts WHERE tenant_id = $1",
+            "DELETE FROM rollouts WHERE tenant_id = $1",
+            "DELETE FROM sessions WHERE tenant_id = $1",
+            "DELETE FROM workspace_forgets WHERE tenant_id = $1",
+            "DELETE FROM layouts WHERE tenant_id = $1",
+            "DELETE FROM api_keys WHERE tenant_id = $1",
+            "DELETE FROM tenants WHERE id = $1",
+        ];
+        for sql in BY_TENANT {
+            sqlx::query(sql).bind(tenant).execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn forget_rollouts_queued(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout_name: &LayoutName,
+        layout: &ValidLayout,
+        rollouts: &[RolloutId],
+        mode: ForgetMode,
+        take_over: bool,
+    ) -> StoreResult<ForgetQueued> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        if let Some(job) = Self::pending_forget_of(&mut tx, tenant, workspace, layout_name, rollouts).await? {
+            return Ok(ForgetQueued::Job(Box::new(job)));
+        }
+        let known = match Self::mark_rollouts_forgetting(&mut tx, tenant, workspace, layout_name, rollouts, take_over).await? {
+            // Dropping the transaction takes the marks back.
+            Err(open) => return Ok(ForgetQueued::SessionsOpen(open)),
+            Ok(known) if known.is_empty() => return Ok(ForgetQueued::UnknownRollout),
+            Ok(known) => known,
+        };
+        let new = NewForget { scope: ForgetScope::Rollouts, mode, workspace, layout_name, layout, rollouts: &known };
+        let job = Self::insert_forget(&mut tx, tenant, &new, now).await?;
+        tx.commit().await?;
+        Ok(ForgetQueued::Job(Box::new(job)))
+    }
+
+    /// A forget job, queued or running, that already forgets all of these rollouts.
+    async fn pending_forget_of(
+        conn: &mut DB::Connection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        rollouts: &[RolloutId],
+    ) -> StoreResult<Option<JobRecord>> {
+        let pending = sqlx::query(
+            "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+               AND kind = 'forget' AND forget_scope = 'rollouts' AND state IN ('queued', 'running')
+             ORDER BY created_at",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in pending {
+            let named: Vec<String> =
+                serde_json::from_str(row.try_get::<Option<&str>, _>("forget_rollouts")?.unwrap_or("[]")).map_err(corrupt)?;
+            if rollouts.iter().all(|r| named.iter().any(|n| n == r.as_str())) {
+                return Ok(Some(Self::job_in(conn, row.try_get("id")?).await?));
+            }
+        }
+        Ok(None)
+    }
+    }
+}
+
+for_every_dialect! {
+    impl ForgetStore {
+    async fn queue_forget_rollouts(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout_name: &LayoutName,
+        layout: &ValidLayout,
+        rollouts: &[RolloutId],
+        mode: ForgetMode,
+    ) -> StoreResult<ForgetQueued> {
+        self.forget_rollouts_queued(tenant, workspace, layout_name, layout, rollouts, mode, true).await
+    }
+
+    async fn queue_forget_workspace(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<Option<JobRecord>> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        let pending = sqlx::query(locking::<DB>("SELECT job_id FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"))
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = pending {
+            let job = Self::job_in(&mut tx, row.try_get("job_id")?).await?;
+            return Ok(Some(job));
+        }
+        let known = workspace == &WorkspaceName::default_workspace()
+            || sqlx::query(
+                "SELECT 1 AS found FROM sessions WHERE tenant_id = $1 AND workspace = $2
+                 UNION ALL SELECT 1 AS found FROM rollouts WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        if !known {
+            return Ok(None);
+        }
+        Self::end_everything_in(&mut tx, tenant, Some(workspace), now).await?;
+        let (layout_name, layout) = (LayoutName::default_layout(), default_layout());
+        let new = NewForget {
+            scope: ForgetScope::Workspace,
+            mode: ForgetMode::Rebuild,
+            workspace,
+            layout_name: &layout_name,
+            layout: &layout,
+            rollouts: &[],
+        };
+        let job = Self::insert_forget(&mut tx, tenant, &new, now).await?;
+        sqlx::query("INSERT INTO workspace_forgets (tenant_id, workspace, job_id) VALUES ($1, $2, $3)")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(job.job_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(job))
+    }
+
+    async fn queue_forget_tenant(&self, tenant: TenantId) -> StoreResult<Option<JobRecord>> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        let Some(row) = sqlx::query(locking::<DB>("SELECT deleting_at FROM tenants WHERE id = $1"))
+            .bind(tenant)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if row.try_get::<Option<DateTime<Utc>>, _>("deleting_at")?.is_some() {
+            let pending = sqlx::query(
+                "SELECT id FROM jobs WHERE tenant_id = $1 AND kind = 'forget' AND forget_scope = 'tenant'
+                 ORDER BY created_at DESC LIMIT 1",
+            )
+            .bind(tenant)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(pending) = pending {
+                return Ok(Some(Self::job_in(&mut tx, pending.try_get("id")?).await?));
+            }
+        }
+        sqlx::query("UPDATE tenants SET deleting_at = $2 WHERE id = $1").bind(tenant).bind(now).execute(&mut *tx).await?;
+        sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE tenant_id = $1 AND revoked_at IS NULL")
+            .bind(tenant)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        Self::end_everything_in(&mut tx, tenant, None, now).await?;
+        let (workspace, layout_name, layout) =
+            (WorkspaceName::default_workspace(), LayoutName::default_layout(), default_layout());
+        let new = NewForget {
+            scope: ForgetScope::Tenant,
+            mode: ForgetMode::Rebuild,
+            workspace: &workspace,
+            layout_name: &layout_name,
+            layout: &layout,
+            rollouts: &[],
+        };
+        let job = Self::insert_forget(&mut tx, tenant, &new, now).await?;
+        tx.commit().await?;
+        Ok(Some(job))
+    }
+
+    async fn workspace_forgetting(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 AS found FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn compact_after_forget(&self) -> StoreResult<()> {
+        if let Some(sql) = DB::AFTER_FORGET {
+            // No transaction may be open on the connection, and no writer may
+            // be between its statements.
+            let _gate = match &self.write_gate {
+                Some(gate) => Some(gate.lock().await),
+                None => None,
+            };
+            sqlx::query(sql).execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn expire_idempotency_keys(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let deleted = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (tenant_id, key) IN (
+                SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)
+             RETURNING 1 AS gone",
+        )
+        .bind(before)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?
+        .len() as u64;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    async fn expire_records(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let finished = "SELECT id FROM jobs WHERE finished_at < $1
+                          AND state IN ('succeeded', 'skipped', 'failed', 'cancelled') LIMIT $2";
+        sqlx::query(AssertSqlSafe(format!("DELETE FROM job_sessions WHERE job_id IN ({finished})")))
+            .bind(before)
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?;
+        let jobs = sqlx::query(AssertSqlSafe(format!("DELETE FROM jobs WHERE id IN ({finished}) RETURNING 1 AS gone")))
+            .bind(before)
+            .bind(batch)
+            .fetch_all(&mut *tx)
+            .await?
+            .len() as u64;
+        let closed = "SELECT tenant_id, session_id FROM sessions WHERE closed_at < $1 AND state = 'closed' LIMIT $2";
+        sqlx::query(AssertSqlSafe(format!("DELETE FROM session_rollouts WHERE (tenant_id, session_id) IN ({closed})")))
+            .bind(before)
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?;
+        let sessions = sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM sessions WHERE (tenant_id, session_id) IN ({closed}) RETURNING 1 AS gone"
+        )))
+        .bind(before)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?
+        .len() as u64;
+        tx.commit().await?;
+        Ok(jobs + sessions)
+    }
+
+    async fn queue_retention_forgets(&self, now: DateTime<Utc>, default_days: f64) -> StoreResult<Vec<JobRecord>> {
+        let tenants: Vec<TenantId> = sqlx::query("SELECT id FROM tenants WHERE deleting_at IS NULL ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        let mut queued = Vec::new();
+        for tenant in tenants {
+            let layouts = with_implicit_default(Self::layouts_in(&self.pool, tenant).await?);
+            for stored in layouts {
+                let Some(idle) = stored.layout.config.retention.rollout_idle_limit(default_days) else { continue };
+                let idle_rollouts = sqlx::query(
+                    "SELECT r.workspace, r.rollout_id FROM rollouts r
+                     WHERE r.tenant_id = $1 AND r.layout = $2 AND r.updated_at < $3 AND NOT r.forgetting
+                       AND NOT EXISTS (
+                         SELECT 1 FROM session_rollouts sr JOIN sessions s
+                            ON s.tenant_id = sr.tenant_id AND s.session_id = sr.session_id
+                         WHERE sr.tenant_id = r.tenant_id AND sr.layout = r.layout AND sr.rollout_id = r.rollout_id
+                           AND s.workspace = r.workspace AND s.state <> 'closed')
+                     ORDER BY r.workspace, r.rollout_id LIMIT $4",
+                )
+                .bind(tenant)
+                .bind(stored.name.as_str())
+                .bind(now - idle)
+                .bind(RETENTION_BATCH)
+                .fetch_all(&self.pool)
+                .await?;
+                let mut by_workspace: std::collections::BTreeMap<String, Vec<RolloutId>> = Default::default();
+                for row in &idle_rollouts {
+                    let rollout = parse_id(RolloutId::parse, row.try_get("rollout_id")?, "rollout id")?;
+                    by_workspace.entry(row.try_get("workspace")?).or_default().push(rollout);
+                }
+                for (workspace, rollouts) in by_workspace {
+                    let workspace = parse_id(WorkspaceName::parse, &workspace, "workspace")?;
+                    let queued_now = self
+                        .forget_rollouts_queued(tenant, &workspace, &stored.name, &stored.layout, &rollouts, ForgetMode::Scrub, false)
+                        .await?;
+                    if let ForgetQueued::Job(job) = queued_now {
+                        queued.push(*job);
+                    }
+                }
+            }
+        }
+        Ok(queued)
+    }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_status_loses_the_failures_of_forgotten_rollouts_only() {
+        let layout = LayoutName::parse("default").unwrap();
+        let ids = [RolloutId::parse("chat-1").unwrap()];
+        let status = json!({"status": "partial", "failures": [
+            {"kind": "phase_one", "layout": "default", "rollout_id": "chat-1", "error": "x"},
+            {"kind": "phase_one", "layout": "default", "rollout_id": "chat-2", "error": "y"},
+        ]});
+        let cleaned = status_without(&status, &layout, &ids).unwrap();
+        assert_eq!(cleaned["status"], "partial");
+        assert_eq!(cleaned["failures"].as_array().unwrap().len(), 1);
+        assert_eq!(cleaned["failures"][0]["rollout_id"], "chat-2");
+        let only = json!({"status": "partial", "failures": [{"layout": "default", "rollout_id": "chat-1"}]});
+        assert_eq!(status_without(&only, &layout, &ids).unwrap(), json!({"status": "complete", "failures": []}));
+        // Another layout's rollout of the same id stays; an error naming it goes.
+        let other = json!({"status": "partial", "failures": [{"layout": "notes", "rollout_id": "chat-1"}]});
+        assert_eq!(status_without(&other, &layout, &ids), None);
+        let named = json!({"status": "partial", "failures": [{"layout": "notes", "error": "reading chat-1 failed"}]});
+        assert_eq!(status_without(&named, &layout, &ids).unwrap()["status"], "complete");
+        assert_eq!(status_without(&json!({"status": "complete", "failures": []}), &layout, &ids), None);
+    }
+}
