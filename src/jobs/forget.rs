@@ -5,18 +5,17 @@
 //! workspace or a tenant removes its whole folder. In every case the fenced
 //! finish erases the rows.
 
-use super::phase_two::{LayoutPlace, PhaseTwoInput, RunLog, consolidate, error_text, prepare_input, retryable};
+use super::phase_two::{
+    LayoutPlace, PhaseTwoInput, RunLog, consolidate, error_text, prepare_input, retryable, succeeded,
+};
 use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::RolloutId;
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
-use crate::domain::time::py_isoformat;
 use crate::llm::TokenUsage;
-use crate::pipeline::selection::{raw_memories_md, selection_document, selection_file};
+use crate::pipeline::selection::raw_memories_md;
 use crate::store::{ClaimedJob, JobOutcome};
 use crate::tools::MemoryTools;
-use crate::workspace::publish::FileChanges;
 use crate::workspace::{confine, folder_files, remove_if_present, sync_dir};
-use chrono::Utc;
 use std::path::{Path, PathBuf};
 
 /// How many raw memories a forget consolidates when its layout no longer
@@ -244,21 +243,9 @@ async fn forget_and_consolidate(
     // was told of them under `removed`.
     let mut kept = selection;
     kept.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
-    log.selection = Some(kept.clone());
-    let written_at = py_isoformat(Utc::now());
-    let document = selection_document(&kept, &written_at, &log.run_id.to_string());
-    let mut files = FileChanges::default();
-    for (path, text) in tools.into_edits() {
-        match text {
-            Some(text) => files.write(path, text),
-            None => files.delete(path),
-        }
-    }
-    files.write(format!("{memories}/phase_two_selection.json"), selection_file(&kept.selected, &written_at));
-    Ok((
-        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage },
-        document,
-    ))
+    let result = succeeded(tools, &memories, &kept, log);
+    log.selection = Some(kept);
+    Ok(result)
 }
 
 #[cfg(test)]

@@ -184,8 +184,20 @@ async fn attempt(
         return Err(e);
     }
 
+    let (completion, document) = succeeded(tools, &memories, &selection, log);
+    Ok((completion, Some(document)))
+}
+
+/// A successful consolidation's result: the working copy's changes and
+/// `phase_two_selection.json` to publish, and the selection document.
+pub(super) fn succeeded(
+    tools: MemoryTools,
+    memories: &str,
+    selection: &PhaseTwoSelection,
+    log: &RunLog,
+) -> (Completion, serde_json::Value) {
     let written_at = py_isoformat(Utc::now());
-    let document = selection_document(&selection, &written_at, &log.run_id.to_string());
+    let document = selection_document(selection, &written_at, &log.run_id.to_string());
     let mut files = FileChanges::default();
     for (path, text) in tools.into_edits() {
         match text {
@@ -194,10 +206,9 @@ async fn attempt(
         }
     }
     files.write(format!("{memories}/phase_two_selection.json"), selection_file(&selection.selected, &written_at));
-    Ok((
-        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage },
-        Some(document),
-    ))
+    let completion =
+        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage };
+    (completion, document)
 }
 
 /// Phase two's input: the selection and the selected raw memories' text.

@@ -207,3 +207,50 @@ def test_the_admin_picks_a_tenant(memoryd, browser):
     tab.go("/console/sessions", "admin-sessions")
     assert "s-admin" in tab.page.inner_text("main")
     assert tab.alerts == []
+
+
+def test_an_operator_forgets_a_conversation_and_the_admin_a_tenant(memoryd, browser):
+    good, _ = memoryd
+    tenant_id, key = good.tenant()
+    api(good, key, "POST", "/v1/sessions/s-forget/layouts/default/segments",
+        json={"rollout_id": "secretive", "input": "My passport number is X1234567.", "final_output": "noted"})
+    api(good, key, "POST", "/v1/sessions/s-forget/close?wait=30")
+    memory_url = good.base_url + "/v1/workspaces/default/layouts/default/files/MEMORY.md"
+    assert "X1234567" in httpx.get(memory_url, headers={"authorization": f"Bearer {key}"}).text
+
+    tab = Visit(browser, good.base_url, "forget")
+    tab.sign_in(key)
+    tab.page.wait_for_url(good.base_url + "/console")
+    tab.go("/console/sessions/s-forget", "session-forget")
+    form = "form[action='/console/forget/rollout']"
+    tab.page.select_option(f"{form} select[name=mode]", "rebuild")
+    tab.page.click(f"{form} button")
+    tab.page.wait_for_url(good.base_url + "/console/jobs/*")
+    job_id = tab.page.url.rsplit("/", 1)[1]
+    for _ in range(200):
+        if api(good, key, "GET", f"/v1/jobs/{job_id}")["state"] == "succeeded":
+            break
+        time.sleep(0.05)
+    tab.page.reload()
+    tab.shot("forget-job")
+    text = tab.page.inner_text("main")
+    assert "forget" in text and "rebuild" in text and "succeeded" in text, text
+    assert "X1234567" not in httpx.get(memory_url, headers={"authorization": f"Bearer {key}"}).text
+    tab.go("/console/memory", "memory-after-forget")
+    assert tab.page.locator("form[action='/console/forget/workspace'] button").count() == 1
+    assert tab.alerts == [], tab.alerts
+
+    admin = Visit(browser, good.base_url, "admin-forget")
+    admin.sign_in(good.admin_token)
+    admin.page.wait_for_url(good.base_url + "/console/tenants")
+    admin.page.click(f"form[action='/console/tenants/{tenant_id}/forget'] button")
+    admin.page.wait_for_url(good.base_url + "/console/tenants")
+    admin.shot("tenant-forgotten")
+    for _ in range(200):
+        if tenant_id not in [t["tenant_id"] for t in api(good, good.admin_token, "GET", "/v1/admin/tenants")["tenants"]]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the tenant was never removed")
+    assert httpx.get(good.base_url + "/v1/sessions", headers={"authorization": f"Bearer {key}"}).status_code == 401
+    assert admin.alerts == [], admin.alerts

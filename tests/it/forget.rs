@@ -42,18 +42,6 @@ async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, s
     assert_eq!(closed["state"], "closed", "{closed}");
 }
 
-async fn wait_for_job(app: &TestApp, key: &str, job_id: &str) -> Value {
-    let started = Instant::now();
-    loop {
-        let job = app.json(Method::GET, &format!("/v1/jobs/{job_id}"), key).await;
-        if !matches!(job["state"].as_str(), Some("queued" | "running")) {
-            return job;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the job did not finish: {job}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn forget(app: &TestApp, key: &str, path: &str) -> Value {
     let res = app.request(Method::DELETE, path, key).send().await.unwrap();
     let (status, _, body) = status_code_body(res).await;
@@ -197,7 +185,7 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
 
     let job = forget(&app, &t.key, &format!("{MEMORY}/rollouts/chat-canary")).await;
     assert_eq!(job["forget"], json!({"scope": "rollouts", "mode": "scrub", "rollout_ids": ["chat-canary"]}));
-    let done = wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await;
+    let done = app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await;
     assert_eq!(done["state"], "succeeded", "{done}");
 
     // No file, API answer or database byte holds the phrase; only the forget
@@ -256,7 +244,7 @@ async fn rebuild_consolidates_every_remaining_memory_as_added(backend: Backend) 
     conversation(&app, &t, "s3", "chat-c", "I live near the harbour.").await;
     let job = forget(&app, &t.key, &format!("{MEMORY}/rollouts/chat-b?mode=rebuild")).await;
     assert_eq!(job["forget"]["mode"], "rebuild");
-    assert_eq!(wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     let selection = app.json(Method::GET, &format!("{MEMORY}/phase_two_selection"), &t.key).await;
     let mut added: Vec<&str> =
         selection["added_rollout_ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -396,7 +384,7 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
     assert!(!volume_mentions(&app, &t, &secret).is_empty());
 
     let job = forget(&app, &t.key, "/v1/workspaces/team").await;
-    assert_eq!(wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     assert!(!app.workspace_dir(&t, "team").exists());
     assert_eq!(volume_mentions(&app, &t, &secret), Vec::<PathBuf>::new());
     assert!(!database_holds(&app, backend, &secret));
@@ -426,7 +414,7 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
 
     // The default workspace forgotten exists again, empty.
     let job = forget(&app, &t.key, "/v1/workspaces/default").await;
-    assert_eq!(wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     let files = app.json(Method::GET, &format!("{MEMORY}/files"), &t.key).await;
     assert_eq!(files["files"], json!([]));
 }
@@ -451,7 +439,7 @@ async fn a_workspace_forget_fences_out_a_running_phase_two(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let job = forget(&app, &t.key, "/v1/workspaces/team").await;
-    assert_eq!(wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     // The consolidation's two turns end after the forget; its publish must not land.
     let started = Instant::now();
     while fake.phase_two_requests().len() < 2 {

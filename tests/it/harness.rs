@@ -156,6 +156,19 @@ impl TestApp {
         }
     }
 
+    /// Polls a job until it is neither queued nor running; its last state.
+    pub async fn wait_for_job(&self, key: &str, job_id: &str) -> Value {
+        let started = std::time::Instant::now();
+        loop {
+            let job = self.json(Method::GET, &format!("/v1/jobs/{job_id}"), key).await;
+            if !matches!(job["state"].as_str(), Some("queued" | "running")) {
+                return job;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(60), "the job did not finish: {job}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn workspace_dir(&self, tenant: &Tenant, workspace: &str) -> PathBuf {
         self.data_dir.join("workspaces").join(&tenant.id).join(workspace)
     }

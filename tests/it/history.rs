@@ -5,7 +5,6 @@ use crate::both_backends;
 use crate::harness::{Backend, Tenant, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
 
 both_backends!(
     runs_show_their_diffs_and_the_files_they_left,
@@ -100,18 +99,6 @@ async fn runs_show_their_diffs_and_the_files_they_left(backend: Backend) {
     assert_eq!(file_at(&app, &other.key, "MEMORY.md", Some(&first)).await.0, 404, "another tenant's history");
 }
 
-async fn wait_for_job(app: &TestApp, key: &str, job_id: &str) -> Value {
-    let started = Instant::now();
-    loop {
-        let job = app.json(Method::GET, &format!("/v1/jobs/{job_id}"), key).await;
-        if !matches!(job["state"].as_str(), Some("queued" | "running")) {
-            return job;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the job did not finish: {job}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn a_restore_puts_the_memory_back_through_a_run_of_its_own(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
@@ -129,7 +116,7 @@ async fn a_restore_puts_the_memory_back_through_a_run_of_its_own(backend: Backen
     assert_eq!(res.status(), 202);
     let job: Value = res.json().await.unwrap();
     assert_eq!((job["kind"].as_str(), job["restore_run_id"].as_str()), (Some("restore"), Some(first.as_str())));
-    let done = wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await;
+    let done = app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await;
     assert_eq!(done["state"], "succeeded", "{done}");
 
     assert_eq!(file_at(&app, &t.key, "MEMORY.md", None).await, (200, memory_then.clone()));
@@ -156,7 +143,7 @@ async fn a_restore_puts_the_memory_back_through_a_run_of_its_own(backend: Backen
     // Restoring the second run puts its memory back in turn.
     let res = app.request(Method::POST, &format!("{RUNS}/{second}/restore"), &t.key).send().await.unwrap();
     let job: Value = res.json().await.unwrap();
-    assert_eq!(wait_for_job(&app, &t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     assert_eq!(file_at(&app, &t.key, "MEMORY.md", None).await, (200, memory_now));
 
     let other = app.tenant().await;

@@ -261,37 +261,22 @@ for_every_dialect! {
             }
         }
         // Error texts and session statuses that name one of them.
-        let errors = sqlx::query(
-            "SELECT id, last_error FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND last_error IS NOT NULL AND id <> $3",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .bind(own_job)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in errors {
-            if mentions_any(row.try_get("last_error")?, ids) {
-                sqlx::query("UPDATE jobs SET last_error = $2 WHERE id = $1")
-                    .bind(row.try_get::<Uuid, _>("id")?)
-                    .bind(SCRUBBED_ERROR)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-        }
-        let runs = sqlx::query(
-            "SELECT id, error FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND error IS NOT NULL",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in runs {
-            if mentions_any(row.try_get("error")?, ids) {
-                sqlx::query("UPDATE phase_two_runs SET error = $2 WHERE id = $1")
-                    .bind(row.try_get::<Uuid, _>("id")?)
-                    .bind(SCRUBBED_ERROR)
-                    .execute(&mut *conn)
-                    .await?;
+        for (select, update) in [
+            (
+                "SELECT id, last_error AS error FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND last_error IS NOT NULL",
+                "UPDATE jobs SET last_error = $2 WHERE id = $1",
+            ),
+            (
+                "SELECT id, error FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND error IS NOT NULL",
+                "UPDATE phase_two_runs SET error = $2 WHERE id = $1",
+            ),
+        ] {
+            let rows = sqlx::query(select).bind(tenant).bind(workspace.as_str()).fetch_all(&mut *conn).await?;
+            for row in rows {
+                let id: Uuid = row.try_get("id")?;
+                if id != own_job && mentions_any(row.try_get("error")?, ids) {
+                    sqlx::query(update).bind(id).bind(SCRUBBED_ERROR).execute(&mut *conn).await?;
+                }
             }
         }
         let statuses = sqlx::query(

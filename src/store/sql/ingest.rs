@@ -220,14 +220,7 @@ for_every_dialect! {
             }
         };
         if let Some(refusal) = refusal {
-            if let Some(claim) = &req.idempotency {
-                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
-                    .bind(req.tenant_id)
-                    .bind(claim.key.as_str())
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            return Ok(AppendStart::Done(refusal));
+            return Self::refused_in(tx, req, refusal).await;
         }
         let (session, opened_session) = found.ok_or_else(|| corrupt("an append with neither a session nor a refusal"))?;
         let (committed_len, segment_index, forgetting) = match position {
@@ -235,17 +228,11 @@ for_every_dialect! {
             None => Self::lock_rollout_in(tx, req, &session.workspace, &path_text, now).await?,
         };
         if forgetting {
-            if let Some(claim) = &req.idempotency {
-                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
-                    .bind(req.tenant_id)
-                    .bind(claim.key.as_str())
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            return Ok(AppendStart::Done(AppendOutcome::Forgetting(format!(
+            let detail = format!(
                 "Rollout {} is being forgotten; it takes segments again once that is done.",
                 req.segment.rollout_id
-            ))));
+            );
+            return Self::refused_in(tx, req, AppendOutcome::Forgetting(detail)).await;
         }
         Ok(AppendStart::Write(AppendPosition {
             workspace: session.workspace,
@@ -254,6 +241,19 @@ for_every_dialect! {
             segment_index,
             opened_session,
         }))
+    }
+
+    /// An append refused before anything was written: its idempotency key's
+    /// claim is taken back, so that the key may be used again.
+    async fn refused_in(tx: &mut WriteTx<'_, DB>, req: &AppendRequest, refusal: AppendOutcome) -> StoreResult<AppendStart> {
+        if let Some(claim) = &req.idempotency {
+            sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
+                .bind(req.tenant_id)
+                .bind(claim.key.as_str())
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(AppendStart::Done(refusal))
     }
 
     /// The session a segment goes to, created if it is new (`true`), its row
