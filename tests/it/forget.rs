@@ -562,6 +562,12 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(30), "the closed session's record was never deleted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Its jobs' records go too, the phase-two job's `job_sessions` rows first.
+    let started = Instant::now();
+    while !app.json(Method::GET, "/v1/jobs?kind=phase_two", &t.key).await["jobs"].as_array().unwrap().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the finished jobs' records were never deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Records only: the open session of the default layout and its rollout stay.
     assert_eq!(app.request(Method::GET, "/v1/sessions/keyed", &t.key).send().await.unwrap().status(), 200);
     assert!(app.workspace_dir(&t, "default").join("sessions/chat-k.jsonl").exists());

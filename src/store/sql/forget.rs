@@ -562,35 +562,45 @@ for_every_dialect! {
 
     async fn expire_records(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
-        let finished = "SELECT id FROM jobs WHERE finished_at < $1
-                          AND state IN ('succeeded', 'skipped', 'failed', 'cancelled') LIMIT $2";
-        sqlx::query(AssertSqlSafe(format!("DELETE FROM job_sessions WHERE job_id IN ({finished})")))
-            .bind(before)
-            .bind(batch)
-            .execute(&mut *tx)
-            .await?;
-        let jobs = sqlx::query(AssertSqlSafe(format!("DELETE FROM jobs WHERE id IN ({finished}) RETURNING 1 AS gone")))
-            .bind(before)
-            .bind(batch)
-            .fetch_all(&mut *tx)
-            .await?
-            .len() as u64;
-        let closed = "SELECT tenant_id, session_id FROM sessions WHERE closed_at < $1 AND state = 'closed' LIMIT $2";
-        sqlx::query(AssertSqlSafe(format!("DELETE FROM session_rollouts WHERE (tenant_id, session_id) IN ({closed})")))
-            .bind(before)
-            .bind(batch)
-            .execute(&mut *tx)
-            .await?;
-        let sessions = sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM sessions WHERE (tenant_id, session_id) IN ({closed}) RETURNING 1 AS gone"
-        )))
+        // The rows are chosen once and locked, so that the statements below
+        // delete the same ones (a job's `job_sessions` rows before the job).
+        let jobs: Vec<Uuid> = sqlx::query(locking::<DB>(
+            "SELECT id FROM jobs WHERE finished_at < $1 AND state IN ('succeeded', 'skipped', 'failed', 'cancelled')
+             ORDER BY finished_at LIMIT $2",
+        ))
         .bind(before)
         .bind(batch)
         .fetch_all(&mut *tx)
         .await?
-        .len() as u64;
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?;
+        let sessions: Vec<(TenantId, String)> = sqlx::query(locking::<DB>(
+            "SELECT tenant_id, session_id FROM sessions WHERE closed_at < $1 AND state = 'closed'
+             ORDER BY closed_at LIMIT $2",
+        ))
+        .bind(before)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get("tenant_id")?, r.try_get("session_id")?)))
+        .collect::<Result<_, sqlx::Error>>()?;
+        for id in &jobs {
+            for sql in ["DELETE FROM job_sessions WHERE job_id = $1", "DELETE FROM jobs WHERE id = $1"] {
+                sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+            }
+        }
+        for (tenant, session) in &sessions {
+            for sql in [
+                "DELETE FROM session_rollouts WHERE tenant_id = $1 AND session_id = $2",
+                "DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+            ] {
+                sqlx::query(sql).bind(tenant).bind(session.as_str()).execute(&mut *tx).await?;
+            }
+        }
         tx.commit().await?;
-        Ok(jobs + sessions)
+        Ok((jobs.len() + sessions.len()) as u64)
     }
 
     async fn queue_retention_forgets(&self, now: DateTime<Utc>, default_days: f64) -> StoreResult<Vec<JobRecord>> {
