@@ -5,7 +5,7 @@ use super::error::ApiError;
 use super::extract::{QueryParams, TenantAuth};
 use super::listings::page_of;
 use crate::domain::ids::SessionId;
-use crate::domain::page::PageCursor;
+use crate::domain::page::{Listing, PageCursor};
 use crate::store::{JobFilter, JobKind, JobRecord, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -54,9 +54,10 @@ pub async fn list_jobs(
             })
             .transpose()?,
     };
-    let page = page_of(query.limit, query.cursor.as_deref(), true)?;
+    let page = page_of(Listing::Jobs, query.limit, query.cursor.as_deref())?;
     let rows = state.store.list_jobs(tenant, &filter, &page).await?;
-    let (jobs, next_cursor) = page.finish(rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
+    let (jobs, next_cursor) =
+        page.finish(Listing::Jobs, rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
     Ok(Json(json!({"jobs": jobs, "next_cursor": next_cursor})))
 }
 

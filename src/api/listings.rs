@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::extract::{AdminAuth, QueryParams, TenantAuth};
 use super::memory::locate;
 use crate::domain::ids::WorkspaceName;
-use crate::domain::page::{PageCursor, PageRequest};
+use crate::domain::page::{Listing, PageCursor, PageRequest};
 use crate::store::{SessionFilter, SessionState};
 use crate::workspace::{confine, folder_files};
 use axum::Json;
@@ -19,12 +19,8 @@ use std::path::Path as FsPath;
 
 /// The page a request asks for. `uuid_keys`: the listing's rows are keyed by
 /// UUIDs, so a cursor of another listing is refused too.
-pub fn page_of(limit: Option<i64>, cursor: Option<&str>, uuid_keys: bool) -> Result<PageRequest, ApiError> {
-    let page = PageRequest::parse(limit, cursor).map_err(ApiError::InvalidRequest)?;
-    if uuid_keys && page.after.as_ref().is_some_and(|c| uuid::Uuid::parse_str(&c.key).is_err()) {
-        return Err(ApiError::InvalidRequest("cursor is not one this listing gave out".into()));
-    }
-    Ok(page)
+pub fn page_of(listing: Listing, limit: Option<i64>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
+    PageRequest::parse(listing, limit, cursor).map_err(ApiError::InvalidRequest)
 }
 
 #[derive(Deserialize)]
@@ -41,7 +37,7 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<SessionsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let page = page_of(query.limit, query.cursor.as_deref(), false)?;
+    let page = page_of(Listing::Sessions, query.limit, query.cursor.as_deref())?;
     let filter = SessionFilter {
         state: query
             .state
@@ -62,8 +58,8 @@ pub async fn list_sessions(
             .transpose()?,
     };
     let rows = state.store.list_sessions(tenant, &filter, &page).await?;
-    let (sessions, next_cursor) =
-        page.finish(rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
+    let (sessions, next_cursor) = page
+        .finish(Listing::Sessions, rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
     Ok(Json(json!({"sessions": sessions, "next_cursor": next_cursor})))
 }
 

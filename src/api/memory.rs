@@ -9,7 +9,7 @@ use super::layouts::find_layout;
 use super::listings::page_of;
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
-use crate::domain::page::PageCursor;
+use crate::domain::page::{Listing, PageCursor};
 use crate::pipeline::read::render_instructions;
 use crate::store::FileAtRun;
 use crate::workspace::confine;
@@ -62,10 +62,11 @@ pub async fn runs(
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<RunsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let page = page_of(query.limit, query.cursor.as_deref(), true)?;
+    let page = page_of(Listing::Runs, query.limit, query.cursor.as_deref())?;
     let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page).await?;
-    let (runs, next_cursor) = page.finish(rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
+    let (runs, next_cursor) =
+        page.finish(Listing::Runs, rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
     Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
 }
 

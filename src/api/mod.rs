@@ -80,15 +80,17 @@ impl Default for Caches {
 }
 
 /// Errors made outside the handlers (unknown route, wrong method, panic,
-/// timeout) leave as problem documents too.
+/// timeout) leave as problem documents too; under `/console`, as the
+/// console's own error page. A page the console rendered passes as it is.
 async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
+    let path = req.uri().path();
+    let console = path == "/console" || path.starts_with("/console/");
     let response = next.run(req).await;
     let status = response.status();
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if (status.is_client_error() || status.is_server_error()) && !is_problem {
+    let content_type = response.headers().get(header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+    let is_problem = content_type.starts_with(b"application/problem+json");
+    let is_page = content_type.starts_with(b"text/html");
+    if (status.is_client_error() || status.is_server_error()) && !is_problem && !is_page {
         let detail = match status {
             StatusCode::NOT_FOUND => "No such route.",
             StatusCode::METHOD_NOT_ALLOWED => "This route does not take that method.",
@@ -100,7 +102,11 @@ async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), "request failed outside a handler");
         }
-        let mut replaced = problem(status, code_for_status(status), detail);
+        let mut replaced = if console {
+            console::error_page(status, detail)
+        } else {
+            problem(status, code_for_status(status), detail)
+        };
         if let Some(allow) = response.headers().get(header::ALLOW) {
             replaced.headers_mut().insert(header::ALLOW, allow.clone());
         }

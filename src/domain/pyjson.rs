@@ -123,6 +123,53 @@ fn write_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// A JSON line as Python's `json.loads` reads it: besides JSON, the bare
+/// tokens `NaN`, `Infinity` and `-Infinity` that `json.dumps` writes for
+/// non-finite floats (R-SEG-7). They have no place in a `Value`, so they are
+/// read as `null`; everything else is read exactly as JSON.
+pub fn loads(text: &str) -> Result<Value, serde_json::Error> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(strict) => match with_non_finite_as_null(text) {
+            Some(relaxed) => serde_json::from_str(&relaxed).map_err(|_| strict),
+            None => Err(strict),
+        },
+    }
+}
+
+/// `text` with every `NaN`, `Infinity` and `-Infinity` outside strings
+/// replaced by `null`; `None` when it holds none.
+fn with_non_finite_as_null(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut in_string = false;
+    let mut replaced = false;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            match c {
+                '\\' => {
+                    let escaped: String = rest.chars().take(2).collect();
+                    out.push_str(&escaped);
+                    rest = &rest[escaped.len()..];
+                    continue;
+                }
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(token) = ["-Infinity", "Infinity", "NaN"].into_iter().find(|t| rest.starts_with(t)) {
+            out.push_str("null");
+            rest = &rest[token.len()..];
+            replaced = true;
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    replaced.then_some(out)
+}
+
 /// Python's `repr(float)`: the shortest round-trip digits, in positional form
 /// for decimal exponents -4..16 and in `d.ddde±XX` form otherwise.
 pub fn py_float_repr(f: f64) -> String {
@@ -163,6 +210,19 @@ pub fn py_float_repr(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loads_reads_what_json_dumps_writes_for_non_finite_floats() {
+        let line = r#"{"a":Infinity,"b":[-Infinity,NaN,1.5],"s":"NaN \" Infinity","c":{"d":NaN}}"#;
+        let v = loads(line).unwrap();
+        assert_eq!(v["a"], Value::Null);
+        assert_eq!(v["b"], serde_json::json!([null, null, 1.5]));
+        assert_eq!(v["s"], "NaN \" Infinity", "strings are left alone");
+        assert_eq!(v["c"]["d"], Value::Null);
+        assert_eq!(loads(r#"{"x":"Infinity"}"#).unwrap()["x"], "Infinity");
+        assert!(loads("{\"a\": Infinit}").is_err());
+        assert!(loads("{not json").is_err());
+    }
     use serde_json::json;
 
     #[test]

@@ -121,14 +121,24 @@ impl<W: WireApi> Model for OpenAiModel<W> {
     }
 }
 
-/// `Retry-After` as seconds or as an HTTP date.
+/// The longest a model endpoint's `Retry-After` makes a job wait: the
+/// header is the endpoint's word, and a huge one must neither overflow nor
+/// park the job for years.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `Retry-After` as seconds or as an HTTP date, at most [`MAX_RETRY_AFTER`];
+/// a negative or unreadable one is ignored.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        if secs.is_nan() || secs < 0.0 {
+            return None;
+        }
+        return Some(Duration::try_from_secs_f64(secs).map_or(MAX_RETRY_AFTER, |d| d.min(MAX_RETRY_AFTER)));
     }
     let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok().or(Some(Duration::ZERO))
+    let wait = (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// The API's own error message, never the request.
@@ -193,5 +203,13 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::ZERO));
         h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&h), None);
+        for (huge, want) in
+            [("1e20", Some(MAX_RETRY_AFTER)), ("inf", Some(MAX_RETRY_AFTER)), ("-5", None), ("NaN", None)]
+        {
+            h.insert(RETRY_AFTER, HeaderValue::from_static(huge));
+            assert_eq!(retry_after(&h), want, "{huge}");
+        }
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Fri, 01 Jan 9999 00:00:00 GMT"));
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
     }
 }

@@ -65,7 +65,7 @@ struct Digest {
 fn digest(contents: &str) -> Digest {
     let mut d = Digest::default();
     for line in py_splitlines(contents) {
-        let Ok(segment) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(segment) = crate::domain::pyjson::loads(line) else { continue };
         for item in segment["input"].as_array().into_iter().flatten() {
             if item["role"] == "user"
                 && let Some(text) = item_text(item)

@@ -94,7 +94,7 @@ pub fn render_phase_one(
         if py_strip(line).is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSONL record: {e}"))?;
+        let value: Value = crate::domain::pyjson::loads(line).map_err(|e| format!("invalid JSONL record: {e}"))?;
         segments.push(value);
     }
     let Some(last) = segments.last() else {

@@ -14,6 +14,64 @@ both_backends!(
     an_admin_picks_a_tenant_and_a_revoked_key_signs_out,
 );
 
+/// Status and content type of a console answer, and that an HTML one carries the console's headers.
+async fn error_page(
+    browser: &mut Browser<'_>,
+    method: Method,
+    path: &str,
+    form: Option<&[(&str, &str)]>,
+) -> StatusCode {
+    let mut req = browser.http.request(method.clone(), format!("{}{path}", browser.app.base));
+    let jar: Vec<String> = browser.cookies.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    if !jar.is_empty() {
+        req = req.header(COOKIE, jar.join("; "));
+    }
+    if let Some(form) = form {
+        let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+        req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body.join("&"));
+    }
+    let res = req.send().await.unwrap();
+    let kind = res.headers().get(CONTENT_TYPE).map(|t| t.to_str().unwrap().to_owned()).unwrap_or_default();
+    assert!(kind.starts_with("text/html"), "{method} {path}: {kind}");
+    let csp = res.headers().get(CONTENT_SECURITY_POLICY).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    assert!(csp.contains("script-src 'self'"), "{method} {path}: no CSP");
+    assert_eq!(res.headers().get(X_FRAME_OPTIONS).map(|v| v.to_str().unwrap()), Some("DENY"));
+    let status = res.status();
+    let body = res.text().await.unwrap();
+    assert!(body.contains("Back to the console") || body.contains("Sign in"), "{path}: {body}");
+    status
+}
+
+#[tokio::test]
+async fn console_errors_are_pages_with_the_consoles_headers() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let t = app.tenant().await;
+    let mut browser = Browser::new(&app);
+    let (_, _, login) = browser.get("/console/login").await;
+    let token = hidden(&login, "csrf");
+    let failed = [("credential", "mk_not_a_key"), ("csrf", token.as_str())];
+    assert_eq!(error_page(&mut browser, Method::POST, "/console/login", Some(&failed)).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(browser.sign_in(&t.key).await.0, StatusCode::SEE_OTHER);
+    let stale = [("csrf", "stale")];
+    let status = error_page(&mut browser, Method::POST, "/console/sessions/s/close", Some(&stale)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_page(&mut browser, Method::GET, "/console/sessions/nobody", None).await, StatusCode::NOT_FOUND);
+    assert_eq!(error_page(&mut browser, Method::GET, "/console/no-such-page", None).await, StatusCode::NOT_FOUND);
+    assert_eq!(error_page(&mut browser, Method::DELETE, "/console/jobs", None).await, StatusCode::METHOD_NOT_ALLOWED);
+    // Retrying a job that did not fail: the console's 409, not a problem document.
+    assert_eq!(app.post_segment(&t.key, "s", "default", json!({"input": "hi"})).await.status(), 201);
+    let closed = app.json(Method::POST, "/v1/sessions/s/close?wait=30", &t.key).await;
+    let job = closed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    let (_, _, page) = browser.get(&format!("/console/jobs/{job}")).await;
+    let csrf = hidden(&page, "csrf");
+    let form = [("csrf", csrf.as_str())];
+    let status = error_page(&mut browser, Method::POST, &format!("/console/jobs/{job}/retry"), Some(&form)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    // The API's own errors stay problem documents.
+    let res = app.request(Method::GET, "/v1/no-such-route", &t.key).send().await.unwrap();
+    assert_eq!(res.headers()[CONTENT_TYPE], "application/problem+json");
+}
+
 fn encode(value: &str) -> String {
     value
         .bytes()
@@ -72,9 +130,8 @@ impl<'a> Browser<'a> {
         let res = req.send().await.unwrap();
         self.keep_cookies(&res);
         let status = res.status();
-        if status.is_success()
-            && res.headers().get(CONTENT_TYPE).is_some_and(|t| t.to_str().unwrap().starts_with("text/html"))
-        {
+        // Every page, error pages included, carries the console's headers.
+        if res.headers().get(CONTENT_TYPE).is_some_and(|t| t.to_str().unwrap().starts_with("text/html")) {
             let csp = res.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap();
             assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
             assert_eq!(res.headers()[X_FRAME_OPTIONS], "DENY");

@@ -155,10 +155,29 @@ async fn jobs_and_runs_page_by_cursor(backend: Backend) {
         let (status, code, _) = status_code_body(app.request(Method::GET, &path, &t.key).send().await.unwrap()).await;
         assert_eq!((status, code.as_str()), (400, "invalid_request"), "{path}");
     }
-    let other = app.tenant().await;
-    assert_eq!(app.json(Method::GET, "/v1/jobs", &other.key).await["jobs"], json!([]));
+    // Nor does a jobs or runs cursor name a session, though a job's id is a
+    // valid session id; and a cursor no listing made is refused by all three.
     let job_cursor =
         app.json(Method::GET, "/v1/jobs?limit=1", &t.key).await["next_cursor"].as_str().unwrap().to_owned();
+    let run_cursor = app.json(Method::GET, &format!("{runs_path}?limit=1"), &t.key).await["next_cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let forged: String = "v1|2026-12-01T08:00:00Z|s-1".bytes().map(|b| format!("{b:02x}")).collect();
+    for path in [
+        format!("/v1/sessions?cursor={job_cursor}"),
+        format!("/v1/sessions?cursor={run_cursor}"),
+        format!("/v1/jobs?cursor={run_cursor}"),
+        format!("{runs_path}?cursor={job_cursor}"),
+        format!("/v1/sessions?cursor={forged}"),
+        format!("/v1/jobs?cursor={forged}"),
+        format!("{runs_path}?cursor={forged}"),
+    ] {
+        let (status, code, _) = status_code_body(app.request(Method::GET, &path, &t.key).send().await.unwrap()).await;
+        assert_eq!((status, code.as_str()), (400, "invalid_request"), "{path}");
+    }
+    let other = app.tenant().await;
+    assert_eq!(app.json(Method::GET, "/v1/jobs", &other.key).await["jobs"], json!([]));
     let theirs = app.json(Method::GET, &format!("/v1/jobs?cursor={job_cursor}"), &other.key).await;
     assert_eq!(theirs["jobs"], json!([]), "a cursor opens nothing of another tenant");
 }

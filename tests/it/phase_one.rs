@@ -10,6 +10,8 @@ both_backends!(
     three_rollouts_over_chat_completions,
     phase_one_prompts_keep_the_seed_behaviours,
     transient_faults_are_retried_until_success,
+    a_hostile_retry_after_neither_panics_nor_parks_a_job_for_years,
+    a_rollout_holding_non_finite_numbers_is_extracted,
     permanent_faults_fail_the_job_and_retry_revives_it,
     empty_partial_and_unusable_answers,
     extractive_provider_needs_no_model,
@@ -192,6 +194,68 @@ async fn transient_faults_are_retried_until_success(backend: Backend) {
     assert_eq!(jobs[0]["attempts"], 3);
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After was honoured");
     assert_eq!(fake.phase_one_requests().len(), 3);
+}
+
+async fn a_hostile_retry_after_neither_panics_nor_parks_a_job_for_years(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    // A negative wait is ignored (the job's own backoff applies); a huge one is capped at an hour.
+    fake.push(Reply::Status { status: 429, code: None, retry_after: Some("-5") }.now());
+    fake.push(Reply::Status { status: 429, code: None, retry_after: Some("1e20") }.now());
+    fake.set_default(Reply::artifacts("ok", "s", "m").now());
+    let app = TestApp::start_with(backend, |c| {
+        use_model(&fake, "responses")(c);
+        c.max_attempts = 5;
+    })
+    .await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "input": "hi", "final_output": "ok"})).await;
+    close(&app, &t.key, "s").await;
+    let started = std::time::Instant::now();
+    let job = loop {
+        let jobs = app.json(Method::GET, "/v1/jobs?kind=phase_one", &t.key).await;
+        let job = jobs["jobs"][0].clone();
+        if job["attempts"] == 2 && job["state"] == "queued" {
+            break job;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the second attempt never came back: {job}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let run_after = chrono::DateTime::parse_from_rfc3339(job["run_after"].as_str().unwrap()).unwrap();
+    let wait = run_after.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    assert!(wait > chrono::Duration::minutes(55) && wait <= chrono::Duration::minutes(61), "{wait} {job}");
+    assert_eq!(fake.phase_one_requests().len(), 2);
+    // The worker that read the header is alive: another job runs at once.
+    app.post_segment(&t.key, "s2", "default", json!({"rollout_id": "r2", "input": "hi", "final_output": "ok"})).await;
+    let closed = app.json(Method::POST, "/v1/sessions/s2/close?wait=30", &t.key).await;
+    assert_eq!(
+        (&closed["state"], &closed["memory_status"]["status"]),
+        (&json!("closed"), &json!("complete")),
+        "{closed}"
+    );
+}
+
+async fn a_rollout_holding_non_finite_numbers_is_extracted(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("huge", "s", "m").now());
+    let app = TestApp::start_with(backend, use_model(&fake, "responses")).await;
+    let t = app.tenant().await;
+    // 1e400 is a float Python holds as inf and writes as Infinity (R-SEG-7).
+    let body = r#"{"rollout_id": "inf", "input": "hi", "generated_items": [{"role": "assistant", "content": "x", "score": -1e400}], "final_output": 1e400}"#;
+    let res = app
+        .request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/inf.jsonl")).unwrap();
+    assert!(line.contains("\"final_output\":Infinity") && line.contains("-Infinity"), "{line}");
+    let closed = app.json(Method::POST, "/v1/sessions/s/close?wait=30", &t.key).await;
+    assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
+    let sent = fake.phase_one_requests()[0].user_message();
+    assert!(sent.contains("Infinity"), "the model reads the rollout as written");
+    assert!(app.workspace_dir(&t, "default").join("memories/rollout_summaries/inf_huge.md").exists());
 }
 
 async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {

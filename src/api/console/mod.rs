@@ -27,7 +27,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::domain::ids::{LayoutName, SessionId, WorkspaceName, random_hex};
-use crate::domain::page::{PageCursor, PageRequest};
+use crate::domain::page::{Listing, PageCursor, PageRequest};
 use crate::store::{FileAtRun, JobFilter, JobKind, JobState, SessionFilter, SessionState, with_implicit_default};
 
 const CSS: &str = include_str!("assets/console.css");
@@ -87,13 +87,18 @@ impl IntoResponse for ConsoleError {
             }
             other => other.to_string(),
         };
-        html_page(
-            status,
-            "Error",
-            None,
-            html! { p class="error" { (message) } p { a href="/console" { "Back to the console" } } },
-        )
+        error_page(status, &message)
     }
+}
+
+/// The console's error page, with its security headers.
+pub fn error_page(status: StatusCode, message: &str) -> Response {
+    html_page(
+        status,
+        "Error",
+        None,
+        html! { p class="error" { (message) } p { a href="/console" { "Back to the console" } } },
+    )
 }
 
 type Page = Result<Response, ConsoleError>;
@@ -441,10 +446,11 @@ async fn sessions(State(state): State<AppState>, signed: Signed, Query(q): Query
         state: state_filter.and_then(SessionState::parse),
         workspace: workspace.and_then(WorkspaceName::parse),
     };
-    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let page_request =
+        PageRequest::parse(Listing::Sessions, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
     let rows = state.store.list_sessions(tenant, &filter, &page_request).await?;
-    let (rows, next) =
-        page_request.finish(rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
+    let (rows, next) = page_request
+        .finish(Listing::Sessions, rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
     signed.page(
         "Sessions",
         html! {
@@ -575,7 +581,8 @@ async fn jobs(State(state): State<AppState>, signed: Signed, Query(q): Query<Job
         kind: kind.and_then(JobKind::parse),
         session_id: None,
     };
-    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let page_request =
+        PageRequest::parse(Listing::Jobs, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
     // Failed jobs first: they are what an operator comes for.
     let failed = if filter.state.is_none() && page_request.after.is_none() {
         let only_failed = JobFilter { state: Some(JobState::Failed), ..filter.clone() };
@@ -584,7 +591,8 @@ async fn jobs(State(state): State<AppState>, signed: Signed, Query(q): Query<Job
         Vec::new()
     };
     let rows = state.store.list_jobs(tenant, &filter, &page_request).await?;
-    let (rows, next) = page_request.finish(rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
+    let (rows, next) =
+        page_request.finish(Listing::Jobs, rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
     signed.page(
         "Jobs",
         html! {
@@ -810,9 +818,11 @@ async fn memory_file(State(state): State<AppState>, signed: Signed, Query(q): Qu
 async fn runs(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
     let (workspace, layout_name, _) = locate(&state, tenant, q.workspace(), q.layout()).await?;
-    let page_request = PageRequest::parse(Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let page_request =
+        PageRequest::parse(Listing::Runs, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
     let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page_request).await?;
-    let (rows, next) = page_request.finish(rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
+    let (rows, next) =
+        page_request.finish(Listing::Runs, rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
     let (ws, ln) = (workspace.as_str(), layout_name.as_str());
     let picker = memory_picker(&state, tenant, "/console/runs", ws, ln).await?;
     signed.page(

@@ -115,7 +115,7 @@ pub fn conversation(jsonl: &str) -> Markup {
         @for (n, line) in jsonl.lines().filter(|l| !l.trim().is_empty()).enumerate() {
             section class="segment" {
                 h4 { "Segment " (n) }
-                @match serde_json::from_str::<Value>(line) {
+                @match crate::domain::pyjson::loads(line) {
                     Ok(segment) => {
                         @if let Some(at) = segment.get("updated_at").and_then(Value::as_str) {
                             p class="meta" { time datetime=(at) { (at) } }
