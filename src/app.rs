@@ -74,6 +74,7 @@ struct Core {
     wake: Arc<Notify>,
     shutdown: watch::Sender<bool>,
     console: Arc<crate::api::ConsoleKeys>,
+    publisher: Publisher,
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
@@ -86,8 +87,11 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let (shutdown, _) = watch::channel(false);
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
+    let pause = (config.test_publish_pause_ms > 0).then(|| Duration::from_millis(config.test_publish_pause_ms));
+    let publisher = Publisher::new(&config.data_dir).with_pause_after_first_rename(pause);
+    let config = Arc::new(config);
     Ok((
-        Core { store, volumes, appends, config: Arc::new(config), wake: Arc::new(Notify::new()), shutdown, console },
+        Core { store, volumes, appends, config, wake: Arc::new(Notify::new()), shutdown, console, publisher },
         provider,
     ))
 }
@@ -103,6 +107,7 @@ impl Core {
             wake: self.wake.clone(),
             caches: Default::default(),
             console: self.console.clone(),
+            publisher: self.publisher.clone(),
         }
     }
 }
@@ -114,7 +119,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         provider,
         settings: worker_settings(&core.config),
         wake: core.wake.clone(),
-        publisher: Publisher::new(&core.config.data_dir),
+        publisher: core.publisher.clone(),
     };
     spawn_workers(Arc::new(ctx), core.shutdown.subscribe())
 }

@@ -132,6 +132,9 @@ pub struct Config {
     /// A request's body must arrive within this long of its headers.
     #[arg(long = "body-timeout-secs", env = "MEMORYD_BODY_TIMEOUT_SECS", default_value_t = 60)]
     pub body_timeout_secs: u64,
+    /// A test hook: every publish stops this long after its first rename.
+    #[arg(long = "test-publish-pause-ms", hide = true, default_value_t = 0)]
+    pub test_publish_pause_ms: u64,
     /// An idle keep-alive connection is closed after this long.
     #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
@@ -175,6 +178,7 @@ impl Config {
             header_timeout_secs: 10,
             body_timeout_secs: 60,
             idle_timeout_secs: 60,
+            test_publish_pause_ms: 0,
         }
     }
 

@@ -90,8 +90,9 @@ pub async fn list_files(
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let (workspace, _, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    super::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
     let files = memory_files_of(&root, &layout.memories_dir.normalized).await?;
     Ok(Json(json!({"files": files})))
 }

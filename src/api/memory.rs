@@ -21,6 +21,27 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
+/// Before a read of a layout's memory files: a run whose publish was
+/// committed but is not yet wholly renamed into place (its writer is in the
+/// middle, or died there) is completed, so that no read sees half a run.
+pub(crate) async fn settle_publishes(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &WorkspaceName,
+    layout: &LayoutName,
+) {
+    let in_scope = |s: &crate::workspace::publish::PublishScope| {
+        s.tenant == tenant && s.workspace == workspace.as_str() && s.layout == layout.as_str()
+    };
+    crate::jobs::finish_pending_publishes(
+        state.store.as_ref(),
+        &state.publisher,
+        in_scope,
+        crate::jobs::PublishOwner::Reader,
+    )
+    .await;
+}
+
 /// The tenant's workspace and layout named in the path; 404 for either unknown.
 pub(super) async fn locate(
     state: &AppState,
@@ -132,6 +153,7 @@ pub async fn file(
     }
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(|_| not_found())?;
     let path = memory_file(&root, &layout.memories_dir.normalized, &raw_path).ok_or_else(not_found)?;
+    settle_publishes(&state, tenant, &workspace, &layout_name).await;
     let bytes = match tokio::fs::read(&path).await {
         Ok(bytes) => bytes,
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory) => {
@@ -163,10 +185,11 @@ pub async fn instructions(
             return Err(ApiError::InvalidRequest(format!("live_update must be true or false, got: {other}")));
         }
     };
-    let (workspace, _, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let Some(read) = &layout.config.read else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
+    settle_publishes(&state, tenant, &workspace, &layout_name).await;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
     let Some(path) = memory_file(&root, &layout.memories_dir.normalized, "memory_summary.md") else {
         return Ok(StatusCode::NO_CONTENT.into_response());

@@ -56,6 +56,8 @@ pub struct AppState {
     pub caches: Arc<Caches>,
     /// Signs and checks console sessions.
     pub console: Arc<console::ConsoleKeys>,
+    /// Reads complete the committed publishes of what they read.
+    pub publisher: crate::workspace::publish::Publisher,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another

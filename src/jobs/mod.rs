@@ -336,8 +336,8 @@ async fn stage_files(
 }
 
 /// Makes a staged publish visible (`commit`) or removes it, off the runtime's threads.
-async fn settle_publish(ctx: &WorkerContext, manifest: Manifest, commit: bool) {
-    let publisher = ctx.publisher.clone();
+async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool) {
+    let publisher = publisher.clone();
     let publish_id = manifest.publish_id;
     let done =
         tokio::task::spawn_blocking(
@@ -359,21 +359,49 @@ async fn settle_publish(ctx: &WorkerContext, manifest: Manifest, commit: bool) {
 /// folder: committed ones are completed, abandoned ones undone. `scope`
 /// `None` means every layout (at start-up).
 pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) {
-    let publisher = ctx.publisher.clone();
-    let pending = match tokio::task::spawn_blocking(move || publisher.pending()).await {
+    let same_layout = |s: &PublishScope| {
+        own.is_none_or(|o| o.tenant == s.tenant && o.workspace == s.workspace && o.layout == s.layout)
+    };
+    let owner = PublishOwner::Worker { own_job: own.map(|o| o.job_id) };
+    finish_pending_publishes(ctx.store.as_ref(), &ctx.publisher, same_layout, owner).await
+}
+
+/// Who finishes pending publishes, and so which it may touch.
+#[derive(Debug, Clone, Copy)]
+pub enum PublishOwner {
+    /// A worker about to use a layout (or starting up): it completes the
+    /// committed and undoes the abandoned. A publish of `own_job` (an
+    /// earlier attempt of the job now held) will never commit.
+    Worker { own_job: Option<uuid::Uuid> },
+    /// A reader: it only completes committed publishes. Undoing is left to
+    /// the workers, whose claims fence out a writer that is merely slow.
+    Reader,
+}
+
+/// Completes the committed publishes of the scopes `in_scope` accepts and
+/// (for a worker) undoes the abandoned ones; those whose writer may still
+/// commit are left. Readers call it before they read, so that once any file
+/// of a run has been seen every later read sees all of them: completing a
+/// publish is idempotent, so its writer and any number of readers may race.
+pub async fn finish_pending_publishes(
+    store: &dyn crate::store::Store,
+    publisher: &Publisher,
+    in_scope: impl Fn(&PublishScope) -> bool,
+    owner: PublishOwner,
+) {
+    let own_job = match owner {
+        PublishOwner::Worker { own_job } => own_job,
+        PublishOwner::Reader => None,
+    };
+    let lister = publisher.clone();
+    let pending = match tokio::task::spawn_blocking(move || lister.pending()).await {
         Ok(Ok(pending)) => pending,
         Ok(Err(e)) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
         Err(e) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
     };
-    let same_layout = |s: &PublishScope| {
-        own.is_none_or(|o| o.tenant == s.tenant && o.workspace == s.workspace && o.layout == s.layout)
-    };
-    for manifest in pending.into_iter().filter(|m| same_layout(&m.scope)) {
-        let decision = match ctx.store.publish_decision(manifest.scope.job_id, manifest.publish_id, Utc::now()).await {
-            // An earlier attempt of the job this worker now holds: it will never commit.
-            Ok(PublishDecision::Pending) if own.is_some_and(|o| o.job_id == manifest.scope.job_id) => {
-                PublishDecision::Abandoned
-            }
+    for manifest in pending.into_iter().filter(|m| in_scope(&m.scope)) {
+        let decision = match store.publish_decision(manifest.scope.job_id, manifest.publish_id, Utc::now()).await {
+            Ok(PublishDecision::Pending) if own_job == Some(manifest.scope.job_id) => PublishDecision::Abandoned,
             Ok(decision) => decision,
             Err(e) => {
                 tracing::warn!(publish_id = %manifest.publish_id, error = %crate::error_chain(&e), "deciding a pending publish failed");
@@ -383,12 +411,13 @@ pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) 
         match decision {
             PublishDecision::Pending => {}
             PublishDecision::Committed => {
-                tracing::info!(publish_id = %manifest.publish_id, "completing a publish its writer left unfinished");
-                settle_publish(ctx, manifest, true).await;
+                tracing::info!(publish_id = %manifest.publish_id, "completing a publish its writer has not finished");
+                settle_publish(publisher, manifest, true).await;
             }
+            PublishDecision::Abandoned if matches!(owner, PublishOwner::Reader) => {}
             PublishDecision::Abandoned => {
                 tracing::info!(publish_id = %manifest.publish_id, "undoing a publish that was never recorded");
-                settle_publish(ctx, manifest, false).await;
+                settle_publish(publisher, manifest, false).await;
             }
         }
     }
@@ -426,7 +455,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
     let recorded = ctx.store.finish_job(&claimed, finish).await;
     match (staged, &recorded) {
-        (Some(manifest), Ok(recorded)) => settle_publish(ctx, manifest, *recorded).await,
+        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, *recorded).await,
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}

@@ -70,7 +70,12 @@ impl Manifest {
     /// an earlier try.
     pub fn apply(&self, publisher: &Publisher) -> io::Result<()> {
         let mut dirs = BTreeSet::new();
-        for entry in &self.entries {
+        for (n, entry) in self.entries.iter().enumerate() {
+            if n == 1
+                && let Some(pause) = publisher.pause_after_first_rename
+            {
+                std::thread::sleep(pause);
+            }
             let dest = confine(&self.root, &entry.path).map_err(io::Error::other)?;
             let dir = dest.parent().ok_or_else(|| io::Error::other("a published path has no folder"))?.to_owned();
             match &entry.staged {
@@ -115,11 +120,18 @@ impl Manifest {
 #[derive(Debug, Clone)]
 pub struct Publisher {
     dir: PathBuf,
+    /// A test hook: every publish stops this long after its first rename,
+    /// so that a test can read in the middle of one.
+    pause_after_first_rename: Option<std::time::Duration>,
 }
 
 impl Publisher {
     pub fn new(data_dir: &Path) -> Self {
-        Self { dir: data_dir.join("publish") }
+        Self { dir: data_dir.join("publish"), pause_after_first_rename: None }
+    }
+
+    pub fn with_pause_after_first_rename(self, pause: Option<std::time::Duration>) -> Self {
+        Self { pause_after_first_rename: pause, ..self }
     }
 
     fn manifest_path(&self, publish_id: Uuid) -> PathBuf {

@@ -166,3 +166,43 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
     eprintln!("{published} round checks found a published run");
     assert!(published > 0, "no run was ever published; the test proved nothing");
 }
+
+crate::both_backends!(a_read_never_sees_half_a_run);
+
+/// A publish held between its first rename and the rest (a test hook): an API
+/// read in that window completes it first, so it never sees the new
+/// `raw_memories.md` with the old `MEMORY.md`.
+async fn a_read_never_sees_half_a_run(backend: Backend) {
+    use crate::harness::TestApp;
+    use reqwest::Method;
+    let app = TestApp::start_with(backend, |c| c.test_publish_pause_ms = 3000).await;
+    let t = app.tenant().await;
+    let say = |session: &'static str, rollout: &'static str, text: &'static str| {
+        let (app, key) = (&app, t.key.clone());
+        async move {
+            let body = json!({"rollout_id": rollout, "input": text, "final_output": "noted"});
+            assert_eq!(app.post_segment(&key, session, "default", body).await.status(), 201);
+        }
+    };
+    say("s1", "chat-1", "I prefer green tea in the morning.").await;
+    let closed = app.json(Method::POST, "/v1/sessions/s1/close?wait=60", &t.key).await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+    say("s2", "chat-2", "I switched to black coffee.").await;
+    app.json(Method::POST, "/v1/sessions/s2/close", &t.key).await;
+
+    // The worker renamed raw_memories.md, its first file, and is held there.
+    let memories = app.workspace_dir(&t, "default").join("memories");
+    wait_for("the first rename", Duration::from_secs(30), async || {
+        std::fs::read_to_string(memories.join("raw_memories.md")).is_ok_and(|t| t.contains("black coffee"))
+    })
+    .await;
+    assert!(!std::fs::read_to_string(memories.join("MEMORY.md")).unwrap().contains("black coffee"), "held");
+    let base = "/v1/workspaces/default/layouts/default";
+    let memory = app.request(Method::GET, &format!("{base}/files/MEMORY.md"), &t.key).send().await.unwrap();
+    let memory = memory.text().await.unwrap();
+    assert!(memory.contains("black coffee") && memory.contains("green tea"), "half a run: {memory}");
+    let instructions = app.json(Method::GET, &format!("{base}/instructions"), &t.key).await;
+    assert!(instructions["instructions"].as_str().unwrap().contains("black coffee"), "{instructions}");
+    let selection = std::fs::read_to_string(memories.join("phase_two_selection.json")).unwrap();
+    assert!(selection.contains("chat-2"), "the whole run is in place: {selection}");
+}

@@ -734,6 +734,7 @@ async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<M
     let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
     let memories = &layout.memories_dir.normalized;
+    super::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
     let memory_md = read_memory_file(&root, memories, "MEMORY.md").await;
     let summary_md = read_memory_file(&root, memories, "memory_summary.md").await;
     let files = super::listings::memory_files_of(&root, memories).await?;
