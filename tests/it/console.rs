@@ -6,6 +6,7 @@ use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp};
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::json;
+use sha2::Digest;
 use std::time::{Duration, Instant};
 
 both_backends!(
@@ -344,6 +345,14 @@ async fn an_admin_picks_a_tenant_and_a_revoked_key_signs_out(backend: Backend) {
     assert_eq!(app.post_segment(&t.key, "s-admin", "default", json!({"rollout_id": "r"})).await.status(), 201);
     let mut admin = Browser::new(&app);
     let (status, location, _) = admin.sign_in(ADMIN_TOKEN).await;
+    // The cookie does not carry an unkeyed hash of the admin token (which could be guessed offline).
+    let cookie = admin.cookies.iter().find(|(n, _)| n == "memoryd_console").unwrap().1.clone();
+    let payload_hex = cookie.split_once('.').unwrap().0;
+    let payload: Vec<u8> =
+        (0..payload_hex.len()).step_by(2).map(|i| u8::from_str_radix(&payload_hex[i..i + 2], 16).unwrap()).collect();
+    let payload = String::from_utf8(payload).unwrap();
+    let unkeyed: String = sha2::Sha256::digest(ADMIN_TOKEN.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    assert!(payload.starts_with("v1|a|") && !payload.contains(&unkeyed), "{payload}");
     assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/tenants"));
     assert_eq!(admin.get("/console").await.1, "/console/tenants", "no tenant picked yet");
     let (_, _, tenants) = admin.get("/console/tenants").await;

@@ -111,6 +111,13 @@ impl ConsoleKeys {
         (expires_at > now).then_some(ConsoleSession { principal, credential_hash, expires_at })
     }
 
+    /// What an admin session's cookie holds of the admin token: a MAC under
+    /// the console's key, so that a stolen cookie does not let the token be
+    /// guessed offline (an unkeyed hash of a chosen token would).
+    pub fn admin_credential(&self, token: &str) -> String {
+        self.sign("admin", token)
+    }
+
     /// The CSRF token of a session: every form of its pages carries it.
     pub fn csrf_token(&self, cookie: &str) -> String {
         self.sign("csrf", cookie)

@@ -151,9 +151,12 @@ impl FromRequestParts<AppState> for Signed {
             Principal::Tenant(tenant) => {
                 matches!(tenant_of_key_hash(state, &session.credential_hash).await, Ok(Some(t)) if t == *tenant)
             }
-            Principal::Admin(_) => {
-                state.config.admin_token.as_deref().is_some_and(|t| credential_hash(t) == session.credential_hash)
-            }
+            Principal::Admin(_) => state.config.admin_token.as_deref().is_some_and(|t| {
+                crate::domain::ids::constant_time_eq(
+                    state.console.admin_credential(t).as_bytes(),
+                    session.credential_hash.as_bytes(),
+                )
+            }),
         };
         if !still_good {
             return Err(to_login());
@@ -236,6 +239,7 @@ async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Fo
         }
     };
     let next = if is_admin { "/console/tenants" } else { "/console" };
+    let hash = if is_admin { state.console.admin_credential(credential) } else { hash };
     let session = ConsoleSession { principal, credential_hash: hash, expires_at: now_secs() + SESSION_SECS };
     let sealed = state.console.seal(&session);
     let mut response = page::harden(Redirect::to(next).into_response());
