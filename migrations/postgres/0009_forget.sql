@@ -45,3 +45,7 @@ ALTER TABLE phase_two_runs ADD COLUMN kind TEXT;
 UPDATE phase_two_runs SET kind = CASE WHEN restored_from IS NULL THEN 'phase_two' ELSE 'restore' END;
 -- A forget's run keeps the files as it left them, never what they were before.
 ALTER TABLE run_history ADD COLUMN before_omitted BOOLEAN NOT NULL DEFAULT FALSE;
+
+-- What a run added, kept and removed (rollout ids), for its page; a forget's
+-- omits the forgotten ones.
+ALTER TABLE phase_two_runs ADD COLUMN ledger TEXT;

@@ -228,7 +228,11 @@ async fn forget_and_consolidate(
     if spec.mode == ForgetMode::Rebuild || chunks.is_empty() {
         empty_memory(&mut tools);
     }
-    log.selection = Some(selection.clone());
+    // The ledger that is kept names no forgotten rollout, though the agent
+    // is told of them under `removed`; a failed run's record keeps none either.
+    let mut kept = selection.clone();
+    kept.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
+    log.selection = Some(kept.clone());
     if chunks.is_empty() || layout.config.generate.is_none() {
         // Nothing left to consolidate, or no model config to do it with.
         tools.write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(&chunks));
@@ -239,13 +243,7 @@ async fn forget_and_consolidate(
     }
     log.files_changed = changed(&tools);
 
-    // The ledger that is kept names no forgotten rollout, though the agent
-    // was told of them under `removed`.
-    let mut kept = selection;
-    kept.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
-    let result = succeeded(tools, &memories, &kept, log);
-    log.selection = Some(kept);
-    Ok(result)
+    Ok(succeeded(tools, &memories, &kept, log))
 }
 
 #[cfg(test)]

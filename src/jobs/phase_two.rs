@@ -77,6 +77,13 @@ impl RunLog {
                 finished_at: Utc::now(),
                 sessions: claimed.job.sessions.clone(),
                 restored_from: None,
+                ledger: self.selection.as_ref().map(|s| {
+                    json!({
+                        "added": s.added_ids(),
+                        "retained": s.retained_ids(),
+                        "removed": s.removed.iter().map(|r| r.rollout_id.clone()).collect::<Vec<_>>(),
+                    })
+                }),
             },
             selection: selection_doc,
             history: None,

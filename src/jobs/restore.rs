@@ -47,6 +47,7 @@ impl super::JobRunner for Restore {
                 finished_at: Utc::now(),
                 restored_from: claimed.job.restore_run_id,
                 sessions: Vec::new(),
+                ledger: None,
             },
             selection: None,
             history: None,

@@ -389,6 +389,10 @@ pub struct PhaseTwoRun {
     pub restored_from: Option<Uuid>,
     /// The sessions whose closes the run served.
     pub sessions: Vec<String>,
+    /// The rollout ids the run added, retained and removed
+    /// (`{"added": [..], "retained": [..], "removed": [..]}`); shown by the console.
+    #[serde(skip)]
+    pub ledger: Option<Value>,
 }
 
 /// What a phase-two attempt leaves in the database: its run record and, on

@@ -13,7 +13,38 @@ both_backends!(
     signing_in_and_what_a_tenant_sees,
     forms_need_their_csrf_token_and_change_things,
     an_admin_picks_a_tenant_and_a_revoked_key_signs_out,
+    what_the_pages_show_after_a_first_consolidation,
 );
+
+async fn what_the_pages_show_after_a_first_consolidation(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let mut browser = Browser::new(&app);
+    assert_eq!(browser.sign_in(&t.key).await.0, StatusCode::SEE_OTHER);
+    let body = json!({"rollout_id": "chat-1", "input": "I prefer green tea.", "final_output": "noted"});
+    assert_eq!(app.post_segment(&t.key, "s1", "default", body).await.status(), 201);
+    // The segment that just arrived counts in the overview's rate at once.
+    let (_, _, overview) = browser.get("/console").await;
+    assert!(!overview.contains("<div class=\"n\">0.0</div>"), "{overview}");
+    let closed = app.json(Method::POST, "/v1/sessions/s1/close?wait=30", &t.key).await;
+    assert_eq!(closed["state"], "closed");
+
+    let run = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await["runs"][0].clone();
+    assert_eq!((&run["added"], &run["retained"], &run["removed"]), (&json!(1), &json!(0), &json!(0)));
+    let (_, _, page) = browser.get(&format!("/console/runs/default/default/{}", run["run_id"].as_str().unwrap())).await;
+    let added = page.split("Added: ").nth(1).unwrap().split("</p>").next().unwrap();
+    assert!(added.contains("chat-1"), "the added conversation is listed: {added}");
+    assert!(page.contains("Retained: <span class=\"muted\">none</span>"), "{page}");
+    assert!(!page.contains("{&quot;input_tokens"), "usage is words, not JSON: {page}");
+
+    let (_, _, session) = browser.get("/console/sessions/s1").await;
+    assert!(session.contains("class=\"state complete\""), "{session}");
+    assert!(!session.contains("&quot;failures&quot;"), "memory_status is not raw JSON: {session}");
+    let (_, _, raw) =
+        browser.get("/console/memory/file?workspace=default&layout=default&path=raw_memories/chat-1.md").await;
+    assert!(raw.contains("<th>rollout_id</th><td><code>chat-1</code></td>"), "{raw}");
+    assert!(!raw.contains("<p>rollout_id: chat-1"), "{raw}");
+}
 
 /// Status and content type of a console answer, and that an HTML one carries the console's headers.
 async fn error_page(

@@ -361,7 +361,7 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
     let sessions =
         state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
     let activity = state.store.workspace_activity(tenant).await?;
-    let ingest_rate = state.caches.ingest.per_minute(tenant, super::rate::current_minute(), 10);
+    let ingest_rate = state.caches.ingest.per_minute(tenant, super::rate::now_secs(), 10);
     let mut runs = Vec::new();
     for (workspace, layout, _) in &activity.layouts {
         let (Some(ws), Some(l)) = (WorkspaceName::parse(workspace), LayoutName::parse(layout)) else { continue };
@@ -515,7 +515,7 @@ async fn session(State(state): State<AppState>, signed: Signed, Path(raw_id): Pa
                 (state_badge(session.state.as_str())) " in workspace " strong { (session.workspace.as_str()) }
                 " · created " (when(&session.created_at)) " · closed " (maybe_when(session.closed_at.as_ref()))
             }
-            @if let Some(status) = &session.memory_status { p { "Memory: " code { (status.to_string()) } } }
+            @if let Some(status) = &session.memory_status { (render::memory_status(status)) }
             @if session.state == SessionState::Open {
                 (post_button(&format!("/console/sessions/{}/close", page::percent_encode(session.session_id.as_str())), &signed.csrf, "Close session", Some("Close this session and make its memory?")))
             }
@@ -658,7 +658,7 @@ async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<S
                 @if let Some(run) = &j.restore_run_id { tr { th { "Restores" } td { (run_link(j.workspace.as_str(), j.layout.as_str(), run)) } } }
                 tr { th { "Attempts" } td { (j.attempts) } }
                 tr { th { "Last error" } td class="error" { (j.last_error.as_deref().unwrap_or("")) } }
-                tr { th { "Usage" } td { @if let Some(u) = &j.usage { code { (u.to_string()) } } } }
+                tr { th { "Usage" } td { @if let Some(u) = &j.usage { (render::usage(u)) } } }
                 tr { th { "Created" } td { (when(&j.created_at)) } }
                 tr { th { "Started" } td { (maybe_when(j.started_at.as_ref())) } }
                 tr { th { "Finished" } td { (maybe_when(j.finished_at.as_ref())) } }
@@ -813,7 +813,11 @@ async fn memory_file(State(state): State<AppState>, signed: Signed, Query(q): Qu
         &path,
         html! {
             p class="meta" { (memory_link(workspace.as_str(), layout_name.as_str())) @if let Some(run) = empty_to_none(&q.run_id) { " · as run " code { (run) } " left it" } }
-            @if path.ends_with(".md") { div class="markdown" { (render::markdown(&text)) } } @else { pre { (text) } }
+            @if path.starts_with("raw_memories/") || path.starts_with("rollout_summaries/") {
+                (render::headed_markdown(&text))
+            } @else if path.ends_with(".md") {
+                div class="markdown" { (render::markdown(&text)) }
+            } @else { pre { (text) } }
         },
     )
 }
@@ -867,28 +871,16 @@ async fn run(
     for file in files.iter().flatten() {
         changes.push(super::history::change_of(&state, tenant, file).await?);
     }
-    // The selection the run wrote (its phase_two_selection.json, as history keeps it).
-    let selection = if r.state == "succeeded" && r.restored_from.is_none() {
-        match state.store.file_after_run(tenant, &workspace, &layout_name, id, "phase_two_selection.json").await? {
-            FileAtRun::Content(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes).ok(),
-            _ => None,
-        }
-    } else {
-        None
-    };
     let (ws, ln) = (workspace.as_str(), layout_name.as_str());
+    // What the run added, retained and removed, as its record keeps it.
     let ids = |key: &str| -> Vec<String> {
-        selection
+        r.ledger
             .as_ref()
-            .and_then(|d| d.get(key))
+            .and_then(|l| l.get(key))
             .and_then(|v| v.as_array())
             .into_iter()
             .flatten()
-            .filter_map(|v| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .or_else(|| v.get("rollout_id").and_then(|r| r.as_str()).map(str::to_owned))
-            })
+            .filter_map(|v| v.as_str().map(str::to_owned))
             .collect()
     };
     signed.page(
@@ -902,16 +894,18 @@ async fn run(
                 tr { th { "Sessions served" } td { @for s in &r.sessions { (session_link(s)) " " } } }
                 tr { th { "Selected / added / retained / removed" } td { (r.selected) " / " (r.added) " / " (r.retained) " / " (r.removed) } }
                 tr { th { "Model turns" } td { (r.turns) } }
-                tr { th { "Token usage" } td { code { (r.usage.to_string()) } } }
+                tr { th { "Token usage" } td { (render::usage(&r.usage)) } }
                 tr { th { "Started" } td { (when(&r.started_at)) } }
                 tr { th { "Finished" } td { (when(&r.finished_at)) " (" (format!("{:.2}", (r.finished_at - r.started_at).num_milliseconds() as f64 / 1000.0)) " s)" } }
             }
-            @if selection.is_some() {
+            @if r.ledger.is_some() {
                 h2 { "Conversations" }
-                @for (label, key) in [("Added", "added_rollout_ids"), ("Retained", "retained_rollout_ids"), ("Removed", "removed")] {
+                @for (label, key) in [("Added", "added"), ("Retained", "retained"), ("Removed", "removed")] {
                     p {
                         (label) ": "
-                        @for rollout in ids(key) { (rollout_link(ws, ln, &rollout)) " " }
+                        @let listed = ids(key);
+                        @if listed.is_empty() { span class="muted" { "none" } }
+                        @for rollout in listed { (rollout_link(ws, ln, &rollout)) " " }
                     }
                 }
             }

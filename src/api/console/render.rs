@@ -164,9 +164,95 @@ pub fn diff(text: &str) -> Markup {
     }
 }
 
+/// A job's or run's token usage, in words.
+pub fn usage(usage: &Value) -> Markup {
+    let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let calls = n("calls");
+    html! {
+        (n("input_tokens")) " input and " (n("output_tokens")) " output tokens in " (calls)
+        @if calls == 1 { " model call" } @else { " model calls" }
+    }
+}
+
+/// A session's `memory_status`: its outcome, and each failure with its job.
+pub fn memory_status(status: &Value) -> Markup {
+    let outcome = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
+    let failures = status.get("failures").and_then(Value::as_array).cloned().unwrap_or_default();
+    html! {
+        p { "Memory: " span class={"state " (outcome)} { (outcome) } }
+        @if !failures.is_empty() {
+            table {
+                tr { th { "Failed job" } th { "Kind" } th { "Layout" } th { "Rollout" } th { "Error" } }
+                @for f in &failures {
+                    @let text = |key: &str| f.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+                    tr {
+                        td { a href={"/console/jobs/" (text("job_id"))} { code { (text("job_id").chars().take(8).collect::<String>()) } } }
+                        td { (text("kind")) } td { (text("layout")) } td { code { (text("rollout_id")) } }
+                        td class="error" { (text("error")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A raw memory or rollout summary: its header lines (`key: value`, up to
+/// the first blank line) as a table, the rest as Markdown.
+pub fn headed_markdown(text: &str) -> Markup {
+    let mut header = Vec::new();
+    let mut lines = text.split_inclusive('\n');
+    let mut body_start = 0;
+    for line in lines.by_ref() {
+        let trimmed = line.trim_end_matches(['\n', '\r']);
+        match trimmed.split_once(": ") {
+            Some((key, value)) if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                header.push((key.to_owned(), value.to_owned()));
+                body_start += line.len();
+            }
+            _ => {
+                if trimmed.is_empty() && !header.is_empty() {
+                    body_start += line.len();
+                }
+                break;
+            }
+        }
+    }
+    html! {
+        @if !header.is_empty() {
+            table class="header" {
+                @for (key, value) in &header { tr { th { (key) } td { code { (value) } } } }
+            }
+        }
+        div class="markdown" { (markdown(&text[body_start..])) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_memory_shows_its_header_as_a_table_and_its_body_as_markdown() {
+        let text = "rollout_id: chat-1\nupdated_at: 2026-12-01T08:00:00+00:00\nterminal_state: completed\n\n## Lessons\n\n- tea <script>x</script>\n";
+        let html = headed_markdown(text).into_string();
+        assert!(html.contains("<th>rollout_id</th><td><code>chat-1</code></td>"), "{html}");
+        assert!(html.contains("<th>terminal_state</th>"), "{html}");
+        assert!(html.contains("<h2>Lessons</h2>") && html.contains("<li>tea &lt;script&gt;"), "{html}");
+        assert!(!html.contains("<p>rollout_id"), "{html}");
+        let plain = headed_markdown("Just text\n").into_string();
+        assert!(!plain.contains("<table") && plain.contains("<p>Just text</p>"), "{plain}");
+    }
+
+    #[test]
+    fn usage_and_status_are_words_not_json() {
+        let used = usage(&serde_json::json!({"input_tokens": 120, "output_tokens": 30, "calls": 1})).into_string();
+        assert_eq!(used, "120 input and 30 output tokens in 1 model call");
+        let status = serde_json::json!({"status": "partial", "failures": [
+            {"job_id": "0b8f6c1e-0000-4000-8000-000000000000", "kind": "phase_one", "layout": "default", "rollout_id": "r", "error": "boom"}
+        ]});
+        let html = memory_status(&status).into_string();
+        assert!(html.contains("partial") && html.contains("boom") && !html.contains("{&quot;"), "{html}");
+    }
 
     const HOSTILE: &str = "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\n\
         [click](javascript:alert(3)) [spaced]( JaVaScRiPt:alert(4)) [tab](java\tscript:alert(5)) \

@@ -251,8 +251,8 @@ for_every_dialect! {
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
                                              retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions, restored_from, kind)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                                             sessions, restored_from, kind, ledger)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -274,6 +274,7 @@ for_every_dialect! {
             .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
             .bind(run.restored_from)
             .bind(run.kind.as_str())
+            .bind(run.ledger.as_ref().map(serde_json::Value::to_string))
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {

@@ -212,6 +212,8 @@ pub(super) struct RunRow {
     restored_from: Option<Uuid>,
     #[sqlx(default)]
     kind: Option<String>,
+    #[sqlx(default)]
+    ledger: Option<String>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -236,6 +238,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             finished_at: r.finished_at,
             sessions: r.sessions.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?.unwrap_or_default(),
             restored_from: r.restored_from,
+            ledger: r.ledger.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
         })
     }
 }
