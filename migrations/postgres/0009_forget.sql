@@ -49,3 +49,10 @@ ALTER TABLE run_history ADD COLUMN before_omitted BOOLEAN NOT NULL DEFAULT FALSE
 -- What a run added, kept and removed (rollout ids), for its page; a forget's
 -- omits the forgotten ones.
 ALTER TABLE phase_two_runs ADD COLUMN ledger TEXT;
+
+-- Console sessions ended by signing out: refused on every replica until
+-- they would have expired anyway.
+CREATE TABLE console_signouts (
+    session_id TEXT PRIMARY KEY,
+    expires_at TIMESTAMPTZ NOT NULL
+);

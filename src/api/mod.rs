@@ -4,7 +4,7 @@
 mod admin;
 mod cache;
 mod console;
-pub use console::ConsoleKeys;
+pub use console::{ConsoleKeys, SignInThrottle};
 pub mod error;
 mod extract;
 mod forget;
@@ -69,6 +69,8 @@ pub struct Caches {
     pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
     /// Segments appended per tenant per minute on this replica.
     pub ingest: rate::IngestRate,
+    /// Failed console sign-ins per client address on this replica.
+    pub sign_ins: console::SignInThrottle,
 }
 
 impl Default for Caches {
@@ -77,6 +79,7 @@ impl Default for Caches {
             keys: cache::TtlCache::new(Duration::from_secs(5)),
             layouts: cache::TtlCache::new(Duration::from_secs(2)),
             ingest: Default::default(),
+            sign_ins: Default::default(),
         }
     }
 }

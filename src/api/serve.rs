@@ -52,7 +52,7 @@ pub async fn serve(
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors, say: pause rather than spin.
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -62,8 +62,9 @@ pub async fn serve(
             },
             _ = stopped(&mut shutdown) => break,
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
-        connections.spawn(serve_connection(stream, app.clone(), limits, shutdown.clone(), permit));
+        connections.spawn(serve_connection(stream, peer, app.clone(), limits, shutdown.clone(), permit));
         while connections.try_join_next().is_some() {}
     }
     drop(listener);
@@ -79,6 +80,7 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     app: Router,
     limits: ConnectionLimits,
     mut shutdown: watch::Receiver<bool>,
@@ -92,7 +94,9 @@ async fn serve_connection(
             let app = app.clone();
             let request = RequestUnderWay::start(activity.clone());
             async move {
-                let response = app.oneshot(req.map(Body::new)).await.unwrap_or_else(|never: Infallible| match never {});
+                let mut req = req.map(Body::new);
+                req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                let response = app.oneshot(req).await.unwrap_or_else(|never: Infallible| match never {});
                 // The request counts as under way until hyper has taken its whole body.
                 Ok::<_, Infallible>(response.map(|body| {
                     Body::new(body.map_frame(move |frame| {

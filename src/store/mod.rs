@@ -127,6 +127,9 @@ pub trait TenantStore: Send + Sync {
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
     /// Every tenant, oldest first, with its live keys and sessions counted.
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>>;
+    /// A console session signed out: refused from now on, until `expires_at`.
+    async fn end_console_session(&self, session_id: &str, expires_at: DateTime<Utc>) -> StoreResult<()>;
+    async fn console_session_ended(&self, session_id: &str) -> StoreResult<bool>;
 }
 
 /// A tenant's layouts.

@@ -74,6 +74,71 @@ async fn error_page(
     status
 }
 
+both_backends!(signing_out_ends_the_session_everywhere);
+
+async fn signing_out_ends_the_session_everywhere(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let mut browser = Browser::new(&app);
+    assert_eq!(browser.sign_in(&t.key).await.0, StatusCode::SEE_OTHER);
+    let kept = browser.cookies.clone();
+    let (_, _, overview) = browser.get("/console").await;
+    let csrf = hidden(&overview, "csrf");
+    let (status, location, _) = browser.post("/console/logout", &[("csrf", &csrf)]).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/login"));
+    // Someone who kept the cookie is signed out too.
+    let mut thief = Browser::new(&app);
+    thief.cookies = kept;
+    let (status, location, _) = thief.get("/console").await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/login"));
+    // A new sign-in is a new session.
+    assert_eq!(browser.sign_in(&t.key).await.0, StatusCode::SEE_OTHER);
+    assert_eq!(browser.get("/console").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn sign_ins_are_throttled_per_address_and_cookies_are_secure_over_https() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let t = app.tenant().await;
+    let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let attempt = async |credential: &str, forwarded: Option<(&str, &str)>| {
+        let mut form = http.get(format!("{}/console/login", app.base));
+        if let Some((addr, proto)) = forwarded {
+            form = form.header("x-forwarded-for", addr).header("x-forwarded-proto", proto);
+        }
+        let res = form.send().await.unwrap();
+        let set = res.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+        let token = set.split_once('=').unwrap().1.split(';').next().unwrap().to_owned();
+        let mut post = http
+            .post(format!("{}/console/login", app.base))
+            .header(COOKIE, format!("memoryd_console_login={token}"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("credential={}&csrf={token}", encode(credential)));
+        if let Some((addr, proto)) = forwarded {
+            post = post.header("x-forwarded-for", addr).header("x-forwarded-proto", proto);
+        }
+        let res = post.send().await.unwrap();
+        let cookies: Vec<String> =
+            res.headers().get_all(SET_COOKIE).iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+        (res.status(), res.headers().get("retry-after").is_some(), set, cookies)
+    };
+    // Over HTTPS (a proxy on this host says so), every cookie is Secure; over HTTP, none is.
+    let (status, _, form_cookie, cookies) = attempt(&t.key, Some(("203.0.113.1", "https"))).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(form_cookie.contains("; Secure") && cookies.iter().all(|c| c.contains("; Secure")), "{cookies:?}");
+    let (status, _, form_cookie, cookies) = attempt(&t.key, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(!form_cookie.contains("Secure") && cookies.iter().all(|c| !c.contains("Secure")), "{cookies:?}");
+    // Ten failures from one address, then it waits, even with the right key; another address does not.
+    let guesser = Some(("198.51.100.7", "http"));
+    for _ in 0..10 {
+        assert_eq!(attempt("mk_guess", guesser).await.0, StatusCode::UNAUTHORIZED);
+    }
+    let (status, retry_after, _, _) = attempt(&t.key, guesser).await;
+    assert_eq!((status, retry_after), (StatusCode::TOO_MANY_REQUESTS, true));
+    assert_eq!(attempt(&t.key, Some(("198.51.100.8", "http"))).await.0, StatusCode::SEE_OTHER);
+}
+
 #[tokio::test]
 async fn console_errors_are_pages_with_the_consoles_headers() {
     let app = TestApp::start(Backend::Sqlite).await;
@@ -383,7 +448,7 @@ async fn an_admin_picks_a_tenant_and_a_revoked_key_signs_out(backend: Backend) {
         (0..payload_hex.len()).step_by(2).map(|i| u8::from_str_radix(&payload_hex[i..i + 2], 16).unwrap()).collect();
     let payload = String::from_utf8(payload).unwrap();
     let unkeyed: String = sha2::Sha256::digest(ADMIN_TOKEN.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    assert!(payload.starts_with("v1|a|") && !payload.contains(&unkeyed), "{payload}");
+    assert!(payload.starts_with("v2|a|") && !payload.contains(&unkeyed), "{payload}");
     assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/tenants"));
     assert_eq!(admin.get("/console").await.1, "/console/tenants", "no tenant picked yet");
     let (_, _, tenants) = admin.get("/console/tenants").await;

@@ -59,6 +59,8 @@ pub struct ConsoleSession {
     /// no longer opens the console (revoked, rotated).
     pub credential_hash: String,
     pub expires_at: i64,
+    /// Random; signing out records it as ended, on every replica.
+    pub session_id: String,
 }
 
 /// The console's signing key (`MEMORYD_CONSOLE_SECRET`, or random per start).
@@ -83,7 +85,8 @@ impl ConsoleKeys {
             Principal::Tenant(t) => ("t", t.to_string()),
             Principal::Admin(t) => ("a", t.map_or_else(|| "-".into(), |t| t.to_string())),
         };
-        let payload = format!("v1|{kind}|{tenant}|{}|{}", session.expires_at, session.credential_hash);
+        let payload =
+            format!("v2|{kind}|{tenant}|{}|{}|{}", session.expires_at, session.credential_hash, session.session_id);
         format!("{}.{}", hex(payload.as_bytes()), self.sign("session", &payload))
     }
 
@@ -96,19 +99,20 @@ impl ConsoleKeys {
             return None;
         }
         let mut parts = payload.split('|');
-        if parts.next()? != "v1" {
+        if parts.next()? != "v2" {
             return None;
         }
         let (kind, tenant) = (parts.next()?, parts.next()?);
         let expires_at: i64 = parts.next()?.parse().ok()?;
         let credential_hash = parts.next()?.to_owned();
+        let session_id = parts.next().filter(|id| !id.is_empty())?.to_owned();
         let principal = match (kind, tenant) {
             ("t", t) => Principal::Tenant(Uuid::parse_str(t).ok()?),
             ("a", "-") => Principal::Admin(None),
             ("a", t) => Principal::Admin(Some(Uuid::parse_str(t).ok()?)),
             _ => return None,
         };
-        (expires_at > now).then_some(ConsoleSession { principal, credential_hash, expires_at })
+        (expires_at > now).then_some(ConsoleSession { principal, credential_hash, expires_at, session_id })
     }
 
     /// What an admin session's cookie holds of the admin token: a MAC under
@@ -127,9 +131,10 @@ impl ConsoleKeys {
         same(self.csrf_token(cookie).as_bytes(), token.as_bytes())
     }
 
-    /// `Set-Cookie` for a value (an empty value with max-age 0 clears it).
-    pub fn cookie(&self, name: &str, value: &str, max_age: i64) -> String {
-        let secure = if self.secure_cookies { "; Secure" } else { "" };
+    /// `Set-Cookie` for a value (an empty value with max-age 0 clears it);
+    /// `Secure` when configured, or when the request came over HTTPS.
+    pub fn cookie(&self, name: &str, value: &str, max_age: i64, https: bool) -> String {
+        let secure = if self.secure_cookies || https { "; Secure" } else { "" };
         format!("{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
     }
 }
@@ -158,7 +163,12 @@ mod tests {
     }
 
     fn session(principal: Principal) -> ConsoleSession {
-        ConsoleSession { principal, credential_hash: credential_hash("mk_x"), expires_at: 1_000 }
+        ConsoleSession {
+            principal,
+            credential_hash: credential_hash("mk_x"),
+            expires_at: 1_000,
+            session_id: "0123abcd".into(),
+        }
     }
 
     #[test]
@@ -179,12 +189,15 @@ mod tests {
         let keys = ConsoleKeys::new(Some("secret"), false);
         let cookie = keys.seal(&session(Principal::Tenant(Uuid::new_v4())));
         let (payload, signature) = cookie.split_once('.').unwrap();
-        let forged_payload = hex(format!("v1|a|-|99999999999|{}", credential_hash("x")).as_bytes());
+        let forged_payload = hex(format!("v2|a|-|99999999999|{}|s", credential_hash("x")).as_bytes());
+        let unsigned_v1 = format!("v1|a|-|99999999999|{}", credential_hash("x"));
+        let old_format = format!("{}.{}", hex(unsigned_v1.as_bytes()), keys.sign("session", &unsigned_v1));
         for bad in [
             format!("{forged_payload}.{signature}"),
             format!("{payload}.{}", "0".repeat(64)),
             format!("{payload}."),
             payload.to_owned(),
+            old_format,
             "".into(),
             "zz.zz".into(),
         ] {
@@ -206,10 +219,11 @@ mod tests {
     #[test]
     fn cookies_are_http_only_strict_and_secure_when_asked() {
         assert_eq!(
-            ConsoleKeys::new(None, false).cookie("n", "v", 60),
+            ConsoleKeys::new(None, false).cookie("n", "v", 60, false),
             "n=v; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60"
         );
-        assert!(ConsoleKeys::new(None, true).cookie("n", "v", 60).ends_with("; Secure"));
+        assert!(ConsoleKeys::new(None, true).cookie("n", "v", 60, false).ends_with("; Secure"));
+        assert!(ConsoleKeys::new(None, false).cookie("n", "v", 60, true).ends_with("; Secure"));
         assert_eq!(cookie_value("a=1; memoryd_console=xyz; b=2", SESSION_COOKIE), Some("xyz"));
         assert_eq!(cookie_value("a=1", SESSION_COOKIE), None);
     }

@@ -3,10 +3,13 @@
 //! with a tenant's API key or the admin token. Every id links to its page.
 
 mod auth;
+mod client;
 mod page;
 mod render;
 
 pub use auth::ConsoleKeys;
+use client::Client;
+pub use client::SignInThrottle;
 
 use super::AppState;
 use super::error::ApiError;
@@ -161,6 +164,11 @@ impl FromRequestParts<AppState> for Signed {
         if !still_good {
             return Err(to_login());
         }
+        match state.store.console_session_ended(&session.session_id).await {
+            Ok(false) => {}
+            Ok(true) => return Err(to_login()),
+            Err(e) => return Err(ConsoleError(e.into()).into_response()),
+        }
         let csrf = state.console.csrf_token(cookie);
         Ok(Signed { session, cookie: cookie.to_owned(), csrf })
     }
@@ -184,7 +192,7 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 // -- signing in ------------------------------------------------------------
 
-async fn login_form(State(state): State<AppState>) -> Response {
+async fn login_form(State(state): State<AppState>, client: Client) -> Response {
     // Double-submit token: a login form posted from elsewhere lacks the cookie.
     let token = random_hex(1);
     let mut response = html_page(
@@ -200,7 +208,7 @@ async fn login_form(State(state): State<AppState>) -> Response {
             }
         },
     );
-    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(LOGIN_COOKIE, &token, 600)) {
+    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(LOGIN_COOKIE, &token, 600, client.https)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     response
@@ -221,10 +229,40 @@ fn refused_login(message: &str) -> Response {
     )
 }
 
-async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+/// Too many failed sign-ins from this address: it waits (429).
+fn throttled_login(wait: Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    let mut response = html_page(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Sign in",
+        None,
+        html! { p class="error" { "Too many failed sign-ins from this address; try again in " (secs) " s." } },
+    );
+    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+async fn login(
+    State(state): State<AppState>,
+    client: Client,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let now = std::time::Instant::now();
+    if let Some(wait) = client.addr.and_then(|addr| state.caches.sign_ins.wait(addr, now)) {
+        return throttled_login(wait);
+    }
+    let failed = |message: &str| {
+        if let Some(addr) = client.addr {
+            state.caches.sign_ins.failed(addr, now);
+        }
+        refused_login(message)
+    };
     let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if cookie_value(cookies, LOGIN_COOKIE) != Some(form.csrf.as_str()) || form.csrf.is_empty() {
-        return refused_login("The sign-in form expired; load it again.");
+        return failed("The sign-in form expired; load it again.");
     }
     let credential = form.credential.trim();
     let hash = credential_hash(credential);
@@ -234,18 +272,27 @@ async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Fo
     } else {
         match tenant_of_key_hash(&state, &hash).await {
             Ok(Some(tenant)) => Principal::Tenant(tenant),
-            Ok(None) => return refused_login("That key opens nothing here."),
+            Ok(None) => return failed("That key opens nothing here."),
             Err(e) => return ConsoleError(e).into_response(),
         }
     };
+    if let Some(addr) = client.addr {
+        state.caches.sign_ins.succeeded(addr);
+    }
     let next = if is_admin { "/console/tenants" } else { "/console" };
     let hash = if is_admin { state.console.admin_credential(credential) } else { hash };
-    let session = ConsoleSession { principal, credential_hash: hash, expires_at: now_secs() + SESSION_SECS };
+    let session = ConsoleSession {
+        principal,
+        credential_hash: hash,
+        expires_at: now_secs() + SESSION_SECS,
+        session_id: random_hex(1),
+    };
     let sealed = state.console.seal(&session);
     let mut response = page::harden(Redirect::to(next).into_response());
-    for cookie in
-        [state.console.cookie(SESSION_COOKIE, &sealed, SESSION_SECS), state.console.cookie(LOGIN_COOKIE, "", 0)]
-    {
+    for cookie in [
+        state.console.cookie(SESSION_COOKIE, &sealed, SESSION_SECS, client.https),
+        state.console.cookie(LOGIN_COOKIE, "", 0, client.https),
+    ] {
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().append(header::SET_COOKIE, value);
         }
@@ -254,10 +301,13 @@ async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Fo
     response
 }
 
-async fn logout(State(state): State<AppState>, signed: Signed, Form(form): Form<CsrfForm>) -> Page {
+async fn logout(State(state): State<AppState>, signed: Signed, client: Client, Form(form): Form<CsrfForm>) -> Page {
     signed.check_csrf(&form.csrf, &state.console)?;
+    // Ended here for every replica: the cookie, even kept by someone, opens nothing.
+    let expires_at = chrono::DateTime::from_timestamp(signed.session.expires_at, 0).unwrap_or_else(chrono::Utc::now);
+    state.store.end_console_session(&signed.session.session_id, expires_at).await?;
     let mut response = page::harden(Redirect::to("/console/login").into_response());
-    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(SESSION_COOKIE, "", 0)) {
+    if let Ok(value) = HeaderValue::from_str(&state.console.cookie(SESSION_COOKIE, "", 0, client.https)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)
@@ -301,7 +351,12 @@ pub struct PickForm {
     tenant_id: Uuid,
 }
 
-async fn pick_tenant(State(state): State<AppState>, signed: Signed, Form(form): Form<PickForm>) -> Page {
+async fn pick_tenant(
+    State(state): State<AppState>,
+    signed: Signed,
+    client: Client,
+    Form(form): Form<PickForm>,
+) -> Page {
     signed.check_csrf(&form.csrf, &state.console)?;
     if !signed.session.principal.is_admin() {
         return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
@@ -311,7 +366,7 @@ async fn pick_tenant(State(state): State<AppState>, signed: Signed, Form(form): 
     }
     let session = ConsoleSession { principal: Principal::Admin(Some(form.tenant_id)), ..signed.session };
     let mut response = page::harden(Redirect::to("/console").into_response());
-    let cookie = state.console.cookie(SESSION_COOKIE, &state.console.seal(&session), SESSION_SECS);
+    let cookie = state.console.cookie(SESSION_COOKIE, &state.console.seal(&session), SESSION_SECS, client.https);
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }

@@ -599,6 +599,8 @@ for_every_dialect! {
                 sqlx::query(sql).bind(tenant).bind(session.as_str()).execute(&mut *tx).await?;
             }
         }
+        // Sign-outs of console sessions that have expired anyway.
+        sqlx::query("DELETE FROM console_signouts WHERE expires_at < $1").bind(Utc::now()).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok((jobs.len() + sessions.len()) as u64)
     }

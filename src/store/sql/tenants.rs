@@ -71,6 +71,25 @@ for_every_dialect! {
         Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
     }
 
+    async fn end_console_session(&self, session_id: &str, expires_at: chrono::DateTime<Utc>) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("INSERT INTO console_signouts (session_id, expires_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(session_id)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn console_session_ended(&self, session_id: &str) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 AS ended FROM console_signouts WHERE session_id = $1")
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>> {
         let rows = sqlx::query(
             "SELECT t.id, t.name, t.created_at, t.deleting_at,
