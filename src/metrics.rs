@@ -93,6 +93,13 @@ pub fn model_call(phase: &str, api: &str, outcome: &str, elapsed: Duration, inpu
     counter!("memoryd_model_output_tokens_total", &labels[..1]).increment(output_tokens);
 }
 
+/// Secrets redacted, by rule, at one stage (`model_input`, `memory_files`, `ingest`).
+pub fn redactions(stage: &'static str, counts: &crate::domain::redact::Counts) {
+    for (rule, n) in counts {
+        counter!("memoryd_redactions_total", &[("rule", rule.clone()), ("stage", stage.to_owned())]).increment(*n);
+    }
+}
+
 pub fn phase_two_run(state: &str, turns: i64, files_changed: usize) {
     counter!("memoryd_phase_two_runs_total", &[("state", state.to_owned())]).increment(1);
     histogram!("memoryd_phase_two_turns").record(turns as f64);

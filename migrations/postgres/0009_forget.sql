@@ -56,3 +56,7 @@ CREATE TABLE console_signouts (
     session_id TEXT PRIMARY KEY,
     expires_at TIMESTAMPTZ NOT NULL
 );
+
+-- Redactions (SPEC §4) by rule, of a job and of a run, as JSON objects.
+ALTER TABLE jobs ADD COLUMN redactions TEXT;
+ALTER TABLE phase_two_runs ADD COLUMN redactions TEXT;

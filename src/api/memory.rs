@@ -199,6 +199,13 @@ pub async fn instructions(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StatusCode::NO_CONTENT.into_response()),
         Err(e) => return Err(ApiError::internal(e)),
     };
+    // Published files are redacted already; a summary written before the
+    // rules were set (or by the SDK) is redacted here, so no secret reaches a run.
+    let redactor = layout.redactor();
+    let summary = match std::str::from_utf8(&summary) {
+        Ok(text) if !redactor.is_off() => redactor.redact_text(text, &mut Default::default()).into_bytes(),
+        _ => summary,
+    };
     let memory_dir = layout.config.memories_dir.as_str();
     match render_instructions(memory_dir, &summary, live_update.unwrap_or(read.live_update)) {
         Some(rendered) => Ok(Json(json!({

@@ -6,7 +6,7 @@ use super::error::{ApiError, STORAGE_FULL};
 use super::extract::{JsonBody, OptionalJsonBody, QueryParams, TenantAuth, sha256_hex};
 use super::layouts::find_layout;
 use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
-use crate::domain::segment::{SegmentError, build_segment};
+use crate::domain::segment::{SegmentError, build_segment_redacted};
 use crate::store::{
     AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind, JobState, NewSession,
     SessionState,
@@ -137,11 +137,19 @@ pub async fn append_segment(
     if !state.volumes.has_room() {
         return Err(ApiError::InsufficientStorage(STORAGE_FULL.into()));
     }
-    let segment = build_segment(body.value, chrono::Utc::now()).map_err(|e| match e {
-        SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),
-        SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
-        SegmentError::Invalid(detail) => ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail },
-    })?;
+    // SPEC §4: with `at_ingest`, the stored line itself carries no secret.
+    let redactor = layout.config.redaction.at_ingest.then(|| layout.redactor());
+    let mut redacted = crate::domain::redact::Counts::new();
+    let segment = build_segment_redacted(body.value, chrono::Utc::now(), redactor.as_deref(), &mut redacted).map_err(
+        |e| match e {
+            SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),
+            SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
+            SegmentError::Invalid(detail) => {
+                ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail }
+            }
+        },
+    )?;
+    crate::metrics::redactions("ingest", &redacted);
     let bytes = segment.line.len();
     let outcome = state
         .appends

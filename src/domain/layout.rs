@@ -21,6 +21,9 @@ pub struct LayoutConfig {
     /// it existed keep their etag.
     #[serde(default, skip_serializing_if = "RetentionConfig::is_default")]
     pub retention: RetentionConfig,
+    /// Left out while it is the default, for the same reason.
+    #[serde(default, skip_serializing_if = "super::redact::RedactionConfig::is_default")]
+    pub redaction: super::redact::RedactionConfig,
 }
 
 /// How long a layout keeps conversations (SPEC §2.7).
@@ -100,6 +103,7 @@ impl Default for LayoutConfig {
             generate: default_generate(),
             read: default_read(),
             retention: RetentionConfig::default(),
+            redaction: Default::default(),
         }
     }
 }
@@ -192,7 +196,13 @@ impl ValidLayout {
         {
             return Err(format!("layout.retention.rollout_days must be a number of days, 0 or more, got: {days}"));
         }
+        config.redaction.validate()?;
         Ok(Self { config, memories_dir, sessions_dir })
+    }
+
+    /// The layout's redaction rules, compiled (once per process and config).
+    pub fn redactor(&self) -> std::sync::Arc<super::redact::Redactor> {
+        super::redact::redactor_for(&self.config.redaction).expect("a valid layout's rules compile")
     }
 
     /// `rollout_path` as the SDK prints it (R-P1-11): normalised sessions dir and file.

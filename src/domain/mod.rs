@@ -7,5 +7,6 @@ pub mod layout;
 pub mod page;
 pub mod pyjson;
 pub mod pytext;
+pub mod redact;
 pub mod segment;
 pub mod time;

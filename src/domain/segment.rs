@@ -169,6 +169,18 @@ fn terminal_metadata(
 /// Turns a client body into the stored line. `now` stamps a segment that
 /// carries no `updated_at`.
 pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, SegmentError> {
+    build_segment_redacted(body, now, None, &mut Default::default())
+}
+
+/// As [`build_segment`], the stored line's string values redacted with
+/// `redactor` when there is one (a layout's `at_ingest`): the structure and
+/// the key order stay, only the text of secrets changes.
+pub fn build_segment_redacted(
+    body: Value,
+    now: DateTime<Utc>,
+    redactor: Option<&super::redact::Redactor>,
+    counts: &mut super::redact::Counts,
+) -> Result<Segment, SegmentError> {
     let Value::Object(mut body) = body else {
         return Err(SegmentError::Invalid("a segment must be a JSON object".into()));
     };
@@ -223,7 +235,11 @@ pub fn build_segment(body: Value, now: DateTime<Utc>) -> Result<Segment, Segment
         line.insert("final_output".into(), final_output);
     }
     line.extend(body);
-    let mut text = dumps(&Value::Object(line), PyJsonStyle::COMPACT);
+    let mut line = Value::Object(line);
+    if let Some(redactor) = redactor {
+        redactor.redact_json(&mut line, counts);
+    }
+    let mut text = dumps(&line, PyJsonStyle::COMPACT);
     text.push('\n');
     Ok(Segment { rollout_id, updated_at, terminal_state, line: text.into() })
 }

@@ -66,7 +66,12 @@ async fn remove_folder(ctx: &WorkerContext, root: Result<PathBuf, String>) -> Re
     .await
     .map_err(|e| io_failure("removing the folder failed", e))?
     .map_err(|e| io_failure("removing the folder failed", e))?;
-    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: None, usage: TokenUsage::default() })
+    Ok(Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        files: None,
+        usage: TokenUsage::default(),
+        redactions: Default::default(),
+    })
 }
 
 /// The rollout summaries of `ids` in `summaries` (any slug), but not one

@@ -8,6 +8,7 @@ mod phase_one;
 pub mod phase_two;
 mod restore;
 
+use crate::domain::redact::{Counts, add_counts};
 use crate::llm::{Provider, TokenUsage};
 use crate::store::{
     ClaimRequest, ClaimedJob, DynStore, FileHistory, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
@@ -71,6 +72,8 @@ pub struct Completion {
     pub outcome: JobOutcome,
     pub files: Option<FileChanges>,
     pub usage: TokenUsage,
+    /// Secrets taken out of what the attempt sent to the model.
+    pub redactions: Counts,
 }
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -142,12 +145,19 @@ fn finish_for(
 ) -> JobFinish {
     let previous = claimed.job.usage.as_ref();
     match result {
-        Ok(c) => JobFinish { outcome: c.outcome, phase_two, usage: merged_usage(previous, c.usage), publish_id },
+        Ok(c) => JobFinish {
+            outcome: c.outcome,
+            phase_two,
+            usage: merged_usage(previous, c.usage),
+            publish_id,
+            redactions: c.redactions,
+        },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
             phase_two,
             usage: merged_usage(previous, TokenUsage::default()),
             publish_id: None,
+            redactions: Counts::new(),
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -157,7 +167,13 @@ fn finish_for(
                 let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
                 JobOutcome::RetryAt { at, error: message, token_limit }
             };
-            JobFinish { outcome, phase_two, usage: merged_usage(previous, usage), publish_id: None }
+            JobFinish {
+                outcome,
+                phase_two,
+                usage: merged_usage(previous, usage),
+                publish_id: None,
+                redactions: Counts::new(),
+            }
         }
     }
 }
@@ -290,6 +306,27 @@ fn history_of(root: &std::path::Path, memories_dir: &str, files: &FileChanges) -
     Ok(history)
 }
 
+/// Redacts, with the layout's rules, every text file `files` writes under
+/// its memory folder; the counts by rule.
+fn redact_memory_files(layout: &crate::domain::layout::ValidLayout, files: &mut FileChanges) -> Counts {
+    let mut counts = Counts::new();
+    let redactor = layout.redactor();
+    if redactor.is_off() {
+        return counts;
+    }
+    let prefix = format!("{}/", layout.memories_dir.normalized);
+    for (path, content) in files.edits.iter_mut() {
+        let Some(bytes) = content.as_mut().filter(|_| path.starts_with(&prefix)) else { continue };
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            let redacted = redactor.redact_text(text, &mut counts);
+            if redacted != text {
+                *bytes = redacted.into_bytes();
+            }
+        }
+    }
+    counts
+}
+
 /// Writes an attempt's files under temporary names with the manifest that
 /// lists them, and fills in a successful run's history; a failure to write
 /// them fails the attempt.
@@ -299,9 +336,20 @@ async fn stage_files(
     result: Result<Completion, AttemptError>,
     report: &mut Option<PhaseTwoReport>,
 ) -> (Result<Completion, AttemptError>, Option<Manifest>) {
-    let Ok(Completion { outcome, files: Some(files), usage }) = result else { return (result, None) };
+    let Ok(Completion { outcome, files: Some(mut files), usage, mut redactions }) = result else {
+        return (result, None);
+    };
     let keeps_history = report.as_ref().is_some_and(|r| r.run.state == "succeeded");
     let memories_dir = claimed.layout.memories_dir.normalized.clone();
+    // SPEC §4: whatever a job publishes under the memory folder (phase one's
+    // files, the consolidation agent's edits, a restore) is redacted here,
+    // the one place every kind passes through.
+    let in_files = redact_memory_files(&claimed.layout, &mut files);
+    crate::metrics::redactions("memory_files", &in_files);
+    if let Some(report) = report.as_mut() {
+        report.run.redactions = in_files.clone();
+    }
+    add_counts(&mut redactions, &in_files);
     let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
         Ok(root) => {
             let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
@@ -326,7 +374,7 @@ async fn stage_files(
                 }
                 report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
-            (Ok(Completion { outcome, files: None, usage }), Some(manifest))
+            (Ok(Completion { outcome, files: None, usage, redactions }), Some(manifest))
         }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");

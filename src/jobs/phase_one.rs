@@ -2,6 +2,7 @@
 //! the three artifacts, and hand back the two files to write.
 
 use super::{AttemptError, Completion, WorkerContext};
+use crate::domain::redact::Counts;
 use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsage};
 use crate::pipeline::extractive;
 use crate::pipeline::phase_one::{
@@ -69,6 +70,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
             outcome: JobOutcome::Succeeded { raw_memory: Some(made.clone()) },
             files: None,
             usage: TokenUsage::default(),
+            redactions: Counts::new(),
         });
     }
     let root = ctx
@@ -86,7 +88,19 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let contents = String::from_utf8_lossy(&bytes);
 
     let token_limit = claimed.token_limit.map_or(PHASE_ONE_TOKEN_LIMIT, |l| l.max(1) as usize);
-    let (prompt, facts) = render_phase_one(&contents, token_limit, generate.extra_prompt.as_deref()).map_err(fatal)?;
+    // SPEC §4: the model sees the rollout with its secrets taken out.
+    let mut sent_redacted = Counts::new();
+    let redactor = layout.redactor();
+    let redact = |text: &str, counts: &mut Counts| redactor.redact_text(text, counts);
+    let (prompt, facts) = render_phase_one(&contents, token_limit, generate.extra_prompt.as_deref(), &mut |t| {
+        redact(t, &mut sent_redacted)
+    })
+    .map_err(fatal)?;
+    if matches!(ctx.provider, Provider::Model(_)) {
+        crate::metrics::redactions("model_input", &sent_redacted);
+    } else {
+        sent_redacted.clear();
+    }
     if ctx.settings.log_content {
         tracing::debug!(job_id = %job.job_id, instructions = %prompt.instructions, user_message = %prompt.user_message, "phase-one prompt");
     }
@@ -111,7 +125,9 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         }
     };
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
-        Extraction::Empty => return Ok(Completion { outcome: JobOutcome::Skipped, files: None, usage }),
+        Extraction::Empty => {
+            return Ok(Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: sent_redacted });
+        }
         Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
     };
 
@@ -141,5 +157,10 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         terminal_state: facts.terminal_state,
         extracted_len: committed.committed_len,
     };
-    Ok(Completion { outcome: JobOutcome::Succeeded { raw_memory: Some(record) }, files: Some(files), usage })
+    Ok(Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: Some(record) },
+        files: Some(files),
+        usage,
+        redactions: sent_redacted,
+    })
 }

@@ -77,6 +77,7 @@ impl RunLog {
                 finished_at: Utc::now(),
                 sessions: claimed.job.sessions.clone(),
                 restored_from: None,
+                redactions: Default::default(),
                 ledger: self.selection.as_ref().map(|s| {
                     json!({
                         "added": s.added_ids(),
@@ -131,7 +132,7 @@ impl super::JobRunner for PhaseTwo {
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
-    (Completion { outcome: JobOutcome::Skipped, files: None, usage }, None)
+    (Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: Default::default() }, None)
 }
 
 async fn attempt(
@@ -213,8 +214,12 @@ pub(super) fn succeeded(
         }
     }
     files.write(format!("{memories}/phase_two_selection.json"), selection_file(&selection.selected, &written_at));
-    let completion =
-        Completion { outcome: JobOutcome::Succeeded { raw_memory: None }, files: Some(files), usage: log.usage };
+    let completion = Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        files: Some(files),
+        usage: log.usage,
+        redactions: Default::default(),
+    };
     (completion, document)
 }
 

@@ -48,6 +48,7 @@ impl super::JobRunner for Restore {
                 restored_from: claimed.job.restore_run_id,
                 sessions: Vec::new(),
                 ledger: None,
+                redactions: Default::default(),
             },
             selection: None,
             history: None,
@@ -117,5 +118,6 @@ async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         outcome: JobOutcome::Succeeded { raw_memory: None },
         files: Some(files),
         usage: TokenUsage::default(),
+        redactions: Default::default(),
     })
 }

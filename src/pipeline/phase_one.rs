@@ -84,10 +84,13 @@ fn terminal_metadata_json(segments: &[Value]) -> String {
 }
 
 /// R-P1-2..5: the prompt for a rollout file's text.
+/// `redact` takes the secrets out of the rollout text the model will read
+/// (after truncation, so the budget and the notice stay those of R-TR).
 pub fn render_phase_one(
     rollout_contents: &str,
     token_limit: usize,
     extra_prompt: Option<&str>,
+    redact: &mut dyn FnMut(&str) -> String,
 ) -> Result<(PhaseOnePrompt, RolloutFacts), String> {
     let mut segments = Vec::new();
     for line in py_splitlines(rollout_contents) {
@@ -110,12 +113,13 @@ pub fn render_phase_one(
     };
     let truncated = truncate_text(rollout_contents, token_limit);
     let rendered = if truncated == rollout_contents {
-        truncated
+        redact(&truncated)
     } else {
         format!(
-            "\n\n[rollout content omitted: this phase-one memory prompt contains a truncated view of the saved rollout. original_chars={}; rendered_chars={}. Do not assume the rendered rollout below is complete.]\n\n{truncated}",
+            "\n\n[rollout content omitted: this phase-one memory prompt contains a truncated view of the saved rollout. original_chars={}; rendered_chars={}. Do not assume the rendered rollout below is complete.]\n\n{}",
             rollout_contents.chars().count(),
-            truncated.chars().count()
+            truncated.chars().count(),
+            redact(&truncated)
         )
     };
     let metadata = terminal_metadata_json(&segments);
@@ -231,7 +235,7 @@ mod tests {
 
     #[test]
     fn one_segment_gives_its_metadata_sorted_with_tight_colons() {
-        let (prompt, facts) = render_phase_one(ONE, PHASE_ONE_TOKEN_LIMIT, None).unwrap();
+        let (prompt, facts) = render_phase_one(ONE, PHASE_ONE_TOKEN_LIMIT, None, &mut str::to_owned).unwrap();
         assert!(prompt.user_message.contains(
             "```json\n{\n  \"exception_message\":null,\n  \"exception_type\":null,\n  \"has_final_output\":true,\n  \"terminal_state\":\"completed\"\n}\n```"
         ));
@@ -251,7 +255,8 @@ mod tests {
     #[test]
     fn several_segments_give_count_last_metadata_and_states() {
         let text = format!("{ONE}\n{TWO}");
-        let (prompt, facts) = render_phase_one(&text, PHASE_ONE_TOKEN_LIMIT, Some("Remember tea.")).unwrap();
+        let (prompt, facts) =
+            render_phase_one(&text, PHASE_ONE_TOKEN_LIMIT, Some("Remember tea."), &mut str::to_owned).unwrap();
         assert!(prompt.user_message.contains("\"segment_count\":2"));
         assert!(prompt.user_message.contains("\"terminal_states\":[\n    \"completed\",\n    \"interrupted\"\n  ]"));
         assert!(prompt.user_message.contains("\"final_terminal_metadata\":{\n    \"exception_message\":null,"));
@@ -268,7 +273,7 @@ mod tests {
         let line = format!(
             "{{\"updated_at\":\"x\",\"input\":[{{\"content\":\"{content}\",\"role\":\"user\"}}],\"terminal_metadata\":{{\"terminal_state\":\"completed\"}}}}\n"
         );
-        let (prompt, _) = render_phase_one(&line, PHASE_ONE_TOKEN_LIMIT, None).unwrap();
+        let (prompt, _) = render_phase_one(&line, PHASE_ONE_TOKEN_LIMIT, None, &mut str::to_owned).unwrap();
         let m = &prompt.user_message;
         assert!(m.contains("rollout content omitted"));
         assert!(m.contains("Do not assume the rendered rollout below is complete"));
@@ -281,15 +286,19 @@ mod tests {
     #[test]
     fn empty_and_invalid_rollouts_are_refused() {
         assert_eq!(
-            render_phase_one("\n  \n", 10, None).unwrap_err(),
+            render_phase_one("\n  \n", 10, None, &mut str::to_owned).unwrap_err(),
             "rollout_contents must contain at least one JSONL record"
         );
-        assert!(render_phase_one("{not json\n", 10, None).unwrap_err().starts_with("invalid JSONL record"));
+        assert!(
+            render_phase_one("{not json\n", 10, None, &mut str::to_owned)
+                .unwrap_err()
+                .starts_with("invalid JSONL record")
+        );
     }
 
     #[test]
     fn unknown_facts_fall_back_to_unknown() {
-        let (_, facts) = render_phase_one("{\"terminal_metadata\":\"x\"}\n", 10, None).unwrap();
+        let (_, facts) = render_phase_one("{\"terminal_metadata\":\"x\"}\n", 10, None, &mut str::to_owned).unwrap();
         assert_eq!((facts.updated_at.as_str(), facts.terminal_state.as_str()), ("unknown", "unknown"));
     }
 

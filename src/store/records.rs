@@ -90,6 +90,8 @@ pub struct JobRecord {
     /// For a forget job: what it forgets, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forget: Option<ForgetSpec>,
+    /// Secrets redacted by the job (SPEC §4), by rule.
+    pub redactions: crate::domain::redact::Counts,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -393,6 +395,8 @@ pub struct PhaseTwoRun {
     /// (`{"added": [..], "retained": [..], "removed": [..]}`); shown by the console.
     #[serde(skip)]
     pub ledger: Option<Value>,
+    /// Secrets redacted from the files the run published, by rule.
+    pub redactions: crate::domain::redact::Counts,
 }
 
 /// What a phase-two attempt leaves in the database: its run record and, on
@@ -456,6 +460,8 @@ pub struct JobFinish {
     pub usage: Value,
     /// The staged publish this finish makes visible, recorded with the outcome.
     pub publish_id: Option<Uuid>,
+    /// Secrets the attempt redacted, by rule.
+    pub redactions: crate::domain::redact::Counts,
 }
 
 /// What a request to forget conversations became.

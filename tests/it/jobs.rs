@@ -103,6 +103,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         phase_two: None,
         usage: json!({}),
         publish_id: Some(stale_publish),
+        redactions: Default::default(),
     };
     assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
     let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
@@ -111,8 +112,13 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert!(
         store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
     );
-    let finish =
-        JobFinish { outcome: JobOutcome::Skipped, phase_two: None, usage: json!({}), publish_id: Some(owner_publish) };
+    let finish = JobFinish {
+        outcome: JobOutcome::Skipped,
+        phase_two: None,
+        usage: json!({}),
+        publish_id: Some(owner_publish),
+        redactions: Default::default(),
+    };
     assert!(store.finish_job(&owner, finish).await.unwrap());
     assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");

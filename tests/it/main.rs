@@ -24,4 +24,5 @@ mod phase_one;
 mod phase_two;
 mod process;
 mod publish;
+mod redaction;
 mod sessions;

@@ -714,6 +714,7 @@ async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<S
                 tr { th { "Attempts" } td { (j.attempts) } }
                 tr { th { "Last error" } td class="error" { (j.last_error.as_deref().unwrap_or("")) } }
                 tr { th { "Usage" } td { @if let Some(u) = &j.usage { (render::usage(u)) } } }
+                tr { th { "Redactions" } td { (render::redactions(&j.redactions)) } }
                 tr { th { "Created" } td { (when(&j.created_at)) } }
                 tr { th { "Started" } td { (maybe_when(j.started_at.as_ref())) } }
                 tr { th { "Finished" } td { (maybe_when(j.finished_at.as_ref())) } }
@@ -950,6 +951,7 @@ async fn run(
                 tr { th { "Selected / added / retained / removed" } td { (r.selected) " / " (r.added) " / " (r.retained) " / " (r.removed) } }
                 tr { th { "Model turns" } td { (r.turns) } }
                 tr { th { "Token usage" } td { (render::usage(&r.usage)) } }
+                tr { th { "Redactions" } td { (render::redactions(&r.redactions)) } }
                 tr { th { "Started" } td { (when(&r.started_at)) } }
                 tr { th { "Finished" } td { (when(&r.finished_at)) " (" (format!("{:.2}", (r.finished_at - r.started_at).num_milliseconds() as f64 / 1000.0)) " s)" } }
             }

@@ -47,7 +47,25 @@ pub fn markdown(text: &str) -> Markup {
     });
     let mut out = String::new();
     cmark_html::push_html(&mut out, events);
-    PreEscaped(out)
+    PreEscaped(mark_redactions(&out))
+}
+
+/// Every `[REDACTED:<rule>]` of rendered HTML set apart, so a reader sees
+/// where a secret was taken out. The marker holds no character HTML escapes,
+/// so it reads the same in escaped text.
+pub fn mark_redactions(html: &str) -> String {
+    static MARKER: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let marker =
+        MARKER.get_or_init(|| regex::Regex::new(r"\[REDACTED:[a-z0-9_]{1,40}\]").expect("the marker pattern compiles"));
+    marker.replace_all(html, r#"<mark class="redacted">$0</mark>"#).into_owned()
+}
+
+/// Redaction counts, by rule.
+pub fn redactions(counts: &crate::domain::redact::Counts) -> Markup {
+    html! {
+        @if counts.is_empty() { span class="muted" { "none" } }
+        @for (rule, n) in counts { span class="redacted" { (rule) " × " (n) } " " }
+    }
 }
 
 /// The text of an item's `content`: a string, or the text parts of a list.
@@ -111,6 +129,10 @@ fn item(item: &Value) -> Markup {
 /// generated, how it ended and its final output. Lines that are not JSON
 /// show as such.
 pub fn conversation(jsonl: &str) -> Markup {
+    PreEscaped(mark_redactions(&conversation_html(jsonl).into_string()))
+}
+
+fn conversation_html(jsonl: &str) -> Markup {
     html! {
         @for (n, line) in jsonl.lines().filter(|l| !l.trim().is_empty()).enumerate() {
             section class="segment" {
@@ -241,6 +263,15 @@ mod tests {
         assert!(!html.contains("<p>rollout_id"), "{html}");
         let plain = headed_markdown("Just text\n").into_string();
         assert!(!plain.contains("<table") && plain.contains("<p>Just text</p>"), "{plain}");
+    }
+
+    #[test]
+    fn redaction_markers_stand_out() {
+        let html = markdown("The key is [REDACTED:openai_key], <b>not</b> [REDACTED:x y].").into_string();
+        assert!(html.contains(r#"<mark class="redacted">[REDACTED:openai_key]</mark>"#), "{html}");
+        assert!(html.contains("[REDACTED:x y]") && html.contains("&lt;b&gt;"), "{html}");
+        let line = r#"{"input":[{"role":"user","content":"token [REDACTED:github_token]"}]}"#;
+        assert!(conversation(line).into_string().contains(r#"<mark class="redacted">[REDACTED:github_token]</mark>"#));
     }
 
     #[test]

@@ -226,7 +226,7 @@ for_every_dialect! {
         sqlx::query(
             "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
                     finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-                    publish_id = COALESCE($8, publish_id)
+                    publish_id = COALESCE($8, publish_id), redactions = COALESCE($9, redactions)
              WHERE id = $1",
         )
         .bind(job.job_id)
@@ -237,6 +237,7 @@ for_every_dialect! {
         .bind(finished_at)
         .bind(usage)
         .bind(finish.publish_id)
+        .bind((!finish.redactions.is_empty()).then(|| serde_json::to_string(&finish.redactions).expect("counts serialise")))
         .execute(&mut *tx)
         .await?;
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
@@ -251,8 +252,8 @@ for_every_dialect! {
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
                                              retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions, restored_from, kind, ledger)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+                                             sessions, restored_from, kind, ledger, redactions)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -275,6 +276,7 @@ for_every_dialect! {
             .bind(run.restored_from)
             .bind(run.kind.as_str())
             .bind(run.ledger.as_ref().map(serde_json::Value::to_string))
+            .bind(serde_json::to_string(&run.redactions).expect("counts serialise"))
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {

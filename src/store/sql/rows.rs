@@ -38,6 +38,8 @@ pub(super) struct JobRow {
     forget_mode: Option<String>,
     #[sqlx(default)]
     forget_rollouts: Option<String>,
+    #[sqlx(default)]
+    redactions: Option<String>,
 }
 
 /// A forget job's target from its columns.
@@ -78,8 +80,14 @@ impl TryFrom<JobRow> for JobRecord {
             restore_run_id: r.restore_run_id,
             eager: r.eager,
             forget: forget_spec(r.forget_scope.as_deref(), r.forget_mode.as_deref(), r.forget_rollouts.as_deref())?,
+            redactions: counts(r.redactions.as_deref())?,
         })
     }
+}
+
+/// Redaction counts as stored (a JSON object; none recorded: empty).
+fn counts(stored: Option<&str>) -> StoreResult<crate::domain::redact::Counts> {
+    stored.map(serde_json::from_str).transpose().map_err(corrupt).map(Option::unwrap_or_default)
 }
 
 fn sorted_list(joined: Option<&str>) -> Vec<String> {
@@ -214,6 +222,8 @@ pub(super) struct RunRow {
     kind: Option<String>,
     #[sqlx(default)]
     ledger: Option<String>,
+    #[sqlx(default)]
+    redactions: Option<String>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -239,6 +249,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             sessions: r.sessions.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?.unwrap_or_default(),
             restored_from: r.restored_from,
             ledger: r.ledger.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
+            redactions: counts(r.redactions.as_deref())?,
         })
     }
 }

@@ -69,12 +69,29 @@ class RetentionConfig(_Model):
     rollout_days: Optional[float] = None
 
 
+class RedactionPattern(_Model):
+    name: str
+    regex: str
+
+
+class RedactionConfig(_Model):
+    """``LayoutConfig.redaction``: secrets kept from the model and the memory."""
+
+    rules: Union[str, list[str]] = "default"
+    patterns: list[RedactionPattern] = []
+    at_ingest: bool = False
+
+
+Redactions = dict[str, int]
+
+
 class LayoutConfig(_Model):
     memories_dir: str
     sessions_dir: str
     generate: Optional[GenerateConfig] = Field(default_factory=GenerateConfig)
     read: Optional[ReadConfig] = Field(default_factory=ReadConfig)
     retention: Optional[RetentionConfig] = None
+    redaction: Optional[RedactionConfig] = None
 
 
 class Layout(LayoutConfig):
@@ -152,6 +169,7 @@ class Job(_Model):
     restore_run_id: Optional[str] = None
     eager: bool = False
     forget: Optional[ForgetSpec] = None
+    redactions: dict[str, int] = {}
 
 
 class JobList(_Model):
@@ -267,6 +285,7 @@ class PhaseTwoRun(_Model):
     files_changed: list[str] = []
     sessions: list[str] = []
     restored_from: Optional[str] = None
+    redactions: dict[str, int] = {}
     usage: Optional[dict[str, Any]] = None
     turns: Optional[int] = None
     error: Optional[str] = None
