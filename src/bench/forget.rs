@@ -9,6 +9,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 impl Bench {
+    /// The default rules over a rollout of `mib` MiB (segments of about
+    /// 8 KiB, one in four holding a credential): MB/s of one pass.
+    pub(super) fn redaction(&self, mib: usize) -> Figure {
+        let redactor = crate::domain::layout::default_layout().redactor();
+        let credentials = [
+            "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f",
+            "AKIAIOSFODNN7EXAMPLE",
+            "password=hunter2hunter2",
+            "Bearer abcdef0123456789ABCDEF",
+        ];
+        let mut text = String::with_capacity(mib << 20);
+        let mut n = 0;
+        while text.len() < mib << 20 {
+            let secret = if n % 4 == 0 { credentials[(n / 4) % credentials.len()] } else { "" };
+            let filler = "the user asked about the deploy and the agent ran the tests again; ".repeat(120);
+            text.push_str(&format!(
+                "{{\"updated_at\":\"2026-12-01T08:00:00+00:00\",\"rollout_id\":\"big\",\"input\":[{{\"content\":\"{filler} {secret}\",\"role\":\"user\"}}]}}\n"
+            ));
+            n += 1;
+        }
+        let mut rates = Vec::new();
+        for _ in 0..self.runs {
+            let mut counts = crate::domain::redact::Counts::new();
+            let started = Instant::now();
+            let out = redactor.redact_text(&text, &mut counts);
+            let secs = started.elapsed().as_secs_f64();
+            assert!(out.len() < text.len() + (n << 5) && !counts.is_empty());
+            rates.push(text.len() as f64 / 1e6 / secs);
+        }
+        figure("redaction", self.backend, format!("{mib} MiB rollout, default rules"), "throughput", "MB/s", rates)
+    }
+
     /// `rollouts` conversations of one layout in one workspace, extracted
     /// and consolidated; then `runs` forgets of one of them, each timed from
     /// the request to the job's success.

@@ -26,6 +26,8 @@ pub enum Workload {
     Selection,
     /// A forget of one conversation among many, and a retention sweep.
     Forget,
+    /// The redaction engine over a 30 MiB rollout.
+    Redaction,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
     All,
@@ -63,6 +65,9 @@ pub struct BenchArgs {
     /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
     #[arg(long, default_value_t = false)]
     pub eager: bool,
+    /// The default layout with redaction off (`"rules": []`), to measure what it costs.
+    #[arg(long, default_value_t = false)]
+    pub redaction_off: bool,
     /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
     #[arg(long, default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
@@ -383,6 +388,22 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         .json()
         .await?;
     let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+    if args.redaction_off {
+        let current: Value =
+            http.get(format!("{base}/v1/layouts/default")).bearer_auth(&key).send().await?.json().await?;
+        let etag = current["etag"].as_str().ok_or("the default layout has no etag")?.to_owned();
+        let layout = json!({"memories_dir": "memories", "sessions_dir": "sessions", "redaction": {"rules": []}});
+        let res = http
+            .put(format!("{base}/v1/layouts/default"))
+            .bearer_auth(&key)
+            .header("if-match", etag)
+            .json(&layout)
+            .send()
+            .await?;
+        if !res.status().is_success() {
+            return Err(format!("turning redaction off answered {}", res.status()).into());
+        }
+    }
     let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
     Ok(Bench { server, base, http, key, tenant, backend, runs: args.runs.max(1), eager: args.eager, _dir: dir })
 }
@@ -432,6 +453,11 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
             progress(&f);
             out.push(f);
         }
+    }
+    if wants(Workload::Redaction) {
+        let f = bench.redaction(if args.quick { 1 } else { 30 });
+        progress(&f);
+        out.push(f);
     }
     if wants(Workload::Selection) {
         for r in if args.quick { vec![100] } else { vec![100, 1000, 10_000] } {
