@@ -47,6 +47,8 @@ pub enum JobKind {
 }
 
 impl JobKind {
+    pub const ALL: [Self; 4] = [Self::PhaseOne, Self::PhaseTwo, Self::Restore, Self::Forget];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PhaseOne => "phase_one",
@@ -80,6 +82,9 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [Self; 6] =
+        [Self::Queued, Self::Running, Self::Succeeded, Self::Skipped, Self::Failed, Self::Cancelled];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",

@@ -200,6 +200,11 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     assert_eq!(naming.len(), 1, "{naming:?}");
     assert_eq!(naming[0]["job_id"], job["job_id"]);
     assert!(!database_holds(&app, backend, &secret), "the database still holds the phrase");
+    // The job gauges list every kind and state, forget and cancelled included.
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    for series in ["kind=\"forget\",state=\"succeeded\"", "kind=\"restore\",state=\"queued\"", "state=\"cancelled\""] {
+        assert!(metrics.contains(series), "{series} missing from /metrics");
+    }
 
     // The rest of the memory stays; the forget's run is in the history
     // without a diff, and the history before it is gone.

@@ -658,11 +658,11 @@ async fn jobs(State(state): State<AppState>, signed: Signed, Query(q): Query<Job
             form class="filters" method="get" action="/console/jobs" {
                 label { "State " select name="state" {
                     option value="" { "any" }
-                    @for s in ["failed", "queued", "running", "succeeded", "skipped"] { option value=(s) selected[state_filter == Some(s)] { (s) } }
+                    @for s in JobState::ALL.map(JobState::as_str) { option value=(s) selected[state_filter == Some(s)] { (s) } }
                 } }
                 label { "Kind " select name="kind" {
                     option value="" { "any" }
-                    @for k in ["phase_one", "phase_two", "restore"] { option value=(k) selected[kind == Some(k)] { (k) } }
+                    @for k in JobKind::ALL.map(JobKind::as_str) { option value=(k) selected[kind == Some(k)] { (k) } }
                 } }
                 button type="submit" class="secondary" { "Filter" }
             }
