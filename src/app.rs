@@ -75,6 +75,7 @@ struct Core {
     shutdown: watch::Sender<bool>,
     console: Arc<crate::api::ConsoleKeys>,
     publisher: Publisher,
+    default_limits: crate::domain::limits::Limits,
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
@@ -89,11 +90,18 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
     let pause = (config.test_publish_pause_ms > 0).then(|| Duration::from_millis(config.test_publish_pause_ms));
     let publisher = Publisher::new(&config.data_dir).with_pause_after_first_rename(pause);
+    let default_limits = default_limits(&config.default_limits)?;
     let config = Arc::new(config);
-    Ok((
-        Core { store, volumes, appends, config, wake: Arc::new(Notify::new()), shutdown, console, publisher },
-        provider,
-    ))
+    let wake = Arc::new(Notify::new());
+    Ok((Core { store, volumes, appends, config, wake, shutdown, console, publisher, default_limits }, provider))
+}
+
+/// `MEMORYD_DEFAULT_LIMITS`, checked at start-up.
+fn default_limits(text: &str) -> Result<crate::domain::limits::Limits, StartError> {
+    let limits: crate::domain::limits::Limits =
+        serde_json::from_str(text).map_err(|e| format!("MEMORYD_DEFAULT_LIMITS is not the limits' JSON: {e}"))?;
+    limits.validate().map_err(|e| format!("MEMORYD_DEFAULT_LIMITS: {e}"))?;
+    Ok(limits)
 }
 
 impl Core {
@@ -108,6 +116,7 @@ impl Core {
             caches: Default::default(),
             console: self.console.clone(),
             publisher: self.publisher.clone(),
+            default_limits: self.default_limits,
         }
     }
 }

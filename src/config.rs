@@ -112,6 +112,10 @@ pub struct Config {
     /// How often the workers apply retention.
     #[arg(long = "retention-sweep-secs", env = "MEMORYD_RETENTION_SWEEP_SECS", default_value_t = 3600)]
     pub retention_sweep_secs: u64,
+    /// Every tenant's limits where its own leave a field unset (JSON as in
+    /// SPEC §2.9; absent or 0: unlimited).
+    #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
+    pub default_limits: String,
     /// The key that signs console sessions; unset: a random one per start
     /// (every restart then signs everyone out, and replicas do not share sessions).
     #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
@@ -171,6 +175,7 @@ impl Config {
             retain_records_days: 30.0,
             retain_rollouts_days: 0.0,
             retention_sweep_secs: 3600,
+            default_limits: "{}".into(),
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

@@ -12,6 +12,7 @@ mod health;
 mod history;
 mod jobs;
 mod layouts;
+mod limits;
 mod listings;
 mod memory;
 mod rate;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub console: Arc<console::ConsoleKeys>,
     /// Reads complete the committed publishes of what they read.
     pub publisher: crate::workspace::publish::Publisher,
+    /// `MEMORYD_DEFAULT_LIMITS`: what a tenant's own limits leave unset.
+    pub default_limits: crate::domain::limits::Limits,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another
@@ -71,6 +74,10 @@ pub struct Caches {
     pub ingest: rate::IngestRate,
     /// Failed console sign-ins per client address on this replica.
     pub sign_ins: console::SignInThrottle,
+    /// Tenant → its limits in force.
+    pub limits: cache::TtlCache<uuid::Uuid, crate::domain::limits::Limits>,
+    /// Each tenant's request bucket on this replica.
+    pub buckets: rate::RequestBuckets,
 }
 
 impl Default for Caches {
@@ -80,6 +87,8 @@ impl Default for Caches {
             layouts: cache::TtlCache::new(Duration::from_secs(2)),
             ingest: Default::default(),
             sign_ins: Default::default(),
+            limits: cache::TtlCache::new(Duration::from_secs(2)),
+            buckets: Default::default(),
         }
     }
 }
@@ -147,6 +156,9 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", admin::create_key),
         endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
         endpoint(Method::DELETE, "/v1/admin/tenants/{tenant_id}", forget::delete_tenant),
+        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/limits", limits::tenant_limits),
+        endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", limits::set_limits),
+        endpoint(Method::GET, "/v1/limits", limits::own_limits),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
         endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
@@ -205,21 +217,28 @@ pub fn router(state: AppState) -> Router {
         }
     }
     let routes = by_path.into_iter().fold(Router::new(), |router, (path, handler)| router.route(path, handler));
-    routes.merge(console::routes()).route_layer(middleware::from_fn(record_http)).with_state(state).layer(
-        ServiceBuilder::new()
-            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-            .layer(
-                TraceLayer::new_for_http()
-                    .make_span_with(|req: &Request<Body>| {
-                        let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
-                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
-                    })
-                    .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
-            )
-            .layer(PropagateRequestIdLayer::x_request_id())
-            .layer(middleware::from_fn(problem_for_bare_errors))
-            .layer(CatchPanicLayer::new())
-            .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
-            .layer(DefaultBodyLimit::max(body_limit)),
-    )
+    let limiter = middleware::from_fn_with_state(state.clone(), limits::limit_requests);
+    routes
+        .route_layer(limiter)
+        .merge(console::routes())
+        .route_layer(middleware::from_fn(record_http))
+        .with_state(state)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(|req: &Request<Body>| {
+                            let request_id =
+                                req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
+                        })
+                        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(middleware::from_fn(problem_for_bare_errors))
+                .layer(CatchPanicLayer::new())
+                .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+                .layer(DefaultBodyLimit::max(body_limit)),
+        )
 }

@@ -1,6 +1,6 @@
 //! Segments ingested per tenant per minute, as this replica saw them: the
 //! console's overview shows the recent rate without a database write per
-//! append.
+//! append. And each tenant's request bucket (SPEC §2.9), per replica.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -41,6 +41,69 @@ impl IngestRate {
     }
 }
 
+type Bucket = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    governor::clock::DefaultClock,
+    governor::middleware::StateInformationMiddleware,
+>;
+
+/// One tenant's request, as its bucket judged it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateDecision {
+    pub rate: crate::domain::limits::RequestRate,
+    /// Requests left in the bucket after this one.
+    pub remaining: u32,
+    /// Refused: how long until a request would pass.
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl RateDecision {
+    /// Whole seconds until the bucket is full again.
+    pub fn seconds_to_refill(&self) -> u64 {
+        let missing = f64::from(self.rate.burst.saturating_sub(self.remaining));
+        (missing / self.rate.per_second).ceil() as u64
+    }
+}
+
+/// A token bucket per tenant on this replica (governor's GCRA), made anew
+/// when the tenant's rate changes.
+#[derive(Default)]
+pub struct RequestBuckets {
+    by_tenant: Mutex<HashMap<Uuid, (crate::domain::limits::RequestRate, std::sync::Arc<Bucket>)>>,
+}
+
+impl RequestBuckets {
+    pub fn check(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate) -> RateDecision {
+        use governor::clock::Clock;
+        let bucket = {
+            let mut by_tenant = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
+            match by_tenant.get(&tenant) {
+                Some((current, bucket)) if *current == rate => bucket.clone(),
+                _ => {
+                    let bucket = std::sync::Arc::new(Self::bucket(rate));
+                    by_tenant.insert(tenant, (rate, bucket.clone()));
+                    bucket
+                }
+            }
+        };
+        match bucket.check() {
+            Ok(state) => RateDecision { rate, remaining: state.remaining_burst_capacity(), retry_after: None },
+            Err(refused) => {
+                let wait = refused.wait_time_from(governor::clock::DefaultClock::default().now());
+                RateDecision { rate, remaining: 0, retry_after: Some(wait) }
+            }
+        }
+    }
+
+    fn bucket(rate: crate::domain::limits::RequestRate) -> Bucket {
+        let burst = std::num::NonZeroU32::new(rate.burst.max(1)).expect("at least one");
+        let period = std::time::Duration::from_secs_f64(1.0 / rate.per_second).max(std::time::Duration::from_nanos(1));
+        let quota = governor::Quota::with_period(period).expect("a period over zero").allow_burst(burst);
+        governor::RateLimiter::direct(quota).with_middleware::<governor::middleware::StateInformationMiddleware>()
+    }
+}
+
 pub fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -52,6 +115,22 @@ pub fn current_minute() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_lets_its_burst_through_then_says_how_long_to_wait() {
+        let buckets = RequestBuckets::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let rate = crate::domain::limits::RequestRate { per_second: 1.0, burst: 3 };
+        let remaining: Vec<u32> = (0..3).map(|_| buckets.check(a, rate).remaining).collect();
+        assert_eq!(remaining, [2, 1, 0]);
+        let refused = buckets.check(a, rate);
+        assert!(refused.retry_after.is_some_and(|w| w <= std::time::Duration::from_secs(1)), "{refused:?}");
+        assert_eq!(refused.seconds_to_refill(), 3);
+        assert_eq!(buckets.check(b, rate).remaining, 2, "another tenant has its own bucket");
+        // A new rate is a new bucket.
+        let wider = crate::domain::limits::RequestRate { per_second: 1.0, burst: 10 };
+        assert_eq!(buckets.check(a, wider).remaining, 9);
+    }
 
     #[test]
     fn the_rate_counts_whole_minutes_and_forgets_old_ones() {

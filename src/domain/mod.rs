@@ -4,6 +4,7 @@ pub mod diff;
 pub mod ids;
 pub mod job;
 pub mod layout;
+pub mod limits;
 pub mod page;
 pub mod pyjson;
 pub mod pytext;

@@ -127,6 +127,10 @@ pub trait TenantStore: Send + Sync {
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
     /// Every tenant, oldest first, with its live keys and sessions counted.
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>>;
+    /// The limits an operator set for the tenant (`None`: none set).
+    async fn tenant_limits(&self, tenant: TenantId) -> StoreResult<Option<crate::domain::limits::Limits>>;
+    /// `false` when the tenant does not exist (or is being forgotten).
+    async fn set_tenant_limits(&self, tenant: TenantId, limits: &crate::domain::limits::Limits) -> StoreResult<bool>;
     /// A console session signed out: refused from now on, until `expires_at`.
     async fn end_console_session(&self, session_id: &str, expires_at: DateTime<Utc>) -> StoreResult<()>;
     async fn console_session_ended(&self, session_id: &str) -> StoreResult<bool>;

@@ -18,6 +18,7 @@ mod history;
 mod ingest;
 mod jobs;
 mod layouts;
+mod limits;
 mod listings;
 mod migrations;
 mod phase_one;

@@ -194,6 +194,13 @@ def test_admin_routes(server):
             time.sleep(0.05)
         with pytest.raises(NotFoundError):
             admin.delete_tenant(doomed.tenant_id)
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        limited = admin.create_tenant("py-limited")
+        set_now = admin.set_limits(limited.tenant_id, requests_per_second=2, burst=4, storage_bytes=0)
+        assert (set_now.requests_per_second, set_now.burst, set_now.storage_bytes) == (2, 4, None)
+        assert admin.tenant_limits(limited.tenant_id) == set_now
+    with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant:
+        assert tenant.limits() == set_now
     with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone:
         with pytest.raises(AuthenticationError):
             gone.list_layouts()

@@ -336,7 +336,8 @@ for_every_dialect! {
 
     async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 16] = [
+        const BY_TENANT: [&str; 17] = [
+            "DELETE FROM tenant_limits WHERE tenant_id = $1",
             "DELETE FROM run_files WHERE tenant_id = $1",
             "DELETE FROM run_history WHERE tenant_id = $1",
             "DELETE FROM history_blobs WHERE tenant_id = $1",

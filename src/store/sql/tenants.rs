@@ -1,6 +1,7 @@
 //! Tenants and their API keys.
 
 use super::*;
+use crate::store::StoreError;
 use crate::store::{NewApiKey, TENANT_DELETING, Tenant, TenantId, TenantSummary};
 use chrono::Utc;
 use sqlx::Row;
@@ -69,6 +70,32 @@ for_every_dialect! {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
+    }
+
+    async fn tenant_limits(&self, tenant: TenantId) -> StoreResult<Option<crate::domain::limits::Limits>> {
+        let row = sqlx::query("SELECT limits FROM tenant_limits WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| serde_json::from_str(r.try_get("limits")?).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
+    }
+
+    async fn set_tenant_limits(&self, tenant: TenantId, limits: &crate::domain::limits::Limits) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let set = sqlx::query(
+            "INSERT INTO tenant_limits (tenant_id, limits, updated_at)
+             SELECT id, $2, $3 FROM tenants WHERE id = $1 AND deleting_at IS NULL
+             ON CONFLICT (tenant_id) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at
+             RETURNING tenant_id",
+        )
+        .bind(tenant)
+        .bind(serde_json::to_string(limits).expect("limits serialise"))
+        .bind(Utc::now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(set.is_some())
     }
 
     async fn end_console_session(&self, session_id: &str, expires_at: chrono::DateTime<Utc>) -> StoreResult<()> {

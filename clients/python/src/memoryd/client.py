@@ -105,6 +105,22 @@ class _Routes:
         """``DELETE /v1/admin/keys/{key_id}``."""
         return self._send(Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", _nothing, admin=True))
 
+    def tenant_limits(self, tenant_id: str):
+        """``GET /v1/admin/tenants/{tenant_id}/limits``: the tenant's limits in force."""
+        return self._send(Call("GET", f"/v1/admin/tenants/{segment(tenant_id)}/limits", _model(m.Limits), admin=True))
+
+    def set_limits(self, tenant_id: str, **limits: Any):
+        """``PUT /v1/admin/tenants/{tenant_id}/limits``: ``requests_per_second=``, ``burst=``,
+        ``storage_bytes=``, ``model_tokens_per_day=``, ``open_sessions=`` (left out: the
+        server's default; 0: unlimited)."""
+        body = m.LimitsBody(**limits).model_dump(exclude_none=True)
+        path = f"/v1/admin/tenants/{segment(tenant_id)}/limits"
+        return self._send(Call("PUT", path, _model(m.Limits), json=body, admin=True))
+
+    def limits(self):
+        """``GET /v1/limits``: this tenant's limits in force (``None``: unlimited)."""
+        return self._send(Call("GET", "/v1/limits", _model(m.Limits)))
+
     def delete_tenant(self, tenant_id: str):
         """``DELETE /v1/admin/tenants/{tenant_id}``: forget a tenant. Its keys stop
         working at once; returns the ``forget`` job that removes its data."""

@@ -69,6 +69,26 @@ class RetentionConfig(_Model):
     rollout_days: Optional[float] = None
 
 
+class LimitsBody(_Model):
+    """What ``set_limits`` sends: a field left out takes the server's default, 0 is unlimited."""
+
+    requests_per_second: Optional[float] = None
+    burst: Optional[int] = None
+    storage_bytes: Optional[int] = None
+    model_tokens_per_day: Optional[int] = None
+    open_sessions: Optional[int] = None
+
+
+class Limits(_Model):
+    """A tenant's limits in force; ``None`` is unlimited."""
+
+    requests_per_second: Optional[float] = None
+    burst: Optional[int] = None
+    storage_bytes: Optional[int] = None
+    model_tokens_per_day: Optional[int] = None
+    open_sessions: Optional[int] = None
+
+
 class RedactionPattern(_Model):
     name: str
     regex: str

@@ -1,0 +1,7 @@
+-- A tenant's limits (SPEC §2.9), as set by an operator; fields it does not
+-- set come from MEMORYD_DEFAULT_LIMITS.
+CREATE TABLE tenant_limits (
+    tenant_id BLOB PRIMARY KEY REFERENCES tenants(id),
+    limits TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);

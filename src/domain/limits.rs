@@ -1,0 +1,109 @@
+//! A tenant's limits (SPEC §2.9): what an operator sets, what the server's
+//! defaults fill in, and what each field means. Absent or 0: unlimited.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_tokens_per_day: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_sessions: Option<u64>,
+}
+
+/// A tenant's request rate: tokens per second and the bucket's size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestRate {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+/// The largest bucket a tenant may have.
+const MAX_BURST: u64 = 1_000_000;
+/// The fastest refill a tenant may have (beyond it, the limit is none).
+const MAX_REQUESTS_PER_SECOND: f64 = 1e9;
+
+impl Limits {
+    /// The 400's detail for a value no limit can have.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(rps) = self.requests_per_second
+            && !(rps.is_finite() && (0.0..=MAX_REQUESTS_PER_SECOND).contains(&rps))
+        {
+            return Err(format!(
+                "requests_per_second must be a number from 0 to {MAX_REQUESTS_PER_SECOND}, got: {rps}"
+            ));
+        }
+        if let Some(burst) = self.burst
+            && burst > MAX_BURST
+        {
+            return Err(format!("burst must be at most {MAX_BURST}, got: {burst}"));
+        }
+        Ok(())
+    }
+
+    /// These limits, each field the tenant does not set taken from `defaults`.
+    pub fn over(self, defaults: Limits) -> Limits {
+        Limits {
+            requests_per_second: self.requests_per_second.or(defaults.requests_per_second),
+            burst: self.burst.or(defaults.burst),
+            storage_bytes: self.storage_bytes.or(defaults.storage_bytes),
+            model_tokens_per_day: self.model_tokens_per_day.or(defaults.model_tokens_per_day),
+            open_sessions: self.open_sessions.or(defaults.open_sessions),
+        }
+    }
+
+    /// The request rate, if one applies; a burst of 0 or none is one
+    /// second's worth (at least one request).
+    pub fn request_rate(&self) -> Option<RequestRate> {
+        let per_second = self.requests_per_second.filter(|r| *r > 0.0)?;
+        let burst = self.burst.filter(|b| *b > 0).unwrap_or_else(|| per_second.ceil() as u64).clamp(1, MAX_BURST);
+        Some(RequestRate { per_second, burst: burst as u32 })
+    }
+
+    /// The five fields as `GET /v1/limits` answers them: `null` = unlimited.
+    pub fn view(&self) -> Value {
+        let rate = self.request_rate();
+        let positive = |v: Option<u64>| v.filter(|n| *n > 0);
+        json!({
+            "requests_per_second": rate.map(|r| r.per_second),
+            "burst": rate.map(|r| r.burst),
+            "storage_bytes": positive(self.storage_bytes),
+            "model_tokens_per_day": positive(self.model_tokens_per_day),
+            "open_sessions": positive(self.open_sessions),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_or_zero_is_unlimited_and_defaults_fill_the_rest() {
+        let defaults: Limits = serde_json::from_str(r#"{"requests_per_second": 50, "open_sessions": 10}"#).unwrap();
+        let set: Limits =
+            serde_json::from_str(r#"{"requests_per_second": 2.5, "burst": 0, "storage_bytes": 0}"#).unwrap();
+        let effective = set.over(defaults);
+        assert_eq!(effective.request_rate(), Some(RequestRate { per_second: 2.5, burst: 3 }));
+        assert_eq!(
+            effective.view(),
+            json!({"requests_per_second": 2.5, "burst": 3, "storage_bytes": null, "model_tokens_per_day": null, "open_sessions": 10})
+        );
+        assert_eq!(Limits::default().request_rate(), None);
+        let off: Limits = serde_json::from_str(r#"{"requests_per_second": 0, "burst": 5}"#).unwrap();
+        assert_eq!(off.over(defaults).request_rate(), None, "0 is unlimited even over a default");
+        assert!(serde_json::from_str::<Limits>(r#"{"rps": 1}"#).is_err());
+        assert!(serde_json::from_str::<Limits>(r#"{"burst": -1}"#).is_err());
+        let bad = Limits { requests_per_second: Some(-1.0), ..Default::default() };
+        assert!(bad.validate().unwrap_err().contains("requests_per_second"));
+        assert!(Limits { burst: Some(MAX_BURST + 1), ..Default::default() }.validate().is_err());
+    }
+}
