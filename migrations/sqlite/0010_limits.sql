@@ -5,3 +5,6 @@ CREATE TABLE tenant_limits (
     limits TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
+
+-- Open sessions are counted against a tenant's open_sessions limit.
+CREATE INDEX sessions_by_state ON sessions (tenant_id, state);

@@ -43,6 +43,8 @@ pub enum ApiError {
     #[error("{0}")]
     Forgetting(String),
     #[error("{0}")]
+    QuotaExceeded(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -77,6 +79,7 @@ impl ApiError {
             Self::HistoryExpired(_) => (StatusCode::CONFLICT, "history_expired"),
             Self::SessionOpen(_) => (StatusCode::CONFLICT, "session_open"),
             Self::Forgetting(_) => (StatusCode::CONFLICT, "forgetting"),
+            Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

@@ -57,7 +57,8 @@ pub async fn create_session(
         None => WorkspaceName::default_workspace(),
     };
     let metadata = Value::Object(open.metadata.unwrap_or_default());
-    let new = NewSession { session_id: session_id.clone(), workspace, metadata };
+    let max_open = open_session_limit(&state, tenant).await?;
+    let new = NewSession { session_id: session_id.clone(), workspace, metadata, max_open };
     let status = match state.store.create_session(tenant, &new).await? {
         CreateSessionOutcome::Created(_) => {
             crate::metrics::session_opened();
@@ -71,6 +72,7 @@ pub async fn create_session(
             }
             StatusCode::OK
         }
+        CreateSessionOutcome::TooManyOpen(limit) => return Err(too_many_open(limit)),
         CreateSessionOutcome::Forgetting => {
             return Err(ApiError::Forgetting(format!(
                 "Workspace {} is being forgotten; open a session there once that is done.",
@@ -161,6 +163,7 @@ pub async fn append_segment(
             layout,
             segment,
             idempotency: claim,
+            max_open_sessions: open_session_limit(&state, tenant).await?,
         })
         .await?;
     match outcome {
@@ -188,7 +191,17 @@ pub async fn append_segment(
             Err(ApiError::IdempotencyConflict(format!("Session {session_id} belongs to workspace {actual}.")))
         }
         AppendOutcome::Forgetting(detail) => Err(ApiError::Forgetting(detail)),
+        AppendOutcome::TooManyOpenSessions(limit) => Err(too_many_open(limit)),
     }
+}
+
+/// The tenant's `open_sessions` limit, if it has one (SPEC §2.9).
+async fn open_session_limit(state: &AppState, tenant: uuid::Uuid) -> Result<Option<u64>, ApiError> {
+    Ok(super::limits::effective_limits(state, tenant).await?.open_sessions.filter(|n| *n > 0))
+}
+
+fn too_many_open(limit: u64) -> ApiError {
+    ApiError::QuotaExceeded(format!("This tenant may have {limit} open sessions; close one before opening another."))
 }
 
 fn generation_disabled(layout: &crate::domain::ids::LayoutName) -> ApiError {

@@ -200,6 +200,8 @@ pub struct NewSession {
     pub session_id: SessionId,
     pub workspace: WorkspaceName,
     pub metadata: Value,
+    /// The tenant's `open_sessions` limit, if any.
+    pub max_open: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -208,6 +210,8 @@ pub enum CreateSessionOutcome {
     Existing(SessionRecord),
     /// The workspace is being forgotten: no session opens there until it is done.
     Forgetting,
+    /// The tenant has as many open sessions as its limit allows.
+    TooManyOpen(u64),
 }
 
 /// A client's `Idempotency-Key` and the hash of what it was sent with.
@@ -226,6 +230,8 @@ pub struct AppendRequest {
     pub layout: ValidLayout,
     pub segment: Segment,
     pub idempotency: Option<IdempotencyClaim>,
+    /// The tenant's `open_sessions` limit, if any: a segment may not open one more.
+    pub max_open_sessions: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -251,6 +257,8 @@ pub enum AppendOutcome {
     WorkspaceMismatch(WorkspaceName),
     /// The workspace or the rollout is being forgotten (the detail says which).
     Forgetting(String),
+    /// Opening the session would pass the tenant's `open_sessions` limit.
+    TooManyOpenSessions(u64),
 }
 
 /// Where a segment goes, decided and locked by `begin_appends`: the line is

@@ -7,7 +7,43 @@ use reqwest::Method;
 use serde_json::json;
 use std::time::Duration;
 
-both_backends!(a_tenants_burst_meets_429_while_another_is_untouched, limits_are_set_read_and_checked);
+both_backends!(
+    a_tenants_burst_meets_429_while_another_is_untouched,
+    limits_are_set_read_and_checked,
+    open_sessions_are_capped,
+);
+
+async fn open_sessions_are_capped(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let (t, other) = (app.tenant().await, app.tenant().await);
+    let res = app
+        .request(Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), ADMIN_TOKEN)
+        .json(&json!({"open_sessions": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let open = |key: String, id: &'static str| {
+        let app = &app;
+        async move {
+            let res =
+                app.request(Method::POST, "/v1/sessions", &key).json(&json!({"session_id": id})).send().await.unwrap();
+            status_code_body(res).await
+        }
+    };
+    assert_eq!(open(t.key.clone(), "a").await.0, 201);
+    assert_eq!(app.post_segment(&t.key, "b", "default", json!({"input": "hi"})).await.status(), 201);
+    let (status, code, _) = open(t.key.clone(), "c").await;
+    assert_eq!((status, code.as_str()), (403, "quota_exceeded"));
+    let (status, code, _) =
+        status_code_body(app.post_segment(&t.key, "d", "default", json!({"input": "hi"})).await).await;
+    assert_eq!((status, code.as_str()), (403, "quota_exceeded"), "a first segment cannot open one either");
+    assert_eq!(open(t.key.clone(), "a").await.0, 200, "the same session again is no new one");
+    assert_eq!(app.post_segment(&t.key, "a", "default", json!({"input": "more"})).await.status(), 201);
+    assert_eq!(open(other.key.clone(), "c").await.0, 201, "another tenant is not capped");
+    assert_eq!(app.json(Method::POST, "/v1/sessions/a/close?wait=30", &t.key).await["state"], "closed");
+    assert_eq!(open(t.key.clone(), "c").await.0, 201, "a closed session frees its place");
+}
 
 async fn a_tenants_burst_meets_429_while_another_is_untouched(backend: Backend) {
     let app = TestApp::start(backend).await;

@@ -38,6 +38,15 @@ fn append_target(req: &AppendRequest) -> AppendTarget {
     )
 }
 
+/// The session an append goes to, or why it may not open one.
+enum Opened {
+    /// The session (locked), whether this append opened it, and its rollout's
+    /// position when that is known already.
+    Session(Box<SessionRecord>, bool, Option<RolloutPosition>),
+    Forgetting,
+    TooMany(u64),
+}
+
 /// The columns an append changes once its line is on disk.
 struct RolloutUpdate {
     tenant: TenantId,
@@ -193,8 +202,8 @@ for_every_dialect! {
 
         let path_text = req.layout.rollout_path(&req.segment.rollout_id);
         let opened = match known {
-            Some((session, position)) => Some((session, false, position)),
-            None => Self::open_session_in(tx, req, now).await?.map(|(session, opened)| (session, opened, None)),
+            Some((session, position)) => Opened::Session(Box::new(session), false, position),
+            None => Self::open_session_in(tx, req, now).await?,
         };
         let mut position = None;
         let mut found = None;
@@ -202,11 +211,12 @@ for_every_dialect! {
         // jobs before this segment is in. A session refused here existed
         // before this append, so only the key's claim is to be taken back.
         let refusal = match opened {
-            None => Some(AppendOutcome::Forgetting(format!(
+            Opened::Forgetting => Some(AppendOutcome::Forgetting(format!(
                 "Workspace {} is being forgotten; open a session there once that is done.",
                 req.workspace.clone().unwrap_or_else(WorkspaceName::default_workspace)
             ))),
-            Some((session, opened_session, known_position)) => {
+            Opened::TooMany(limit) => Some(AppendOutcome::TooManyOpenSessions(limit)),
+            Opened::Session(session, opened_session, known_position) => {
                 let refusal = if req.workspace.as_ref().is_some_and(|w| w != &session.workspace) {
                     Some(AppendOutcome::WorkspaceMismatch(session.workspace.clone()))
                 } else if session.state != SessionState::Open {
@@ -215,7 +225,7 @@ for_every_dialect! {
                     None
                 };
                 position = known_position;
-                found = Some((session, opened_session));
+                found = Some((*session, opened_session));
                 refusal
             }
         };
@@ -257,18 +267,19 @@ for_every_dialect! {
     }
 
     /// The session a segment goes to, created if it is new (`true`), its row
-    /// locked; `None` when it is new and its workspace is being forgotten.
-    async fn open_session_in(
-        conn: &mut DB::Connection,
-        req: &AppendRequest,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<(SessionRecord, bool)>> {
+    /// locked; or why a new one may not open.
+    async fn open_session_in(conn: &mut DB::Connection, req: &AppendRequest, now: DateTime<Utc>) -> StoreResult<Opened> {
         if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true).await? {
-            return Ok(Some((session, false)));
+            return Ok(Opened::Session(Box::new(session), false, None));
         }
         let workspace = req.workspace.clone().unwrap_or_else(WorkspaceName::default_workspace);
         if Self::workspace_forgotten_in(&mut *conn, req.tenant_id, &workspace).await? {
-            return Ok(None);
+            return Ok(Opened::Forgetting);
+        }
+        if let Some(limit) = req.max_open_sessions
+            && Self::open_sessions_in(&mut *conn, req.tenant_id).await? >= limit
+        {
+            return Ok(Opened::TooMany(limit));
         }
         let opened = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
@@ -284,7 +295,16 @@ for_every_dialect! {
         let session = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true)
             .await?
             .ok_or_else(|| corrupt("session vanished after insert"))?;
-        Ok(Some((session, opened)))
+        Ok(Opened::Session(Box::new(session), opened, None))
+    }
+
+    /// How many sessions of the tenant are open (its `open_sessions` limit counts them).
+    pub(super) async fn open_sessions_in(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<u64> {
+        let row = sqlx::query("SELECT count(*) AS n FROM sessions WHERE tenant_id = $1 AND state = 'open'")
+            .bind(tenant)
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(row.try_get::<i64, _>("n")? as u64)
     }
 
     /// A forget of the workspace is queued or running: no session opens there.

@@ -227,10 +227,15 @@ for_every_dialect! {
         // One transaction whose commit reports a failure (a full disk, say) that
         // an autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
-        if Self::workspace_forgotten_in(&mut tx, tenant, &new.workspace).await?
-            && Self::session_in(&mut *tx, tenant, &new.session_id, false).await?.is_none()
-        {
-            return Ok(CreateSessionOutcome::Forgetting);
+        if Self::session_in(&mut *tx, tenant, &new.session_id, false).await?.is_none() {
+            if Self::workspace_forgotten_in(&mut tx, tenant, &new.workspace).await? {
+                return Ok(CreateSessionOutcome::Forgetting);
+            }
+            if let Some(limit) = new.max_open
+                && Self::open_sessions_in(&mut tx, tenant).await? >= limit
+            {
+                return Ok(CreateSessionOutcome::TooManyOpen(limit));
+            }
         }
         let inserted = sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, workspace, state, metadata, created_at)
