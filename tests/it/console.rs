@@ -53,16 +53,7 @@ async fn error_page(
     path: &str,
     form: Option<&[(&str, &str)]>,
 ) -> StatusCode {
-    let mut req = browser.http.request(method.clone(), format!("{}{path}", browser.app.base));
-    let jar: Vec<String> = browser.cookies.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    if !jar.is_empty() {
-        req = req.header(COOKIE, jar.join("; "));
-    }
-    if let Some(form) = form {
-        let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
-        req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body.join("&"));
-    }
-    let res = req.send().await.unwrap();
+    let res = browser.request(method.clone(), path, form).send().await.unwrap();
     let kind = res.headers().get(CONTENT_TYPE).map(|t| t.to_str().unwrap().to_owned()).unwrap_or_default();
     assert!(kind.starts_with("text/html"), "{method} {path}: {kind}");
     let csp = res.headers().get(CONTENT_SECURITY_POLICY).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
@@ -215,16 +206,7 @@ impl<'a> Browser<'a> {
         path: &str,
         form: Option<&[(&str, &str)]>,
     ) -> (StatusCode, String, String) {
-        let mut req = self.http.request(method, format!("{}{path}", self.app.base));
-        let jar: Vec<String> = self.cookies.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        if !jar.is_empty() {
-            req = req.header(COOKIE, jar.join("; "));
-        }
-        if let Some(form) = form {
-            let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
-            req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body.join("&"));
-        }
-        let res = req.send().await.unwrap();
+        let res = self.request(method, path, form).send().await.unwrap();
         self.keep_cookies(&res);
         let status = res.status();
         // Every page, error pages included, carries the console's headers.
@@ -235,6 +217,20 @@ impl<'a> Browser<'a> {
         }
         let location = res.headers().get(LOCATION).map(|l| l.to_str().unwrap().to_owned()).unwrap_or_default();
         (status, location, res.text().await.unwrap())
+    }
+
+    /// A request carrying this browser's cookies (and a form, if any).
+    fn request(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> reqwest::RequestBuilder {
+        let mut req = self.http.request(method, format!("{}{path}", self.app.base));
+        let jar: Vec<String> = self.cookies.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        if !jar.is_empty() {
+            req = req.header(COOKIE, jar.join("; "));
+        }
+        if let Some(form) = form {
+            let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+            req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body.join("&"));
+        }
+        req
     }
 
     async fn get(&mut self, path: &str) -> (StatusCode, String, String) {
