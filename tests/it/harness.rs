@@ -149,10 +149,27 @@ impl TestApp {
             let body = self.json(Method::GET, &format!("/v1/jobs?{query}"), key).await;
             let jobs = body["jobs"].as_array().unwrap().clone();
             if !jobs.is_empty() && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
+                // A job is finished once its outcome is committed; its files
+                // are renamed into place just after: wait for that too.
+                self.publishes_done().await;
                 return jobs;
             }
             assert!(started.elapsed() < std::time::Duration::from_secs(60), "jobs did not settle: {jobs:?}");
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Until no publish is under way in this memoryd's data dir (its manifests gone).
+    pub async fn publishes_done(&self) {
+        let started = std::time::Instant::now();
+        let pending = || {
+            std::fs::read_dir(self.data_dir.join("publish"))
+                .map(|entries| entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == "json")))
+                .unwrap_or(false)
+        };
+        while pending() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "a publish never finished");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 
@@ -162,6 +179,7 @@ impl TestApp {
         loop {
             let job = self.json(Method::GET, &format!("/v1/jobs/{job_id}"), key).await;
             if !matches!(job["state"].as_str(), Some("queued" | "running")) {
+                self.publishes_done().await;
                 return job;
             }
             assert!(started.elapsed() < std::time::Duration::from_secs(60), "the job did not finish: {job}");
