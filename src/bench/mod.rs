@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
     #[arg(long, default_value_t = false)]
     pub eager: bool,
+    /// The bench tenant with a request rate too high to reach, to measure
+    /// what the limiter costs.
+    #[arg(long, default_value_t = false)]
+    pub limits_high: bool,
     /// The default layout with redaction off (`"rules": []`), to measure what it costs.
     #[arg(long, default_value_t = false)]
     pub redaction_off: bool,
@@ -388,6 +392,17 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         .json()
         .await?;
     let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+    if args.limits_high {
+        let res = http
+            .put(format!("{base}/v1/admin/tenants/{}/limits", tenant["tenant_id"].as_str().unwrap_or("")))
+            .bearer_auth(&admin)
+            .json(&json!({"requests_per_second": 1_000_000, "burst": 1_000_000}))
+            .send()
+            .await?;
+        if !res.status().is_success() {
+            return Err(format!("setting the limits answered {}", res.status()).into());
+        }
+    }
     if args.redaction_off {
         let current: Value =
             http.get(format!("{base}/v1/layouts/default")).bearer_auth(&key).send().await?.json().await?;

@@ -17,6 +17,7 @@ from memoryd import (
     ConnectionFailedError,
     Memoryd,
     NotFoundError,
+    QuotaExceededError,
     RateLimitedError,
     RetryPolicy,
     UnavailableError,
@@ -201,6 +202,13 @@ def test_admin_routes(server):
         assert admin.tenant_limits(limited.tenant_id) == set_now
     with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant:
         assert tenant.limits() == set_now
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        admin.set_limits(limited.tenant_id, open_sessions=1)
+    with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant:
+        tenant.open_session("py-only")
+        with pytest.raises(QuotaExceededError) as capped:
+            tenant.open_session("py-one-more")
+        assert (capped.value.status, capped.value.code) == (403, "quota_exceeded")
     with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone:
         with pytest.raises(AuthenticationError):
             gone.list_layouts()

@@ -60,6 +60,11 @@ class ConflictError(MemorydError):
     """The resource's state forbids the request (409, 412): e.g. a closed session, a stale etag."""
 
 
+class QuotaExceededError(MemorydError):
+    """A limit of the tenant is reached (403 ``quota_exceeded``): e.g. its open
+    sessions. Never retried: waiting does not lift it."""
+
+
 class RateLimitedError(MemorydError):
     """Too many requests (429); retried automatically before it is raised."""
 
@@ -79,6 +84,7 @@ class ServerError(MemorydError):
 _BY_STATUS: dict[int, type[MemorydError]] = {
     400: BadRequestError,
     401: AuthenticationError,
+    403: QuotaExceededError,
     404: NotFoundError,
     405: BadRequestError,
     408: BadRequestError,
