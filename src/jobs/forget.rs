@@ -184,13 +184,7 @@ async fn forget_and_consolidate(
     .map_err(|e| io_failure("listing the memory folder failed", e))?;
     let cap =
         layout.config.generate.as_ref().map_or(READ_ONLY_CAP, |g| g.max_raw_memories_for_consolidation.max(1) as usize);
-    let place = LayoutPlace {
-        root: &root,
-        tenant: claimed.tenant_id,
-        workspace: &job.workspace,
-        layout_name: &job.layout,
-        layout,
-    };
+    let place = LayoutPlace::of_job(claimed, &root);
     let PhaseTwoInput { selection, chunks } = prepare_input(store, &place, cap, ids, spec.mode == ForgetMode::Scrub)
         .await
         .map_err(|e| io_failure("reading the selection failed", e))?;

@@ -167,13 +167,7 @@ async fn attempt(
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
     let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
-    let place = LayoutPlace {
-        root: &root,
-        tenant: claimed.tenant_id,
-        workspace: &job.workspace,
-        layout_name: &job.layout,
-        layout,
-    };
+    let place = LayoutPlace::of_job(claimed, &root);
     let PhaseTwoInput { selection, chunks } = prepare_input(ctx.store.as_ref(), &place, cap, &[], true)
         .await
         .map_err(|e| retryable(e, TokenUsage::default()))?;
@@ -238,6 +232,20 @@ pub struct LayoutPlace<'a> {
     pub workspace: &'a WorkspaceName,
     pub layout_name: &'a LayoutName,
     pub layout: &'a ValidLayout,
+}
+
+impl<'a> LayoutPlace<'a> {
+    /// The layout a claimed job works on, in its workspace at `root`.
+    pub fn of_job(claimed: &'a ClaimedJob, root: &'a std::path::Path) -> Self {
+        let job = &claimed.job;
+        Self {
+            root,
+            tenant: claimed.tenant_id,
+            workspace: &job.workspace,
+            layout_name: &job.layout,
+            layout: &claimed.layout,
+        }
+    }
 }
 
 /// R-P2-2..4 from the raw-memory index: order, cap, diff against the last
