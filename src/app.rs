@@ -41,7 +41,7 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
     }
 }
 
-fn worker_settings(config: &Config) -> WorkerSettings {
+fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limits) -> WorkerSettings {
     WorkerSettings {
         worker_id: format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]),
         concurrency: config.worker_concurrency.max(1),
@@ -58,6 +58,8 @@ fn worker_settings(config: &Config) -> WorkerSettings {
             records: days(config.retain_records_days),
             rollout_days: config.retain_rollouts_days.max(0.0),
         },
+        default_limits,
+        storage_reconcile: Duration::from_secs(config.storage_reconcile_secs.max(1)),
     }
 }
 
@@ -126,7 +128,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         store: core.store.clone(),
         volumes: core.volumes.clone(),
         provider,
-        settings: worker_settings(&core.config),
+        settings: worker_settings(&core.config, core.default_limits),
         wake: core.wake.clone(),
         publisher: core.publisher.clone(),
     };

@@ -116,6 +116,9 @@ pub struct Config {
     /// SPEC §2.9; absent or 0: unlimited).
     #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
     pub default_limits: String,
+    /// How often the workers walk the volume to correct the storage counters.
+    #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
+    pub storage_reconcile_secs: u64,
     /// The key that signs console sessions; unset: a random one per start
     /// (every restart then signs everyone out, and replicas do not share sessions).
     #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
@@ -176,6 +179,7 @@ impl Config {
             retain_rollouts_days: 0.0,
             retention_sweep_secs: 3600,
             default_limits: "{}".into(),
+            storage_reconcile_secs: 3600,
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

@@ -242,7 +242,8 @@ pub fn next_group<T>(
 /// rollouts, each kind in one order. Groups of two replicas that open one new
 /// rollout at once can still wait for each other in a cycle; the database then
 /// fails one of them, and nothing of it is kept, so it is made again, up to
-/// this many times.
+/// this many times. So is a group that another took past its tenant's
+/// storage limit while it was being made.
 const DEADLOCK_RETRIES: u32 = 3;
 
 /// Appends a group: one transaction, the lines written and synced together,
@@ -261,6 +262,13 @@ pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRe
                 tracing::info!(
                     appends = pending.len(),
                     "a group of appends was failed to break a deadlock; making it again"
+                );
+            }
+            GroupResult::Failed(StoreError::StorageRaced) if deadlocks < DEADLOCK_RETRIES => {
+                deadlocks += 1;
+                tracing::info!(
+                    appends = pending.len(),
+                    "a tenant's storage changed under a group of appends; making it again"
                 );
             }
             GroupResult::Committed(outcomes) => {

@@ -1,18 +1,21 @@
-//! Limits over HTTP (SPEC §2.9): an operator sets a tenant's, a tenant reads
-//! its own, and every `/v1` request of a tenant with a request rate passes
-//! its token bucket first (per replica), answering with the IETF RateLimit
-//! fields.
+//! Limits and usage over HTTP (SPEC §2.9): an operator sets a tenant's
+//! limits, a tenant reads its own and what it used, and every `/v1` request
+//! of a tenant with a request rate passes its token bucket first (per
+//! replica), answering with the IETF RateLimit fields.
 
 use super::AppState;
 use super::error::{ApiError, problem};
+use super::extract::QueryParams;
 use super::extract::{AdminAuth, JsonBody, TenantAuth, bearer_token, sha256_hex, tenant_of_key_hash};
 use crate::domain::limits::Limits;
+use crate::domain::usage::{day_view, fill_days, report_range};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -35,8 +38,14 @@ pub async fn own_limits(
     Ok(Json(effective_limits(&state, tenant).await?.view()))
 }
 
-fn tenant_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::NotFound(format!("No tenant {raw}.")))
+/// A tenant the admin API names: 404 for one that does not exist.
+async fn known_tenant(state: &AppState, raw: &str) -> Result<Uuid, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No tenant {raw}."));
+    let tenant = Uuid::parse_str(raw).map_err(|_| not_found())?;
+    if !state.store.list_tenants().await?.iter().any(|t| t.tenant_id == tenant) {
+        return Err(not_found());
+    }
+    Ok(tenant)
 }
 
 /// `GET /v1/admin/tenants/{tenant_id}/limits`.
@@ -45,11 +54,50 @@ pub async fn tenant_limits(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant_id(&raw)?;
-    if !state.store.list_tenants().await?.iter().any(|t| t.tenant_id == tenant) {
-        return Err(ApiError::NotFound(format!("No tenant {raw}.")));
-    }
+    let tenant = known_tenant(&state, &raw).await?;
     Ok(Json(effective_limits(&state, tenant).await?.view()))
+}
+
+#[derive(Deserialize)]
+pub struct UsageQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// A tenant's usage report: its storage now, and its counters per UTC day
+/// from `from` to `to`, oldest first, every day present.
+pub(crate) async fn usage_report(state: &AppState, tenant: Uuid, query: &UsageQuery) -> Result<Value, ApiError> {
+    let today = chrono::Utc::now().date_naive();
+    let (from, to) =
+        report_range(query.from.as_deref(), query.to.as_deref(), today).map_err(ApiError::InvalidRequest)?;
+    let (from_text, to_text) = (from.format("%Y-%m-%d").to_string(), to.format("%Y-%m-%d").to_string());
+    let history = state.store.usage_history(tenant, &from_text, &to_text).await?;
+    let storage_bytes = state.store.storage_bytes(tenant).await?;
+    let days = fill_days(from, to, &history.days, history.storage_before);
+    Ok(serde_json::json!({
+        "storage_bytes": storage_bytes,
+        "days": days.iter().map(day_view).collect::<Vec<_>>(),
+    }))
+}
+
+/// `GET /v1/usage`.
+pub async fn own_usage(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<UsageQuery>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(usage_report(&state, tenant, &query).await?))
+}
+
+/// `GET /v1/admin/tenants/{tenant_id}/usage`.
+pub async fn tenant_usage(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    QueryParams(query): QueryParams<UsageQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = known_tenant(&state, &raw).await?;
+    Ok(Json(usage_report(&state, tenant, &query).await?))
 }
 
 /// `PUT /v1/admin/tenants/{tenant_id}/limits`: the tenant's limits, whole;
@@ -60,16 +108,22 @@ pub async fn set_limits(
     Path(raw): Path<String>,
     body: JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant_id(&raw)?;
+    let not_found = || ApiError::NotFound(format!("No tenant {raw}."));
+    let tenant = Uuid::parse_str(&raw).map_err(|_| not_found())?;
     let limits: Limits = body.into_typed(ApiError::InvalidRequest)?;
     limits.validate().map_err(ApiError::InvalidRequest)?;
     if !state.store.set_tenant_limits(tenant, &limits).await? {
-        return Err(ApiError::NotFound(format!("No tenant {raw}.")));
+        return Err(not_found());
     }
     // Other replicas see it within the cache's lifetime.
     state.caches.limits.remove(&tenant);
+    let effective = limits.over(state.default_limits);
+    // A budget lowered below the day's tokens holds the model jobs now; one
+    // raised or removed lets held jobs run at once.
+    state.store.apply_token_budget(tenant, effective.model_tokens_per_day, chrono::Utc::now()).await?;
+    state.wake.notify_waiters();
     tracing::info!(tenant_id = %tenant, "limits set");
-    Ok(Json(limits.over(state.default_limits).view()))
+    Ok(Json(effective.view()))
 }
 
 /// Every `/v1` route but the admin API passes the tenant's bucket before its

@@ -159,6 +159,8 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/limits", limits::tenant_limits),
         endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", limits::set_limits),
         endpoint(Method::GET, "/v1/limits", limits::own_limits),
+        endpoint(Method::GET, "/v1/usage", limits::own_usage),
+        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", limits::tenant_usage),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
         endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),

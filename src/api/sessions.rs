@@ -57,7 +57,7 @@ pub async fn create_session(
         None => WorkspaceName::default_workspace(),
     };
     let metadata = Value::Object(open.metadata.unwrap_or_default());
-    let max_open = open_session_limit(&state, tenant).await?;
+    let max_open = super::limits::effective_limits(&state, tenant).await?.open_sessions.filter(|n| *n > 0);
     let new = NewSession { session_id: session_id.clone(), workspace, metadata, max_open };
     let status = match state.store.create_session(tenant, &new).await? {
         CreateSessionOutcome::Created(_) => {
@@ -153,6 +153,7 @@ pub async fn append_segment(
     )?;
     crate::metrics::redactions("ingest", &redacted);
     let bytes = segment.line.len();
+    let limits = super::limits::effective_limits(&state, tenant).await?;
     let outcome = state
         .appends
         .append(AppendRequest {
@@ -163,7 +164,8 @@ pub async fn append_segment(
             layout,
             segment,
             idempotency: claim,
-            max_open_sessions: open_session_limit(&state, tenant).await?,
+            max_open_sessions: limits.open_sessions.filter(|n| *n > 0),
+            max_storage_bytes: limits.storage_bytes.filter(|n| *n > 0),
         })
         .await?;
     match outcome {
@@ -192,12 +194,11 @@ pub async fn append_segment(
         }
         AppendOutcome::Forgetting(detail) => Err(ApiError::Forgetting(detail)),
         AppendOutcome::TooManyOpenSessions(limit) => Err(too_many_open(limit)),
+        AppendOutcome::StorageQuota(limit) => Err(ApiError::QuotaExceeded(format!(
+            "This tenant may keep {limit} bytes, and this segment of {bytes} bytes would pass that; \
+             forget what is no longer needed or ask for a larger limit."
+        ))),
     }
-}
-
-/// The tenant's `open_sessions` limit, if it has one (SPEC §2.9).
-async fn open_session_limit(state: &AppState, tenant: uuid::Uuid) -> Result<Option<u64>, ApiError> {
-    Ok(super::limits::effective_limits(state, tenant).await?.open_sessions.filter(|n| *n > 0))
 }
 
 fn too_many_open(limit: u64) -> ApiError {

@@ -11,3 +11,4 @@ pub mod pytext;
 pub mod redact;
 pub mod segment;
 pub mod time;
+pub mod usage;

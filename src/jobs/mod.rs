@@ -7,12 +7,15 @@ mod leftovers;
 mod phase_one;
 pub mod phase_two;
 mod restore;
+mod storage;
+
+pub use storage::{Reconciled, reconcile_storage};
 
 use crate::domain::redact::{Counts, add_counts};
 use crate::llm::{Provider, TokenUsage};
 use crate::store::{
-    ClaimRequest, ClaimedJob, DynStore, FileHistory, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
-    RunHistory,
+    ClaimRequest, ClaimedJob, DynStore, FileHistory, JobAccounting, JobFinish, JobKind, JobOutcome, PhaseTwoReport,
+    PublishDecision, RunHistory,
 };
 use crate::workspace::Volumes;
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
@@ -39,6 +42,11 @@ pub struct WorkerSettings {
     /// open session is extracted early; `None`: off.
     pub eager_phase_one: Option<Duration>,
     pub retention: RetentionSettings,
+    /// `MEMORYD_DEFAULT_LIMITS`: a tenant's token budget where it sets none.
+    pub default_limits: crate::domain::limits::Limits,
+    /// `MEMORYD_STORAGE_RECONCILE_SECS`: how often the volume is walked to
+    /// correct the storage counters.
+    pub storage_reconcile: Duration,
 }
 
 /// What the retention sweeps remove, and how often they look (SPEC §2.7).
@@ -144,6 +152,7 @@ fn finish_for(
     settings: &WorkerSettings,
 ) -> JobFinish {
     let previous = claimed.job.usage.as_ref();
+    let counting = |attempt_usage| JobAccounting { attempt_usage, ..JobAccounting::default() };
     match result {
         Ok(c) => JobFinish {
             outcome: c.outcome,
@@ -151,6 +160,7 @@ fn finish_for(
             usage: merged_usage(previous, c.usage),
             publish_id,
             redactions: c.redactions,
+            accounting: counting(c.usage),
         },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
@@ -158,6 +168,7 @@ fn finish_for(
             usage: merged_usage(previous, TokenUsage::default()),
             publish_id: None,
             redactions: Counts::new(),
+            accounting: JobAccounting::default(),
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -173,6 +184,7 @@ fn finish_for(
                 usage: merged_usage(previous, usage),
                 publish_id: None,
                 redactions: Counts::new(),
+                accounting: counting(usage),
             }
         }
     }
@@ -383,6 +395,17 @@ async fn stage_files(
     }
 }
 
+/// The tenant's `model_tokens_per_day`, when this attempt used tokens and
+/// the tenant has one (SPEC §2.9). Unknown (the database failing) counts as
+/// none: the next finish sees it.
+async fn token_budget(ctx: &WorkerContext, claimed: &ClaimedJob, used: TokenUsage) -> Option<u64> {
+    if used.input_tokens + used.output_tokens == 0 {
+        return None;
+    }
+    let set = ctx.store.tenant_limits(claimed.tenant_id).await.ok().flatten().unwrap_or_default();
+    set.over(ctx.settings.default_limits).model_tokens_per_day.filter(|n| *n > 0)
+}
+
 /// Makes a staged publish visible (`commit`) or removes it, off the runtime's threads.
 async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool) {
     let publisher = publisher.clone();
@@ -494,7 +517,9 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let job_id = claimed.job.job_id;
     let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
     let publish_id = staged.as_ref().map(|m| m.publish_id);
-    let finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
+    let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
+    finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
+    finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
         JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
@@ -678,6 +703,26 @@ async fn retention_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receive
     }
 }
 
+/// Walks the volume to correct the storage counters, at start-up and then
+/// every `MEMORYD_STORAGE_RECONCILE_SECS`.
+async fn storage_reconciler(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        match reconcile_storage(&ctx.store, &ctx.volumes).await {
+            Ok(report) if report.corrected > 0 => {
+                tracing::info!(corrected = report.corrected, drift_bytes = report.drift, "storage reconciled")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "reconciling storage failed; it runs again later")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ctx.settings.storage_reconcile) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
 /// Queues eager phase one for rollouts idle `idle` long in open sessions
 /// (SPEC §5), looking every quarter of that (at most every 5 s).
 async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {
@@ -706,6 +751,7 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));
+    set.spawn(storage_reconciler(ctx.clone(), shutdown.clone()));
     if let Some(idle) = ctx.settings.eager_phase_one {
         set.spawn(eager_sweeper(ctx.clone(), idle, shutdown.clone()));
     }

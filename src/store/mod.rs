@@ -36,6 +36,11 @@ pub enum StoreError {
     Migration(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// Appends of another transaction took the tenant past its storage limit
+    /// between this group's check and its commit: nothing of it was kept,
+    /// and made again it sees them.
+    #[error("the tenant's storage changed while the appends were made")]
+    StorageRaced,
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -55,6 +60,7 @@ impl StoreError {
     pub fn failure(&self) -> Failure {
         match self {
             Self::Database(e) => database_failure(e),
+            Self::StorageRaced => Failure::Unavailable,
             _ => Failure::Other,
         }
     }
@@ -370,10 +376,38 @@ pub trait ForgetStore: Send + Sync {
     async fn queue_retention_forgets(&self, now: DateTime<Utc>, default_days: f64) -> StoreResult<Vec<JobRecord>>;
 }
 
+/// What tenants use (SPEC §2.9): storage kept up to date by the
+/// transactions that change it, counters per UTC day, token budgets.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// The bytes the tenant keeps: its workspaces' files and its history.
+    async fn storage_bytes(&self, tenant: TenantId) -> StoreResult<i64>;
+    /// The tenant's counters from `from` to `to` (`YYYY-MM-DD`, inclusive).
+    async fn usage_history(&self, tenant: TenantId, from: &str, to: &str) -> StoreResult<UsageHistory>;
+    /// Every tenant's storage by scope, for the reconciling walk.
+    async fn storage_scopes(&self) -> StoreResult<Vec<StorageScope>>;
+    /// Sets a scope's bytes to what a walk found, unless they changed since
+    /// `seen` was read (the walk may have missed that change); `false` then.
+    async fn correct_storage(&self, scope: &StorageScope, actual: i64) -> StoreResult<bool>;
+    /// The tenant's history bytes, counted again from the database.
+    async fn recount_history(&self, tenant: TenantId) -> StoreResult<()>;
+    /// Holds the tenant's model jobs until the next UTC midnight when its
+    /// tokens of the day reach `limit`, and releases them otherwise (a
+    /// limit raised or removed). Returns the hold's end.
+    async fn apply_token_budget(
+        &self,
+        tenant: TenantId,
+        limit: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>>;
+    /// When the tenant's model jobs may run again, if they are held now.
+    async fn model_budget_hold(&self, tenant: TenantId, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
+}
+
 /// The whole store.
 #[async_trait]
 pub trait Store:
-    TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + ForgetStore + 'static
+    TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + ForgetStore + UsageStore + 'static
 {
     async fn ping(&self) -> StoreResult<()>;
     /// Write transactions of this store run one at a time (SQLite).

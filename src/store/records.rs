@@ -98,6 +98,10 @@ pub struct JobRecord {
 pub struct SessionView {
     #[serde(flatten)]
     pub session: SessionRecord,
+    /// Why a closing session's jobs are not running: `model_budget`, its
+    /// tenant's tokens of the day are spent (SPEC §2.9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<&'static str>,
     pub rollouts: Vec<TouchedRollout>,
     pub jobs: Vec<JobRecord>,
 }
@@ -232,6 +236,8 @@ pub struct AppendRequest {
     pub idempotency: Option<IdempotencyClaim>,
     /// The tenant's `open_sessions` limit, if any: a segment may not open one more.
     pub max_open_sessions: Option<u64>,
+    /// The tenant's `storage_bytes` limit, if any: a segment may not pass it.
+    pub max_storage_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -259,6 +265,8 @@ pub enum AppendOutcome {
     Forgetting(String),
     /// Opening the session would pass the tenant's `open_sessions` limit.
     TooManyOpenSessions(u64),
+    /// The line would take the tenant's storage past this many bytes.
+    StorageQuota(u64),
 }
 
 /// Where a segment goes, decided and locked by `begin_appends`: the line is
@@ -470,7 +478,45 @@ pub struct JobFinish {
     pub publish_id: Option<Uuid>,
     /// Secrets the attempt redacted, by rule.
     pub redactions: crate::domain::redact::Counts,
+    /// What the finish adds to the tenant's usage counters.
+    pub accounting: JobAccounting,
 }
+
+/// What a job's finish counts (SPEC §2.9), in its own transaction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobAccounting {
+    /// This attempt's model use (the job's `usage` adds up every attempt's).
+    pub attempt_usage: crate::llm::TokenUsage,
+    /// Bytes the publish adds to the workspace's files (negative: frees).
+    pub storage_delta: i64,
+    /// The tenant's `model_tokens_per_day`: reaching it holds the tenant's
+    /// model jobs until the next UTC midnight.
+    pub model_tokens_per_day: Option<u64>,
+}
+
+/// A tenant's usage counters over a range of days (SPEC §2.9).
+#[derive(Debug, Clone, Default)]
+pub struct UsageHistory {
+    /// The days that have counters, oldest first.
+    pub days: Vec<crate::domain::usage::UsageDay>,
+    /// The storage the last day before the range left, if one is known.
+    pub storage_before: Option<i64>,
+}
+
+/// The bytes a tenant keeps under one scope: a workspace's files, or (scope
+/// `""`) its memory history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageScope {
+    pub tenant: TenantId,
+    pub scope: String,
+    pub bytes: i64,
+}
+
+/// `waiting` of a session whose tenant's token budget is spent for the day.
+pub const WAITING_FOR_MODEL_BUDGET: &str = "model_budget";
+
+/// The scope under which a tenant's memory history is counted.
+pub const HISTORY_SCOPE: &str = "";
 
 /// What a request to forget conversations became.
 #[derive(Debug, Clone)]

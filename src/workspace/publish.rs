@@ -62,6 +62,10 @@ pub struct Manifest {
     pub scope: PublishScope,
     root: PathBuf,
     entries: Vec<ManifestEntry>,
+    /// What the publish adds to the workspace's bytes (negative: frees),
+    /// against the files as they were when it was staged.
+    #[serde(default)]
+    pub bytes_delta: i64,
 }
 
 impl Manifest {
@@ -144,8 +148,16 @@ impl Publisher {
         let publish_id = Uuid::new_v4();
         let mut entries = Vec::with_capacity(changes.edits.len());
         let mut staged_files = Vec::new();
+        let mut bytes_delta = 0i64;
         for (path, content) in changes.edits {
             let dest = confine(root, &path).map_err(io::Error::other)?;
+            let replaced = match std::fs::metadata(&dest) {
+                Ok(meta) if meta.is_file() => meta.len() as i64,
+                Ok(_) => 0,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(e),
+            };
+            bytes_delta += content.as_ref().map_or(0, |bytes| bytes.len() as i64) - replaced;
             let staged = match content {
                 Some(bytes) => {
                     let file = stage(&dest, &bytes, scope.job_id)?;
@@ -157,7 +169,7 @@ impl Publisher {
             };
             entries.push(ManifestEntry { path, staged });
         }
-        let manifest = Manifest { publish_id, scope, root: root.to_owned(), entries };
+        let manifest = Manifest { publish_id, scope, root: root.to_owned(), entries, bytes_delta };
         std::fs::create_dir_all(&self.dir)?;
         let text = serde_json::to_vec(&manifest).map_err(io::Error::other)?;
         write_atomic(&self.manifest_path(publish_id), &text, manifest.scope.job_id)?;

@@ -104,6 +104,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         usage: json!({}),
         publish_id: Some(stale_publish),
         redactions: Default::default(),
+        accounting: Default::default(),
     };
     assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
     let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
@@ -118,6 +119,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         usage: json!({}),
         publish_id: Some(owner_publish),
         redactions: Default::default(),
+        accounting: Default::default(),
     };
     assert!(store.finish_job(&owner, finish).await.unwrap());
     assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);

@@ -27,3 +27,4 @@ mod process;
 mod publish;
 mod redaction;
 mod sessions;
+mod usage;

@@ -18,6 +18,16 @@ const SCRUBBED_ERROR: &str = "(this error named a forgotten conversation and was
 /// Rollouts of one layout that one retention sweep forgets at most.
 const RETENTION_BATCH: i64 = 1000;
 
+/// What a forget freed of its tenant's storage.
+pub(super) enum Freed {
+    /// The committed bytes of the rollout files it removed.
+    RolloutBytes(i64),
+    /// A whole workspace.
+    Workspace,
+    /// The tenant, with every counter it had.
+    Tenant,
+}
+
 /// What a new forget job is.
 struct NewForget<'a> {
     scope: ForgetScope,
@@ -205,17 +215,25 @@ for_every_dialect! {
         Ok(())
     }
 
-    /// Every row of what a succeeded forget job removed, in its fenced finish.
-    pub(super) async fn erase_forgotten(conn: &mut DB::Connection, claimed: &ClaimedJob) -> StoreResult<()> {
+    /// Every row of what a succeeded forget job removed, in its fenced
+    /// finish; says what it freed of the tenant's storage.
+    pub(super) async fn erase_forgotten(conn: &mut DB::Connection, claimed: &ClaimedJob) -> StoreResult<Freed> {
         let job = &claimed.job;
         let spec = job.forget.as_ref().ok_or_else(|| corrupt("a forget job without a target"))?;
         match spec.scope {
             ForgetScope::Rollouts => {
-                Self::erase_rollouts(conn, claimed.tenant_id, &job.workspace, &job.layout, &spec.rollout_ids, job.job_id)
-                    .await
+                let bytes = Self::erase_rollouts(conn, claimed.tenant_id, &job.workspace, &job.layout, &spec.rollout_ids, job.job_id)
+                    .await?;
+                Ok(Freed::RolloutBytes(bytes))
             }
-            ForgetScope::Workspace => Self::erase_workspace(conn, claimed.tenant_id, &job.workspace, job.job_id).await,
-            ForgetScope::Tenant => Self::erase_tenant(conn, claimed.tenant_id).await,
+            ForgetScope::Workspace => {
+                Self::erase_workspace(conn, claimed.tenant_id, &job.workspace, job.job_id).await?;
+                Ok(Freed::Workspace)
+            }
+            ForgetScope::Tenant => {
+                Self::erase_tenant(conn, claimed.tenant_id).await?;
+                Ok(Freed::Tenant)
+            }
         }
     }
 
@@ -226,7 +244,22 @@ for_every_dialect! {
         layout: &LayoutName,
         ids: &[RolloutId],
         own_job: Uuid,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<i64> {
+        let mut freed = 0;
+        for id in ids {
+            let row = sqlx::query(
+                "SELECT committed_len FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(layout.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(row) = row {
+                freed += row.try_get::<i64, _>("committed_len")?;
+            }
+        }
         const BY_ROLLOUT: [&str; 5] = [
             "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
             "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
@@ -302,7 +335,7 @@ for_every_dialect! {
                     .await?;
             }
         }
-        Ok(())
+        Ok(freed)
     }
 
     async fn erase_workspace(
@@ -336,8 +369,12 @@ for_every_dialect! {
 
     async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 17] = [
+        const BY_TENANT: [&str; 21] = [
             "DELETE FROM tenant_limits WHERE tenant_id = $1",
+            "DELETE FROM storage_usage WHERE tenant_id = $1",
+            "DELETE FROM usage_days WHERE tenant_id = $1",
+            "DELETE FROM model_usage_days WHERE tenant_id = $1",
+            "DELETE FROM model_budget_holds WHERE tenant_id = $1",
             "DELETE FROM run_files WHERE tenant_id = $1",
             "DELETE FROM run_history WHERE tenant_id = $1",
             "DELETE FROM history_blobs WHERE tenant_id = $1",

@@ -7,7 +7,7 @@ use crate::domain::ids::WorkspaceName;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Appends whose session and rollout rows this transaction holds.
 struct SqlAppendBatch<'s, DB: Database> {
@@ -15,7 +15,16 @@ struct SqlAppendBatch<'s, DB: Database> {
     starts: Vec<AppendStart>,
     /// What the commit records of each append to be written (by request).
     rows: Vec<Option<RolloutUpdate>>,
+    /// The storage limits of the group's tenants that have one.
+    storage_limits: BTreeMap<TenantId, u64>,
     now: DateTime<Utc>,
+}
+
+/// A tenant's storage as this group sees it, against its limit.
+struct StorageBudget {
+    limit: u64,
+    /// The stored bytes, and the lines this group has placed so far.
+    used: u64,
 }
 
 /// An append's session and rollout: tenant, session id, layout, rollout id.
@@ -57,6 +66,8 @@ struct RolloutUpdate {
     updated_at: String,
     terminal_state: String,
     idempotency_key: Option<String>,
+    /// The line's length: what the rollout file grows by.
+    bytes: i64,
 }
 
 for_every_dialect! {
@@ -68,11 +79,14 @@ for_every_dialect! {
             let now = Utc::now();
             let mut tx = self.begin_write().await?;
             let mut known = Self::lock_known_in(&mut tx, reqs).await?;
+            let mut budgets = Self::storage_budgets_in(&mut tx, reqs).await?;
+            let storage_limits = budgets.iter().map(|(tenant, b)| (*tenant, b.limit)).collect();
             let mut starts = Vec::with_capacity(reqs.len());
             let mut rows = Vec::with_capacity(reqs.len());
             for req in reqs {
                 let found = known.remove(&append_target(req));
-                let start = Self::position_in(&mut tx, req, now, found).await?;
+                let budget = budgets.get_mut(&req.tenant_id);
+                let start = Self::position_in(&mut tx, req, now, found, budget).await?;
                 rows.push(match &start {
                     AppendStart::Write(position) => Some(RolloutUpdate {
                         tenant: req.tenant_id,
@@ -83,12 +97,38 @@ for_every_dialect! {
                         updated_at: req.segment.updated_at.clone(),
                         terminal_state: req.segment.terminal_state.clone(),
                         idempotency_key: req.idempotency.as_ref().map(|c| c.key.clone()),
+                        bytes: req.segment.line.len() as i64,
                     }),
                     AppendStart::Done(_) => None,
                 });
                 starts.push(start);
             }
-            Ok(Box::new(SqlAppendBatch { tx, starts, rows, now }))
+            Ok(Box::new(SqlAppendBatch { tx, starts, rows, storage_limits, now }))
+        }
+
+        /// What each tenant of the group with a storage limit keeps now. Read
+        /// without a lock: a group that commits meanwhile is caught when this
+        /// one counts its lines (`StoreError::StorageRaced`).
+        async fn storage_budgets_in(
+            tx: &mut WriteTx<'_, DB>,
+            reqs: &[&AppendRequest],
+        ) -> StoreResult<HashMap<TenantId, StorageBudget>> {
+            let mut budgets = HashMap::new();
+            for req in reqs {
+                let Some(limit) = req.max_storage_bytes.filter(|l| *l > 0) else { continue };
+                if budgets.contains_key(&req.tenant_id) {
+                    continue;
+                }
+                let row = sqlx::query(
+                    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM storage_usage WHERE tenant_id = $1",
+                )
+                .bind(req.tenant_id)
+                .fetch_one(&mut **tx)
+                .await?;
+                let used = row.try_get::<i64, _>("bytes")?.max(0) as u64;
+                budgets.insert(req.tenant_id, StorageBudget { limit, used });
+            }
+            Ok(budgets)
         }
 
         /// The common case in two statements: the sessions of the appends
@@ -174,6 +214,7 @@ for_every_dialect! {
             req: &AppendRequest,
             now: DateTime<Utc>,
             known: Option<KnownTarget>,
+            budget: Option<&mut StorageBudget>,
         ) -> StoreResult<AppendStart> {
         if let Some(claim) = &req.idempotency {
             // A concurrent holder of the same key makes this insert wait for
@@ -200,6 +241,14 @@ for_every_dialect! {
             }
         }
 
+        // SPEC §2.9: a line that would pass the storage limit is refused
+        // before anything of it (a session, a rollout row) is made.
+        let line_bytes = req.segment.line.len() as u64;
+        if let Some(budget) = &budget
+            && budget.used + line_bytes > budget.limit
+        {
+            return Self::refused_in(tx, req, AppendOutcome::StorageQuota(budget.limit)).await;
+        }
         let path_text = req.layout.rollout_path(&req.segment.rollout_id);
         let opened = match known {
             Some((session, position)) => Opened::Session(Box::new(session), false, position),
@@ -243,6 +292,9 @@ for_every_dialect! {
                 req.segment.rollout_id
             );
             return Self::refused_in(tx, req, AppendOutcome::Forgetting(detail)).await;
+        }
+        if let Some(budget) = budget {
+            budget.used += line_bytes;
         }
         Ok(AppendStart::Write(AppendPosition {
             workspace: session.workspace,
@@ -442,6 +494,19 @@ for_every_dialect! {
                 .bind(row.rollout_id.as_str())
                 .execute(&mut *self.tx)
                 .await?;
+            }
+        }
+        let mut tallies: BTreeMap<TenantId, usage::Tally> = BTreeMap::new();
+        for (row, _) in &lines {
+            let tally = tallies.entry(row.tenant).or_default();
+            tally.segments += 1;
+            tally.bytes_ingested += row.bytes;
+            tally.add_storage(&row.workspace, row.bytes);
+        }
+        let storage = SqlStore::<DB>::count_usage_in(&mut self.tx, &tallies, self.now).await?;
+        for (tenant, limit) in &self.storage_limits {
+            if storage.get(tenant).is_some_and(|bytes| *bytes > 0 && *bytes as u64 > *limit) {
+                return Err(StoreError::StorageRaced);
             }
         }
         Ok(())

@@ -152,6 +152,8 @@ for_every_dialect! {
                      SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
                         SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
                            AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
+               AND (j.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
+                     SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = j.tenant_id AND h.until > $3))
                AND (j.kind = 'phase_one' OR NOT EXISTS (
                      SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
                         AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'
@@ -244,8 +246,18 @@ for_every_dialect! {
             Self::upsert_raw_memory(&mut tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
                 .await?;
         }
+        let mut tally = usage::Tally { model: Some((job.kind, finish.accounting.attempt_usage)), ..Default::default() };
+        tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
+        let mut tenant_gone = false;
         if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
-            Self::erase_forgotten(&mut tx, claimed).await?;
+            match Self::erase_forgotten(&mut tx, claimed).await? {
+                forget::Freed::RolloutBytes(bytes) => tally.add_storage(job.workspace.as_str(), -bytes),
+                forget::Freed::Workspace => {
+                    tally.dropped_scopes.push(job.workspace.as_str().to_owned());
+                    tally.recount_history = true;
+                }
+                forget::Freed::Tenant => tenant_gone = true,
+            }
         }
         if let Some(report) = &finish.phase_two {
             let run = &report.run;
@@ -297,6 +309,18 @@ for_every_dialect! {
             }
             if let Some(history) = &report.history {
                 Self::record_history(&mut tx, claimed, run, history).await?;
+                tally.recount_history = true;
+            }
+            tally.runs += 1;
+        }
+        if !tenant_gone {
+            let tallies = std::collections::BTreeMap::from([(claimed.tenant_id, tally)]);
+            Self::count_usage_in(&mut tx, &tallies, now).await?;
+            let used = finish.accounting.attempt_usage;
+            if let Some(limit) = finish.accounting.model_tokens_per_day
+                && used.input_tokens + used.output_tokens > 0
+            {
+                Self::enforce_token_budget_in(&mut tx, claimed.tenant_id, Some(limit), now).await?;
             }
         }
         tx.commit().await?;

@@ -13,6 +13,7 @@ mod migrate;
 mod rows;
 mod sessions;
 mod tenants;
+mod usage;
 
 use super::{StoreError, StoreResult};
 use sqlx::migrate::Migrator;

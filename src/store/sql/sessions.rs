@@ -265,7 +265,14 @@ for_every_dialect! {
         };
         let rollouts = Self::touched_in(&self.pool, tenant, id).await?;
         let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
-        Ok(Some(SessionView { session, rollouts, jobs }))
+        let held_jobs = session.state == SessionState::Closing
+            && jobs.iter().any(|j| j.state == JobState::Queued && matches!(j.kind, JobKind::PhaseOne | JobKind::PhaseTwo));
+        let waiting = if held_jobs && self.model_budget_hold(tenant, Utc::now()).await?.is_some() {
+            Some(WAITING_FOR_MODEL_BUDGET)
+        } else {
+            None
+        };
+        Ok(Some(SessionView { session, waiting, rollouts, jobs }))
     }
 
     async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>> {
@@ -351,6 +358,9 @@ for_every_dialect! {
             session.state = transition.state;
             session.memory_status = transition.memory_status;
             session.closed_at = transition.closed_at;
+            Self::hold_new_model_jobs_in(&mut tx, tenant, now).await?;
+            let closes = std::collections::BTreeMap::from([(tenant, usage::Tally { closes: 1, ..Default::default() })]);
+            Self::count_usage_in(&mut tx, &closes, now).await?;
         }
         let jobs = Self::jobs_of_session(&mut *tx, tenant, id).await?;
         tx.commit().await?;

@@ -1,0 +1,351 @@
+//! What tenants use (SPEC §2.9): storage by scope, counters per UTC day,
+//! token budgets.
+//!
+//! Every transaction that changes what a tenant uses adds its [`Tally`] as
+//! its last writes. The counter rows are the hottest a tenant has, so they
+//! are held for the shortest time; and since every transaction takes them
+//! last, tenants in one order and each tenant's rows in one order, no two
+//! transactions wait for each other's counters in a cycle.
+
+use super::*;
+use crate::domain::usage::{ModelUse, UsageDay, day_of, next_utc_midnight};
+use crate::llm::TokenUsage;
+use crate::store::*;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use std::collections::BTreeMap;
+
+/// What one transaction changes of one tenant's usage.
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    pub segments: i64,
+    pub bytes_ingested: i64,
+    pub closes: i64,
+    pub runs: i64,
+    /// Bytes added to (or taken from) each scope's files.
+    pub storage: BTreeMap<String, i64>,
+    /// Scopes whose files are all gone (a workspace forgotten).
+    pub dropped_scopes: Vec<String>,
+    /// The history changed: its bytes are counted again.
+    pub recount_history: bool,
+    pub model: Option<(JobKind, TokenUsage)>,
+}
+
+impl Tally {
+    pub fn add_storage(&mut self, scope: &str, delta: i64) {
+        *self.storage.entry(scope.to_owned()).or_default() += delta;
+    }
+}
+
+/// The tenant's storage: every scope's bytes.
+const STORAGE_OF_TENANT: &str =
+    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM storage_usage WHERE tenant_id = $1";
+
+const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
+
+for_every_dialect! {
+    impl {
+        /// Adds the tallies (by tenant, in order) to the counters of `now`'s
+        /// day; returns each tenant's storage after them.
+        pub(super) async fn count_usage_in(
+            conn: &mut DB::Connection,
+            tallies: &BTreeMap<TenantId, Tally>,
+            now: DateTime<Utc>,
+        ) -> StoreResult<BTreeMap<TenantId, i64>> {
+            let day = day_of(now);
+            let mut storage = BTreeMap::new();
+            for (tenant, tally) in tallies {
+                for scope in &tally.dropped_scopes {
+                    sqlx::query("DELETE FROM storage_usage WHERE tenant_id = $1 AND scope = $2")
+                        .bind(*tenant)
+                        .bind(scope.as_str())
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                let mut changed: Vec<(&str, i64)> = tally
+                    .storage
+                    .iter()
+                    .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
+                    .map(|(scope, delta)| (scope.as_str(), *delta))
+                    .collect();
+                changed.sort_unstable();
+                for (scope, delta) in changed {
+                    sqlx::query(
+                        "INSERT INTO storage_usage (tenant_id, scope, bytes) VALUES ($1, $2, $3)
+                         ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes",
+                    )
+                    .bind(*tenant)
+                    .bind(scope)
+                    .bind(delta)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+                if tally.recount_history {
+                    Self::recount_history_in(&mut *conn, *tenant).await?;
+                }
+                let row = sqlx::query(AssertSqlSafe(format!(
+                    "INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
+                     VALUES ($1, $2, $3, $4, $5, $6, ({STORAGE_OF_TENANT}))
+                     ON CONFLICT (tenant_id, day) DO UPDATE SET
+                        segments = usage_days.segments + excluded.segments,
+                        bytes_ingested = usage_days.bytes_ingested + excluded.bytes_ingested,
+                        closes = usage_days.closes + excluded.closes,
+                        runs = usage_days.runs + excluded.runs,
+                        storage_bytes = excluded.storage_bytes
+                     RETURNING storage_bytes"
+                )))
+                .bind(*tenant)
+                .bind(day.as_str())
+                .bind(tally.segments)
+                .bind(tally.bytes_ingested)
+                .bind(tally.closes)
+                .bind(tally.runs)
+                .fetch_one(&mut *conn)
+                .await?;
+                storage.insert(*tenant, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
+                if let Some((kind, used)) = tally.model.filter(|(_, u)| *u != TokenUsage::default()) {
+                    sqlx::query(
+                        "INSERT INTO model_usage_days (tenant_id, day, kind, model_calls, input_tokens, output_tokens)
+                         VALUES ($1, $2, $3, $4, $5, $6)
+                         ON CONFLICT (tenant_id, day, kind) DO UPDATE SET
+                            model_calls = model_usage_days.model_calls + excluded.model_calls,
+                            input_tokens = model_usage_days.input_tokens + excluded.input_tokens,
+                            output_tokens = model_usage_days.output_tokens + excluded.output_tokens",
+                    )
+                    .bind(*tenant)
+                    .bind(day.as_str())
+                    .bind(kind.as_str())
+                    .bind(used.calls as i64)
+                    .bind(used.input_tokens as i64)
+                    .bind(used.output_tokens as i64)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+            }
+            Ok(storage)
+        }
+
+        async fn recount_history_in(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
+            sqlx::query(
+                "INSERT INTO storage_usage (tenant_id, scope, bytes)
+                 VALUES ($1, '', (SELECT CAST(COALESCE(SUM(length(content)), 0) AS BIGINT)
+                                  FROM history_blobs WHERE tenant_id = $1))
+                 ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = excluded.bytes",
+            )
+            .bind(tenant)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+
+        /// Holds the tenant's model jobs until the next UTC midnight if its
+        /// tokens of the day reached `limit`; otherwise ends a hold and lets
+        /// the jobs it moved run now. Returns the hold's end.
+        pub(super) async fn enforce_token_budget_in(
+            conn: &mut DB::Connection,
+            tenant: TenantId,
+            limit: Option<u64>,
+            now: DateTime<Utc>,
+        ) -> StoreResult<Option<DateTime<Utc>>> {
+            let used: i64 = sqlx::query(
+                "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
+                 FROM model_usage_days WHERE tenant_id = $1 AND day = $2",
+            )
+            .bind(tenant)
+            .bind(day_of(now))
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get("used")?;
+            match limit.filter(|l| *l > 0) {
+                Some(limit) if used as u64 >= limit => {
+                    let until = next_utc_midnight(now);
+                    sqlx::query(
+                        "INSERT INTO model_budget_holds (tenant_id, until) VALUES ($1, $2)
+                         ON CONFLICT (tenant_id) DO UPDATE SET until = excluded.until",
+                    )
+                    .bind(tenant)
+                    .bind(until)
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query(AssertSqlSafe(format!(
+                        "UPDATE jobs SET run_after = $2
+                         WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS} AND run_after < $2"
+                    )))
+                    .bind(tenant)
+                    .bind(until)
+                    .execute(&mut *conn)
+                    .await?;
+                    Ok(Some(until))
+                }
+                _ => {
+                    let ended = sqlx::query("DELETE FROM model_budget_holds WHERE tenant_id = $1 RETURNING until")
+                        .bind(tenant)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    if let Some(row) = ended {
+                        let until: DateTime<Utc> = row.try_get("until")?;
+                        sqlx::query(AssertSqlSafe(format!(
+                            "UPDATE jobs SET run_after = $3
+                             WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS} AND run_after = $2"
+                        )))
+                        .bind(tenant)
+                        .bind(until)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Ok(None)
+                }
+            }
+        }
+
+        /// Model jobs just queued for a tenant whose budget is spent wait
+        /// with the others until the hold ends.
+        pub(super) async fn hold_new_model_jobs_in(
+            conn: &mut DB::Connection,
+            tenant: TenantId,
+            now: DateTime<Utc>,
+        ) -> StoreResult<()> {
+            sqlx::query(AssertSqlSafe(format!(
+                "UPDATE jobs SET run_after = (SELECT until FROM model_budget_holds WHERE tenant_id = $1)
+                 WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS}
+                   AND run_after < (SELECT until FROM model_budget_holds WHERE tenant_id = $1 AND until > $2)"
+            )))
+            .bind(tenant)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+    }
+}
+
+for_every_dialect! {
+    impl UsageStore {
+    async fn storage_bytes(&self, tenant: TenantId) -> StoreResult<i64> {
+        let row = sqlx::query(STORAGE_OF_TENANT).bind(tenant).fetch_one(&self.pool).await?;
+        Ok(row.try_get("bytes")?)
+    }
+
+    async fn usage_history(&self, tenant: TenantId, from: &str, to: &str) -> StoreResult<UsageHistory> {
+        let rows = sqlx::query(
+            "SELECT day, segments, bytes_ingested, closes, runs, storage_bytes FROM usage_days
+             WHERE tenant_id = $1 AND day >= $2 AND day <= $3 ORDER BY day",
+        )
+        .bind(tenant)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut days: BTreeMap<String, UsageDay> = BTreeMap::new();
+        for row in rows {
+            let date: String = row.try_get("day")?;
+            days.insert(
+                date.clone(),
+                UsageDay {
+                    date,
+                    segments: row.try_get("segments")?,
+                    bytes_ingested: row.try_get("bytes_ingested")?,
+                    closes: row.try_get("closes")?,
+                    runs: row.try_get("runs")?,
+                    storage_bytes: row.try_get("storage_bytes")?,
+                    by_kind: Vec::new(),
+                },
+            );
+        }
+        let rows = sqlx::query(
+            "SELECT day, kind, model_calls, input_tokens, output_tokens FROM model_usage_days
+             WHERE tenant_id = $1 AND day >= $2 AND day <= $3 ORDER BY day, kind",
+        )
+        .bind(tenant)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        for row in rows {
+            let date: String = row.try_get("day")?;
+            let day = days.entry(date.clone()).or_insert_with(|| UsageDay { date, ..UsageDay::default() });
+            day.by_kind.push((
+                row.try_get("kind")?,
+                ModelUse {
+                    model_calls: row.try_get("model_calls")?,
+                    input_tokens: row.try_get("input_tokens")?,
+                    output_tokens: row.try_get("output_tokens")?,
+                },
+            ));
+        }
+        let before = sqlx::query(
+            "SELECT storage_bytes FROM usage_days WHERE tenant_id = $1 AND day < $2 AND storage_bytes IS NOT NULL
+             ORDER BY day DESC LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(from)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(UsageHistory {
+            days: days.into_values().collect(),
+            storage_before: before.map(|r| r.try_get("storage_bytes")).transpose()?,
+        })
+    }
+
+    async fn storage_scopes(&self) -> StoreResult<Vec<StorageScope>> {
+        let rows = sqlx::query("SELECT tenant_id, scope, bytes FROM storage_usage ORDER BY tenant_id, scope")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok(StorageScope { tenant: row.try_get("tenant_id")?, scope: row.try_get("scope")?, bytes: row.try_get("bytes")? }))
+            .collect()
+    }
+
+    async fn correct_storage(&self, seen: &StorageScope, actual: i64) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let corrected = sqlx::query(
+            "INSERT INTO storage_usage (tenant_id, scope, bytes) SELECT $1, $2, $4 WHERE true
+             ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = excluded.bytes WHERE storage_usage.bytes = $3
+             RETURNING bytes",
+        )
+        .bind(seen.tenant)
+        .bind(seen.scope.as_str())
+        .bind(seen.bytes)
+        .bind(actual)
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
+        if corrected {
+            let tallies = BTreeMap::from([(seen.tenant, Tally::default())]);
+            Self::count_usage_in(&mut tx, &tallies, Utc::now()).await?;
+        }
+        tx.commit().await?;
+        Ok(corrected)
+    }
+
+    async fn recount_history(&self, tenant: TenantId) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let tallies = BTreeMap::from([(tenant, Tally { recount_history: true, ..Tally::default() })]);
+        Self::count_usage_in(&mut tx, &tallies, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn apply_token_budget(
+        &self,
+        tenant: TenantId,
+        limit: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let mut tx = self.begin_write().await?;
+        let held = Self::enforce_token_budget_in(&mut tx, tenant, limit, now).await?;
+        tx.commit().await?;
+        Ok(held)
+    }
+
+    async fn model_budget_hold(&self, tenant: TenantId, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
+        let row = sqlx::query("SELECT until FROM model_budget_holds WHERE tenant_id = $1 AND until > $2")
+            .bind(tenant)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("until")).transpose()?)
+    }
+    }
+}
