@@ -44,6 +44,18 @@ async fn what_the_pages_show_after_a_first_consolidation(backend: Backend) {
         browser.get("/console/memory/file?workspace=default&layout=default&path=raw_memories/chat-1.md").await;
     assert!(raw.contains("<th>rollout_id</th><td><code>chat-1</code></td>"), "{raw}");
     assert!(!raw.contains("<p>rollout_id: chat-1"), "{raw}");
+
+    // Usage: a chart per figure, drawn by the server, today's segment in it.
+    let (status, _, usage) = browser.get("/console/usage").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(usage.matches("<svg").count(), 3, "{usage}");
+    let today = chrono::Utc::now().format("%Y-%m-%d");
+    assert!(usage.contains(&format!("<title>{today}: 1 segments</title>")), "{usage}");
+    let scripts: Vec<&str> = usage.split("<script").skip(1).collect();
+    assert!(
+        scripts.iter().all(|s| s.starts_with(" src=\"/console/assets/console.js\"")),
+        "no charting script: {usage}"
+    );
 }
 
 /// Status and content type of a console answer, and that an HTML one carries the console's headers.
@@ -175,14 +187,14 @@ fn encode(value: &str) -> String {
 
 /// A browser without JavaScript: it keeps the console's cookies and does
 /// not follow redirects, so each answer can be looked at.
-struct Browser<'a> {
+pub(crate) struct Browser<'a> {
     app: &'a TestApp,
     http: Client,
     cookies: Vec<(String, String)>,
 }
 
 impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
+    pub(crate) fn new(app: &'a TestApp) -> Self {
         let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         Self { app, http, cookies: Vec::new() }
     }
@@ -233,7 +245,7 @@ impl<'a> Browser<'a> {
         req
     }
 
-    async fn get(&mut self, path: &str) -> (StatusCode, String, String) {
+    pub(crate) async fn get(&mut self, path: &str) -> (StatusCode, String, String) {
         self.send(Method::GET, path, None).await
     }
 
@@ -241,7 +253,7 @@ impl<'a> Browser<'a> {
         self.send(Method::POST, path, Some(form)).await
     }
 
-    async fn sign_in(&mut self, credential: &str) -> (StatusCode, String, String) {
+    pub(crate) async fn sign_in(&mut self, credential: &str) -> (StatusCode, String, String) {
         let (status, _, page) = self.get("/console/login").await;
         assert_eq!(status, 200);
         let token = hidden(&page, "csrf");

@@ -147,6 +147,12 @@ async fn a_spent_token_budget_holds_the_tenants_model_jobs_until_it_is_raised(ba
     assert_eq!(app.json(Method::POST, "/v1/sessions/s1/close?wait=30", &other.key).await["state"], "closed");
     let view = app.json(Method::GET, "/v1/sessions/s2", &t.key).await;
     assert_eq!(view["waiting"], "model_budget", "{view}");
+    let mut browser = crate::console::Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let (_, _, page) = browser.get("/console/sessions/s2").await;
+    assert!(page.contains("model tokens of the day are spent"), "the console says why: {page}");
+    let (_, _, page) = browser.get("/console/usage").await;
+    assert!(page.contains("model jobs wait until"), "{page}");
     assert!(view["jobs"].as_array().unwrap().iter().all(|j| j["state"] == "queued" && j["attempts"] == 0), "{view}");
     assert_eq!(fake.requests().len(), calls + 2, "only the other tenant's close called the model");
     let (today, _) = today(&app, &t).await;

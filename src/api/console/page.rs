@@ -50,6 +50,7 @@ pub fn html_page(status: StatusCode, title: &str, frame: Option<&Frame<'_>>, bod
                             a href="/console/memory" { "Memory" }
                             a href="/console/runs" { "Runs" }
                             a href="/console/layouts" { "Layouts" }
+                            a href="/console/usage" { "Usage" }
                             @if frame.principal.is_admin() { a href="/console/tenants" { "Tenants" } }
                         }
                         div class="who" {

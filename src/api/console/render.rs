@@ -186,6 +186,44 @@ pub fn diff(text: &str) -> Markup {
     }
 }
 
+/// The chart's drawing area, in SVG user units.
+const CHART_WIDTH: f64 = 600.0;
+const CHART_HEIGHT: f64 = 120.0;
+
+/// A bar chart of one figure per day, drawn as inline SVG by the server (no
+/// script, no external file): one bar per day scaled to the largest, each
+/// with a tooltip; a day without a figure draws no bar.
+pub fn day_chart(label: &str, unit: &str, days: &[(String, Option<i64>)]) -> Markup {
+    let largest = days.iter().filter_map(|(_, v)| *v).max().unwrap_or(0).max(1) as f64;
+    let slot = CHART_WIDTH / days.len().max(1) as f64;
+    let bar_width = (slot * 0.8).max(1.0);
+    let total: i64 = days.iter().filter_map(|(_, v)| *v).sum();
+    html! {
+        figure class="chart" {
+            figcaption { (label) }
+            svg xmlns="http://www.w3.org/2000/svg" viewBox={"0 0 " (CHART_WIDTH) " " (CHART_HEIGHT + 16.0)}
+                role="img" aria-label={(label) ", " (days.len()) " days"} {
+                line x1="0" y1=(CHART_HEIGHT) x2=(CHART_WIDTH) y2=(CHART_HEIGHT) class="axis" {}
+                @for (i, (date, value)) in days.iter().enumerate() {
+                    @if let Some(value) = value {
+                        @let height = (*value as f64 / largest * CHART_HEIGHT).max(if *value > 0 { 1.0 } else { 0.0 });
+                        rect x=(format!("{:.1}", i as f64 * slot + (slot - bar_width) / 2.0))
+                             y=(format!("{:.1}", CHART_HEIGHT - height))
+                             width=(format!("{bar_width:.1}")) height=(format!("{height:.1}")) {
+                            title { (date) ": " (value) " " (unit) }
+                        }
+                    }
+                }
+                @if let (Some((first, _)), Some((last, _))) = (days.first(), days.last()) {
+                    text x="0" y=(CHART_HEIGHT + 13.0) class="tick" { (first) }
+                    text x=(CHART_WIDTH) y=(CHART_HEIGHT + 13.0) class="tick end" { (last) }
+                }
+            }
+            p class="meta" { "largest day " (largest as i64) " " (unit) " · " (total) " in all" }
+        }
+    }
+}
+
 /// A job's or run's token usage, in words.
 pub fn usage(usage: &Value) -> Markup {
     let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
@@ -362,5 +400,23 @@ mod tests {
         let out = diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-<old>\n+new\n same\n").into_string();
         assert!(out.contains("<span class=\"del\">-&lt;old&gt;</span>"), "{out}");
         assert!(out.contains("<span class=\"add\">+new</span>") && out.contains("<span class=\"hunk\">"), "{out}");
+    }
+    #[test]
+    fn a_day_chart_draws_one_bar_per_known_day_scaled_to_the_largest() {
+        let days = vec![
+            ("2026-11-30".to_owned(), Some(5)),
+            ("2026-12-01".to_owned(), Some(10)),
+            ("2026-12-02".to_owned(), None),
+            ("2026-12-03".to_owned(), Some(0)),
+        ];
+        let svg = day_chart("Segments", "segments", &days).into_string();
+        assert_eq!(svg.matches("<rect").count(), 3, "no bar for the unknown day: {svg}");
+        assert!(svg.contains(r#"y="0.0" width="120.0" height="120.0""#), "the largest fills the height: {svg}");
+        assert!(svg.contains(r#"height="60.0""#), "half of it is half as high: {svg}");
+        assert!(svg.contains("<title>2026-12-01: 10 segments</title>"));
+        assert!(svg.contains("largest day 10 segments · 15 in all"));
+        assert!(!svg.contains("<script"));
+        let empty = day_chart("Tokens", "tokens", &[]).into_string();
+        assert!(!empty.contains("<rect") && !empty.contains("NaN"), "{empty}");
     }
 }
