@@ -4,6 +4,7 @@ errors, and retries that never duplicate a line."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 import time
 
 import httpx
@@ -209,6 +210,21 @@ def test_admin_routes(server):
         with pytest.raises(QuotaExceededError) as capped:
             tenant.open_session("py-one-more")
         assert (capped.value.status, capped.value.code) == (403, "quota_exceeded")
+        tenant.append_segment("py-only", segment("r", "counted"))
+        used = tenant.usage()
+        today = datetime.now(timezone.utc).date()
+        assert len(used.days) == 30 and used.days[-1].date == today
+        assert (used.days[-1].segments, used.days[-1].closes) == (1, 0)
+        assert used.storage_bytes == used.days[-1].bytes_ingested > 0
+        assert tenant.usage(from_date=today, to_date=today.isoformat()).days == [used.days[-1]]
+        with pytest.raises(BadRequestError):
+            tenant.usage(from_date="yesterday")
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        assert admin.tenant_usage(limited.tenant_id) == used
+        admin.set_limits(limited.tenant_id, storage_bytes=used.storage_bytes + 1)
+    with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant:
+        with pytest.raises(QuotaExceededError):
+            tenant.append_segment("py-only", segment("r", "no room for this"))
     with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone:
         with pytest.raises(AuthenticationError):
             gone.list_layouts()

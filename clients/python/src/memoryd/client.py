@@ -8,6 +8,7 @@ client's return awaitables. Each method describes its call once (in
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from typing import Any, Mapping, Optional, Union
 
@@ -18,6 +19,13 @@ from ._transport import Attempts, Call, RetryPolicy, Settings, new_idempotency_k
 
 SegmentBody = Union[Mapping[str, Any], m.Segment]
 LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
+DateLike = Union[datetime.date, str, None]
+
+
+def _date_range(from_date: DateLike, to_date: DateLike) -> dict[str, Optional[str]]:
+    """``from``/``to`` as the API takes them: UTC dates, ``YYYY-MM-DD``."""
+    text = lambda d: d.isoformat() if isinstance(d, datetime.date) else d
+    return {"from": text(from_date), "to": text(to_date)}
 
 
 def _model(cls):
@@ -120,6 +128,17 @@ class _Routes:
     def limits(self):
         """``GET /v1/limits``: this tenant's limits in force (``None``: unlimited)."""
         return self._send(Call("GET", "/v1/limits", _model(m.Limits)))
+
+    def tenant_usage(self, tenant_id: str, from_date: DateLike = None, to_date: DateLike = None):
+        """``GET /v1/admin/tenants/{tenant_id}/usage``: a tenant's usage, as :meth:`usage`."""
+        path = f"/v1/admin/tenants/{segment(tenant_id)}/usage"
+        return self._send(Call("GET", path, _model(m.Usage), params=_date_range(from_date, to_date), admin=True))
+
+    def usage(self, from_date: DateLike = None, to_date: DateLike = None):
+        """``GET /v1/usage``: what this tenant used per UTC day from ``from_date`` to
+        ``to_date`` (inclusive; default the last 30 days), oldest first, and the bytes
+        it keeps now."""
+        return self._send(Call("GET", "/v1/usage", _model(m.Usage), params=_date_range(from_date, to_date)))
 
     def delete_tenant(self, tenant_id: str):
         """``DELETE /v1/admin/tenants/{tenant_id}``: forget a tenant. Its keys stop

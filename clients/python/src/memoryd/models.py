@@ -8,6 +8,7 @@ so an older client keeps working against a newer memoryd.
 
 from __future__ import annotations
 
+from datetime import date as date_type
 from datetime import datetime
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -87,6 +88,33 @@ class Limits(_Model):
     storage_bytes: Optional[int] = None
     model_tokens_per_day: Optional[int] = None
     open_sessions: Optional[int] = None
+
+
+class ModelUse(_Model):
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class UsageDay(_Model):
+    """A tenant's counters of one UTC day."""
+
+    date: date_type
+    segments: int = 0
+    bytes_ingested: int = 0
+    closes: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    runs: int = 0
+    by_kind: dict[str, ModelUse] = {}
+
+
+class Usage(_Model):
+    """What a tenant used: the bytes it keeps now, and its days, oldest first."""
+
+    storage_bytes: int
+    days: list[UsageDay] = []
 
 
 class RedactionPattern(_Model):
@@ -255,6 +283,8 @@ class Session(_Model):
     memory_status: Optional[dict[str, Any]] = None
     created_at: Optional[datetime] = None
     closed_at: Optional[datetime] = None
+    waiting: Optional[str] = None
+    """``"model_budget"`` while a closing session's jobs wait for its tenant's token budget."""
     rollouts: list[SessionRollout] = []
     jobs: list[Job] = []
 
