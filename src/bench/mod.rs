@@ -65,8 +65,8 @@ pub struct BenchArgs {
     /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
     #[arg(long, default_value_t = false)]
     pub eager: bool,
-    /// The bench tenant with a request rate too high to reach, to measure
-    /// what the limiter costs.
+    /// The bench tenant with limits too high to reach (request rate, storage,
+    /// tokens, open sessions), to measure what enforcing them costs.
     #[arg(long, default_value_t = false)]
     pub limits_high: bool,
     /// The default layout with redaction off (`"rules": []`), to measure what it costs.
@@ -396,7 +396,10 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         let res = http
             .put(format!("{base}/v1/admin/tenants/{}/limits", tenant["tenant_id"].as_str().unwrap_or("")))
             .bearer_auth(&admin)
-            .json(&json!({"requests_per_second": 1_000_000, "burst": 1_000_000}))
+            .json(&json!({
+                "requests_per_second": 1_000_000, "burst": 1_000_000, "storage_bytes": 1u64 << 50,
+                "model_tokens_per_day": 1u64 << 50, "open_sessions": 1_000_000_000,
+            }))
             .send()
             .await?;
         if !res.status().is_success() {

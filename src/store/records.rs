@@ -489,9 +489,6 @@ pub struct JobAccounting {
     pub attempt_usage: crate::llm::TokenUsage,
     /// Bytes the publish adds to the workspace's files (negative: frees).
     pub storage_delta: i64,
-    /// The tenant's `model_tokens_per_day`: reaching it holds the tenant's
-    /// model jobs until the next UTC midnight.
-    pub model_tokens_per_day: Option<u64>,
 }
 
 /// A tenant's usage counters over a range of days (SPEC §2.9).

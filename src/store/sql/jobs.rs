@@ -316,12 +316,6 @@ for_every_dialect! {
         if !tenant_gone {
             let tallies = std::collections::BTreeMap::from([(claimed.tenant_id, tally)]);
             Self::count_usage_in(&mut tx, &tallies, now).await?;
-            let used = finish.accounting.attempt_usage;
-            if let Some(limit) = finish.accounting.model_tokens_per_day
-                && used.input_tokens + used.output_tokens > 0
-            {
-                Self::enforce_token_budget_in(&mut tx, claimed.tenant_id, Some(limit), now).await?;
-            }
         }
         tx.commit().await?;
         Ok(true)
