@@ -78,8 +78,8 @@ for_every_dialect! {
         ) -> StoreResult<Box<dyn AppendBatch + 's>> {
             let now = Utc::now();
             let mut tx = self.begin_write().await?;
-            let mut known = Self::lock_known_in(&mut tx, reqs).await?;
-            let mut budgets = Self::storage_budgets_in(&mut tx, reqs).await?;
+            let (mut known, storage_read) = Self::lock_known_in(&mut tx, reqs).await?;
+            let mut budgets = Self::storage_budgets_in(&mut tx, reqs, storage_read).await?;
             let storage_limits = budgets.iter().map(|(tenant, b)| (*tenant, b.limit)).collect();
             let mut starts = Vec::with_capacity(reqs.len());
             let mut rows = Vec::with_capacity(reqs.len());
@@ -106,12 +106,14 @@ for_every_dialect! {
             Ok(Box::new(SqlAppendBatch { tx, starts, rows, storage_limits, now }))
         }
 
-        /// What each tenant of the group with a storage limit keeps now. Read
-        /// without a lock: a group that commits meanwhile is caught when this
-        /// one counts its lines (`StoreError::StorageRaced`).
+        /// What each tenant of the group with a storage limit keeps now
+        /// (`read`: as the session lock read it already). Read without a
+        /// lock: a group that commits meanwhile is caught when this one
+        /// counts its lines (`StoreError::StorageRaced`).
         async fn storage_budgets_in(
             tx: &mut WriteTx<'_, DB>,
             reqs: &[&AppendRequest],
+            read: HashMap<TenantId, i64>,
         ) -> StoreResult<HashMap<TenantId, StorageBudget>> {
             let mut budgets = HashMap::new();
             for req in reqs {
@@ -119,14 +121,15 @@ for_every_dialect! {
                 if budgets.contains_key(&req.tenant_id) {
                     continue;
                 }
-                let row = sqlx::query(
-                    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM storage_usage WHERE tenant_id = $1",
-                )
-                .bind(req.tenant_id)
-                .fetch_one(&mut **tx)
-                .await?;
-                let used = row.try_get::<i64, _>("bytes")?.max(0) as u64;
-                budgets.insert(req.tenant_id, StorageBudget { limit, used });
+                let used = match read.get(&req.tenant_id) {
+                    Some(bytes) => *bytes,
+                    None => sqlx::query(AssertSqlSafe(format!("SELECT ({}) AS bytes", usage::STORAGE_OF_TENANT)))
+                        .bind(req.tenant_id)
+                        .fetch_one(&mut **tx)
+                        .await?
+                        .try_get::<i64, _>("bytes")?,
+                };
+                budgets.insert(req.tenant_id, StorageBudget { limit, used: used.max(0) as u64 });
             }
             Ok(budgets)
         }
@@ -137,12 +140,20 @@ for_every_dialect! {
         /// length and segment count.
         /// Every replica locks all sessions before any rollout, each kind in
         /// one order, so two groups never wait for each other in a cycle.
+        /// With a storage limit in the group, the sessions' tenants' storage
+        /// is read in the same round trip.
         async fn lock_known_in(
             tx: &mut WriteTx<'_, DB>,
             reqs: &[&AppendRequest],
-        ) -> StoreResult<HashMap<AppendTarget, KnownTarget>> {
+        ) -> StoreResult<(HashMap<AppendTarget, KnownTarget>, HashMap<TenantId, i64>)> {
+            let limited = reqs.iter().any(|r| r.max_storage_bytes.is_some_and(|l| l > 0));
+            let storage_column = if limited {
+                format!(", ({}) AS tenant_storage", usage::STORAGE_OF_TENANT.replace("$1", "locked.tenant_id"))
+            } else {
+                String::new()
+            };
             let sessions_sql = format!(
-                "SELECT locked.* FROM sessions locked
+                "SELECT locked.*{storage_column} FROM sessions locked
                  JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.session_id = v.column2
                  ORDER BY locked.tenant_id, locked.session_id{}",
                 placeholders(reqs.len(), 2, 1, ""),
@@ -153,9 +164,14 @@ for_every_dialect! {
                 query = query.bind(req.tenant_id).bind(req.session_id.as_str());
             }
             let mut sessions: HashMap<(TenantId, String), SessionRecord> = HashMap::new();
+            let mut storage = HashMap::new();
             for row in query.fetch_all(&mut **tx).await? {
                 let session = Self::record::<SessionRow, SessionRecord>(&row)?;
-                sessions.insert((row.try_get("tenant_id")?, session.session_id.as_str().to_owned()), session);
+                let tenant: TenantId = row.try_get("tenant_id")?;
+                if limited {
+                    storage.insert(tenant, row.try_get::<i64, _>("tenant_storage")?);
+                }
+                sessions.insert((tenant, session.session_id.as_str().to_owned()), session);
             }
             // The rollouts of the appends whose session exists, in the session's workspace.
             let targets: Vec<(&AppendRequest, &SessionRecord)> = reqs
@@ -166,7 +182,7 @@ for_every_dialect! {
                 .collect();
             let mut known = HashMap::new();
             if targets.is_empty() {
-                return Ok(known);
+                return Ok((known, storage));
             }
             let rollouts_sql = format!(
                 "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
@@ -203,7 +219,7 @@ for_every_dialect! {
                 );
                 known.insert(append_target(req), (session.clone(), positions.get(&rollout).copied()));
             }
-            Ok(known)
+            Ok((known, storage))
         }
 
         /// Where one append's line goes, its session and rollout rows locked

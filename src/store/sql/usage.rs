@@ -37,8 +37,8 @@ impl Tally {
     }
 }
 
-/// The tenant's storage: every scope's bytes.
-const STORAGE_OF_TENANT: &str =
+/// The bytes tenant `$1` keeps: every scope's.
+pub(super) const STORAGE_OF_TENANT: &str =
     "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM storage_usage WHERE tenant_id = $1";
 
 const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
