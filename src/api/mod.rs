@@ -6,6 +6,7 @@ mod cache;
 mod console;
 pub use console::{ConsoleKeys, SignInThrottle};
 pub mod error;
+mod export;
 mod extract;
 mod forget;
 mod health;
@@ -160,6 +161,7 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", limits::set_limits),
         endpoint(Method::GET, "/v1/limits", limits::own_limits),
         endpoint(Method::GET, "/v1/usage", limits::own_usage),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/export", export::export_workspace),
         endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", limits::tenant_usage),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),

@@ -2,10 +2,12 @@
 
 pub mod diff;
 pub mod ids;
+pub mod index;
 pub mod job;
 pub mod layout;
 pub mod limits;
 pub mod page;
+pub mod portability;
 pub mod pyjson;
 pub mod pytext;
 pub mod redact;

@@ -404,10 +404,27 @@ pub trait UsageStore: Send + Sync {
     async fn model_budget_hold(&self, tenant: TenantId, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
 }
 
+/// Moving a workspace out and in (SPEC §2.7).
+#[async_trait]
+pub trait PortabilityStore: Send + Sync {
+    /// The workspace's rollouts (those with committed bytes), raw-memory
+    /// index and selections, all as of one instant.
+    async fn export_view(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<ExportView>;
+}
+
 /// The whole store.
 #[async_trait]
 pub trait Store:
-    TenantStore + LayoutStore + SessionStore + JobQueue + MemoryIndex + RunHistoryStore + ForgetStore + UsageStore + 'static
+    TenantStore
+    + LayoutStore
+    + SessionStore
+    + JobQueue
+    + MemoryIndex
+    + RunHistoryStore
+    + ForgetStore
+    + UsageStore
+    + PortabilityStore
+    + 'static
 {
     async fn ping(&self) -> StoreResult<()>;
     /// Write transactions of this store run one at a time (SQLite).

@@ -352,17 +352,7 @@ pub struct ClaimedJob {
     pub token_limit: Option<i64>,
 }
 
-/// The index row of one raw memory (the header of its file, and the
-/// rollout file length it was extracted from).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawMemoryRecord {
-    pub rollout_id: RolloutId,
-    pub updated_at: String,
-    pub rollout_path: String,
-    pub rollout_summary_file: String,
-    pub terminal_state: String,
-    pub extracted_len: u64,
-}
+pub use crate::domain::index::RawMemoryRecord;
 
 #[derive(Debug, Clone)]
 pub enum JobOutcome {
@@ -511,6 +501,8 @@ pub struct StorageScope {
 
 /// `waiting` of a session whose tenant's token budget is spent for the day.
 pub const WAITING_FOR_MODEL_BUDGET: &str = "model_budget";
+
+pub use crate::domain::portability::{ExportView, ExportedRollout};
 
 /// The scope under which a tenant's memory history is counted.
 pub const HISTORY_SCOPE: &str = "";

@@ -19,6 +19,7 @@ impl Dialect for Sqlite {
     const LOCK_ROWS: &'static str = "";
     const LOCK_JOINED_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const BEGIN_SNAPSHOT: &'static str = "BEGIN";
     const CLAIM_ROWS: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";

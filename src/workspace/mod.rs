@@ -1,6 +1,7 @@
 //! The tenant volumes on disk: path confinement, layout folders, durable
 //! appends to rollout files and atomic writes of Markdown and JSON files.
 
+pub mod archive;
 pub mod publish;
 
 use crate::domain::ids::WorkspaceName;
@@ -118,6 +119,12 @@ impl Volumes {
     }
 
     /// `<volumes>/<tenant>`: a tenant's whole volume.
+    /// Where exports keep their snapshots: beside the workspaces, on the
+    /// same filesystem, so that a snapshot is made of hard links.
+    pub fn export_scratch(&self) -> PathBuf {
+        self.data_dir.join("exports")
+    }
+
     pub fn tenant_root(&self, tenant: Uuid) -> Result<PathBuf, PathError> {
         confine(&self.root, &tenant.to_string())
     }

@@ -23,6 +23,7 @@ mod listings;
 mod migrations;
 mod phase_one;
 mod phase_two;
+mod portability;
 mod process;
 mod publish;
 mod redaction;

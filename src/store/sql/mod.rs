@@ -3,6 +3,7 @@
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
 //! file per subject.
 
+mod export;
 mod forget;
 mod history;
 mod ingest;
@@ -39,6 +40,8 @@ pub trait Dialect: Database {
     const CLAIM_GATE: Option<&'static str>;
     /// Starts a transaction that will write.
     const BEGIN_WRITE: &'static str;
+    /// Starts a transaction whose reads all see one instant.
+    const BEGIN_SNAPSHOT: &'static str;
     /// A row when the table named by `$1` exists in the current schema.
     const TABLE_EXISTS: &'static str;
     /// Makes a text `ORDER BY` compare bytes (code points), whatever the

@@ -1,0 +1,117 @@
+//! `GET /v1/workspaces/{workspace}/export` (SPEC §2.7): the workspace as a
+//! streamed gzip tar. The database's view (committed lengths, index,
+//! selections) is read in one snapshot, then the files are linked in one
+//! snapshot of their own; the archive is written from the links on a
+//! blocking thread while the response streams it, a chunk at a time.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::TenantAuth;
+use crate::domain::ids::WorkspaceName;
+use crate::domain::portability::{MANIFEST_NAME, Take, manifest, take};
+use crate::store::{ExportedRollout, with_implicit_default};
+use crate::workspace::archive::{ArchiveEntry, ChunkSender, snapshot, write_archive};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Chunks in flight between the archive's writer and the response.
+const CHUNKS_IN_FLIGHT: usize = 8;
+
+pub async fn export_workspace(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_workspace): Path<String>,
+) -> Result<Response, ApiError> {
+    let not_found = || ApiError::NotFound(format!("No workspace {raw_workspace}."));
+    let workspace = WorkspaceName::parse(&raw_workspace).ok_or_else(not_found)?;
+    if !state.store.workspace_known(tenant, &workspace).await? {
+        return Err(not_found());
+    }
+    if state.store.workspace_forgetting(tenant, &workspace).await? {
+        return Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten.")));
+    }
+    let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
+    // A run whose outcome is committed is in the export whole.
+    for layout in &layouts {
+        super::memory::settle_publishes(&state, tenant, &workspace, &layout.name).await;
+    }
+    let view = state.store.export_view(tenant, &workspace).await?;
+    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    let scratch = state.volumes.export_scratch();
+    let memory_dirs: Vec<String> = layouts.iter().map(|l| l.layout.memories_dir.normalized.clone()).collect();
+    let taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+
+    let by_path: HashMap<&str, &ExportedRollout> = view.rollouts.iter().map(|r| (r.rollout_path.as_str(), r)).collect();
+    let mut entries = Vec::with_capacity(taken.files.len());
+    let mut held: Vec<&ExportedRollout> = Vec::new();
+    for file in &taken.files {
+        let len = match take(&file.relative, &by_path, &layouts) {
+            Take::Whole => file.len,
+            Take::Prefix(committed) => {
+                held.push(by_path[file.relative.as_str()]);
+                committed
+            }
+            Take::Nothing => continue,
+        };
+        entries.push(ArchiveEntry {
+            relative: file.relative.clone(),
+            source: file.linked.clone(),
+            len,
+            modified: file.modified,
+        });
+    }
+    let document = manifest(workspace.as_str(), &layouts, &view, &held);
+    let manifest_bytes = serde_json::to_vec_pretty(&document).map_err(ApiError::internal)?;
+    tracing::info!(%workspace, files = entries.len(), rollouts = held.len(), "export started");
+
+    let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+    let failures = sender.clone();
+    tokio::task::spawn_blocking(move || {
+        // The snapshot's links live until the archive is written.
+        let _links = taken;
+        let written = write_archive(ChunkSender::new(sender), MANIFEST_NAME, &manifest_bytes, &entries)
+            .and_then(|mut out| std::io::Write::flush(&mut out));
+        if let Err(e) = written
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            tracing::error!(error = %e, "writing an export failed; the response is cut short");
+            let _ = failures.blocking_send(Err(e));
+        }
+    });
+    let filename = format!("attachment; filename=\"{workspace}.tar.gz\"");
+    let mut response = (StatusCode::OK, Body::new(ChunkBody { receiver })).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/gzip"));
+    if let Ok(value) = HeaderValue::from_str(&filename) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// A response body fed by the archive's writer; an error ends it early, and
+/// the client sees an archive cut short rather than a complete-looking one.
+struct ChunkBody {
+    receiver: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+}
+
+impl http_body::Body for ChunkBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.receiver
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| c.map(|bytes| http_body::Frame::data(Bytes::from(bytes)))))
+    }
+}
