@@ -98,5 +98,19 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
     if removed > 0 {
         tracing::info!(removed, "removed temporary files that no attempt will rename");
     }
+    let scratch = volumes.export_scratch();
+    let stale = tokio::task::spawn_blocking(move || {
+        crate::workspace::archive::remove_stale_snapshots(&scratch, STALE_EXPORT_SNAPSHOT)
+    })
+    .await;
+    match stale {
+        Ok(Ok(0)) | Err(_) => {}
+        Ok(Ok(n)) => tracing::info!(removed = n, "removed export snapshots left by a process that died"),
+        Ok(Err(e)) => tracing::warn!(error = %crate::error_chain(&e), "removing old export snapshots failed"),
+    }
     removed
 }
+
+/// An export's snapshot older than this was left by a process that died:
+/// no export streams for a day.
+const STALE_EXPORT_SNAPSHOT: Duration = Duration::from_secs(24 * 3600);

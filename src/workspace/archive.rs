@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 /// folders while it was being taken.
 const SNAPSHOT_TRIES: usize = 5;
 
+/// The names of snapshot folders under the scratch folder begin so.
+const SNAPSHOT_PREFIX: &str = "export-";
+
 /// A file of a snapshot: its path under the workspace, its link, its length
 /// and modification time (seconds since the epoch) when linked.
 #[derive(Debug, Clone)]
@@ -44,7 +47,7 @@ pub struct Snapshot {
 pub fn snapshot(root: &Path, scratch: &Path, memory_dirs: &[String]) -> io::Result<Snapshot> {
     fs::create_dir_all(scratch)?;
     for _ in 0..SNAPSHOT_TRIES {
-        let dir = tempfile::Builder::new().prefix("export-").tempdir_in(scratch)?;
+        let dir = tempfile::Builder::new().prefix(SNAPSHOT_PREFIX).tempdir_in(scratch)?;
         let before = memory_inodes(root, memory_dirs)?;
         if let Some(files) = link_all(root, dir.path(), memory_dirs, &before)?
             && memory_inodes(root, memory_dirs)? == before
@@ -124,6 +127,26 @@ fn memory_inodes(root: &Path, memory_dirs: &[String]) -> io::Result<BTreeMap<Str
         }
     }
     Ok(inodes)
+}
+
+/// Removes the snapshots under `scratch` made more than `older_than` ago
+/// (their process died before it removed them); how many.
+pub fn remove_stale_snapshots(scratch: &Path, older_than: std::time::Duration) -> io::Result<usize> {
+    let entries = match fs::read_dir(scratch) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let old = entry.metadata()?.modified()?.elapsed().is_ok_and(|age| age > older_than);
+        if old && entry.file_name().to_str().is_some_and(|n| n.starts_with(SNAPSHOT_PREFIX)) {
+            fs::remove_dir_all(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// One file of an archive: where it goes, where its bytes come from, and
@@ -263,6 +286,17 @@ mod tests {
         assert_eq!(content(&long), b"long name", "names past 100 bytes survive");
         drop(snapshot);
         assert!(fs::read_dir(scratch.path()).unwrap().next().is_none(), "the links go with the snapshot");
+    }
+
+    #[test]
+    fn only_old_snapshots_are_removed() {
+        let scratch = tempfile::tempdir().unwrap();
+        fs::create_dir_all(scratch.path().join("export-old/memories")).unwrap();
+        fs::create_dir_all(scratch.path().join("something-else")).unwrap();
+        assert_eq!(remove_stale_snapshots(scratch.path(), std::time::Duration::from_secs(3600)).unwrap(), 0);
+        assert_eq!(remove_stale_snapshots(scratch.path(), std::time::Duration::ZERO).unwrap(), 1);
+        assert!(scratch.path().join("something-else").exists() && !scratch.path().join("export-old").exists());
+        assert_eq!(remove_stale_snapshots(&scratch.path().join("missing"), std::time::Duration::ZERO).unwrap(), 0);
     }
 
     #[test]
