@@ -27,8 +27,18 @@ pub async fn export_workspace(
     State(state): State<AppState>,
     Path(raw_workspace): Path<String>,
 ) -> Result<Response, ApiError> {
+    workspace_archive(&state, tenant, &raw_workspace).await
+}
+
+/// The streamed archive of the tenant's workspace (the API's route and the
+/// console's Export link).
+pub(crate) async fn workspace_archive(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    raw_workspace: &str,
+) -> Result<Response, ApiError> {
     let not_found = || ApiError::NotFound(format!("No workspace {raw_workspace}."));
-    let workspace = WorkspaceName::parse(&raw_workspace).ok_or_else(not_found)?;
+    let workspace = WorkspaceName::parse(raw_workspace).ok_or_else(not_found)?;
     if !state.store.workspace_known(tenant, &workspace).await? {
         return Err(not_found());
     }
@@ -38,7 +48,7 @@ pub async fn export_workspace(
     let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
     // A run whose outcome is committed is in the export whole.
     for layout in &layouts {
-        super::memory::settle_publishes(&state, tenant, &workspace, &layout.name).await;
+        super::memory::settle_publishes(state, tenant, &workspace, &layout.name).await;
     }
     let view = state.store.export_view(tenant, &workspace).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;

@@ -45,6 +45,13 @@ async fn what_the_pages_show_after_a_first_consolidation(backend: Backend) {
     assert!(raw.contains("<th>rollout_id</th><td><code>chat-1</code></td>"), "{raw}");
     assert!(!raw.contains("<p>rollout_id: chat-1"), "{raw}");
 
+    // The memory page links the workspace's export, which the console streams.
+    let (_, _, memory) = browser.get("/console/memory").await;
+    assert!(memory.contains("href=\"/console/export?workspace=default\""), "{memory}");
+    let res = browser.request(Method::GET, "/console/export?workspace=default", None).send().await.unwrap();
+    assert_eq!((res.status(), res.headers()[CONTENT_TYPE].to_str().unwrap()), (StatusCode::OK, "application/gzip"));
+    assert!(res.bytes().await.unwrap().starts_with(&[0x1f, 0x8b]), "a gzip stream");
+
     // Usage: a chart per figure, drawn by the server, today's segment in it.
     let (status, _, usage) = browser.get("/console/usage").await;
     assert_eq!(status, StatusCode::OK);

@@ -3,7 +3,9 @@ errors, and retries that never duplicate a line."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from datetime import datetime, timezone
 import time
 
@@ -289,7 +291,31 @@ async def test_the_async_client(server, tenant):
         assert closed.state == "closed"
         with pytest.raises(NotFoundError):
             await client.get_job("00000000-0000-0000-0000-000000000000")
+        into = io.BytesIO()
+        written = await client.export_workspace("default", into)
+        assert written == len(into.getvalue()) > 0
+        with tarfile.open(fileobj=io.BytesIO(into.getvalue()), mode="r:gz") as archive:
+            assert archive.getnames()[0] == "memoryd-export.json"
+            assert appended.rollout_path in archive.getnames()
     assert len(lines_of(server, tenant_id, appended.rollout_path)) == 1
+
+
+def test_a_workspace_exports_to_a_file(server, tenant, tmp_path):
+    tenant_id, key = tenant
+    with Memoryd(server.base_url, key, retry=FAST) as client:
+        first = client.append_segment("py-export", segment("e", "export me"))
+        client.append_segment("py-export", segment("e", "and me"))
+        path = tmp_path / "default.tar.gz"
+        written = client.export_workspace("default", path)
+        assert written == path.stat().st_size
+        with tarfile.open(path, mode="r:gz") as archive:
+            manifest = json.load(archive.extractfile("memoryd-export.json"))
+            rollout = archive.extractfile(first.rollout_path).read()
+        assert rollout == server.rollout_file(tenant_id, first.rollout_path).read_bytes()
+        listed = {r["rollout_id"]: r for r in manifest["layouts"][0]["rollouts"]}
+        assert listed["e"]["committed_len"] == len(rollout) and listed["e"]["segment_count"] == 2
+        with pytest.raises(NotFoundError):
+            client.export_workspace("nowhere", tmp_path / "nowhere.tar.gz")
 
 
 def test_environment_configures_the_client(monkeypatch, server, tenant):

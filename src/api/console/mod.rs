@@ -58,6 +58,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/jobs/{job_id}/retry", post(retry))
         .route("/console/memory", get(memory))
         .route("/console/memory/file", get(memory_file))
+        .route("/console/export", get(export))
         .route("/console/runs", get(runs))
         .route("/console/runs/{workspace}/{layout}/{run_id}", get(run))
         .route("/console/runs/{workspace}/{layout}/{run_id}/restore", post(restore))
@@ -796,6 +797,12 @@ async fn memory_picker(
     })
 }
 
+/// The workspace's archive, as `GET /v1/workspaces/{workspace}/export` streams it.
+async fn export(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
+    let tenant = signed.tenant()?;
+    Ok(super::export::workspace_archive(&state, tenant, q.workspace()).await?)
+}
+
 async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
     let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
@@ -812,7 +819,11 @@ async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<M
         &format!("Memory · {ws} / {ln}"),
         html! {
             (picker)
-            p { a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln))]))} { "Consolidation runs of this memory →" } }
+            p {
+                a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln))]))} { "Consolidation runs of this memory →" }
+                " · "
+                a href={"/console/export" (query(&[("workspace", Some(ws))]))} download { "Export workspace " (ws) " (.tar.gz)" }
+            }
             form class="inline" method="post" action="/console/forget/workspace" data-confirm={"Forget the workspace " (ws) "? Its sessions end, and every conversation, memory file and record of it is removed."} {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 input type="hidden" name="workspace" value=(ws);

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import time
-from typing import Any, Mapping, Optional, Union
+from typing import IO, Any, Mapping, Optional, Union
 
 import httpx
 
 from . import models as m
-from ._transport import Attempts, Call, RetryPolicy, Settings, new_idempotency_key, segment
+from ._transport import Attempts, Call, RetryPolicy, Settings, connection_error, new_idempotency_key, segment
 
 SegmentBody = Union[Mapping[str, Any], m.Segment]
 LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
 DateLike = Union[datetime.date, str, None]
+Destination = Union[str, "os.PathLike[str]", IO[bytes]]
 
 
 def _date_range(from_date: DateLike, to_date: DateLike) -> dict[str, Optional[str]]:
@@ -40,6 +42,36 @@ def _field(cls, name: str):
         return getattr(cls.model_validate(response.json()), name)
 
     return parse
+
+
+def _export_call(workspace: str) -> Call:
+    return Call("GET", f"/v1/workspaces/{segment(workspace)}/export", _nothing)
+
+
+class _Sink:
+    """Where an export's bytes go: a path (written anew by each attempt) or
+    an open binary file (which an attempt, once it wrote, cannot take back)."""
+
+    def __init__(self, destination: Destination) -> None:
+        self.destination = destination
+        self.file: Optional[IO[bytes]] = None
+        self.written = 0
+
+    def __enter__(self) -> "_Sink":
+        if isinstance(self.destination, (str, os.PathLike)):
+            self.file = open(self.destination, "wb")
+        else:
+            self.file = self.destination
+        return self
+
+    def write(self, chunk: bytes) -> None:
+        assert self.file is not None
+        self.file.write(chunk)
+        self.written += len(chunk)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.file is not None and self.file is not self.destination:
+            self.file.close()
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -388,6 +420,33 @@ class Memoryd(_Client):
                 raise outcome.error
             time.sleep(outcome.wait)
 
+    def export_workspace(self, workspace: str, destination: Destination) -> int:
+        """``GET /v1/workspaces/{workspace}/export``: the workspace as a gzip tar,
+        streamed to ``destination`` (a path, or a binary file open for writing)
+        without holding it in memory. Returns the bytes written. A failure before
+        the archive starts is retried like any call; one after its first byte is
+        raised (a path is then left incomplete)."""
+        call = _export_call(workspace)
+        attempts = Attempts(call, self._settings)
+        while True:
+            with _Sink(destination) as sink:
+                try:
+                    with self._http.stream(call.method, attempts.url(), **attempts.options()) as response:
+                        if response.status_code < 400:
+                            for chunk in response.iter_bytes():
+                                sink.write(chunk)
+                            return sink.written
+                        response.read()
+                        answer: Any = response
+                except httpx.TransportError as exc:
+                    if sink.written:
+                        raise connection_error(exc) from exc
+                    answer = exc
+            outcome = attempts.judge(answer)
+            if outcome.wait is None:
+                raise outcome.error or RuntimeError("an export attempt ended without an answer")
+            time.sleep(outcome.wait)
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -427,6 +486,29 @@ class AsyncMemoryd(_Client):
                 return outcome.value
             if outcome.wait is None:
                 raise outcome.error
+            await asyncio.sleep(outcome.wait)
+
+    async def export_workspace(self, workspace: str, destination: Destination) -> int:
+        """As :meth:`Memoryd.export_workspace`, awaitable; the file is written as chunks arrive."""
+        call = _export_call(workspace)
+        attempts = Attempts(call, self._settings)
+        while True:
+            with _Sink(destination) as sink:
+                try:
+                    async with self._http.stream(call.method, attempts.url(), **attempts.options()) as response:
+                        if response.status_code < 400:
+                            async for chunk in response.aiter_bytes():
+                                sink.write(chunk)
+                            return sink.written
+                        await response.aread()
+                        answer: Any = response
+                except httpx.TransportError as exc:
+                    if sink.written:
+                        raise connection_error(exc) from exc
+                    answer = exc
+            outcome = attempts.judge(answer)
+            if outcome.wait is None:
+                raise outcome.error or RuntimeError("an export attempt ended without an answer")
             await asyncio.sleep(outcome.wait)
 
     async def aclose(self) -> None:
