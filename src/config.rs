@@ -116,6 +116,9 @@ pub struct Config {
     /// SPEC §2.9; absent or 0: unlimited).
     #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
     pub default_limits: String,
+    /// The largest archive `POST /v1/workspaces/{w}/import` takes.
+    #[arg(long = "max-import-bytes", env = "MEMORYD_MAX_IMPORT_BYTES", default_value_t = 1 << 30)]
+    pub max_import_bytes: u64,
     /// How often the workers walk the volume to correct the storage counters.
     #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
     pub storage_reconcile_secs: u64,
@@ -180,6 +183,7 @@ impl Config {
             retention_sweep_secs: 3600,
             default_limits: "{}".into(),
             storage_reconcile_secs: 3600,
+            max_import_bytes: 1 << 30,
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

@@ -45,6 +45,10 @@ pub enum ApiError {
     #[error("{0}")]
     QuotaExceeded(String),
     #[error("{0}")]
+    WorkspaceNotEmpty(String),
+    #[error("{0}")]
+    InvalidArchive(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -80,6 +84,8 @@ impl ApiError {
             Self::SessionOpen(_) => (StatusCode::CONFLICT, "session_open"),
             Self::Forgetting(_) => (StatusCode::CONFLICT, "forgetting"),
             Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
+            Self::WorkspaceNotEmpty(_) => (StatusCode::CONFLICT, "workspace_not_empty"),
+            Self::InvalidArchive(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_archive"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

@@ -11,6 +11,7 @@ mod extract;
 mod forget;
 mod health;
 mod history;
+mod import;
 mod jobs;
 mod layouts;
 mod limits;
@@ -162,6 +163,7 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/limits", limits::own_limits),
         endpoint(Method::GET, "/v1/usage", limits::own_usage),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/export", export::export_workspace),
+        endpoint(Method::POST, "/v1/workspaces/{workspace}/import", import::import_workspace),
         endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", limits::tenant_usage),
         endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
         endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),

@@ -44,10 +44,12 @@ pub enum JobKind {
     /// Removes conversations, a workspace or a tenant (SPEC §2.7); a forget
     /// of conversations runs alone per layout, like phase two.
     Forget,
+    /// Places an archive's files in an empty workspace and registers them (SPEC §2.7).
+    Import,
 }
 
 impl JobKind {
-    pub const ALL: [Self; 4] = [Self::PhaseOne, Self::PhaseTwo, Self::Restore, Self::Forget];
+    pub const ALL: [Self; 5] = [Self::PhaseOne, Self::PhaseTwo, Self::Restore, Self::Forget, Self::Import];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -55,6 +57,7 @@ impl JobKind {
             Self::PhaseTwo => "phase_two",
             Self::Restore => "restore",
             Self::Forget => "forget",
+            Self::Import => "import",
         }
     }
 
@@ -64,6 +67,7 @@ impl JobKind {
             "phase_two" => Some(Self::PhaseTwo),
             "restore" => Some(Self::Restore),
             "forget" => Some(Self::Forget),
+            "import" => Some(Self::Import),
             _ => None,
         }
     }

@@ -2,6 +2,7 @@
 //! and how much of each, and the manifest that describes them. No tenant
 //! id, key, absolute path or host name goes into either.
 
+use crate::domain::ids::{LayoutName, RolloutId};
 use crate::domain::index::RawMemoryRecord;
 use crate::domain::layout::StoredLayout;
 use serde_json::{Value, json};
@@ -119,10 +120,144 @@ pub fn manifest(workspace: &str, layouts: &[StoredLayout], view: &ExportView, ro
     })
 }
 
+/// The most entries an archive to import may hold (SPEC §2.7).
+pub const MAX_ENTRIES: u64 = 100_000;
+/// The most an archive to import may expand to, as a multiple of its
+/// compressed size (SPEC §2.7).
+pub const MAX_EXPANSION: u64 = 10;
+/// The most bytes a memoryd manifest may have.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// An entry's name, checked: a relative path of UTF-8 components without
+/// `.` or `..`, NUL or control characters; a trailing `/` (a folder) is
+/// dropped. The error is the 422's detail.
+pub fn archive_path(raw: &[u8]) -> Result<String, String> {
+    let shown = String::from_utf8_lossy(raw).escape_debug().to_string();
+    let text = std::str::from_utf8(raw).map_err(|_| format!("entry {shown}: the name is not UTF-8"))?;
+    if text.chars().any(char::is_control) {
+        return Err(format!("entry {shown}: the name holds a control character"));
+    }
+    if text.starts_with('/') {
+        return Err(format!("entry {shown}: an absolute path"));
+    }
+    let trimmed = text.strip_suffix('/').unwrap_or(text);
+    let trimmed = trimmed.strip_prefix("./").unwrap_or(trimmed);
+    if trimmed.is_empty() || trimmed.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(format!("entry {shown}: a path with an empty, . or .. component"));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// What a file of an archive is to the layouts it is imported into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A conversation: `<sessions_dir>/<rollout id>.jsonl`, registered at its whole length.
+    Rollout { layout: String, rollout_id: RolloutId },
+    /// A raw memory, `<memories_dir>/raw_memories/<name>.md`: indexed from its header.
+    RawMemory { layout: String },
+    /// Any other file in a layout's folders: placed as it is.
+    Other,
+    /// In no layout's folders: the archive is refused.
+    Outside,
+}
+
+fn under<'p>(path: &'p str, dir: &str) -> Option<&'p str> {
+    path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/')).filter(|rest| !rest.is_empty())
+}
+
+/// Where `path` (checked by [`archive_path`]) falls among `layouts`.
+pub fn placement(path: &str, layouts: &[StoredLayout]) -> Placement {
+    for l in layouts {
+        if let Some(name) = under(path, &l.layout.sessions_dir.normalized)
+            && !name.contains('/')
+            && let Some(id) = name.strip_suffix(".jsonl").and_then(RolloutId::parse)
+            && id.file_name() == name
+        {
+            return Placement::Rollout { layout: l.name.as_str().to_owned(), rollout_id: id };
+        }
+    }
+    for l in layouts {
+        if let Some(name) = under(path, &l.layout.memories_dir.normalized).and_then(|p| under(p, "raw_memories"))
+            && !name.contains('/')
+            && name.ends_with(".md")
+        {
+            return Placement::RawMemory { layout: l.name.as_str().to_owned() };
+        }
+    }
+    let inside = layouts.iter().any(|l| {
+        under(path, &l.layout.sessions_dir.normalized).is_some()
+            || under(path, &l.layout.memories_dir.normalized).is_some()
+    });
+    if inside { Placement::Other } else { Placement::Outside }
+}
+
+/// A raw memory's index row from its header lines (R-P1-12): the five
+/// `key: value` lines in their order, then an empty line. `None` when the
+/// file is not one.
+pub fn raw_memory_header(text: &str) -> Option<RawMemoryRecord> {
+    let mut lines = text.split('\n');
+    let mut field = |key: &str| lines.next()?.strip_prefix(key)?.strip_prefix(": ").map(str::to_owned);
+    let rollout_id = RolloutId::parse(&field("rollout_id")?)?;
+    let updated_at = field("updated_at")?;
+    let rollout_path = field("rollout_path")?;
+    let rollout_summary_file = field("rollout_summary_file")?;
+    let terminal_state = field("terminal_state")?;
+    if !lines.next()?.is_empty() {
+        return None;
+    }
+    Some(RawMemoryRecord {
+        rollout_id,
+        updated_at,
+        rollout_path,
+        rollout_summary_file,
+        terminal_state,
+        extracted_len: 0,
+    })
+}
+
+/// A layout a memoryd manifest names, with what its export held.
+#[derive(Debug, Clone)]
+pub struct ManifestLayout {
+    pub name: LayoutName,
+    pub config: Value,
+    pub selection: Option<Value>,
+    /// `rollout_id` → the length its raw memory was extracted from.
+    pub extracted: HashMap<String, u64>,
+}
+
+/// A memoryd manifest, read back; the error is the 422's detail.
+pub fn read_manifest(bytes: &[u8]) -> Result<Vec<ManifestLayout>, String> {
+    let bad = |why: &str| format!("{MANIFEST_NAME}: {why}");
+    let document: Value = serde_json::from_slice(bytes).map_err(|e| bad(&format!("not JSON ({e})")))?;
+    if document["format"] != FORMAT {
+        return Err(bad(&format!("format must be {FORMAT:?}")));
+    }
+    match document["version"].as_u64() {
+        Some(FORMAT_VERSION) => {}
+        other => return Err(bad(&format!("version {other:?} is not one this memoryd reads ({FORMAT_VERSION})"))),
+    }
+    let layouts = document["layouts"].as_array().ok_or_else(|| bad("layouts must be a list"))?;
+    layouts
+        .iter()
+        .map(|l| {
+            let raw_name = l["name"].as_str().unwrap_or_default();
+            let name =
+                LayoutName::parse(raw_name).ok_or_else(|| bad(&format!("layout name {raw_name:?} is not valid")))?;
+            let extracted = l["raw_memories"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| Some((r["rollout_id"].as_str()?.to_owned(), r["extracted_len"].as_u64()?)))
+                .collect();
+            let selection = Some(l["selection"].clone()).filter(|s| !s.is_null());
+            Ok(ManifestLayout { name, config: l["config"].clone(), selection, extracted })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::{LayoutName, RolloutId};
     use crate::domain::layout::{LayoutConfig, ValidLayout, default_layout};
 
     fn rollout(layout: &str, id: &str, path: &str, len: u64) -> ExportedRollout {
@@ -195,5 +330,86 @@ mod tests {
         assert_eq!(team["rollouts"][0]["committed_len"], 120);
         assert_eq!(team["raw_memories"][0]["extracted_len"], 120);
         assert_eq!(team["selection"], json!({"version": 1}));
+    }
+    #[test]
+    fn archive_paths_are_relative_and_plain() {
+        assert_eq!(archive_path(b"sessions/a.jsonl"), Ok("sessions/a.jsonl".to_owned()));
+        assert_eq!(archive_path(b"./memories/"), Ok("memories".to_owned()));
+        for bad in
+            [&b"/etc/passwd"[..], b"../x", b"a/../../x", b"a//b", b"a/./b", b"a\0b", b"a\nb", b"\xff.md", b"", b"./"]
+        {
+            assert!(archive_path(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(archive_path(b"x/\x1b[31m").unwrap_err().contains("control character"));
+    }
+
+    #[test]
+    fn files_fall_in_a_layouts_folders_or_outside() {
+        let layouts = layouts();
+        let rollout = |layout: &str, id: &str| Placement::Rollout {
+            layout: layout.into(),
+            rollout_id: RolloutId::parse(id).unwrap(),
+        };
+        assert_eq!(placement("sessions/chat-1.jsonl", &layouts), rollout("default", "chat-1"));
+        assert_eq!(placement("team/sessions/x.jsonl", &layouts), rollout("team", "x"));
+        assert_eq!(placement("sessions/notes.txt", &layouts), Placement::Other);
+        assert_eq!(placement("sessions/deep/x.jsonl", &layouts), Placement::Other);
+        assert_eq!(
+            placement("memories/raw_memories/chat-1.md", &layouts),
+            Placement::RawMemory { layout: "default".into() }
+        );
+        assert_eq!(placement("team/mem/raw_memories/x.md", &layouts), Placement::RawMemory { layout: "team".into() });
+        assert_eq!(placement("memories/MEMORY.md", &layouts), Placement::Other);
+        assert_eq!(placement("memories", &layouts), Placement::Outside);
+        assert_eq!(placement("elsewhere/MEMORY.md", &layouts), Placement::Outside);
+        assert_eq!(placement("memoriesx/a.md", &layouts), Placement::Outside);
+    }
+
+    #[test]
+    fn a_raw_memory_is_indexed_from_its_header_lines() {
+        let text = "rollout_id: chat-1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/chat-1.jsonl\nrollout_summary_file: rollout_summaries/chat-1_fix.md\nterminal_state: completed\n\nmemory\n";
+        let row = raw_memory_header(text).unwrap();
+        assert_eq!(row.rollout_id.as_str(), "chat-1");
+        assert_eq!((row.updated_at.as_str(), row.terminal_state.as_str()), ("2026-04-15T00:00:00+00:00", "completed"));
+        assert_eq!(row.rollout_summary_file, "rollout_summaries/chat-1_fix.md");
+        assert!(raw_memory_header(&text.replace("updated_at", "updated")).is_none());
+        assert!(raw_memory_header(&text.replace("completed\n\n", "completed\nmore\n")).is_none());
+        assert!(raw_memory_header(&text.replace("chat-1\nupdated", "../x\nupdated")).is_none());
+        assert!(raw_memory_header("just notes").is_none());
+    }
+
+    #[test]
+    fn a_manifest_is_read_back() {
+        let committed = rollout("default", "chat-1", "sessions/chat-1.jsonl", 12);
+        let view = ExportView {
+            rollouts: vec![committed.clone()],
+            raw_memories: vec![(
+                "default".into(),
+                RawMemoryRecord {
+                    rollout_id: RolloutId::parse("chat-1").unwrap(),
+                    updated_at: "u".into(),
+                    rollout_path: "sessions/chat-1.jsonl".into(),
+                    rollout_summary_file: "rollout_summaries/chat-1_x.md".into(),
+                    terminal_state: "completed".into(),
+                    extracted_len: 12,
+                },
+            )],
+            selections: vec![],
+        };
+        let bytes = serde_json::to_vec(&manifest("ops", &layouts(), &view, &[&committed])).unwrap();
+        let read = read_manifest(&bytes).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!((read[0].name.as_str(), read[0].extracted.get("chat-1")), ("default", Some(&12)));
+        assert_eq!(read[1].config["memories_dir"], "team/mem");
+        assert!(read[1].selection.is_none());
+        assert!(read_manifest(b"{").unwrap_err().contains("not JSON"));
+        assert!(
+            read_manifest(br#"{"format": "memoryd-export", "version": 2, "layouts": []}"#)
+                .unwrap_err()
+                .contains("version")
+        );
+        assert!(read_manifest(br#"{"format": "x", "version": 1}"#).unwrap_err().contains("format"));
+        let bad_name = br#"{"format": "memoryd-export", "version": 1, "layouts": [{"name": "../x", "config": {}}]}"#;
+        assert!(read_manifest(bad_name).unwrap_err().contains("layout name"));
     }
 }

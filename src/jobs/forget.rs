@@ -71,6 +71,7 @@ async fn remove_folder(ctx: &WorkerContext, root: Result<PathBuf, String>) -> Re
         files: None,
         usage: TokenUsage::default(),
         redactions: Default::default(),
+        imported: None,
     })
 }
 

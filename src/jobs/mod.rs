@@ -3,6 +3,7 @@
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
 mod forget;
+pub(crate) mod import;
 mod leftovers;
 mod phase_one;
 pub mod phase_two;
@@ -82,6 +83,14 @@ pub struct Completion {
     pub usage: TokenUsage,
     /// Secrets taken out of what the attempt sent to the model.
     pub redactions: Counts,
+    /// An import's files, already staged (too big for `files`), and its rows.
+    pub imported: Option<Box<Imported>>,
+}
+
+/// What an import attempt staged and will register.
+pub struct Imported {
+    pub staged: Manifest,
+    pub record: crate::store::ImportRecord,
 }
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -161,6 +170,7 @@ fn finish_for(
             publish_id,
             redactions: c.redactions,
             accounting: counting(c.usage),
+            import: None,
         },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
@@ -169,6 +179,7 @@ fn finish_for(
             publish_id: None,
             redactions: Counts::new(),
             accounting: JobAccounting::default(),
+            import: None,
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -185,6 +196,7 @@ fn finish_for(
                 publish_id: None,
                 redactions: Counts::new(),
                 accounting: counting(usage),
+                import: None,
             }
         }
     }
@@ -216,6 +228,7 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
         JobKind::PhaseTwo => &phase_two::PhaseTwo,
         JobKind::Restore => &restore::Restore,
         JobKind::Forget => &forget::Forget,
+        JobKind::Import => &import::Import,
     }
 }
 
@@ -347,8 +360,16 @@ async fn stage_files(
     claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
     report: &mut Option<PhaseTwoReport>,
-) -> (Result<Completion, AttemptError>, Option<Manifest>) {
-    let Ok(Completion { outcome, files: Some(mut files), usage, mut redactions }) = result else {
+) -> (Result<Completion, AttemptError>, Option<(Manifest, Option<crate::store::ImportRecord>)>) {
+    let result = match result {
+        Ok(Completion { imported: Some(imported), outcome, files, usage, redactions }) => {
+            let Imported { staged, record } = *imported;
+            let completion = Completion { outcome, files, usage, redactions, imported: None };
+            return (Ok(completion), Some((staged, Some(record))));
+        }
+        other => other,
+    };
+    let Ok(Completion { outcome, files: Some(mut files), usage, mut redactions, imported: None }) = result else {
         return (result, None);
     };
     let keeps_history = report.as_ref().is_some_and(|r| r.run.state == "succeeded");
@@ -386,7 +407,7 @@ async fn stage_files(
                 }
                 report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
-            (Ok(Completion { outcome, files: None, usage, redactions }), Some(manifest))
+            (Ok(Completion { outcome, files: None, usage, redactions, imported: None }), Some((manifest, None)))
         }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
@@ -531,9 +552,11 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let FinishedAttempt { claimed, attempt: (result, mut report), started } = finished;
     let job_id = claimed.job.job_id;
     let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
+    let (staged, import) = staged.map_or((None, None), |(manifest, import)| (Some(manifest), import));
     let publish_id = staged.as_ref().map(|m| m.publish_id);
     let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
     finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
+    finish.import = import;
     let used = finish.accounting.attempt_usage;
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
@@ -556,6 +579,13 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
             if let Err(e) = ctx.store.settle_session(claimed.tenant_id, &session).await {
                 tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
             }
+        }
+    }
+    if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
+        // Done with, whatever the outcome.
+        let archive = ctx.volumes.import_archive(job_id);
+        if let Err(e) = crate::workspace::remove_if_present(&archive) {
+            tracing::warn!(%job_id, error = %crate::error_chain(&e), "removing an import's archive failed");
         }
     }
     if finished && claimed.job.kind == JobKind::Forget && matches!(recorded, Ok(true)) {
@@ -780,11 +810,7 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
         leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;
     });
     for _ in 0..ctx.settings.concurrency.max(1) {
-        set.spawn(worker_slot(
-            ctx.clone(),
-            vec![JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore, JobKind::Forget],
-            shutdown.clone(),
-        ));
+        set.spawn(worker_slot(ctx.clone(), JobKind::ALL.to_vec(), shutdown.clone()));
     }
     set
 }

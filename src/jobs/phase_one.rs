@@ -71,6 +71,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
             files: None,
             usage: TokenUsage::default(),
             redactions: Counts::new(),
+            imported: None,
         });
     }
     let root = ctx
@@ -126,7 +127,13 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     };
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
         Extraction::Empty => {
-            return Ok(Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: sent_redacted });
+            return Ok(Completion {
+                outcome: JobOutcome::Skipped,
+                files: None,
+                usage,
+                redactions: sent_redacted,
+                imported: None,
+            });
         }
         Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
     };
@@ -162,5 +169,6 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         files: Some(files),
         usage,
         redactions: sent_redacted,
+        imported: None,
     })
 }

@@ -132,7 +132,10 @@ impl super::JobRunner for PhaseTwo {
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
-    (Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: Default::default() }, None)
+    (
+        Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: Default::default(), imported: None },
+        None,
+    )
 }
 
 async fn attempt(
@@ -213,6 +216,7 @@ pub(super) fn succeeded(
         files: Some(files),
         usage: log.usage,
         redactions: Default::default(),
+        imported: None,
     };
     (completion, document)
 }

@@ -119,5 +119,6 @@ async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         files: Some(files),
         usage: TokenUsage::default(),
         redactions: Default::default(),
+        imported: None,
     })
 }

@@ -410,6 +410,16 @@ pub trait PortabilityStore: Send + Sync {
     /// The workspace's rollouts (those with committed bytes), raw-memory
     /// index and selections, all as of one instant.
     async fn export_view(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<ExportView>;
+    /// Queues an import into the workspace (job `job_id`), which must hold
+    /// no session, rollout or memory, nor be importing or being forgotten.
+    async fn queue_import(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        job_id: Uuid,
+    ) -> StoreResult<ImportQueued>;
+    /// The workspace holds no session, rollout or memory in the database.
+    async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
 }
 
 /// The whole store.

@@ -470,6 +470,8 @@ pub struct JobFinish {
     pub redactions: crate::domain::redact::Counts,
     /// What the finish adds to the tenant's usage counters.
     pub accounting: JobAccounting,
+    /// An import's rows, registered with its outcome.
+    pub import: Option<ImportRecord>,
 }
 
 /// What a job's finish counts (SPEC §2.9), in its own transaction.
@@ -503,6 +505,35 @@ pub struct StorageScope {
 pub const WAITING_FOR_MODEL_BUDGET: &str = "model_budget";
 
 pub use crate::domain::portability::{ExportView, ExportedRollout};
+
+/// A rollout an import places: registered at its whole length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedRollout {
+    pub layout: LayoutName,
+    pub rollout_id: RolloutId,
+    pub rollout_path: String,
+    pub len: u64,
+    pub lines: i64,
+}
+
+/// What an import job registers once its files are staged (SPEC §2.7).
+#[derive(Debug, Clone, Default)]
+pub struct ImportRecord {
+    /// Layouts a memoryd manifest names that the tenant lacks: created.
+    pub layouts: Vec<(LayoutName, ValidLayout)>,
+    pub rollouts: Vec<ImportedRollout>,
+    /// `(layout, index row)` of every raw memory with a header.
+    pub raw_memories: Vec<(LayoutName, RawMemoryRecord)>,
+}
+
+/// What a request to import became.
+#[derive(Debug, Clone)]
+pub enum ImportQueued {
+    Job(Box<JobRecord>),
+    /// The workspace holds sessions, rollouts or memory, or an import is under way.
+    NotEmpty,
+    Forgetting,
+}
 
 /// The scope under which a tenant's memory history is counted.
 pub const HISTORY_SCOPE: &str = "";

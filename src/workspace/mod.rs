@@ -119,6 +119,21 @@ impl Volumes {
     }
 
     /// `<volumes>/<tenant>`: a tenant's whole volume.
+    /// Where the API keeps uploaded archives until their import jobs are done.
+    pub fn imports_dir(&self) -> PathBuf {
+        self.data_dir.join("imports")
+    }
+
+    /// The archive of import job `job_id`.
+    pub fn import_archive(&self, job_id: Uuid) -> PathBuf {
+        self.imports_dir().join(format!("{job_id}.tar.gz"))
+    }
+
+    /// The bytes new data may take before the free-space watermark is reached.
+    pub fn spare_bytes(&self) -> io::Result<u64> {
+        Ok(self.free_bytes()?.saturating_sub(self.ready_floor()))
+    }
+
     /// Where exports keep their snapshots: beside the workspaces, on the
     /// same filesystem, so that a snapshot is made of hard links.
     pub fn export_scratch(&self) -> PathBuf {
@@ -306,13 +321,19 @@ const STAGED_PREFIX: &str = ".memoryd-";
 const STAGED_SUFFIX: &str = ".tmp";
 
 pub fn stage(path: &Path, bytes: &[u8], owner: Uuid) -> io::Result<StagedFile> {
+    stage_from(path, &mut &bytes[..], owner).map(|(file, _)| file)
+}
+
+/// As [`stage`], the content read from `content` as it is written (an
+/// import's files, too big to hold); also the bytes written.
+pub fn stage_from(path: &Path, content: &mut dyn Read, owner: Uuid) -> io::Result<(StagedFile, u64)> {
     let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
     let mut tmp =
         tempfile::Builder::new().prefix(&format!("{STAGED_PREFIX}{owner}-")).suffix(STAGED_SUFFIX).tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
+    let written = io::copy(content, &mut tmp)?;
     tmp.as_file().sync_all()?;
-    Ok(StagedFile { tmp: tmp.into_temp_path(), dest: path.to_path_buf() })
+    Ok((StagedFile { tmp: tmp.into_temp_path(), dest: path.to_path_buf() }, written))
 }
 
 /// A temporary file found on disk.

@@ -9,7 +9,7 @@
 //! holds its id and undone otherwise; both are idempotent, so two processes
 //! may finish one manifest at once.
 
-use super::{confine, remove_if_present, stage, sync_dir, write_atomic};
+use super::{StagedFile, confine, remove_if_present, stage, stage_from, sync_dir, write_atomic};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::io;
@@ -170,14 +170,25 @@ impl Publisher {
             entries.push(ManifestEntry { path, staged });
         }
         let manifest = Manifest { publish_id, scope, root: root.to_owned(), entries, bytes_delta };
+        self.record(&manifest, staged_files)?;
+        Ok(manifest)
+    }
+
+    /// A publish staged a file at a time, from readers: an import's files,
+    /// too many and too big to hold in memory at once.
+    pub fn begin(&self, scope: PublishScope, root: &Path) -> Staging<'_> {
+        Staging { publisher: self, scope, root: root.to_owned(), entries: Vec::new(), files: Vec::new(), bytes: 0 }
+    }
+
+    fn record(&self, manifest: &Manifest, staged_files: Vec<StagedFile>) -> io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let text = serde_json::to_vec(&manifest).map_err(io::Error::other)?;
-        write_atomic(&self.manifest_path(publish_id), &text, manifest.scope.job_id)?;
+        let text = serde_json::to_vec(manifest).map_err(io::Error::other)?;
+        write_atomic(&self.manifest_path(manifest.publish_id), &text, manifest.scope.job_id)?;
         // From here the manifest owns the staged files: apply or discard removes them.
         for file in staged_files {
             file.keep()?;
         }
-        Ok(manifest)
+        Ok(())
     }
 
     /// The manifests of publishes not yet finished (by any process).
@@ -212,6 +223,44 @@ impl Publisher {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// A publish being staged a file at a time; its files are removed if it is
+/// dropped before [`Staging::finish`].
+pub struct Staging<'p> {
+    publisher: &'p Publisher,
+    scope: PublishScope,
+    root: PathBuf,
+    entries: Vec<ManifestEntry>,
+    files: Vec<StagedFile>,
+    bytes: i64,
+}
+
+impl Staging<'_> {
+    /// Stages `path` (relative to the workspace root, through the one
+    /// confinement function) with what `content` holds; the bytes written.
+    pub fn add(&mut self, path: &str, content: &mut dyn std::io::Read) -> io::Result<u64> {
+        let dest = confine(&self.root, path).map_err(io::Error::other)?;
+        let (file, written) = stage_from(&dest, content, self.scope.job_id)?;
+        self.entries.push(ManifestEntry { path: path.to_owned(), staged: Some(file.staged_name()) });
+        self.files.push(file);
+        self.bytes += written as i64;
+        Ok(written)
+    }
+
+    /// The manifest that lists every staged file, written: the publish may
+    /// now be recorded and applied like any other.
+    pub fn finish(self) -> io::Result<Manifest> {
+        let manifest = Manifest {
+            publish_id: Uuid::new_v4(),
+            scope: self.scope,
+            root: self.root,
+            entries: self.entries,
+            bytes_delta: self.bytes,
+        };
+        self.publisher.record(&manifest, self.files)?;
+        Ok(manifest)
     }
 }
 

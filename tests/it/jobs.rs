@@ -105,6 +105,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         publish_id: Some(stale_publish),
         redactions: Default::default(),
         accounting: Default::default(),
+        import: None,
     };
     assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
     let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
@@ -120,6 +121,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         publish_id: Some(owner_publish),
         redactions: Default::default(),
         accounting: Default::default(),
+        import: None,
     };
     assert!(store.finish_job(&owner, finish).await.unwrap());
     assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);

@@ -12,8 +12,34 @@ use std::path::Path;
 
 both_backends!(
     an_export_holds_every_file_with_rollouts_at_their_committed_length,
-    an_export_taken_during_appends_holds_whole_lines
+    an_export_taken_during_appends_holds_whole_lines,
+    an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
+    a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected,
+    hostile_archives_are_refused_with_nothing_written,
 );
+
+#[tokio::test]
+async fn an_archive_past_the_limit_is_refused_at_once() {
+    let app = TestApp::start_with(Backend::Sqlite, |c| c.max_import_bytes = 1000).await;
+    let t = app.tenant().await;
+    let (status, code, _) = import(&app, &t, "big", vec![0u8; 5000]).await;
+    assert_eq!((status, code.as_str()), (413, "payload_too_large"));
+    // Without a Content-Length (chunked), the stream is cut at the limit.
+    let address = app.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 600, "z".repeat(600));
+    let request = format!(
+        "POST /v1/workspaces/big/import HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{chunk}{chunk}0\r\n\r\n",
+        t.key
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413") && answer.contains("payload_too_large"), "{answer}");
+    let kept: Vec<_> =
+        std::fs::read_dir(app.data_dir.join("imports")).map(|d| d.flatten().collect()).unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
+}
 
 /// The archive's entries, in order, by path.
 async fn export(app: &TestApp, t: &Tenant, workspace: &str) -> Vec<(String, Vec<u8>)> {
@@ -169,4 +195,226 @@ async fn an_export_taken_during_appends_holds_whole_lines(backend: Backend) {
         appended += n.unwrap();
     }
     assert!(checked >= 24 && appended >= 24, "{checked} rollouts checked, {appended} segments appended");
+}
+
+/// Uploads an archive; the answer's status, code and body.
+async fn import(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> (u16, String, Value) {
+    let res = app
+        .request(Method::POST, &format!("/v1/workspaces/{workspace}/import"), &t.key)
+        .header("content-type", "application/gzip")
+        .body(archive)
+        .send()
+        .await
+        .unwrap();
+    status_code_body(res).await
+}
+
+/// Imports an archive and waits for its job; the job as it ended.
+async fn imported(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> Value {
+    let (status, _, job) = import(app, t, workspace, archive).await;
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(job["kind"], "import", "{job}");
+    app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await
+}
+
+async fn an_export_imported_elsewhere_is_the_same_memory_and_carries_on(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let (a, b) = (app.tenant().await, app.tenant().await);
+    for (session, rollout, said) in
+        [("s1", "chat-1", "I prefer green tea."), ("s1", "chat-1", "with oat milk"), ("s2", "chat-2", "hi")]
+    {
+        let body = json!({"rollout_id": rollout, "input": said, "final_output": "noted"});
+        let path = format!("/v1/sessions/{session}/layouts/default/segments?workspace=ops");
+        assert_eq!(app.request(Method::POST, &path, &a.key).json(&body).send().await.unwrap().status(), 201);
+    }
+    assert_eq!(app.json(Method::POST, "/v1/sessions/s1/close?wait=30", &a.key).await["state"], "closed");
+    app.publishes_done().await;
+    let res = app.request(Method::GET, "/v1/workspaces/ops/export", &a.key).send().await.unwrap();
+    let archive = res.bytes().await.unwrap().to_vec();
+
+    let job = imported(&app, &b, "team", archive.clone()).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let (mut source, mut copy) = (BTreeMap::new(), BTreeMap::new());
+    files_under(&app.workspace_dir(&a, "ops"), &app.workspace_dir(&a, "ops"), &mut source);
+    files_under(&app.workspace_dir(&b, "team"), &app.workspace_dir(&b, "team"), &mut copy);
+    assert_eq!(copy, source, "byte-identical rollout and memory files");
+    // The same archive again: the workspace is no longer empty.
+    let (status, code, _) = import(&app, &b, "team", archive).await;
+    assert_eq!((status, code.as_str()), (409, "workspace_not_empty"));
+
+    // The imported conversation continues at its next segment, and a close consolidates it.
+    let body = json!({"rollout_id": "chat-1", "input": "and no sugar", "final_output": "noted"});
+    let res = app.request(Method::POST, "/v1/sessions/n1/layouts/default/segments?workspace=team", &b.key).json(&body);
+    let receipt: Value = res.send().await.unwrap().json().await.unwrap();
+    assert_eq!(receipt["segment_index"], 2, "{receipt}");
+    let closed = app.json(Method::POST, "/v1/sessions/n1/close?wait=30", &b.key).await;
+    assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
+    let selection = app.json(Method::GET, "/v1/workspaces/team/layouts/default/phase_two_selection", &b.key).await;
+    let selected: Vec<&str> =
+        selection["selected"].as_array().unwrap().iter().map(|s| s["rollout_id"].as_str().unwrap()).collect();
+    assert!(selected.contains(&"chat-1"), "{selection}");
+    let usage = app.json(Method::GET, "/v1/usage", &b.key).await;
+    let on_disk: u64 = {
+        let mut now = BTreeMap::new();
+        files_under(&app.workspace_dir(&b, "team"), &app.workspace_dir(&b, "team"), &mut now);
+        now.values().map(|c| c.len() as u64).sum()
+    };
+    assert!(usage["storage_bytes"].as_u64().unwrap() >= on_disk, "the import is counted: {usage}");
+}
+
+/// A gzip tar of `files` (path, content), as any tool would write it.
+fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()));
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        builder.append_data(&mut header, path, *content).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+async fn a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    // As the SDK's memory writes them: a rollout, its raw memory (R-P1-12) and summary.
+    let rollout = b"{\"updated_at\":\"2026-04-15T00:00:00+00:00\",\"input\":[{\"role\":\"user\",\"content\":\"deploy with pnpm\"}],\"terminal_metadata\":{\"terminal_state\":\"completed\"}}\n";
+    let raw = "rollout_id: sdk-1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/sdk-1.jsonl\nrollout_summary_file: rollout_summaries/sdk-1_deploy.md\nterminal_state: completed\n\nThe user deploys with pnpm.\n";
+    let summary = "session_id: 7\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/sdk-1.jsonl\nterminal_state: completed\n\nDeploys with pnpm.\n";
+    let archive = tar_gz(&[
+        ("sessions/sdk-1.jsonl", rollout),
+        ("memories/raw_memories/sdk-1.md", raw.as_bytes()),
+        ("memories/rollout_summaries/sdk-1_deploy.md", summary.as_bytes()),
+    ]);
+    let job = imported(&app, &t, "sdk", archive).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(
+        std::fs::read(app.workspace_dir(&t, "sdk").join("sessions/sdk-1.jsonl")).unwrap(),
+        rollout,
+        "taken as written"
+    );
+    // A conversation of memoryd's own there, closed: phase two selects the SDK's memory too.
+    let body = json!({"rollout_id": "own-1", "input": "hello", "final_output": "hi"});
+    let res = app.request(Method::POST, "/v1/sessions/n1/layouts/default/segments?workspace=sdk", &t.key).json(&body);
+    assert_eq!(res.send().await.unwrap().status(), 201);
+    let closed = app.json(Method::POST, "/v1/sessions/n1/close?wait=30", &t.key).await;
+    assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
+    let selection = app.json(Method::GET, "/v1/workspaces/sdk/layouts/default/phase_two_selection", &t.key).await;
+    let selected: Vec<&str> = selection["selected"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{selection}"))
+        .iter()
+        .map(|s| s["rollout_id"].as_str().unwrap())
+        .collect();
+    assert!(selected.contains(&"sdk-1") && selected.contains(&"own-1"), "{selection}");
+
+    // A malformed line fails the import, naming the file and line; nothing is placed.
+    let broken = tar_gz(&[("sessions/bad.jsonl", b"{\"ok\":1}\n{not json}\n")]);
+    let job = imported(&app, &t, "broken", broken).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let error = job["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("invalid_archive") && error.contains("sessions/bad.jsonl line 2"), "{job}");
+    assert!(!app.workspace_dir(&t, "broken").join("sessions/bad.jsonl").exists());
+}
+
+/// A tar entry with a raw name and type, as a hostile tool would write it.
+fn raw_entry(name: &[u8], kind: tar::EntryType, content: &[u8], link: Option<&[u8]>) -> Vec<u8> {
+    let mut header = tar::Header::new_old();
+    header.as_old_mut().name[..name.len()].copy_from_slice(name);
+    if let Some(link) = link {
+        header.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+    }
+    header.set_entry_type(kind);
+    header.set_size(content.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    let mut bytes = header.as_bytes().to_vec();
+    bytes.extend_from_slice(content);
+    bytes.resize(bytes.len().div_ceil(512) * 512, 0);
+    bytes
+}
+
+fn gzip_tar(entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for entry in entries {
+        encoder.write_all(entry).unwrap();
+    }
+    encoder.write_all(&[0u8; 1024]).unwrap();
+    encoder.finish().unwrap()
+}
+
+async fn hostile_archives_are_refused_with_nothing_written(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let ok = raw_entry(b"sessions/fine.jsonl", tar::EntryType::Regular, b"{}\n", None);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("absolute", gzip_tar(&[ok.clone(), raw_entry(b"/tmp/memoryd-escape", tar::EntryType::Regular, b"x", None)])),
+        (
+            "dot-dot",
+            gzip_tar(&[ok.clone(), raw_entry(b"memories/../../../escape", tar::EntryType::Regular, b"x", None)]),
+        ),
+        (
+            "symlink",
+            gzip_tar(&[ok.clone(), raw_entry(b"memories/link", tar::EntryType::Symlink, b"", Some(b"/etc/passwd"))]),
+        ),
+        (
+            "hard link",
+            gzip_tar(&[ok.clone(), raw_entry(b"memories/hard", tar::EntryType::Link, b"", Some(b"/etc/passwd"))]),
+        ),
+        ("device", gzip_tar(&[ok.clone(), raw_entry(b"memories/dev", tar::EntryType::Char, b"", None)])),
+        ("fifo", gzip_tar(&[ok.clone(), raw_entry(b"memories/fifo", tar::EntryType::Fifo, b"", None)])),
+        (
+            "control character",
+            gzip_tar(&[ok.clone(), raw_entry(b"memories/a\x07b.md", tar::EntryType::Regular, b"x", None)]),
+        ),
+        (
+            "outside the layouts",
+            gzip_tar(&[ok.clone(), raw_entry(b"elsewhere/x.md", tar::EntryType::Regular, b"x", None)]),
+        ),
+        (
+            "expansion",
+            gzip_tar(&[
+                ok.clone(),
+                raw_entry(b"memories/zeros.md", tar::EntryType::Regular, &vec![0u8; 4 << 20], None),
+            ]),
+        ),
+        ("not gzip", b"PK\x03\x04 a zip file".to_vec()),
+        ("not tar", flate2_bytes(b"just some text, not a tar archive at all")),
+    ];
+    for (what, archive) in cases {
+        let (status, code, body) = import(&app, &t, what.replace(' ', "-").as_str(), archive).await;
+        let refused = match status {
+            422 => code == "invalid_archive",
+            202 => {
+                let job = app.wait_for_job(&t.key, body["job_id"].as_str().unwrap()).await;
+                job["state"] == "failed"
+                    && job["last_error"].as_str().unwrap_or_default().starts_with("invalid_archive")
+            }
+            _ => false,
+        };
+        assert!(refused, "{what}: {status} {body}");
+        let workspace = app.workspace_dir(&t, &what.replace(' ', "-"));
+        let mut left = BTreeMap::new();
+        files_under(&workspace, &workspace, &mut left);
+        assert!(left.is_empty(), "{what}: nothing is written, found {:?}", left.keys());
+    }
+    assert!(!std::path::Path::new("/tmp/memoryd-escape").exists());
+    assert!(!app.data_dir.join("escape").exists() && !app.data_dir.parent().unwrap().join("escape").exists());
+    let imports = app.data_dir.join("imports");
+    let kept: Vec<_> = std::fs::read_dir(&imports).map(|d| d.flatten().collect()).unwrap_or_default();
+    assert!(kept.is_empty(), "no archive is left behind: {kept:?}");
+    // Too many entries, and too large a body.
+    let many: Vec<Vec<u8>> = (0..100_001)
+        .map(|n| raw_entry(format!("memories/{n}.md").as_bytes(), tar::EntryType::Regular, b"", None))
+        .collect();
+    let (status, _, body) = import(&app, &t, "many", gzip_tar(&many)).await;
+    assert_eq!(status, 202, "{body}");
+    let job = app.wait_for_job(&t.key, body["job_id"].as_str().unwrap()).await;
+    assert!(job["last_error"].as_str().unwrap_or_default().contains("more than 100000 entries"), "{job}");
+}
+
+fn flate2_bytes(content: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(content).unwrap();
+    encoder.finish().unwrap()
 }

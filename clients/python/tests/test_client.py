@@ -316,6 +316,32 @@ def test_a_workspace_exports_to_a_file(server, tenant, tmp_path):
         assert listed["e"]["committed_len"] == len(rollout) and listed["e"]["segment_count"] == 2
         with pytest.raises(NotFoundError):
             client.export_workspace("nowhere", tmp_path / "nowhere.tar.gz")
+        # Into another workspace, from the path and (async) from an open file.
+        job = client.import_workspace("py-copy", path)
+        assert job.kind == "import" and job.state in ("queued", "running", "succeeded")
+        deadline = time.monotonic() + 30
+        while client.get_job(job.job_id).state in ("queued", "running"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert client.get_job(job.job_id).state == "succeeded"
+        assert server.rollout_file(tenant_id, first.rollout_path, "py-copy").read_bytes() == rollout
+        with pytest.raises(ConflictError) as taken:
+            client.import_workspace("py-copy", path)
+        assert taken.value.code == "workspace_not_empty"
+        with pytest.raises(BadRequestError) as refused:
+            client.import_workspace("py-bad", io.BytesIO(b"not gzip"))
+        assert (refused.value.status, refused.value.code) == (422, "invalid_archive")
+
+
+async def test_the_async_client_imports_from_a_file(server, tenant, tmp_path):
+    tenant_id, key = tenant
+    async with AsyncMemoryd(server.base_url, key, retry=FAST) as client:
+        await client.append_segment("py-async-export", segment("ae", "move me"))
+        path = tmp_path / "ws.tar.gz"
+        await client.export_workspace("default", path)
+        with open(path, "rb") as archive:
+            job = await client.import_workspace("py-async-copy", archive)
+        assert job.kind == "import"
 
 
 def test_environment_configures_the_client(monkeypatch, server, tenant):

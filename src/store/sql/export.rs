@@ -1,11 +1,92 @@
-//! What an export takes from the database (SPEC §2.7): one snapshot of a
-//! workspace's rollouts, raw-memory index and selections.
+//! Moving a workspace out and in (SPEC §2.7): what an export takes from
+//! the database (one snapshot of a workspace's rollouts, raw-memory index and
+//! selections), and what an import registers in its fenced finish.
 
 use super::rows::*;
 use super::*;
 use crate::domain::ids::WorkspaceName;
 use crate::store::*;
+use chrono::{DateTime, Utc};
 use sqlx::Row;
+use uuid::Uuid;
+
+/// Rows that make a workspace not empty: an import goes only into one with none.
+const WORKSPACE_HOLDS: [&str; 3] = [
+    "SELECT 1 AS found FROM sessions WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
+    "SELECT 1 AS found FROM rollouts WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
+    "SELECT 1 AS found FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
+];
+
+for_every_dialect! {
+    impl {
+        async fn workspace_empty_in(conn: &mut DB::Connection, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+            for sql in WORKSPACE_HOLDS {
+                if sqlx::query(sql).bind(tenant).bind(workspace.as_str()).fetch_optional(&mut *conn).await?.is_some() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+
+        /// An import's rows, in its fenced finish; `false` (nothing written)
+        /// when the workspace took data or a layout took another config
+        /// since the job checked.
+        pub(super) async fn register_import(
+            conn: &mut DB::Connection,
+            claimed: &ClaimedJob,
+            record: &ImportRecord,
+            now: DateTime<Utc>,
+        ) -> StoreResult<Result<(), String>> {
+            let (tenant, job) = (claimed.tenant_id, &claimed.job);
+            if !Self::workspace_empty_in(&mut *conn, tenant, &job.workspace).await? {
+                return Ok(Err(format!("workspace_not_empty: workspace {} took data while the import ran", job.workspace)));
+            }
+            for (name, layout) in &record.layouts {
+                let config = serde_json::to_string(&layout.config).expect("a config always serialises");
+                sqlx::query(
+                    "INSERT INTO layouts (tenant_id, name, config, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
+                     ON CONFLICT (tenant_id, name) DO NOTHING",
+                )
+                .bind(tenant)
+                .bind(name.as_str())
+                .bind(config.as_str())
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                let stored: String = sqlx::query("SELECT config FROM layouts WHERE tenant_id = $1 AND name = $2")
+                    .bind(tenant)
+                    .bind(name.as_str())
+                    .fetch_one(&mut *conn)
+                    .await?
+                    .try_get("config")?;
+                if parse_layout_config(&stored)?.config != layout.config {
+                    return Ok(Err(format!("layout_conflict: layout {name} took another config while the import ran")));
+                }
+            }
+            for rollout in &record.rollouts {
+                sqlx::query(
+                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
+                                           segment_count, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(tenant)
+                .bind(job.workspace.as_str())
+                .bind(rollout.layout.as_str())
+                .bind(rollout.rollout_id.as_str())
+                .bind(rollout.rollout_path.as_str())
+                .bind(rollout.len as i64)
+                .bind(rollout.lines)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+            }
+            for (layout, raw) in &record.raw_memories {
+                Self::upsert_raw_memory(&mut *conn, tenant, &job.workspace, layout, raw, job.job_id, now).await?;
+            }
+            Ok(Ok(()))
+        }
+    }
+}
 
 for_every_dialect! {
     impl PortabilityStore {
@@ -56,6 +137,49 @@ for_every_dialect! {
         }
         tx.commit().await?;
         Ok(view)
+    }
+
+    async fn queue_import(&self, tenant: TenantId, workspace: &WorkspaceName, job_id: Uuid) -> StoreResult<ImportQueued> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        if let Some(lock) = DB::LAYOUT_LOCK {
+            // Two imports into one workspace at once: one waits for the other's answer.
+            sqlx::query(lock).bind(format!("import/{tenant}/{workspace}")).execute(&mut *tx).await?;
+        }
+        if Self::workspace_forgotten_in(&mut tx, tenant, workspace).await? {
+            return Ok(ImportQueued::Forgetting);
+        }
+        let importing = sqlx::query(
+            "SELECT 1 AS found FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND kind = 'import'
+               AND state IN ('queued', 'running') LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if importing.is_some() || !Self::workspace_empty_in(&mut tx, tenant, workspace).await? {
+            return Ok(ImportQueued::NotEmpty);
+        }
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, layout_config, state, attempts,
+                               run_after, created_at)
+             VALUES ($1, $2, 'import', '', $3, 'default', $5, 'queued', 0, $4, $4)",
+        )
+        .bind(job_id)
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(now)
+        .bind(serde_json::to_string(&default_layout().config).expect("a config always serialises"))
+        .execute(&mut *tx)
+        .await?;
+        let job = Self::job_in(&mut tx, job_id).await?;
+        tx.commit().await?;
+        Ok(ImportQueued::Job(Box::new(job)))
+    }
+
+    async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+        let mut conn = self.pool.acquire().await?;
+        Self::workspace_empty_in(&mut conn, tenant, workspace).await
     }
     }
 }

@@ -146,7 +146,7 @@ for_every_dialect! {
                         WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
                     ON share.tenant_id = j.tenant_id
              WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1)
-                    OR (j.kind = 'forget' AND $7 = 1))
+                    OR (j.kind = 'forget' AND $7 = 1) OR (j.kind = 'import' AND $8 = 1))
                AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
                AND (j.kind <> 'phase_two' OR EXISTS (
                      SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
@@ -170,6 +170,7 @@ for_every_dialect! {
         .bind(token)
         .bind(req.now + req.lease)
         .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
+        .bind(i64::from(req.kinds.contains(&JobKind::Import)))
         .fetch_optional(&mut *tx)
         .await;
         let row = match claimed {
@@ -245,6 +246,22 @@ for_every_dialect! {
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
             Self::upsert_raw_memory(&mut tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
                 .await?;
+        }
+        if let (JobKind::Import, JobOutcome::Succeeded { .. }, Some(record)) = (job.kind, &finish.outcome, &finish.import)
+            && let Err(refused) = Self::register_import(&mut tx, claimed, record, now).await?
+        {
+            // Its files are not published: the job fails with why.
+            sqlx::query(
+                "UPDATE jobs SET state = 'failed', last_error = $2, finished_at = $3, lease_owner = NULL,
+                        lease_token = NULL, lease_expires_at = NULL WHERE id = $1",
+            )
+            .bind(job.job_id)
+            .bind(refused.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(false);
         }
         let mut tally = usage::Tally { model: Some((job.kind, finish.accounting.attempt_usage)), ..Default::default() };
         tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);

@@ -22,6 +22,7 @@ SegmentBody = Union[Mapping[str, Any], m.Segment]
 LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
 DateLike = Union[datetime.date, str, None]
 Destination = Union[str, "os.PathLike[str]", IO[bytes]]
+Source = Union[str, "os.PathLike[str]", IO[bytes]]
 
 
 def _date_range(from_date: DateLike, to_date: DateLike) -> dict[str, Optional[str]]:
@@ -72,6 +73,53 @@ class _Sink:
     def __exit__(self, *exc_info: Any) -> None:
         if self.file is not None and self.file is not self.destination:
             self.file.close()
+
+
+def _import_call(workspace: str) -> Call:
+    return Call(
+        "POST",
+        f"/v1/workspaces/{segment(workspace)}/import",
+        _model(m.Job),
+        headers={"content-type": "application/gzip"},
+    )
+
+
+class _Archive:
+    """An import's body: a path (opened anew by each attempt) or an open binary
+    file (rewound for a retry when it can be)."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.start = None
+        if not isinstance(source, (str, os.PathLike)) and source.seekable():
+            self.start = source.tell()
+
+    def open(self) -> IO[bytes]:
+        if isinstance(self.source, (str, os.PathLike)):
+            return open(self.source, "rb")
+        if self.start is not None:
+            self.source.seek(self.start)
+        return self.source
+
+    def retryable(self) -> bool:
+        return isinstance(self.source, (str, os.PathLike)) or self.start is not None
+
+    def done(self, opened: IO[bytes]) -> None:
+        if opened is not self.source:
+            opened.close()
+
+
+def _chunks(file: IO[bytes], size: int = 1 << 16):
+    while True:
+        chunk = file.read(size)
+        if not chunk:
+            return
+        yield chunk
+
+
+async def _async_chunks(file: IO[bytes], size: int = 1 << 16):
+    for chunk in _chunks(file, size):
+        yield chunk
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -447,6 +495,30 @@ class Memoryd(_Client):
                 raise outcome.error or RuntimeError("an export attempt ended without an answer")
             time.sleep(outcome.wait)
 
+    def import_workspace(self, workspace: str, source: Source):
+        """``POST /v1/workspaces/{workspace}/import``: a gzip tar (an export, or a
+        workspace the SDK wrote) from ``source`` (a path, or a binary file open for
+        reading), streamed, into an empty workspace. Returns the ``import`` job."""
+        call = _import_call(workspace)
+        archive = _Archive(source)
+        attempts = Attempts(call, self._settings)
+        while True:
+            body = archive.open()
+            try:
+                options = attempts.options()
+                options.pop("json", None)
+                answer: Any = self._http.request(call.method, attempts.url(), content=_chunks(body), **options)
+            except httpx.TransportError as exc:
+                answer = exc
+            finally:
+                archive.done(body)
+            outcome = attempts.judge(answer)
+            if outcome.error is None:
+                return outcome.value
+            if outcome.wait is None or not archive.retryable():
+                raise outcome.error
+            time.sleep(outcome.wait)
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -509,6 +581,30 @@ class AsyncMemoryd(_Client):
             outcome = attempts.judge(answer)
             if outcome.wait is None:
                 raise outcome.error or RuntimeError("an export attempt ended without an answer")
+            await asyncio.sleep(outcome.wait)
+
+    async def import_workspace(self, workspace: str, source: Source):
+        """As :meth:`Memoryd.import_workspace`, awaitable."""
+        call = _import_call(workspace)
+        archive = _Archive(source)
+        attempts = Attempts(call, self._settings)
+        while True:
+            body = archive.open()
+            try:
+                options = attempts.options()
+                options.pop("json", None)
+                answer: Any = await self._http.request(
+                    call.method, attempts.url(), content=_async_chunks(body), **options
+                )
+            except httpx.TransportError as exc:
+                answer = exc
+            finally:
+                archive.done(body)
+            outcome = attempts.judge(answer)
+            if outcome.error is None:
+                return outcome.value
+            if outcome.wait is None or not archive.retryable():
+                raise outcome.error
             await asyncio.sleep(outcome.wait)
 
     async def aclose(self) -> None:

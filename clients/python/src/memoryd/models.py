@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 SessionState = Literal["open", "closing", "closed"]
-JobKind = Literal["phase_one", "phase_two", "restore", "forget"]
+JobKind = Literal["phase_one", "phase_two", "restore", "forget", "import"]
 JobState = Literal["queued", "running", "succeeded", "skipped", "failed", "cancelled"]
 TerminalState = Literal[
     "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"

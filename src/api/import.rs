@@ -1,0 +1,138 @@
+//! `POST /v1/workspaces/{workspace}/import` (SPEC §2.7): the body, a gzip
+//! tar, is streamed to a file beside the workspaces (never whole in memory),
+//! what can be told of it at once is checked, and an `import` job is queued
+//! to check the rest and place it.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::TenantAuth;
+use crate::domain::ids::WorkspaceName;
+use crate::jobs::import::{ImportError, precheck};
+use crate::store::{ImportQueued, with_implicit_default};
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+pub async fn import_workspace(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw_workspace): Path<String>,
+    request: Request,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let workspace = WorkspaceName::parse(&raw_workspace).ok_or_else(|| {
+        ApiError::InvalidRequest(format!(
+            "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_workspace}"
+        ))
+    })?;
+    let limit = state.config.max_import_bytes;
+    let too_large = || ApiError::PayloadTooLarge(format!("The archive exceeds the limit of {limit} bytes."));
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    if !state.volumes.has_room() {
+        return Err(ApiError::InsufficientStorage(super::error::STORAGE_FULL.into()));
+    }
+    if state.store.workspace_forgetting(tenant, &workspace).await? {
+        return Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten.")));
+    }
+    let not_empty = || {
+        ApiError::WorkspaceNotEmpty(format!(
+            "Workspace {workspace} holds sessions, rollouts or memory (or an import is under way); import into an empty one."
+        ))
+    };
+    if !state.store.workspace_empty(tenant, &workspace).await? {
+        return Err(not_empty());
+    }
+
+    let job_id = uuid::Uuid::new_v4();
+    let archive = state.volumes.import_archive(job_id);
+    let kept = Upload { path: archive.clone(), keep: false };
+    receive(&state, request, &archive, limit).await.map_err(|e| match e {
+        Received::TooLarge => too_large(),
+        Received::Slow(secs) => ApiError::RequestTimeout(format!("The body stalled for {secs} seconds.")),
+        Received::Failed(e) => ApiError::internal(e),
+    })?;
+    let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
+    let path = archive.clone();
+    let checked = tokio::task::spawn_blocking(move || precheck(&path, &layouts)).await.map_err(ApiError::internal)?;
+    match checked {
+        Ok(()) => {}
+        Err(ImportError::Io(e)) => return Err(ApiError::internal(e)),
+        Err(ImportError::Refused(message)) => {
+            return Err(match message.split_once(": ") {
+                Some(("layout_conflict", detail)) => ApiError::LayoutConflict(detail.to_owned()),
+                Some((_, detail)) => ApiError::InvalidArchive(detail.to_owned()),
+                None => ApiError::InvalidArchive(message),
+            });
+        }
+    }
+    match state.store.queue_import(tenant, &workspace, job_id).await? {
+        ImportQueued::Job(job) => {
+            kept.keep();
+            state.wake.notify_waiters();
+            tracing::info!(%workspace, %job_id, "import queued");
+            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(*job).map_err(ApiError::internal)?)))
+        }
+        ImportQueued::NotEmpty => Err(not_empty()),
+        ImportQueued::Forgetting => Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten."))),
+    }
+}
+
+/// An uploaded archive, removed unless its job took it over.
+struct Upload {
+    path: std::path::PathBuf,
+    keep: bool,
+}
+
+impl Upload {
+    fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+enum Received {
+    TooLarge,
+    /// No bytes for this many seconds.
+    Slow(u64),
+    Failed(std::io::Error),
+}
+
+/// Streams the body to `path`, synced, refusing one past `limit` bytes or
+/// one that stalls longer than the body timeout between chunks.
+async fn receive(state: &AppState, request: Request, path: &std::path::Path, limit: u64) -> Result<(), Received> {
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(Received::Failed)?;
+    }
+    let mut file = tokio::fs::File::create(path).await.map_err(Received::Failed)?;
+    let mut body = request.into_body();
+    let stall = Duration::from_secs(state.config.body_timeout_secs.max(1));
+    let mut received = 0u64;
+    loop {
+        let frame = match tokio::time::timeout(stall, body.frame()).await {
+            Err(_) => return Err(Received::Slow(stall.as_secs())),
+            Ok(None) => break,
+            Ok(Some(frame)) => frame.map_err(|e| Received::Failed(std::io::Error::other(e)))?,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        received += data.len() as u64;
+        if received > limit {
+            return Err(Received::TooLarge);
+        }
+        file.write_all(&data).await.map_err(Received::Failed)?;
+    }
+    file.sync_all().await.map_err(Received::Failed)?;
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! Import jobs (SPEC §2.7): an archive the API stored is read twice. The
+//! first pass checks all of it and plans what it holds, writing nothing; the
+//! second stages its files beside their places in the (empty) workspace, as
+//! one publish. The fenced finish registers the rollouts, raw memories and
+//! layouts with the outcome, and only then are the files renamed into place:
+//! a failed or interrupted import leaves nothing behind.
+
+use super::{Attempt, AttemptError, Completion, Imported, WorkerContext};
+use crate::domain::ids::LayoutName;
+use crate::domain::layout::{StoredLayout, ValidLayout};
+use crate::domain::portability::{
+    MANIFEST_NAME, MAX_ENTRIES, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
+    raw_memory_header, read_manifest,
+};
+use crate::llm::TokenUsage;
+use crate::store::{ClaimedJob, ImportRecord, ImportedRollout, JobOutcome, with_implicit_default};
+use crate::workspace::publish::{Manifest, PublishScope, Publisher};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+
+pub struct Import;
+
+#[async_trait::async_trait]
+impl super::JobRunner for Import {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+        (import(ctx, claimed).await, None)
+    }
+}
+
+/// The largest raw-memory file whose header is read.
+const MAX_RAW_MEMORY_BYTES: u64 = 16 << 20;
+
+fn fatal(message: String) -> AttemptError {
+    AttemptError::Fatal { message }
+}
+
+fn retryable(message: String) -> AttemptError {
+    AttemptError::Retryable { message, retry_after: None, usage: TokenUsage::default(), token_limit: None }
+}
+
+/// Why an archive is refused (the job's error starts with the code).
+fn invalid(detail: impl std::fmt::Display) -> ImportError {
+    ImportError::Refused(format!("invalid_archive: {detail}"))
+}
+
+pub(crate) enum ImportError {
+    /// The archive or the workspace will never do: the job fails.
+    Refused(String),
+    /// The disk failed: another attempt may do.
+    Io(io::Error),
+}
+
+impl From<io::Error> for ImportError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+    let (tenant, workspace) = (claimed.tenant_id, claimed.job.workspace.clone());
+    let archive = ctx.volumes.import_archive(claimed.job.job_id);
+    let stored =
+        ctx.store.stored_layouts(tenant).await.map_err(|e| retryable(format!("reading layouts failed: {e}")))?;
+    let layouts = with_implicit_default(stored);
+    if !ctx.store.workspace_empty(tenant, &workspace).await.map_err(|e| retryable(e.to_string()))? {
+        return Err(fatal(format!("workspace_not_empty: workspace {workspace} holds sessions, rollouts or memory")));
+    }
+    let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| fatal(e.to_string()))?;
+    let room = ctx.volumes.spare_bytes().map_err(|e| retryable(format!("reading the free space failed: {e}")))?;
+    let limits = ctx.store.tenant_limits(tenant).await.map_err(|e| retryable(e.to_string()))?;
+    let quota = limits.unwrap_or_default().over(ctx.settings.default_limits).storage_bytes.filter(|q| *q > 0);
+    let quota_left = match quota {
+        Some(quota) => {
+            let used = ctx.store.storage_bytes(tenant).await.map_err(|e| retryable(e.to_string()))?;
+            Some(quota.saturating_sub(used.max(0) as u64))
+        }
+        None => None,
+    };
+    let scope = PublishScope {
+        job_id: claimed.job.job_id,
+        tenant,
+        workspace: workspace.as_str().to_owned(),
+        layout: claimed.job.layout.as_str().to_owned(),
+    };
+    let publisher = ctx.publisher.clone();
+    let planned = tokio::task::spawn_blocking(move || {
+        let plan = plan(&archive, &root, &layouts, room, quota_left)?;
+        let staged = stage(&archive, &root, &plan, &publisher, scope)?;
+        Ok::<_, ImportError>((plan, staged))
+    })
+    .await
+    .map_err(|e| retryable(format!("the import panicked: {e}")))?;
+    let (plan, staged) = match planned {
+        Ok(done) => done,
+        Err(ImportError::Refused(message)) => return Err(fatal(message)),
+        Err(ImportError::Io(e)) => {
+            return Err(retryable(format!("reading the archive or writing the files failed: {e}")));
+        }
+    };
+    tracing::info!(
+        job_id = %claimed.job.job_id, rollouts = plan.record.rollouts.len(), raw_memories = plan.record.raw_memories.len(),
+        files = plan.files.len(), "import staged"
+    );
+    Ok(Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        files: None,
+        usage: TokenUsage::default(),
+        redactions: Default::default(),
+        imported: Some(Box::new(Imported { staged, record: plan.record })),
+    })
+}
+
+/// What the first pass found: the files to place and the rows to register.
+struct Plan {
+    files: HashSet<String>,
+    record: ImportRecord,
+}
+
+fn open_entries(archive: &Path) -> io::Result<tar::Archive<flate2::read::GzDecoder<BufReader<File>>>> {
+    Ok(tar::Archive::new(flate2::read::GzDecoder::new(BufReader::new(File::open(archive)?))))
+}
+
+/// Every layout an archive's files may go to, and those of them to create.
+pub(crate) type MergedLayouts = (Vec<StoredLayout>, Vec<(LayoutName, ValidLayout)>);
+
+/// The layouts the archive's files are placed in: the tenant's, and those
+/// of a memoryd manifest it lacks (a layout it has under another config is
+/// refused).
+pub(crate) fn merged_layouts(
+    tenant: &[StoredLayout],
+    manifest: &[ManifestLayout],
+) -> Result<MergedLayouts, ImportError> {
+    let mut all = tenant.to_vec();
+    let mut created = Vec::new();
+    for layout in manifest {
+        let config = serde_json::from_value(layout.config.clone())
+            .map_err(|e| invalid(format!("{MANIFEST_NAME}: layout {}: {e}", layout.name)))?;
+        let valid =
+            ValidLayout::new(config).map_err(|e| invalid(format!("{MANIFEST_NAME}: layout {}: {e}", layout.name)))?;
+        match tenant.iter().find(|l| l.name == layout.name) {
+            Some(existing) if existing.layout.config != valid.config => {
+                return Err(ImportError::Refused(format!(
+                    "layout_conflict: layout {} has another config here than in the archive",
+                    layout.name
+                )));
+            }
+            Some(_) => {}
+            None => {
+                all.push(StoredLayout { name: layout.name.clone(), layout: valid.clone(), updated_at: None });
+                created.push((layout.name.clone(), valid));
+            }
+        }
+    }
+    Ok((all, created))
+}
+
+/// The first pass: every entry checked, nothing written.
+fn plan(
+    archive: &Path,
+    root: &Path,
+    layouts: &[StoredLayout],
+    room: u64,
+    quota_left: Option<u64>,
+) -> Result<Plan, ImportError> {
+    if crate::workspace::files_under(root)?
+        .iter()
+        .any(|(p, _)| !p.file_name().is_some_and(crate::workspace::is_temporary_file))
+    {
+        return Err(ImportError::Refused("workspace_not_empty: the workspace folder already holds files".to_owned()));
+    }
+    let compressed = std::fs::metadata(archive)?.len();
+    let mut magic = [0u8; 2];
+    let read = File::open(archive)?.read(&mut magic)?;
+    if read < 2 || magic != [0x1f, 0x8b] {
+        return Err(invalid("the body is not gzip"));
+    }
+    let mut entries = open_entries(archive)?;
+    let mut layouts = layouts.to_vec();
+    let mut manifest: Option<Vec<ManifestLayout>> = None;
+    let mut record = ImportRecord::default();
+    let mut files = HashSet::new();
+    let mut raw_memories = Vec::new();
+    let (mut count, mut expanded) = (0u64, 0u64);
+    for entry in entries.entries().map_err(|e| invalid(format!("not a tar archive ({e})")))? {
+        let mut entry = entry.map_err(|e| invalid(format!("not a tar archive ({e})")))?;
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(invalid(format!("more than {MAX_ENTRIES} entries")));
+        }
+        let path = archive_path(&entry.path_bytes()).map_err(invalid)?;
+        let kind = entry.header().entry_type();
+        if kind.is_dir() {
+            continue;
+        }
+        if !kind.is_file() {
+            return Err(invalid(format!("entry {path}: only files and folders may be imported, not {kind:?}")));
+        }
+        let size = entry.size();
+        expanded += size;
+        if expanded > compressed.saturating_mul(MAX_EXPANSION) {
+            return Err(invalid(format!("the archive expands past {MAX_EXPANSION} times its compressed size")));
+        }
+        if expanded > room {
+            return Err(ImportError::Refused(format!(
+                "insufficient_storage: the archive's {expanded}+ bytes do not fit in the space the disk can spare"
+            )));
+        }
+        if quota_left.is_some_and(|left| expanded > left) {
+            return Err(ImportError::Refused(format!(
+                "quota_exceeded: the archive's {expanded}+ bytes would take the tenant past its storage limit"
+            )));
+        }
+        if path == MANIFEST_NAME {
+            if count != 1 {
+                return Err(invalid(format!("{MANIFEST_NAME} must be the archive's first entry")));
+            }
+            if size > MAX_MANIFEST_BYTES {
+                return Err(invalid(format!("{MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")));
+            }
+            let mut bytes = Vec::with_capacity(size as usize);
+            entry.read_to_end(&mut bytes)?;
+            let read = read_manifest(&bytes).map_err(invalid)?;
+            let (all, created) = merged_layouts(&layouts, &read)?;
+            layouts = all;
+            record.layouts = created;
+            manifest = Some(read);
+            continue;
+        }
+        if !files.insert(path.clone()) {
+            return Err(invalid(format!("entry {path} appears twice")));
+        }
+        match placement(&path, &layouts) {
+            Placement::Outside => {
+                let folders: Vec<String> = layouts
+                    .iter()
+                    .flat_map(|l| [l.layout.sessions_dir.normalized.clone(), l.layout.memories_dir.normalized.clone()])
+                    .collect();
+                return Err(invalid(format!(
+                    "entry {path} is in none of the layouts' folders ({})",
+                    folders.join(", ")
+                )));
+            }
+            Placement::Rollout { layout, rollout_id } => {
+                let lines = check_rollout(&path, &mut entry)?;
+                let layout = LayoutName::parse(&layout).expect("a layout's own name");
+                record.rollouts.push(ImportedRollout {
+                    layout,
+                    rollout_id,
+                    rollout_path: path.clone(),
+                    len: size,
+                    lines,
+                });
+            }
+            Placement::RawMemory { layout } => {
+                if size <= MAX_RAW_MEMORY_BYTES {
+                    let mut text = String::new();
+                    if entry.read_to_string(&mut text).is_ok()
+                        && let Some(row) = raw_memory_header(&text)
+                    {
+                        raw_memories.push((LayoutName::parse(&layout).expect("a layout's own name"), row));
+                    }
+                }
+            }
+            Placement::Other => {}
+        }
+    }
+    // A raw memory was extracted from what its manifest says, or else from
+    // the whole rollout the archive holds (an SDK's memory of a finished run).
+    for (layout, mut row) in raw_memories {
+        let from_manifest = manifest
+            .iter()
+            .flatten()
+            .find(|m| m.name == layout)
+            .and_then(|m| m.extracted.get(row.rollout_id.as_str()).copied());
+        let whole =
+            record.rollouts.iter().find(|r| r.layout == layout && r.rollout_id == row.rollout_id).map(|r| r.len);
+        row.extracted_len = from_manifest.or(whole).unwrap_or(0);
+        record.raw_memories.push((layout, row));
+    }
+    Ok(Plan { files, record })
+}
+
+/// Every line of a rollout is whole JSON, ended by a newline, as the SDK
+/// wrote it; the lines counted.
+fn check_rollout(path: &str, content: &mut dyn Read) -> Result<i64, ImportError> {
+    let mut reader = BufReader::new(content);
+    let mut line = Vec::new();
+    let mut number = 0i64;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(number);
+        }
+        number += 1;
+        if line.last() != Some(&b'\n') {
+            return Err(invalid(format!("{path} line {number}: the last line has no newline (cut short?)")));
+        }
+        if let Err(e) = serde_json::from_slice::<serde_json::Value>(&line) {
+            return Err(invalid(format!("{path} line {number}: not JSON ({e})")));
+        }
+    }
+}
+
+/// The second pass: each planned file staged beside its place.
+fn stage(
+    archive: &Path,
+    root: &Path,
+    plan: &Plan,
+    publisher: &Publisher,
+    scope: PublishScope,
+) -> Result<Manifest, ImportError> {
+    let mut entries = open_entries(archive)?;
+    let mut staging = publisher.begin(scope, root);
+    let mut placed = 0;
+    for entry in entries.entries()? {
+        let mut entry = entry?;
+        let Ok(path) = archive_path(&entry.path_bytes()) else { continue };
+        if entry.header().entry_type().is_file() && plan.files.contains(&path) {
+            staging.add(&path, &mut entry)?;
+            placed += 1;
+        }
+    }
+    if placed != plan.files.len() {
+        return Err(ImportError::Io(io::Error::other("the archive changed between its two readings")));
+    }
+    Ok(staging.finish()?)
+}
+
+/// What can be told of an archive before its job starts: gzip bytes, a tar,
+/// and a memoryd manifest (if it begins with one) whose layouts do not clash
+/// with the tenant's.
+pub(crate) fn precheck(archive: &Path, layouts: &[StoredLayout]) -> Result<(), ImportError> {
+    let mut magic = [0u8; 2];
+    let read = File::open(archive)?.read(&mut magic)?;
+    if read < 2 || magic != [0x1f, 0x8b] {
+        return Err(invalid("the body is not gzip"));
+    }
+    let mut entries = open_entries(archive)?;
+    let mut all = entries.entries().map_err(|e| invalid(format!("not a tar archive ({e})")))?;
+    let Some(first) = all.next() else { return Ok(()) };
+    let mut first = first.map_err(|e| invalid(format!("not a tar archive ({e})")))?;
+    let path = archive_path(&first.path_bytes()).map_err(invalid)?;
+    if path == MANIFEST_NAME {
+        if first.size() > MAX_MANIFEST_BYTES {
+            return Err(invalid(format!("{MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")));
+        }
+        let mut bytes = Vec::new();
+        first.read_to_end(&mut bytes).map_err(|e| invalid(format!("not a gzip tar archive ({e})")))?;
+        merged_layouts(layouts, &read_manifest(&bytes).map_err(invalid)?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollout_lines_must_be_whole_json() {
+        assert_eq!(check_rollout("s.jsonl", &mut &b"{\"a\":1}\n{\"b\":2}\n"[..]).ok(), Some(2));
+        assert_eq!(check_rollout("s.jsonl", &mut &b""[..]).ok(), Some(0));
+        let refused = |bytes: &[u8]| match check_rollout("sessions/s.jsonl", &mut &bytes[..]) {
+            Err(ImportError::Refused(m)) => m,
+            _ => panic!("accepted"),
+        };
+        assert!(refused(b"{\"a\":1}\n{\"b\"").contains("sessions/s.jsonl line 2: the last line has no newline"));
+        assert!(refused(b"{\"a\":1}\nnot json\n").contains("sessions/s.jsonl line 2: not JSON"));
+    }
+}
