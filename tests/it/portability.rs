@@ -288,6 +288,9 @@ async fn a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected(backend
     ]);
     let job = imported(&app, &t, "sdk", archive).await;
     assert_eq!(job["state"], "succeeded", "{job}");
+    // The workspace is known before any session uses it.
+    let files = app.json(Method::GET, "/v1/workspaces/sdk/layouts/default/files", &t.key).await;
+    assert!(files.to_string().contains("raw_memories/sdk-1.md"), "{files}");
     assert_eq!(
         std::fs::read(app.workspace_dir(&t, "sdk").join("sessions/sdk-1.jsonl")).unwrap(),
         rollout,

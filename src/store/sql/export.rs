@@ -19,7 +19,7 @@ const WORKSPACE_HOLDS: [&str; 3] = [
 
 for_every_dialect! {
     impl {
-        async fn workspace_empty_in(conn: &mut DB::Connection, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
+        pub(super) async fn workspace_empty_in(conn: &mut DB::Connection, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
             for sql in WORKSPACE_HOLDS {
                 if sqlx::query(sql).bind(tenant).bind(workspace.as_str()).fetch_optional(&mut *conn).await?.is_some() {
                     return Ok(false);

@@ -425,12 +425,9 @@ for_every_dialect! {
         if workspace == &WorkspaceName::default_workspace() {
             return Ok(true);
         }
-        let row = sqlx::query("SELECT 1 AS known FROM sessions WHERE tenant_id = $1 AND workspace = $2 LIMIT 1")
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.is_some())
+        // A session used it, or an import filled it.
+        let mut conn = self.pool.acquire().await?;
+        Ok(!Self::workspace_empty_in(&mut conn, tenant, workspace).await?)
     }
 
     async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()> {
