@@ -241,3 +241,70 @@ async def test_the_instructions_wait_no_longer_than_their_timeout(tenant):
     finally:
         silent.close()
     assert sync_took < 5 and async_took < 5, (sync_took, async_took)
+
+
+def test_a_workspace_the_sdks_memory_wrote_is_imported_and_selected(server, tenant, tmp_path):
+    """The SDK's own writers make a sandbox workspace (a rollout line, a raw
+    memory and a rollout summary, as its memory manager writes them); once
+    imported, the next phase two selects its memory like memoryd's own."""
+    import tarfile
+
+    from agents.sandbox.memory.manager import _format_raw_memory, _format_rollout_summary
+    from agents.sandbox.memory.rollouts import RolloutTerminalMetadata, _normalize_jsonl_line
+
+    sandbox = tmp_path / "sandbox"
+    (sandbox / "sessions").mkdir(parents=True)
+    (sandbox / "memories" / "raw_memories").mkdir(parents=True)
+    (sandbox / "memories" / "rollout_summaries").mkdir(parents=True)
+    payload = build_rollout_payload(
+        input="Deploy with pnpm, never npm.",
+        new_items=[],
+        final_output="Noted: pnpm.",
+        interruptions=[],
+        terminal_metadata=RolloutTerminalMetadata(terminal_state="completed", has_final_output=True),
+    )
+    line = _normalize_jsonl_line(rollout_contents=json.dumps(payload))
+    (sandbox / "sessions" / "sdk-run.jsonl").write_bytes(line)
+    summary_file = "rollout_summaries/sdk-run_deploy-with-pnpm.md"
+    (sandbox / "memories" / "raw_memories" / "sdk-run.md").write_text(
+        _format_raw_memory(
+            updated_at=payload["updated_at"],
+            rollout_id="sdk-run",
+            rollout_path="sessions/sdk-run.jsonl",
+            rollout_summary_file=summary_file,
+            terminal_state="completed",
+            raw_memory="The user deploys with pnpm, never npm.\n\n",
+        )
+    )
+    (sandbox / "memories" / summary_file).write_text(
+        _format_rollout_summary(
+            updated_at=payload["updated_at"],
+            rollout_path="sessions/sdk-run.jsonl",
+            session_id="7c9e6679-7425-40de-944b-e07fc1f90ae7",
+            terminal_state="completed",
+            rollout_summary="Deploys with pnpm.",
+        )
+    )
+    archive = tmp_path / "sdk.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for folder in ("sessions", "memories"):
+            tar.add(sandbox / folder, arcname=folder)
+
+    tenant_id, key = tenant
+    with Memoryd(server.base_url, key, retry=RetryPolicy(max_retries=2, base_delay=0.01)) as client:
+        job = client.import_workspace("sdk-team", archive)
+        deadline = time.monotonic() + 30
+        while (job := client.get_job(job.job_id)).state in ("queued", "running"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert job.state == "succeeded", job
+        assert server.rollout_file(tenant_id, "sessions/sdk-run.jsonl", "sdk-team").read_bytes() == line
+        client.append_segment(
+            "after-import",
+            {"rollout_id": "own-run", "input": "hello", "final_output": "hi"},
+            workspace="sdk-team",
+        )
+        closed = client.close_session("after-import", wait=30)
+        assert closed.state == "closed"
+        selected = [item.rollout_id for item in client.get_selection("sdk-team").selected]
+        assert "sdk-run" in selected and "own-run" in selected, selected
