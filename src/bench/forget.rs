@@ -72,7 +72,7 @@ impl Bench {
         Ok(figure("forget", self.backend, format!("1 of {rollouts} rollouts"), "request to job succeeded", "ms", times))
     }
 
-    async fn wait_for_job(&self, job_id: &str) -> BenchResult<String> {
+    pub(super) async fn wait_for_job(&self, job_id: &str) -> BenchResult<String> {
         let started = Instant::now();
         loop {
             let job: Value = self

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 mod forget;
+mod portability;
 mod soak;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -28,6 +29,8 @@ pub enum Workload {
     Forget,
     /// The redaction engine over a 30 MiB rollout.
     Redaction,
+    /// Export and import of a workspace of 1,000 conversations (about 100 MiB).
+    Portability,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
     All,
@@ -468,6 +471,13 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         progress(&f);
         out.push(f);
         for f in bench.retention_sweep(if args.quick { 2000 } else { 100_000 }).await? {
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Portability) {
+        let (rollouts, segments) = if args.quick { (20, 2) } else { (1000, 10) };
+        for f in bench.portability(rollouts, segments).await? {
             progress(&f);
             out.push(f);
         }
