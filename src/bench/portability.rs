@@ -23,7 +23,7 @@ impl Bench {
                 for r in (seeder..rollouts).step_by(SEEDERS) {
                     let url = format!("{base}/v1/sessions/port-{r}/layouts/default/segments?workspace={workspace}");
                     for s in 0..segments {
-                        let text: String = (0..160).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
+                        let text: String = (0..320).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
                         let body = json!({"rollout_id": format!("p{r:05}"), "input": format!("{s}: {text}")});
                         let res =
                             http.post(&url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
