@@ -48,6 +48,13 @@ pub async fn import_workspace(
     if !state.store.workspace_empty(tenant, &workspace).await? {
         return Err(not_empty());
     }
+    // A tenant at its storage limit can import nothing; one below it learns
+    // from the job whether the expanded archive fits (its size is known then).
+    if let Some(limit) = super::limits::effective_limits(&state, tenant).await?.storage_bytes.filter(|l| *l > 0)
+        && state.store.storage_bytes(tenant).await?.max(0) as u64 >= limit
+    {
+        return Err(ApiError::QuotaExceeded(format!("This tenant keeps its limit of {limit} bytes already.")));
+    }
 
     let job_id = uuid::Uuid::new_v4();
     let archive = state.volumes.import_archive(job_id);

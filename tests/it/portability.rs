@@ -16,6 +16,8 @@ both_backends!(
     an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
     a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected,
     hostile_archives_are_refused_with_nothing_written,
+    an_export_during_a_publish_takes_the_whole_run,
+    an_import_past_the_storage_limit_fails_with_nothing_written,
 );
 
 #[tokio::test]
@@ -420,4 +422,71 @@ fn flate2_bytes(content: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     encoder.write_all(content).unwrap();
     encoder.finish().unwrap()
+}
+
+/// A publish held between its first rename and the rest (a test hook): an
+/// export in that window holds the whole run, never half of it.
+async fn an_export_during_a_publish_takes_the_whole_run(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.test_publish_pause_ms = 3000).await;
+    let t = app.tenant().await;
+    for (session, rollout, said) in
+        [("s1", "chat-1", "I prefer green tea."), ("s2", "chat-2", "I switched to black coffee.")]
+    {
+        let body = json!({"rollout_id": rollout, "input": said, "final_output": "noted"});
+        assert_eq!(app.post_segment(&t.key, session, "default", body).await.status(), 201);
+        if session == "s1" {
+            assert_eq!(app.json(Method::POST, "/v1/sessions/s1/close?wait=60", &t.key).await["state"], "closed");
+        }
+    }
+    app.json(Method::POST, "/v1/sessions/s2/close", &t.key).await;
+    let memories = app.workspace_dir(&t, "default").join("memories");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(memories.join("raw_memories.md")).is_ok_and(|t| t.contains("black coffee")) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the run never started publishing");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!std::fs::read_to_string(memories.join("MEMORY.md")).unwrap().contains("black coffee"), "held mid-publish");
+    let entries = export(&app, &t, "default").await;
+    let file = |name: &str| String::from_utf8(entries.iter().find(|(p, _)| p == name).unwrap().1.clone()).unwrap();
+    assert!(file("memories/raw_memories.md").contains("black coffee"));
+    assert!(file("memories/MEMORY.md").contains("black coffee"), "the run is whole in the export");
+    assert!(file("memories/phase_two_selection.json").contains("chat-2"));
+}
+
+async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let res = app
+        .request(Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), crate::harness::ADMIN_TOKEN)
+        .json(&json!({"storage_bytes": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // Text that hardly compresses: the archive stays within 10× expansion.
+    let lines: String = (0..40)
+        .map(|n| {
+            format!("{{\"n\":{n},\"text\":\"{}{}\"}}\n", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+        })
+        .collect();
+    let job = imported(&app, &t, "full", tar_gz(&[("sessions/big.jsonl", lines.as_bytes())])).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(job["last_error"].as_str().unwrap().starts_with("quota_exceeded"), "{job}");
+    assert!(!app.workspace_dir(&t, "full").join("sessions/big.jsonl").exists());
+    let usage = app.json(Method::GET, "/v1/usage", &t.key).await;
+    assert_eq!(usage["storage_bytes"], 0, "{usage}");
+    // At its limit already, the tenant's upload is refused at once.
+    let body = json!({"rollout_id": "r", "input": "x".repeat(500)});
+    assert_eq!(app.post_segment(&t.key, "s", "default", body).await.status(), 201);
+    let kept = app.json(Method::GET, "/v1/usage", &t.key).await["storage_bytes"].clone();
+    let res = app
+        .request(Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), crate::harness::ADMIN_TOKEN)
+        .json(&json!({"storage_bytes": kept}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let small = tar_gz(&[("sessions/small.jsonl", b"{}\n")]);
+    let (status, code, _) = import(&app, &t, "again", small).await;
+    assert_eq!((status, code.as_str()), (403, "quota_exceeded"));
 }
