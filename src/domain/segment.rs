@@ -35,6 +35,10 @@ pub const KEPT_TYPES: [&str; 20] = [
     "web_search_call",
 ];
 
+/// SPEC §2.2: what the TypeScript SDK (openai-agents-js) keeps besides
+/// those: its record of a tool's result, and of a hosted tool's call.
+pub const TYPESCRIPT_KEPT_TYPES: [&str; 2] = ["function_call_result", "hosted_tool_call"];
+
 pub const TERMINAL_STATES: [&str; 6] =
     ["completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"];
 
@@ -50,7 +54,7 @@ pub fn should_keep_item(item: &Map<String, Value>) -> bool {
     }
     match item.get("type").and_then(Value::as_str) {
         Some(t) if DROPPED_TYPES.contains(&t) => false,
-        Some(t) => KEPT_TYPES.contains(&t),
+        Some(t) => KEPT_TYPES.contains(&t) || TYPESCRIPT_KEPT_TYPES.contains(&t),
         None => false,
     }
 }
@@ -260,9 +264,20 @@ mod tests {
 
     #[test]
     fn each_kept_type_is_kept() {
-        for t in KEPT_TYPES {
+        for t in KEPT_TYPES.iter().chain(&TYPESCRIPT_KEPT_TYPES) {
             assert!(keep(json!({"type": t})), "{t}");
         }
+        assert_eq!(KEPT_TYPES.len() + TYPESCRIPT_KEPT_TYPES.len(), 22, "either SDK's kept types, no more");
+    }
+
+    #[test]
+    fn the_typescript_sdks_items_are_kept_whatever_their_status() {
+        let result = json!({"type": "function_call_result", "name": "lookup", "callId": "c1", "status": "completed",
+                            "output": {"type": "text", "text": "42"}});
+        let hosted = json!({"type": "hosted_tool_call", "name": "web_search_call", "status": "completed"});
+        assert!(keep(result) && keep(hosted));
+        assert!(!keep(json!({"type": "function_call_results"})), "only the exact names");
+        assert!(!keep(json!({"role": "system", "type": "hosted_tool_call"})), "a dropped role still decides");
     }
 
     #[test]

@@ -13,8 +13,44 @@ both_backends!(
     idempotency_keys_replay_and_conflict,
     torn_tails_never_become_visible,
     concurrent_appends_to_one_rollout_stay_whole_and_ordered,
-    empty_bodies_are_refused_and_big_integers_keep_their_digits
+    empty_bodies_are_refused_and_big_integers_keep_their_digits,
+    a_typescript_runs_tool_results_are_kept_and_reach_phase_one,
 );
+
+/// SPEC §2.2: a segment as openai-agents-js's `buildMemoryRolloutPayload`
+/// makes it keeps that SDK's own item types, each one, and phase one sees them.
+async fn a_typescript_runs_tool_results_are_kept_and_reach_phase_one(backend: Backend) {
+    use crate::fake_llm::{FakeLlm, Reply};
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("weather", "summary", "memory").now());
+    let app = TestApp::start_with(backend, crate::harness::use_model(&fake, "responses")).await;
+    let t = app.tenant().await;
+    let items = [
+        json!({"type": "function_call_result", "name": "lookup_weather", "callId": "call_1", "status": "completed",
+               "output": {"type": "text", "text": "Oslo: 4 degrees and rain"}}),
+        json!({"type": "hosted_tool_call", "name": "web_search_call", "status": "completed",
+               "output": "found the harbour timetable", "providerData": {"id": "ws_1"}}),
+    ];
+    for (n, item) in items.iter().enumerate() {
+        let body = json!({
+            "rollout_id": format!("ts-{n}"),
+            "input": [{"role": "user", "content": "What is the weather?"}],
+            "generated_items": [{"type": "reasoning", "content": []}, item],
+            "terminal_metadata": {"terminal_state": "completed", "has_final_output": true},
+            "final_output": "It rains."
+        });
+        assert_eq!(app.post_segment(&t.key, "ts", "default", body).await.status(), 201);
+        let line =
+            std::fs::read_to_string(app.workspace_dir(&t, "default").join(format!("sessions/ts-{n}.jsonl"))).unwrap();
+        let stored: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(stored["generated_items"], json!([item]), "kept as sent, reasoning dropped");
+    }
+    let closed = app.json(Method::POST, "/v1/sessions/ts/close?wait=30", &t.key).await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+    let prompts: Vec<String> = fake.phase_one_requests().iter().map(|r| r.user_message()).collect();
+    assert!(prompts.iter().any(|p| p.contains("Oslo: 4 degrees and rain")), "the tool result reached phase one");
+    assert!(prompts.iter().any(|p| p.contains("found the harbour timetable")), "so did the hosted tool's call");
+}
 
 async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
     let app = TestApp::start(backend).await;
