@@ -123,4 +123,21 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
   (cd tests/browser && MEMORYD_BIN="$BIN" MEMORYD_CHROMIUM="$(command -v chromium)" \
     "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
 fi
+
+# The TypeScript client (clients/typescript): installed from its lockfile,
+# type-checked strictly, built, and tested with node:test against the same
+# binary (MEMORYD_SKIP_TYPESCRIPT=1 skips).
+if [ "${MEMORYD_SKIP_TYPESCRIPT:-}" != "1" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    cargo build --quiet --bin memoryd
+    BIN="$PWD/target/debug/memoryd"
+    (cd clients/typescript &&
+      npm ci --no-audit --no-fund --loglevel=error &&
+      npx tsc -p tsconfig.json --noEmit &&
+      npm run --silent build &&
+      MEMORYD_BIN="$BIN" node --test test/) || status=$?
+  else
+    log "npm is missing: the TypeScript client's tests are SKIPPED"
+  fi
+fi
 exit "$status"

@@ -1,0 +1,449 @@
+/**
+ * The memoryd client: one method per route of memoryd's `openapi.yaml`,
+ * named as the Python client's in camelCase. Each method describes its call
+ * once; `send` makes it, retrying what is transient: connection failures of
+ * calls that are safe to repeat, 429, 503 and 507, with full-jitter backoff
+ * never shorter than the `Retry-After` memoryd asked for. Every append
+ * carries an `Idempotency-Key`, the same on each of its retries, so a retry
+ * never writes a line twice.
+ */
+
+import type { components } from "./schema.js";
+import { ConnectionFailedError, MemorydError, errorFromResponse } from "./errors.js";
+
+export type Schemas = components["schemas"];
+type S = Schemas;
+
+/** How transient failures are retried. */
+export interface RetryPolicy {
+  /** Retries after the first attempt (default 3). */
+  maxRetries: number;
+  /** The first backoff's upper bound (default 500 ms); it doubles per retry. */
+  baseDelayMs: number;
+  /** The largest backoff (default 8 s). */
+  maxDelayMs: number;
+  /** A `Retry-After` longer than this is not waited for: the error is thrown (default 60 s). */
+  maxRetryAfterMs: number;
+}
+
+export interface MemorydOptions {
+  /** Default `MEMORYD_URL`, else `http://127.0.0.1:8080`. */
+  baseUrl?: string;
+  /** A tenant's API key; default `MEMORYD_API_KEY`. */
+  apiKey?: string;
+  /** For the admin routes only; default `MEMORYD_ADMIN_TOKEN`. */
+  adminToken?: string;
+  /** Each attempt's timeout (default 30 s). */
+  timeoutMs?: number;
+  maxRetries?: number;
+  retry?: Partial<RetryPolicy>;
+  /** The `fetch` to use (default the global one). */
+  fetch?: typeof fetch;
+}
+
+/** Per call: an `AbortSignal`, and a timeout for the whole call, its retries included. */
+export interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+type Query = Record<string, string | number | boolean | undefined | null>;
+
+interface Call {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  path: string;
+  query?: Query;
+  json?: unknown;
+  body?: Uint8Array | Blob;
+  headers?: Record<string, string>;
+  admin?: boolean;
+  /** Repeating it after a broken connection is harmless. */
+  idempotent?: boolean;
+  /** Time the server may take beyond the client's timeout (a close that waits). */
+  extraTimeMs?: number;
+}
+
+const RETRYABLE_STATUSES = new Set([429, 503, 507]);
+const DEFAULT_POLICY: RetryPolicy = { maxRetries: 3, baseDelayMs: 500, maxDelayMs: 8000, maxRetryAfterMs: 60_000 };
+
+/** One path segment, percent-encoded: a slash in an id never becomes a path. */
+export function segment(value: string): string {
+  return encodeURIComponent(value);
+}
+
+function env(name: string): string | undefined {
+  const process = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return process?.env?.[name];
+}
+
+function anySignal(signals: AbortSignal[]): AbortSignal {
+  const any = (AbortSignal as unknown as { any?: (s: AbortSignal[]) => AbortSignal }).any;
+  if (any) return any(signals);
+  const controller = new AbortController();
+  for (const signal of signals) {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      break;
+    }
+    signal.addEventListener("abort", () => controller.abort(signal.reason), { once: true });
+  }
+  return controller.signal;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
+const json = <T>(response: Response): Promise<T> => response.json() as Promise<T>;
+const nothing = async (): Promise<void> => undefined;
+const text = (response: Response): Promise<string> => response.text();
+
+export class Memoryd {
+  readonly baseUrl: string;
+  private readonly apiKey: string | undefined;
+  private readonly adminToken: string | undefined;
+  private readonly timeoutMs: number;
+  private readonly policy: RetryPolicy;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: MemorydOptions = {}) {
+    this.baseUrl = (options.baseUrl ?? env("MEMORYD_URL") ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
+    this.apiKey = options.apiKey ?? env("MEMORYD_API_KEY");
+    this.adminToken = options.adminToken ?? env("MEMORYD_ADMIN_TOKEN");
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.policy = { ...DEFAULT_POLICY, ...options.retry };
+    if (options.maxRetries !== undefined) this.policy.maxRetries = options.maxRetries;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The wait before retry `attempt` (from 0), or undefined to give up. */
+  private delay(attempt: number, retryAfterSeconds: number | undefined): number | undefined {
+    if (attempt >= this.policy.maxRetries) return undefined;
+    const retryAfter = retryAfterSeconds === undefined ? 0 : retryAfterSeconds * 1000;
+    if (retryAfter > this.policy.maxRetryAfterMs) return undefined;
+    const backoff = Math.random() * Math.min(this.policy.maxDelayMs, this.policy.baseDelayMs * 2 ** attempt);
+    return Math.max(backoff, retryAfter);
+  }
+
+  private url(call: Call): string {
+    const url = new URL(this.baseUrl + call.path);
+    for (const [key, value] of Object.entries(call.query ?? {})) {
+      if (value !== undefined && value !== null) url.searchParams.set(key, String(value));
+    }
+    return url.toString();
+  }
+
+  /** Makes `call`, retrying what is transient, and reads its answer with `parse`. */
+  protected async send<T>(call: Call, parse: (response: Response) => Promise<T>, options: CallOptions = {}): Promise<T> {
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    const headers: Record<string, string> = { "user-agent": "memoryd-typescript/0.1", ...call.headers };
+    const token = call.admin ? this.adminToken : this.apiKey;
+    if (token) headers.authorization = `Bearer ${token}`;
+    let body: BodyInit | undefined = call.body as BodyInit | undefined;
+    if (call.json !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(call.json);
+    }
+    for (let attempt = 0; ; attempt++) {
+      const remaining = deadline === undefined ? Infinity : deadline - Date.now();
+      const attemptTimeout = Math.max(1, Math.min(this.timeoutMs + (call.extraTimeMs ?? 0), remaining));
+      const signals = [AbortSignal.timeout(attemptTimeout)];
+      if (options.signal) signals.push(options.signal);
+      let response: Response;
+      try {
+        response = await this.fetchImpl(this.url(call), {
+          method: call.method,
+          headers,
+          body,
+          signal: anySignal(signals),
+        });
+      } catch (caught) {
+        if (options.signal?.aborted) throw options.signal.reason ?? caught;
+        const detail = caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught);
+        const error = new ConnectionFailedError({ status: undefined, code: "connection_failed", detail });
+        // A call that may have taken effect is repeated only if that is harmless.
+        if (call.idempotent === false) throw error;
+        await this.wait(attempt, error, deadline, options.signal);
+        continue;
+      }
+      if (response.status < 400) return await parse(response);
+      const error = await errorFromResponse(response);
+      if (!RETRYABLE_STATUSES.has(response.status)) throw error;
+      await this.wait(attempt, error, deadline, options.signal);
+    }
+  }
+
+  /** Waits before the next attempt, or throws `error` when no attempt is left. */
+  private async wait(attempt: number, error: MemorydError, deadline: number | undefined, signal?: AbortSignal): Promise<void> {
+    const wait = this.delay(attempt, error.retryAfter);
+    if (wait === undefined || (deadline !== undefined && Date.now() + wait >= deadline)) throw error;
+    await sleep(wait, signal);
+  }
+
+  // -- operations ------------------------------------------------------------
+  health(options?: CallOptions): Promise<void> {
+    return this.send({ method: "GET", path: "/healthz" }, nothing, options);
+  }
+
+  ready(options?: CallOptions): Promise<void> {
+    return this.send({ method: "GET", path: "/readyz" }, nothing, options);
+  }
+
+  openapi(options?: CallOptions): Promise<string> {
+    return this.send({ method: "GET", path: "/openapi.yaml" }, text, options);
+  }
+
+  metrics(options?: CallOptions): Promise<string> {
+    return this.send({ method: "GET", path: "/metrics" }, text, options);
+  }
+
+  // -- tenants and keys (admin) -------------------------------------------------
+  createTenant(name: string, options?: CallOptions): Promise<S["IssuedKey"]> {
+    const call: Call = { method: "POST", path: "/v1/admin/tenants", json: { name }, admin: true, idempotent: false };
+    return this.send(call, json<S["IssuedKey"]>, options);
+  }
+
+  issueKey(tenantId: string, options?: CallOptions): Promise<S["IssuedKey"]> {
+    const call: Call = { method: "POST", path: `/v1/admin/tenants/${segment(tenantId)}/keys`, admin: true, idempotent: false };
+    return this.send(call, json<S["IssuedKey"]>, options);
+  }
+
+  async listTenants(options?: CallOptions): Promise<S["TenantSummary"][]> {
+    const list = await this.send({ method: "GET", path: "/v1/admin/tenants", admin: true }, json<S["TenantList"]>, options);
+    return list.tenants ?? [];
+  }
+
+  revokeKey(keyId: string, options?: CallOptions): Promise<void> {
+    return this.send({ method: "DELETE", path: `/v1/admin/keys/${segment(keyId)}`, admin: true }, nothing, options);
+  }
+
+  tenantLimits(tenantId: string, options?: CallOptions): Promise<S["Limits"]> {
+    const call: Call = { method: "GET", path: `/v1/admin/tenants/${segment(tenantId)}/limits`, admin: true };
+    return this.send(call, json<S["Limits"]>, options);
+  }
+
+  /** Sets a tenant's limits, whole: a field left out takes the server's default, 0 is unlimited. */
+  setLimits(tenantId: string, limits: S["LimitsBody"], options?: CallOptions): Promise<S["Limits"]> {
+    const call: Call = { method: "PUT", path: `/v1/admin/tenants/${segment(tenantId)}/limits`, json: limits, admin: true };
+    return this.send(call, json<S["Limits"]>, options);
+  }
+
+  limits(options?: CallOptions): Promise<S["Limits"]> {
+    return this.send({ method: "GET", path: "/v1/limits" }, json<S["Limits"]>, options);
+  }
+
+  tenantUsage(tenantId: string, range: { from?: string; to?: string } = {}, options?: CallOptions): Promise<S["Usage"]> {
+    const call: Call = { method: "GET", path: `/v1/admin/tenants/${segment(tenantId)}/usage`, query: range, admin: true };
+    return this.send(call, json<S["Usage"]>, options);
+  }
+
+  /** What this tenant used per UTC day (`from`/`to` as YYYY-MM-DD; default the last 30 days). */
+  usage(range: { from?: string; to?: string } = {}, options?: CallOptions): Promise<S["Usage"]> {
+    return this.send({ method: "GET", path: "/v1/usage", query: range }, json<S["Usage"]>, options);
+  }
+
+  /** Forgets a tenant: its keys stop working at once; returns the `forget` job. */
+  deleteTenant(tenantId: string, options?: CallOptions): Promise<S["Job"]> {
+    const call: Call = { method: "DELETE", path: `/v1/admin/tenants/${segment(tenantId)}`, admin: true };
+    return this.send(call, json<S["Job"]>, options);
+  }
+
+  // -- layouts -----------------------------------------------------------------
+  async listLayouts(options?: CallOptions): Promise<S["LayoutList"]["layouts"]> {
+    const list = await this.send({ method: "GET", path: "/v1/layouts" }, json<S["LayoutList"]>, options);
+    return list.layouts;
+  }
+
+  getLayout(layout = "default", options?: CallOptions): Promise<Record<string, unknown>> {
+    return this.send({ method: "GET", path: `/v1/layouts/${segment(layout)}` }, json<Record<string, unknown>>, options);
+  }
+
+  putLayout(
+    layout: string,
+    config: S["LayoutConfig"],
+    put: { ifMatch?: string } = {},
+    options?: CallOptions,
+  ): Promise<Record<string, unknown>> {
+    const headers: Record<string, string> = put.ifMatch ? { "if-match": put.ifMatch } : {};
+    const call: Call = { method: "PUT", path: `/v1/layouts/${segment(layout)}`, json: config, headers };
+    return this.send(call, json<Record<string, unknown>>, options);
+  }
+
+  // -- sessions ----------------------------------------------------------------
+  openSession(
+    session: { sessionId?: string; workspace?: string; metadata?: Record<string, unknown> } = {},
+    options?: CallOptions,
+  ): Promise<S["Session"]> {
+    const body: Record<string, unknown> = {};
+    if (session.sessionId !== undefined) body.session_id = session.sessionId;
+    if (session.workspace !== undefined) body.workspace = session.workspace;
+    if (session.metadata !== undefined) body.metadata = session.metadata;
+    const call: Call = { method: "POST", path: "/v1/sessions", json: body, idempotent: session.sessionId !== undefined };
+    return this.send(call, json<S["Session"]>, options);
+  }
+
+  listSessions(
+    filter: { state?: string; workspace?: string; limit?: number; cursor?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["SessionPage"]> {
+    return this.send({ method: "GET", path: "/v1/sessions", query: filter }, json<S["SessionPage"]>, options);
+  }
+
+  async listWorkspaces(options?: CallOptions): Promise<S["WorkspaceSummary"][]> {
+    const list = await this.send({ method: "GET", path: "/v1/workspaces" }, json<S["WorkspaceList"]>, options);
+    return list.workspaces ?? [];
+  }
+
+  getSession(sessionId: string, options?: CallOptions): Promise<S["Session"]> {
+    return this.send({ method: "GET", path: `/v1/sessions/${segment(sessionId)}` }, json<S["Session"]>, options);
+  }
+
+  /**
+   * Appends one run's segment. Always sends an `Idempotency-Key`
+   * (`idempotencyKey`, or one made for this call), the same on every retry.
+   * The session is created in `workspace` if it is new.
+   */
+  appendSegment(
+    sessionId: string,
+    segmentBody: S["Segment"] | Record<string, unknown>,
+    append: { layout?: string; workspace?: string; idempotencyKey?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["AppendedSegment"]> {
+    const layout = append.layout ?? "default";
+    const call: Call = {
+      method: "POST",
+      path: `/v1/sessions/${segment(sessionId)}/layouts/${segment(layout)}/segments`,
+      query: { workspace: append.workspace },
+      json: segmentBody,
+      headers: { "idempotency-key": append.idempotencyKey ?? crypto.randomUUID() },
+      idempotent: true,
+    };
+    return this.send(call, json<S["AppendedSegment"]>, options);
+  }
+
+  /** Closes a session; with `wait` (seconds), answers once its memory is made or the wait is over. */
+  closeSession(sessionId: string, close: { wait?: number } = {}, options?: CallOptions): Promise<S["CloseResult"]> {
+    const call: Call = {
+      method: "POST",
+      path: `/v1/sessions/${segment(sessionId)}/close`,
+      query: { wait: close.wait },
+      extraTimeMs: (close.wait ?? 0) * 1000,
+    };
+    return this.send(call, json<S["CloseResult"]>, options);
+  }
+
+  // -- jobs --------------------------------------------------------------------
+  listJobs(
+    filter: { state?: string; kind?: string; session_id?: string; limit?: number; cursor?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["JobList"]> {
+    return this.send({ method: "GET", path: "/v1/jobs", query: filter }, json<S["JobList"]>, options);
+  }
+
+  getJob(jobId: string, options?: CallOptions): Promise<S["Job"]> {
+    return this.send({ method: "GET", path: `/v1/jobs/${segment(jobId)}` }, json<S["Job"]>, options);
+  }
+
+  retryJob(jobId: string, options?: CallOptions): Promise<S["Job"]> {
+    return this.send({ method: "POST", path: `/v1/jobs/${segment(jobId)}/retry` }, json<S["Job"]>, options);
+  }
+
+  // -- memory ------------------------------------------------------------------
+  private memoryPath(workspace: string, layout: string, rest: string): string {
+    return `/v1/workspaces/${segment(workspace)}/layouts/${segment(layout)}/${rest}`;
+  }
+
+  getSelection(workspace = "default", layout = "default", options?: CallOptions): Promise<S["PhaseTwoSelection"]> {
+    const path = this.memoryPath(workspace, layout, "phase_two_selection");
+    return this.send({ method: "GET", path }, json<S["PhaseTwoSelection"]>, options);
+  }
+
+  listRuns(
+    where: { workspace?: string; layout?: string; limit?: number; cursor?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["RunList"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "runs");
+    return this.send({ method: "GET", path, query: { limit: where.limit, cursor: where.cursor } }, json<S["RunList"]>, options);
+  }
+
+  getRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<Record<string, unknown>> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `runs/${segment(runId)}`);
+    return this.send({ method: "GET", path }, json<Record<string, unknown>>, options);
+  }
+
+  restoreRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<S["Job"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `runs/${segment(runId)}/restore`);
+    return this.send({ method: "POST", path }, json<S["Job"]>, options);
+  }
+
+  forgetRollout(
+    rolloutId: string,
+    where: { workspace?: string; layout?: string; mode?: "scrub" | "rebuild" } = {},
+    options?: CallOptions,
+  ): Promise<S["Job"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `rollouts/${segment(rolloutId)}`);
+    return this.send({ method: "DELETE", path, query: { mode: where.mode } }, json<S["Job"]>, options);
+  }
+
+  forgetWorkspace(workspace: string, options?: CallOptions): Promise<S["Job"]> {
+    return this.send({ method: "DELETE", path: `/v1/workspaces/${segment(workspace)}` }, json<S["Job"]>, options);
+  }
+
+  async listFiles(workspace = "default", layout = "default", options?: CallOptions): Promise<S["MemoryFile"][]> {
+    const list = await this.send({ method: "GET", path: this.memoryPath(workspace, layout, "files") }, json<S["FileList"]>, options);
+    return list.files ?? [];
+  }
+
+  /** A file of the layout's memory folder, as text; with `runId`, as it was right after that run. */
+  getFile(
+    path: string,
+    where: { workspace?: string; layout?: string; runId?: string } = {},
+    options?: CallOptions,
+  ): Promise<string> {
+    const encoded = path.split("/").map(segment).join("/");
+    const full = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `files/${encoded}`);
+    return this.send({ method: "GET", path: full, query: { run_id: where.runId } }, text, options);
+  }
+
+  /** The memory instructions for the next run, or null when there are none yet (204). */
+  getInstructions(
+    where: { workspace?: string; layout?: string; liveUpdate?: boolean } = {},
+    options?: CallOptions,
+  ): Promise<S["Instructions"] | null> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "instructions");
+    const parse = async (response: Response) => (response.status === 204 ? null : ((await response.json()) as S["Instructions"]));
+    return this.send({ method: "GET", path, query: { live_update: where.liveUpdate } }, parse, options);
+  }
+
+  // -- moving memory in and out ---------------------------------------------------
+  /** The workspace as a gzip tar, streamed: the response body, never whole in memory. */
+  exportWorkspace(workspace: string, options?: CallOptions): Promise<ReadableStream<Uint8Array>> {
+    const parse = async (response: Response) => {
+      if (!response.body) throw new MemorydError({ status: response.status, code: "empty_body", detail: "the export has no body" });
+      return response.body;
+    };
+    return this.send({ method: "GET", path: `/v1/workspaces/${segment(workspace)}/export` }, parse, options);
+  }
+
+  /** Imports a gzip tar (an export, or a workspace the SDK wrote) into an empty workspace; the `import` job. */
+  importWorkspace(workspace: string, archive: Uint8Array | Blob, options?: CallOptions): Promise<S["Job"]> {
+    const call: Call = {
+      method: "POST",
+      path: `/v1/workspaces/${segment(workspace)}/import`,
+      body: archive,
+      headers: { "content-type": "application/gzip" },
+    };
+    return this.send(call, json<S["Job"]>, options);
+  }
+}

@@ -1,0 +1,16 @@
+export { Memoryd, segment } from "./client.js";
+export type { CallOptions, MemorydOptions, RetryPolicy, Schemas } from "./client.js";
+export {
+  AuthenticationError,
+  BadRequestError,
+  ConflictError,
+  ConnectionFailedError,
+  InsufficientStorageError,
+  MemorydError,
+  NotFoundError,
+  QuotaExceededError,
+  RateLimitedError,
+  ServerError,
+  UnavailableError,
+} from "./errors.js";
+export type { components, paths } from "./schema.js";

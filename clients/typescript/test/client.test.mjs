@@ -1,0 +1,144 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import {
+  AuthenticationError,
+  ConflictError,
+  ConnectionFailedError,
+  Memoryd,
+  NotFoundError,
+} from "../dist/index.js";
+import { backends, startMemoryd } from "./harness.mjs";
+
+const fast = { maxRetries: 3, baseDelayMs: 10, maxDelayMs: 50, maxRetryAfterMs: 5000 };
+const segmentOf = (rolloutId, text) => ({
+  rollout_id: rolloutId,
+  input: text,
+  generated_items: [{ role: "assistant", content: `noted: ${text}` }],
+  terminal_metadata: { terminal_state: "completed", has_final_output: true },
+  final_output: `noted: ${text}`,
+});
+
+for (const backend of backends) {
+  test(`the main job through the client (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const admin = new Memoryd({ baseUrl: server.baseUrl, adminToken: server.adminToken, retry: fast });
+      const issued = await admin.createTenant("ts-main");
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey: issued.api_key, retry: fast });
+      assert.deepEqual((await client.listLayouts()).map((l) => l.name), ["default"]);
+      const first = await client.appendSegment("ts-s1", segmentOf("ts-chat", "I prefer green tea."));
+      const second = await client.appendSegment("ts-s1", segmentOf("ts-chat", "With oat milk."));
+      assert.deepEqual([first.segment_index, second.segment_index], [0, 1]);
+      assert.equal(first.rollout_path, "sessions/ts-chat.jsonl");
+      const closed = await client.closeSession("ts-s1", { wait: 30 });
+      assert.equal(closed.state, "closed");
+      const instructions = await client.getInstructions();
+      assert.ok(instructions && instructions.instructions.includes("green tea"), JSON.stringify(instructions));
+      const files = (await client.listFiles()).map((f) => f.path);
+      assert.ok(files.includes("MEMORY.md"), files.join(", "));
+      assert.ok((await client.getFile("MEMORY.md")).includes("green tea"));
+      const session = await client.getSession("ts-s1");
+      assert.equal(session.jobs.length >= 2, true);
+      const usage = await client.usage();
+      assert.equal(usage.days.at(-1).segments, 2);
+      const lines = readFileSync(server.rolloutFile(issued.tenant_id, "sessions/ts-chat.jsonl"), "utf8").trim().split("\n");
+      assert.equal(lines.length, 2);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test(`errors carry status, code and request id (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const { apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey, retry: fast });
+      await assert.rejects(client.getJob("00000000-0000-0000-0000-000000000000"), (e) => {
+        assert.ok(e instanceof NotFoundError);
+        assert.equal(e.status, 404);
+        assert.equal(e.code, "not_found");
+        assert.match(e.requestId, /^[0-9a-f-]{36}$/);
+        return true;
+      });
+      await client.appendSegment("ts-k", segmentOf("k", "hello"), { idempotencyKey: "k-1" });
+      await assert.rejects(client.appendSegment("ts-k", segmentOf("k", "other"), { idempotencyKey: "k-1" }), (e) => {
+        assert.ok(e instanceof ConflictError);
+        assert.equal(e.code, "idempotency_conflict");
+        return true;
+      });
+      const stranger = new Memoryd({ baseUrl: server.baseUrl, apiKey: "mem_nobody", retry: fast });
+      await assert.rejects(stranger.listLayouts(), AuthenticationError);
+      const nowhere = new Memoryd({ baseUrl: "http://127.0.0.1:9", apiKey, retry: { ...fast, maxRetries: 1 } });
+      await assert.rejects(nowhere.listLayouts(), ConnectionFailedError);
+    } finally {
+      await server.stop();
+    }
+  });
+}
+
+test("a retried append carries one idempotency key and the file holds its line once", async () => {
+  const server = await startMemoryd("sqlite");
+  // A proxy that passes each append to memoryd but answers the first two with 503.
+  const seen = [];
+  let faults = 2;
+  const proxy = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers["content-length"];
+    const answer = await fetch(server.baseUrl + req.url, {
+      method: req.method,
+      headers,
+      body: chunks.length ? Buffer.concat(chunks) : undefined,
+    });
+    const body = Buffer.from(await answer.arrayBuffer());
+    if (req.url.includes("/segments")) {
+      seen.push(req.headers["idempotency-key"]);
+      if (faults > 0) {
+        faults -= 1;
+        res.writeHead(503, { "content-type": "application/problem+json", "retry-after": "0" });
+        res.end(JSON.stringify({ status: 503, code: "unavailable", detail: "injected" }));
+        return;
+      }
+    }
+    res.writeHead(answer.status, { "content-type": answer.headers.get("content-type") ?? "application/json" });
+    res.end(body);
+  });
+  await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
+  try {
+    const { tenantId, apiKey } = await server.tenant();
+    const client = new Memoryd({ baseUrl: `http://127.0.0.1:${proxy.address().port}`, apiKey, retry: fast });
+    const appended = await client.appendSegment("ts-retry", segmentOf("once", "only once"));
+    assert.equal(seen.length, 3);
+    assert.equal(new Set(seen).size, 1);
+    assert.ok(seen[0]);
+    assert.equal(appended.segment_index, 0);
+    const lines = readFileSync(server.rolloutFile(tenantId, appended.rollout_path), "utf8").trim().split("\n");
+    assert.equal(lines.length, 1);
+  } finally {
+    proxy.close();
+    await server.stop();
+  }
+});
+
+test("a call's timeout bounds its retries, and an abort stops it", async () => {
+  const stub = createServer((_req, res) => {
+    res.writeHead(503, { "retry-after": "1", "content-type": "application/problem+json" });
+    res.end(JSON.stringify({ status: 503, code: "unavailable", detail: "down" }));
+  });
+  await new Promise((r) => stub.listen(0, "127.0.0.1", r));
+  try {
+    const client = new Memoryd({ baseUrl: `http://127.0.0.1:${stub.address().port}`, apiKey: "k", retry: { ...fast, maxRetries: 10 } });
+    const started = Date.now();
+    await assert.rejects(client.listLayouts({ timeoutMs: 1500 }), (e) => e.status === 503);
+    assert.ok(Date.now() - started < 2500, "the whole call, retries included, stops near its timeout");
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error("stop")), 200);
+    await assert.rejects(client.listLayouts({ signal: controller.signal }), /stop/);
+  } finally {
+    stub.close();
+  }
+});
