@@ -98,6 +98,7 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
     if removed > 0 {
         tracing::info!(removed, "removed temporary files that no attempt will rename");
     }
+    remove_orphaned_archives(&store, &volumes).await;
     let scratch = volumes.export_scratch();
     let stale = tokio::task::spawn_blocking(move || {
         crate::workspace::archive::remove_stale_snapshots(&scratch, STALE_EXPORT_SNAPSHOT)
@@ -109,6 +110,36 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
         Ok(Err(e)) => tracing::warn!(error = %crate::error_chain(&e), "removing old export snapshots failed"),
     }
     removed
+}
+
+/// Uploaded import archives whose job will not run: cancelled (a forget of
+/// their workspace or tenant), or never queued (the process died between the
+/// upload and the queueing; such an archive is left alone for an hour, as an
+/// upload may be arriving now).
+async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes) {
+    let Ok(entries) = std::fs::read_dir(volumes.imports_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(job_id) =
+            name.to_str().and_then(|n| n.strip_suffix(".tar.gz")).and_then(|n| uuid::Uuid::parse_str(n).ok())
+        else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > UNOWNED_GRACE * 6);
+        match store.job_pending(job_id).await {
+            Ok(false) if old => match remove_if_present(&entry.path()) {
+                Ok(()) => tracing::info!(%job_id, "removed an import archive no job will read"),
+                Err(e) => tracing::warn!(%job_id, error = %crate::error_chain(&e), "removing an import archive failed"),
+            },
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%job_id, error = %crate::error_chain(&e), "checking an import archive's job failed")
+            }
+        }
+    }
 }
 
 /// An export's snapshot older than this was left by a process that died:

@@ -10,6 +10,7 @@ pub mod phase_two;
 mod restore;
 mod storage;
 
+pub use leftovers::sweep as sweep_leftovers;
 pub use storage::{Reconciled, reconcile_storage};
 
 use crate::domain::redact::{Counts, add_counts};

@@ -229,6 +229,8 @@ pub trait JobQueue: Send + Sync {
     /// Some worker holds the job under a lease that has not expired: its
     /// temporary files may still be renamed into place.
     async fn job_lease_live(&self, job_id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
+    /// The job is queued or running (its inputs are still needed).
+    async fn job_pending(&self, job_id: Uuid) -> StoreResult<bool>;
     /// Whether a staged publish of `job_id` was committed, may still be, or never will.
     async fn publish_decision(
         &self,

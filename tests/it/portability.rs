@@ -20,6 +20,29 @@ both_backends!(
     an_import_past_the_storage_limit_fails_with_nothing_written,
 );
 
+/// The start-up sweep removes an uploaded archive no job will read, once it
+/// is old enough not to be an upload under way.
+#[tokio::test]
+async fn archives_no_job_will_read_are_swept() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let state = &app.server.as_ref().unwrap().state;
+    let imports = state.volumes.imports_dir();
+    std::fs::create_dir_all(&imports).unwrap();
+    let (orphan, fresh) = (
+        imports.join(format!("{}.tar.gz", uuid::Uuid::new_v4())),
+        imports.join(format!("{}.tar.gz", uuid::Uuid::new_v4())),
+    );
+    for path in [&orphan, &fresh] {
+        std::fs::write(path, b"archive").unwrap();
+    }
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    std::fs::File::options().write(true).open(&orphan).unwrap().set_modified(day_ago).unwrap();
+    let publisher = memoryd::workspace::publish::Publisher::new(&app.data_dir);
+    memoryd::jobs::sweep_leftovers(state.store.clone(), state.volumes.clone(), publisher).await;
+    assert!(!orphan.exists(), "an old archive without a job is removed");
+    assert!(fresh.exists(), "a new one may be an upload under way");
+}
+
 #[tokio::test]
 async fn an_archive_past_the_limit_is_refused_at_once() {
     let app = TestApp::start_with(Backend::Sqlite, |c| c.max_import_bytes = 1000).await;

@@ -405,6 +405,14 @@ for_every_dialect! {
         Ok(row.is_some())
     }
 
+    async fn job_pending(&self, job_id: Uuid) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 AS pending FROM jobs WHERE id = $1 AND state IN ('queued', 'running')")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
     async fn publish_decision(
         &self,
         job_id: Uuid,
