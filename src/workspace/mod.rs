@@ -267,25 +267,16 @@ pub fn append_all_durably(lines: &[LineAppend]) -> Vec<io::Result<u64>> {
 type SyncFailure = (io::ErrorKind, String);
 
 /// Every write on the filesystem holding `file` (data, sizes, new directory
-/// entries) on disk.
+/// entries) on disk. Since Linux 5.8 `syncfs` reports writeback errors.
 #[cfg(target_os = "linux")]
 fn sync_filesystem(file: &File) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    unsafe extern "C" {
-        fn syncfs(fd: std::ffi::c_int) -> std::ffi::c_int;
-    }
-    // SAFETY: the descriptor is open for the duration of the call; syncfs
-    // reads nothing else. Since Linux 5.8 it reports writeback errors.
-    if unsafe { syncfs(file.as_raw_fd()) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    rustix::fs::syncfs(file).map_err(io::Error::from)
 }
 
 #[cfg(not(target_os = "linux"))]
 fn sync_filesystem(_file: &File) -> io::Result<()> {
     // Without syncfs, a full sync is the durable choice.
-    unsafe extern "C" {
-        fn sync();
-    }
-    unsafe { sync() };
+    rustix::fs::sync();
     Ok(())
 }
 
