@@ -1,43 +1,38 @@
 //! A small time-bounded cache for lookups every request makes (API keys,
-//! layouts), so that a busy client costs no database round trip for them.
-//! Another replica's change is seen here within the cache's time to live.
+//! layouts, limits), so that a busy client costs no database round trip for
+//! them. Another replica's change is seen here within the cache's time to
+//! live. Bounded in size by `moka`'s TinyLFU policy: a client spraying bogus
+//! keys fills it with entries used once, which are the first to go, and
+//! never flushes the entries every tenant uses.
 
-use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const MAX_ENTRIES: usize = 10_000;
+const MAX_ENTRIES: u64 = 10_000;
 
 pub struct TtlCache<K, V> {
-    ttl: Duration,
-    entries: Mutex<HashMap<K, (V, Instant)>>,
+    entries: moka::sync::Cache<K, V>,
 }
 
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
+impl<K: Eq + Hash + Send + Sync + 'static, V: Clone + Send + Sync + 'static> TtlCache<K, V> {
     pub fn new(ttl: Duration) -> Self {
-        Self { ttl, entries: Mutex::new(HashMap::new()) }
+        Self { entries: moka::sync::Cache::builder().max_capacity(MAX_ENTRIES).time_to_live(ttl).build() }
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone())
+        self.entries.get(key)
     }
 
     pub fn put(&self, key: K, value: V) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(key, (value, Instant::now()));
+        self.entries.insert(key, value);
     }
 
     pub fn remove(&self, key: &K) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.entries.invalidate(key);
     }
 
     pub fn clear(&self) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.entries.invalidate_all();
     }
 }
 
@@ -58,5 +53,20 @@ mod tests {
         cache.put("c", 3);
         cache.clear();
         assert_eq!(cache.get(&"c"), None);
+    }
+
+    #[test]
+    fn a_spray_of_keys_used_once_does_not_flush_the_ones_in_use() {
+        let cache = TtlCache::new(Duration::from_secs(60));
+        cache.put("hot".to_owned(), 1);
+        for _ in 0..50 {
+            assert_eq!(cache.get(&"hot".to_owned()), Some(1));
+        }
+        for n in 0..3 * MAX_ENTRIES {
+            cache.put(format!("bogus-{n}"), 0);
+        }
+        cache.entries.run_pending_tasks();
+        assert!(cache.entries.entry_count() <= MAX_ENTRIES, "bounded");
+        assert_eq!(cache.get(&"hot".to_owned()), Some(1), "the key in use survived");
     }
 }
