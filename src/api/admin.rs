@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 /// A fresh secret and the record that stores its hash.
 fn new_key(tenant_id: Uuid) -> (String, NewApiKey) {
-    let secret = format!("mk_{}", random_hex(2));
+    let secret = format!("mk_{}", random_hex(32));
     let record = NewApiKey { key_id: Uuid::new_v4(), tenant_id, key_hash: sha256_hex(secret.as_bytes()) };
     (secret, record)
 }

@@ -7,25 +7,12 @@ use std::fmt;
 
 /// Lowercase hex SHA-256: how API keys are stored and history blobs named.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex_encode(&Sha256::digest(bytes))
-}
-
-/// Lowercase hex.
-pub fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes of an even-length hex string; `None` for anything else.
-pub fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Equality that takes as long whichever byte differs (for secrets and signatures).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(subtle::ConstantTimeEq::ct_eq(a, b))
 }
 
 /// The SDK's message for an id that fails R-RID-2.
@@ -41,9 +28,12 @@ pub fn is_file_safe_id(s: &str) -> bool {
         && bytes[1..].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// Lower-case hex of random bytes, for generated ids and secrets.
-pub fn random_hex(uuid_count: usize) -> String {
-    (0..uuid_count).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect()
+/// Lower-case hex of `bytes` random bytes from the operating system, for
+/// generated ids and secrets.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("the operating system gives random bytes");
+    hex::encode(buf)
 }
 
 macro_rules! file_safe_name {
@@ -97,7 +87,7 @@ impl RolloutId {
 
     /// R-RID-1 step 4: a new conversation per run.
     pub fn generate() -> Self {
-        Self(format!("run-{}", random_hex(1)))
+        Self(format!("run-{}", random_hex(16)))
     }
 
     /// R-RID-3.
@@ -136,6 +126,18 @@ impl LayoutName {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn random_hex_is_that_many_random_bytes() {
+        let (a, b) = (super::random_hex(32), super::random_hex(32));
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(a, b);
+        // Every bit can be set: a UUIDv4 fixes six of them.
+        let seen =
+            (0..64).map(|_| super::random_hex(16)).fold(0u128, |acc, h| acc | u128::from_str_radix(&h, 16).unwrap());
+        assert_eq!(seen, u128::MAX);
+    }
+
     use super::*;
 
     #[test]

@@ -2,7 +2,6 @@
 //! `(time, key)`, and a cursor names the last row of the page before, so a
 //! row inserted meanwhile never shifts a page (as an offset would).
 
-use super::ids::{hex_decode, hex_encode};
 use chrono::{DateTime, SecondsFormat, Utc};
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -47,7 +46,7 @@ impl PageCursor {
     pub fn encode(&self, listing: Listing) -> String {
         let at = self.at.to_rfc3339_opts(SecondsFormat::Nanos, true);
         let plain = format!("{VERSION}|{}|{at}|{}", listing.as_str(), self.key);
-        hex_encode(plain.as_bytes())
+        hex::encode(plain.as_bytes())
     }
 
     /// `None` unless `listing` gave it out (or could have: its key is one of the listing's).
@@ -55,7 +54,7 @@ impl PageCursor {
         if raw.len() > 1024 {
             return None;
         }
-        let plain = String::from_utf8(hex_decode(raw)?).ok()?;
+        let plain = String::from_utf8(hex::decode(raw).ok()?).ok()?;
         let mut parts = plain.splitn(4, '|');
         if parts.next()? != VERSION || parts.next()? != listing.as_str() {
             return None;

@@ -2,8 +2,8 @@
 //! CSRF tokens bound to it, and the check on every request that the key
 //! (or admin token) it was made from is still good.
 
-use crate::domain::ids::{constant_time_eq as same, hex_decode as unhex, hex_encode as hex, random_hex, sha256_hex};
-use sha2::{Digest, Sha256};
+use crate::domain::ids::{constant_time_eq as same, random_hex, sha256_hex};
+use hmac::{KeyInit, Mac};
 use uuid::Uuid;
 
 /// How long a console sign-in lasts.
@@ -13,19 +13,9 @@ pub const LOGIN_COOKIE: &str = "memoryd_console_login";
 
 /// HMAC-SHA256 (RFC 2104).
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = [0u8; 64];
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
-    inner.update(message);
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 /// Who is signed in.
@@ -71,12 +61,12 @@ pub struct ConsoleKeys {
 
 impl ConsoleKeys {
     pub fn new(secret: Option<&str>, secure_cookies: bool) -> Self {
-        let secret = secret.map_or_else(|| random_hex(2).into_bytes(), |s| s.as_bytes().to_vec());
+        let secret = secret.map_or_else(|| random_hex(32).into_bytes(), |s| s.as_bytes().to_vec());
         Self { secret, secure_cookies }
     }
 
     fn sign(&self, what: &str, payload: &str) -> String {
-        hex(&hmac_sha256(&self.secret, format!("{what}|{payload}").as_bytes()))
+        hex::encode(hmac_sha256(&self.secret, format!("{what}|{payload}").as_bytes()))
     }
 
     /// The cookie value: the payload in hex, a dot, its signature.
@@ -87,14 +77,14 @@ impl ConsoleKeys {
         };
         let payload =
             format!("v2|{kind}|{tenant}|{}|{}|{}", session.expires_at, session.credential_hash, session.session_id);
-        format!("{}.{}", hex(payload.as_bytes()), self.sign("session", &payload))
+        format!("{}.{}", hex::encode(payload.as_bytes()), self.sign("session", &payload))
     }
 
     /// The session a cookie value names, if its signature holds and it has
     /// not expired at `now` (seconds since the epoch).
     pub fn open(&self, cookie: &str, now: i64) -> Option<ConsoleSession> {
         let (payload_hex, signature) = cookie.split_once('.')?;
-        let payload = String::from_utf8(unhex(payload_hex)?).ok()?;
+        let payload = String::from_utf8(hex::decode(payload_hex).ok()?).ok()?;
         if !same(self.sign("session", &payload).as_bytes(), signature.as_bytes()) {
             return None;
         }
@@ -156,10 +146,10 @@ mod tests {
     #[test]
     fn hmac_matches_rfc_4231() {
         let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         let long_key = [0xaau8; 131];
         let mac = hmac_sha256(&long_key, b"Test Using Larger Than Block-Size Key - Hash Key First");
-        assert_eq!(hex(&mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+        assert_eq!(hex::encode(mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
     }
 
     fn session(principal: Principal) -> ConsoleSession {
@@ -189,9 +179,9 @@ mod tests {
         let keys = ConsoleKeys::new(Some("secret"), false);
         let cookie = keys.seal(&session(Principal::Tenant(Uuid::new_v4())));
         let (payload, signature) = cookie.split_once('.').unwrap();
-        let forged_payload = hex(format!("v2|a|-|99999999999|{}|s", credential_hash("x")).as_bytes());
+        let forged_payload = hex::encode(format!("v2|a|-|99999999999|{}|s", credential_hash("x")).as_bytes());
         let unsigned_v1 = format!("v1|a|-|99999999999|{}", credential_hash("x"));
-        let old_format = format!("{}.{}", hex(unsigned_v1.as_bytes()), keys.sign("session", &unsigned_v1));
+        let old_format = format!("{}.{}", hex::encode(unsigned_v1.as_bytes()), keys.sign("session", &unsigned_v1));
         for bad in [
             format!("{forged_payload}.{signature}"),
             format!("{payload}.{}", "0".repeat(64)),

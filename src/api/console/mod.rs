@@ -196,7 +196,7 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 async fn login_form(State(state): State<AppState>, client: Client) -> Response {
     // Double-submit token: a login form posted from elsewhere lacks the cookie.
-    let token = random_hex(1);
+    let token = random_hex(16);
     let mut response = html_page(
         StatusCode::OK,
         "Sign in",
@@ -287,7 +287,7 @@ async fn login(
         principal,
         credential_hash: hash,
         expires_at: now_secs() + SESSION_SECS,
-        session_id: random_hex(1),
+        session_id: random_hex(16),
     };
     let sealed = state.console.seal(&session);
     let mut response = page::harden(Redirect::to(next).into_response());
