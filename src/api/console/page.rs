@@ -108,14 +108,12 @@ pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
     if encoded.is_empty() { String::new() } else { format!("?{}", encoded.join("&")) }
 }
 
+/// Every byte but RFC 3986's unreserved characters is escaped.
+const NOT_UNRESERVED: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
 pub fn percent_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(value, NOT_UNRESERVED).to_string()
 }
 
 #[cfg(test)]
