@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod drain;
 mod forget;
 mod portability;
 mod soak;
@@ -31,6 +32,8 @@ pub enum Workload {
     Redaction,
     /// Export and import of a workspace of 1,000 conversations (about 100 MiB).
     Portability,
+    /// Many tenants' closes at once: how fast the job engine drains them.
+    Drain,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
     All,
@@ -142,6 +145,8 @@ struct Bench {
     http: reqwest::Client,
     key: String,
     tenant: uuid::Uuid,
+    /// The admin token, for workloads that make tenants of their own.
+    admin: String,
     backend: &'static str,
     runs: usize,
     /// Closes wait, before they are timed, for every rollout's eager phase one.
@@ -426,7 +431,8 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         }
     }
     let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
-    Ok(Bench { server, base, http, key, tenant, backend, runs: args.runs.max(1), eager: args.eager, _dir: dir })
+    let runs = args.runs.max(1);
+    Ok(Bench { server, base, http, key, tenant, admin, backend, runs, eager: args.eager, _dir: dir })
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
@@ -471,6 +477,13 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         progress(&f);
         out.push(f);
         for f in bench.retention_sweep(if args.quick { 2000 } else { 100_000 }).await? {
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Drain) {
+        let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (30, 10, 4) };
+        for f in bench.drain(tenants, sessions, rollouts).await? {
             progress(&f);
             out.push(f);
         }

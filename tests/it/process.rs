@@ -436,7 +436,7 @@ async fn the_benchmark_runs_every_workload_on_both_backends() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
     for backend in ["sqlite", "postgres"] {
-        for workload in ["close", "append", "ingest", "selection", "forget", "portability"] {
+        for workload in ["close", "append", "ingest", "selection", "forget", "portability", "drain"] {
             let found = figures.as_array().unwrap().iter().any(|f| {
                 f["backend"] == backend && f["workload"] == workload && f["median"].as_f64().is_some_and(|m| m > 0.0)
             });

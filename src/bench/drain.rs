@@ -1,0 +1,135 @@
+//! The drain workload (issue 26's measure): N tenants each close S sessions
+//! of R one-segment rollouts at once, and the job engine works through the
+//! phase-one and phase-two jobs. Jobs per second over the whole drain, and
+//! per job, from the jobs' own timestamps: how long it waited to be claimed
+//! (created to started) and how long its attempt and recording took
+//! (started to finished).
+
+use super::{Bench, BenchResult, Figure, figure, percentile};
+use crate::store::{JobFilter, PageRequest};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+impl Bench {
+    pub(super) async fn drain(&self, tenants: usize, sessions: usize, rollouts: usize) -> BenchResult<Vec<Figure>> {
+        let (mut rates, mut drains) = (Vec::new(), Vec::new());
+        let (mut waits, mut works) = (Vec::new(), Vec::new());
+        for run in 0..self.runs {
+            let mut keys = Vec::with_capacity(tenants);
+            for _ in 0..tenants {
+                let tenant: Value = self
+                    .http
+                    .post(format!("{}/v1/admin/tenants", self.base))
+                    .bearer_auth(&self.admin)
+                    .json(&json!({"name": "drain"}))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+                let id = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
+                keys.push((id, key));
+            }
+            // Seed every rollout first, then close everything at once.
+            let mut seeders = tokio::task::JoinSet::new();
+            for (_, key) in &keys {
+                let (http, base, key) = (self.http.clone(), self.base.clone(), key.clone());
+                seeders.spawn(async move {
+                    for s in 0..sessions {
+                        for r in 0..rollouts {
+                            let url = format!("{base}/v1/sessions/d{run}-{s}/layouts/default/segments");
+                            let body = json!({"rollout_id": format!("d{run}-{s}-{r}"), "input": format!("conversation {s}.{r}"), "final_output": "ok"});
+                            let res = http.post(url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
+                            if res.status() != 201 {
+                                return Err(format!("seeding answered {}", res.status()));
+                            }
+                        }
+                    }
+                    Ok(())
+                });
+            }
+            while let Some(done) = seeders.join_next().await {
+                done??;
+            }
+            let started = Instant::now();
+            let mut closers = tokio::task::JoinSet::new();
+            for (_, key) in &keys {
+                for s in 0..sessions {
+                    let (http, url, key) =
+                        (self.http.clone(), format!("{}/v1/sessions/d{run}-{s}/close", self.base), key.clone());
+                    closers.spawn(
+                        async move { http.post(url).bearer_auth(key).send().await.map(|r| r.status().as_u16()) },
+                    );
+                }
+            }
+            while let Some(closed) = closers.join_next().await {
+                let status = closed??;
+                if status != 200 && status != 202 {
+                    return Err(format!("a close answered {status}").into());
+                }
+            }
+            let store = &self.server.state.store;
+            loop {
+                let counts = store.job_counts().await?;
+                if !counts.iter().any(|(_, state, n)| *n > 0 && (state == "queued" || state == "running")) {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(1800) {
+                    return Err("the jobs never drained".into());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let drained = started.elapsed().as_secs_f64();
+            let mut jobs = 0usize;
+            for (tenant, _) in &keys {
+                let page = PageRequest { limit: 10_000, after: None };
+                for job in store.list_jobs(*tenant, &JobFilter::default(), &page).await? {
+                    if let (Some(began), Some(ended)) = (job.started_at, job.finished_at) {
+                        // A phase two waits for its closes' phase ones by design: only
+                        // phase one's wait is the queue's.
+                        if job.kind == crate::store::JobKind::PhaseOne {
+                            waits.push((began - job.created_at).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+                        }
+                        works.push((ended - began).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+                        jobs += 1;
+                    }
+                }
+            }
+            drains.push(drained);
+            rates.push(jobs as f64 / drained);
+        }
+        waits.sort_by(f64::total_cmp);
+        works.sort_by(f64::total_cmp);
+        let case = format!("{tenants} tenants × {sessions} sessions × {rollouts} rollouts");
+        let one = |v: f64| vec![v];
+        Ok(vec![
+            figure("drain", self.backend, case.clone(), "jobs drained per second", "jobs/s", rates),
+            figure("drain", self.backend, case.clone(), "time to drain", "s", drains),
+            figure(
+                "drain",
+                self.backend,
+                case.clone(),
+                "phase-one claim wait p50 (created to started)",
+                "ms",
+                one(percentile(&waits, 0.5)),
+            ),
+            figure(
+                "drain",
+                self.backend,
+                case.clone(),
+                "phase-one claim wait p99",
+                "ms",
+                one(percentile(&waits, 0.99)),
+            ),
+            figure(
+                "drain",
+                self.backend,
+                case.clone(),
+                "attempt and record p50 (started to finished)",
+                "ms",
+                one(percentile(&works, 0.5)),
+            ),
+            figure("drain", self.backend, case, "attempt and record p99", "ms", one(percentile(&works, 0.99))),
+        ])
+    }
+}
