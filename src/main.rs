@@ -31,6 +31,9 @@ fn init_logging(config: &Config) {
 }
 
 async fn run_bench(args: memoryd::bench::BenchArgs) -> std::process::ExitCode {
+    // The server under test says why it failed a request (never content:
+    // only errors, which carry no segment, prompt or key).
+    tracing_subscriber::fmt().with_env_filter(EnvFilter::new("error")).with_writer(std::io::stderr).init();
     let json = args.json;
     match memoryd::bench::run(args).await {
         Ok(figures) => {

@@ -41,7 +41,8 @@ impl Bench {
                             let body = json!({"rollout_id": format!("d{run}-{s}-{r}"), "input": format!("conversation {s}.{r}"), "final_output": "ok"});
                             let res = http.post(url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
                             if res.status() != 201 {
-                                return Err(format!("seeding answered {}", res.status()));
+                                let status = res.status();
+                                return Err(format!("drain seeding answered {status}: {}", res.text().await.unwrap_or_default()));
                             }
                         }
                     }

@@ -32,7 +32,8 @@ pub enum Workload {
     Redaction,
     /// Export and import of a workspace of 1,000 conversations (about 100 MiB).
     Portability,
-    /// Many tenants' closes at once: how fast the job engine drains them.
+    /// Many tenants' closes at once: how fast the job engine drains them
+    /// (not part of `all`).
     Drain,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
@@ -436,7 +437,10 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
-    let wants = |w: Workload| args.workload == w || (args.workload == Workload::All && w != Workload::Soak);
+    // The soak and the drain are probes of their own, not part of `all`.
+    let wants = |w: Workload| {
+        args.workload == w || (args.workload == Workload::All && !matches!(w, Workload::Soak | Workload::Drain))
+    };
     let progress = |f: &Figure| {
         if !args.json {
             eprintln!("  {} {} {} {}: {:.2} {}", f.workload, f.backend, f.case, f.metric, f.median, f.unit);

@@ -28,7 +28,11 @@ impl Bench {
                         let res =
                             http.post(&url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
                         if res.status() != 201 {
-                            return Err(format!("seeding answered {}", res.status()));
+                            let status = res.status();
+                            return Err(format!(
+                                "portability seeding answered {status}: {}",
+                                res.text().await.unwrap_or_default()
+                            ));
                         }
                     }
                 }

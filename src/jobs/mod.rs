@@ -417,30 +417,22 @@ async fn stage_files(
     }
 }
 
-/// After an attempt that used tokens, holds the tenant's model jobs if its
-/// tokens of the day reached its `model_tokens_per_day` (SPEC §2.9). In a
-/// transaction of its own, after the finish: the hold is derived from the
-/// counters the finish committed, so a failure here is made good by the next
-/// finish, and claims never take a held tenant's jobs meanwhile.
-async fn enforce_token_budget(ctx: &WorkerContext, claimed: &ClaimedJob, used: TokenUsage) {
+/// The tenant's `model_tokens_per_day`, when this attempt used tokens and
+/// the tenant has one (SPEC §2.9); the finish holds the tenant's model jobs
+/// in its own transaction once the day's tokens reach it. Unknown (the
+/// database failing) counts as none: the next finish sees it.
+async fn token_budget(ctx: &WorkerContext, claimed: &ClaimedJob, used: TokenUsage) -> Option<u64> {
     if used.input_tokens + used.output_tokens == 0 {
-        return;
+        return None;
     }
-    let tenant = claimed.tenant_id;
-    let limit = match ctx.store.tenant_limits(tenant).await {
-        Ok(set) => set.unwrap_or_default().over(ctx.settings.default_limits).model_tokens_per_day,
-        Err(e) => return tracing::warn!(%tenant, error = %crate::error_chain(&e), "reading the token budget failed"),
-    };
-    let Some(limit) = limit.filter(|n| *n > 0) else { return };
-    match ctx.store.apply_token_budget(tenant, Some(limit), Utc::now()).await {
-        Ok(Some(until)) => {
-            tracing::info!(tenant_id = %tenant, %until, "the tenant's model tokens of the day are spent; its jobs wait")
-        }
-        Ok(None) => {}
+    let set = match ctx.store.tenant_limits(claimed.tenant_id).await {
+        Ok(set) => set,
         Err(e) => {
-            tracing::warn!(tenant_id = %tenant, error = %crate::error_chain(&e), "holding a spent token budget failed")
+            tracing::warn!(tenant_id = %claimed.tenant_id, error = %crate::error_chain(&e), "reading the token budget failed");
+            None
         }
-    }
+    };
+    set.unwrap_or_default().over(ctx.settings.default_limits).model_tokens_per_day.filter(|n| *n > 0)
 }
 
 /// Makes a staged publish visible (`commit`) or removes it, off the runtime's threads.
@@ -557,8 +549,8 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let publish_id = staged.as_ref().map(|m| m.publish_id);
     let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
     finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
+    finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
     finish.import = import;
-    let used = finish.accounting.attempt_usage;
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
         JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
@@ -571,9 +563,6 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
-    }
-    if matches!(recorded, Ok(true)) {
-        enforce_token_budget(ctx, &claimed, used).await;
     }
     if finished && matches!(recorded, Ok(true)) {
         for session in served_sessions(&claimed) {

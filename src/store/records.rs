@@ -481,6 +481,10 @@ pub struct JobAccounting {
     pub attempt_usage: crate::llm::TokenUsage,
     /// Bytes the publish adds to the workspace's files (negative: frees).
     pub storage_delta: i64,
+    /// The tenant's `model_tokens_per_day`: reaching it holds the tenant's
+    /// model jobs until the next UTC midnight, in the same transaction, so
+    /// that no job is claimed in between.
+    pub model_tokens_per_day: Option<u64>,
 }
 
 /// A tenant's usage counters over a range of days (SPEC §2.9).

@@ -331,6 +331,13 @@ for_every_dialect! {
             tally.runs += 1;
         }
         if !tenant_gone {
+            let used = finish.accounting.attempt_usage;
+            let tokens = used.input_tokens + used.output_tokens;
+            if let Some(limit) = finish.accounting.model_tokens_per_day
+                && tokens > 0
+            {
+                Self::enforce_token_budget_in(&mut tx, claimed.tenant_id, Some(limit), tokens, now).await?;
+            }
             let tallies = std::collections::BTreeMap::from([(claimed.tenant_id, tally)]);
             Self::count_usage_in(&mut tx, &tallies, now).await?;
         }

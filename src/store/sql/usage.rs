@@ -140,14 +140,18 @@ for_every_dialect! {
 
         /// Holds the tenant's model jobs until the next UTC midnight if its
         /// tokens of the day reached `limit`; otherwise ends a hold and lets
-        /// the jobs it moved run now. Returns the hold's end.
+        /// the jobs it moved run now. Returns the hold's end. It locks the
+        /// tenant's queued jobs, so it runs before the counters are written
+        /// (every transaction takes job rows before counter rows).
+        /// `uncounted`: tokens of this transaction not yet in the counters.
         pub(super) async fn enforce_token_budget_in(
             conn: &mut DB::Connection,
             tenant: TenantId,
             limit: Option<u64>,
+            uncounted: u64,
             now: DateTime<Utc>,
         ) -> StoreResult<Option<DateTime<Utc>>> {
-            let used: i64 = sqlx::query(
+            let counted: i64 = sqlx::query(
                 "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
                  FROM model_usage_days WHERE tenant_id = $1 AND day = $2",
             )
@@ -156,8 +160,9 @@ for_every_dialect! {
             .fetch_one(&mut *conn)
             .await?
             .try_get("used")?;
+            let used = counted.max(0) as u64 + uncounted;
             match limit.filter(|l| *l > 0) {
-                Some(limit) if used as u64 >= limit => {
+                Some(limit) if used >= limit => {
                     let until = next_utc_midnight(now);
                     sqlx::query(
                         "INSERT INTO model_budget_holds (tenant_id, until) VALUES ($1, $2)
@@ -334,7 +339,7 @@ for_every_dialect! {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let mut tx = self.begin_write().await?;
-        let held = Self::enforce_token_budget_in(&mut tx, tenant, limit, now).await?;
+        let held = Self::enforce_token_budget_in(&mut tx, tenant, limit, 0, now).await?;
         tx.commit().await?;
         Ok(held)
     }
