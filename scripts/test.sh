@@ -133,7 +133,7 @@ if [ "${MEMORYD_SKIP_TYPESCRIPT:-}" != "1" ]; then
     BIN="$PWD/target/debug/memoryd"
     (cd clients/typescript &&
       npm ci --no-audit --no-fund --loglevel=error &&
-      npx tsc -p tsconfig.json --noEmit &&
+      npm run --silent typecheck &&
       npm run --silent build &&
       MEMORYD_BIN="$BIN" node --test test/) || status=$?
   else
