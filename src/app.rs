@@ -78,6 +78,7 @@ struct Core {
     console: Arc<crate::api::ConsoleKeys>,
     publisher: Publisher,
     default_limits: crate::domain::limits::Limits,
+    events: crate::events::Events,
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
@@ -93,9 +94,17 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let pause = (config.test_publish_pause_ms > 0).then(|| Duration::from_millis(config.test_publish_pause_ms));
     let publisher = Publisher::new(&config.data_dir).with_pause_after_first_rename(pause);
     let default_limits = default_limits(&config.default_limits)?;
+    let key = crate::events::seal::SecretsKey::load(config.secrets_key.as_deref(), &config.data_dir)?;
+    let policy = crate::domain::events::UrlPolicy {
+        allow_http: config.webhook_allow_http,
+        allow_private: config.webhook_allow_private,
+    };
+    let retain = Duration::from_secs(config.events_retain_hours.saturating_mul(3600));
+    let events = crate::events::Events::new(store.clone(), key, policy, retain);
     let config = Arc::new(config);
     let wake = Arc::new(Notify::new());
-    Ok((Core { store, volumes, appends, config, wake, shutdown, console, publisher, default_limits }, provider))
+    let core = Core { store, volumes, appends, config, wake, shutdown, console, publisher, default_limits, events };
+    Ok((core, provider))
 }
 
 /// `MEMORYD_DEFAULT_LIMITS`, checked at start-up.
@@ -119,6 +128,7 @@ impl Core {
             console: self.console.clone(),
             publisher: self.publisher.clone(),
             default_limits: self.default_limits,
+            events: self.events.clone(),
         }
     }
 }
@@ -131,8 +141,11 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         settings: worker_settings(&core.config, core.default_limits),
         wake: core.wake.clone(),
         publisher: core.publisher.clone(),
+        events: core.events.clone(),
     };
-    spawn_workers(Arc::new(ctx), core.shutdown.subscribe())
+    let mut workers = spawn_workers(Arc::new(ctx), core.shutdown.subscribe());
+    workers.spawn(crate::events::delivery::run(core.store.clone(), core.events.clone(), core.shutdown.subscribe()));
+    workers
 }
 
 /// memoryd running in this process: the API, and the workers unless `--no-workers`.
@@ -171,6 +184,7 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
         header_timeout: Duration::from_secs(core.config.header_timeout_secs.max(1)),
         idle_timeout: Duration::from_secs(core.config.idle_timeout_secs.max(1)),
     };
+    tokio::spawn(core.events.hub.clone().run(core.shutdown.subscribe()));
     let server = tokio::spawn(serve(listener, app, limits, core.shutdown.subscribe()));
     Ok(RunningServer { addr, state, shutdown: core.shutdown, server: Some(server), workers })
 }

@@ -122,6 +122,20 @@ pub struct Config {
     /// How often the workers walk the volume to correct the storage counters.
     #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
     pub storage_reconcile_secs: u64,
+    /// Webhook endpoints may be plain `http://` URLs (development and tests).
+    #[arg(long = "webhook-allow-http", env = "MEMORYD_WEBHOOK_ALLOW_HTTP", default_value_t = false)]
+    pub webhook_allow_http: bool,
+    /// Webhook endpoints may resolve to loopback, private or link-local
+    /// addresses (development and tests; SPEC §2.8).
+    #[arg(long = "webhook-allow-private", env = "MEMORYD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
+    pub webhook_allow_private: bool,
+    /// How long the outbox keeps delivered events for `Last-Event-ID` resumes.
+    #[arg(long = "events-retain-hours", env = "MEMORYD_EVENTS_RETAIN_HOURS", default_value_t = 24)]
+    pub events_retain_hours: u64,
+    /// The key (base64 of 32 bytes) that seals webhook secrets in the
+    /// database; unset: `<data dir>/secrets.key`, made on first start.
+    #[arg(long = "secrets-key", env = "MEMORYD_SECRETS_KEY", hide_env_values = true)]
+    pub secrets_key: Option<String>,
     /// The key that signs console sessions; unset: a random one per start
     /// (every restart then signs everyone out, and replicas do not share sessions).
     #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
@@ -184,6 +198,10 @@ impl Config {
             default_limits: "{}".into(),
             storage_reconcile_secs: 3600,
             max_import_bytes: 1 << 30,
+            webhook_allow_http: false,
+            webhook_allow_private: false,
+            events_retain_hours: 24,
+            secrets_key: None,
             console_secret: None,
             console_secure_cookies: false,
             min_free_bytes: 67_108_864,

@@ -5,6 +5,7 @@ pub mod app;
 pub mod bench;
 pub mod config;
 pub mod domain;
+pub mod events;
 pub mod fake_model;
 pub mod ingest;
 pub mod jobs;

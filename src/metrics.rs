@@ -105,3 +105,18 @@ pub fn phase_two_run(state: &str, turns: i64, files_changed: usize) {
     histogram!("memoryd_phase_two_turns").record(turns as f64);
     counter!("memoryd_phase_two_files_changed_total").increment(files_changed as u64);
 }
+
+/// A webhook delivery attempt, by how the receiver answered.
+pub fn webhook_attempt(answer: crate::domain::events::Answer) {
+    let outcome = match answer {
+        crate::domain::events::Answer::Delivered => "delivered",
+        crate::domain::events::Answer::Gone => "gone",
+        crate::domain::events::Answer::Failed => "failed",
+    };
+    counter!("memoryd_webhook_attempts_total", "outcome" => outcome).increment(1);
+}
+
+/// Live event streams open on this replica.
+pub fn event_streams(delta: f64) {
+    metrics::gauge!("memoryd_event_streams").increment(delta);
+}

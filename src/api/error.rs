@@ -49,6 +49,8 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidArchive(String),
     #[error("{0}")]
+    InvalidWebhook(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -86,6 +88,7 @@ impl ApiError {
             Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
             Self::WorkspaceNotEmpty(_) => (StatusCode::CONFLICT, "workspace_not_empty"),
             Self::InvalidArchive(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_archive"),
+            Self::InvalidWebhook(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_webhook"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

@@ -20,6 +20,7 @@ mod memory;
 mod rate;
 pub mod serve;
 mod sessions;
+mod webhooks;
 
 use crate::config::Config;
 use crate::store::DynStore;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub publisher: crate::workspace::publish::Publisher,
     /// `MEMORYD_DEFAULT_LIMITS`: what a tenant's own limits leave unset.
     pub default_limits: crate::domain::limits::Limits,
+    /// Webhooks and the live stream (SPEC §2.8).
+    pub events: crate::events::Events,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another
@@ -195,6 +198,14 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files", listings::list_files),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}", memory::file),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/instructions", memory::instructions),
+        endpoint(Method::POST, "/v1/webhooks", webhooks::create_webhook),
+        endpoint(Method::GET, "/v1/webhooks", webhooks::list_webhooks),
+        endpoint(Method::GET, "/v1/webhooks/{webhook_id}", webhooks::get_webhook),
+        endpoint(Method::DELETE, "/v1/webhooks/{webhook_id}", webhooks::delete_webhook),
+        endpoint(Method::POST, "/v1/webhooks/{webhook_id}/rotate", webhooks::rotate_webhook),
+        endpoint(Method::POST, "/v1/webhooks/{webhook_id}/test", webhooks::test_webhook),
+        endpoint(Method::GET, "/v1/webhooks/{webhook_id}/deliveries", webhooks::webhook_deliveries),
+        endpoint(Method::GET, "/v1/events", webhooks::stream_events),
     ]
 }
 

@@ -248,6 +248,7 @@ pub(crate) async fn close_and_wait(
             crate::metrics::phase_one_reused();
         }
         state.wake.notify_waiters();
+        state.events.committed();
     }
     if let Some(wait) = wait {
         let deadline = tokio::time::Instant::now() + wait;

@@ -1,6 +1,7 @@
 //! Pure domain rules: no I/O, no database, unit-tested against the R-rules.
 
 pub mod diff;
+pub mod events;
 pub mod ids;
 pub mod index;
 pub mod job;

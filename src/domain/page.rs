@@ -65,6 +65,15 @@ impl PageCursor {
     }
 }
 
+/// A `limit` query parameter: 1 to 1,000, default 100.
+pub fn page_limit(limit: Option<i64>) -> Result<i64, String> {
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(format!("limit must be from 1 to {MAX_LIMIT}, got: {limit}"));
+    }
+    Ok(limit)
+}
+
 /// One page's request: how many rows, and after which.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRequest {
@@ -81,10 +90,7 @@ impl Default for PageRequest {
 impl PageRequest {
     /// From the `limit` and `cursor` query parameters; the error is the 400's detail.
     pub fn parse(listing: Listing, limit: Option<i64>, cursor: Option<&str>) -> Result<Self, String> {
-        let limit = limit.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(format!("limit must be from 1 to {MAX_LIMIT}, got: {limit}"));
-        }
+        let limit = page_limit(limit)?;
         let after = cursor
             .map(|raw| {
                 PageCursor::decode(raw, listing).ok_or_else(|| "cursor is not one this listing gave out".to_owned())

@@ -73,6 +73,8 @@ pub struct WorkerContext {
     pub wake: Arc<Notify>,
     /// Stages and publishes the files of finished attempts.
     pub publisher: Publisher,
+    /// Told when a finish may have written events (SPEC §2.8).
+    pub events: crate::events::Events,
 }
 
 /// What a finished attempt produced: plain data. Its files are written by
@@ -570,6 +572,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
             }
         }
+        ctx.events.committed();
     }
     if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
         // Done with, whatever the outcome.
@@ -666,7 +669,10 @@ async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<
     while !*shutdown.borrow() {
         match ctx.store.settle_finished_sessions().await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(sessions = n, "settled finished sessions"),
+            Ok(n) => {
+                tracing::info!(sessions = n, "settled finished sessions");
+                ctx.events.committed();
+            }
             Err(e) => tracing::warn!(error = %crate::error_chain(&e), "settling finished sessions failed"),
         }
         tokio::select! {

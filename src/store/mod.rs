@@ -424,6 +424,51 @@ pub trait PortabilityStore: Send + Sync {
     async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
 }
 
+/// Events (SPEC §2.8): webhook endpoints, their deliveries, and the outbox
+/// the live stream reads. Events themselves are written by the transactions
+/// whose changes they report.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    async fn create_webhook(&self, tenant: TenantId, webhook: NewWebhook, now: DateTime<Utc>) -> StoreResult<WebhookRecord>;
+    async fn list_webhooks(&self, tenant: TenantId) -> StoreResult<Vec<WebhookRecord>>;
+    async fn get_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>>;
+    /// Deletes the endpoint and its deliveries; `false` when there was none.
+    async fn delete_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<bool>;
+    /// Replaces the secret; the one it replaces signs too until `previous_until`.
+    async fn rotate_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: Uuid,
+        sealed_secret: &str,
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookRecord>>;
+    /// The endpoint's deliveries, newest first.
+    async fn webhook_deliveries(&self, tenant: TenantId, webhook: Uuid, limit: i64) -> StoreResult<Vec<DeliveryRecord>>;
+    /// Writes `event` to the outbox with its deliveries; its sequence number.
+    async fn record_event(&self, tenant: TenantId, event: &crate::domain::events::NewEvent) -> StoreResult<i64>;
+    /// Takes the leases of due deliveries, at most `per_endpoint` of an
+    /// endpoint and none of an endpoint with a delivery in flight.
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+        limit: i64,
+        per_endpoint: usize,
+    ) -> StoreResult<Vec<ClaimedDelivery>>;
+    /// Records an attempt if the lease is still `claimed`'s; `false` if not.
+    async fn finish_delivery(&self, claimed: &ClaimedDelivery, attempt: &DeliveryAttempt) -> StoreResult<bool>;
+    /// Gives back leased deliveries that were not attempted.
+    async fn release_delivery(&self, claimed: &ClaimedDelivery) -> StoreResult<()>;
+    /// The tenant's events after `after`, oldest first.
+    async fn events_after(&self, tenant: TenantId, after: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
+    /// The sequence number of each tenant's newest event (0: none).
+    async fn latest_event_seqs(&self, tenants: &[TenantId]) -> StoreResult<Vec<(TenantId, i64)>>;
+    /// Deletes events made before `cutoff` that no pending delivery needs,
+    /// with their finished deliveries.
+    async fn sweep_events(&self, cutoff: DateTime<Utc>) -> StoreResult<u64>;
+}
+
 /// The whole store.
 #[async_trait]
 pub trait Store:
@@ -436,6 +481,7 @@ pub trait Store:
     + ForgetStore
     + UsageStore
     + PortabilityStore
+    + EventStore
     + 'static
 {
     async fn ping(&self) -> StoreResult<()>;

@@ -11,6 +11,7 @@ mod console;
 mod contract;
 mod deploy_files;
 mod eager;
+mod events;
 mod forget;
 mod group_commit;
 mod hardening;

@@ -2,6 +2,7 @@
 
 use super::rows::*;
 use super::*;
+use crate::domain::events;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -260,10 +261,16 @@ for_every_dialect! {
             .bind(now)
             .execute(&mut *tx)
             .await?;
+            let failed = events::job_failed(job.job_id, job.kind.as_str(), job.workspace.as_str(), job.layout.as_str(), &refused);
+            Self::record_events_in(&mut tx, claimed.tenant_id, &[failed], now).await?;
             tx.commit().await?;
             return Ok(false);
         }
         let mut tally = usage::Tally { model: Some((job.kind, finish.accounting.attempt_usage)), ..Default::default() };
+        let mut news = Vec::new();
+        if let JobOutcome::Failed { error } = &finish.outcome {
+            news.push(events::job_failed(job.job_id, job.kind.as_str(), job.workspace.as_str(), job.layout.as_str(), error));
+        }
         tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
         let mut tenant_gone = false;
         if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
@@ -275,6 +282,8 @@ for_every_dialect! {
                 }
                 forget::Freed::Tenant => tenant_gone = true,
             }
+            let spec = job.forget.as_ref().map(|f| serde_json::to_value(f).expect("a forget spec serialises"));
+            news.push(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default()));
         }
         if let Some(report) = &finish.phase_two {
             let run = &report.run;
@@ -329,6 +338,18 @@ for_every_dialect! {
                 tally.recount_history = true;
             }
             tally.runs += 1;
+            news.push(events::run_finished(&events::RunSummary {
+                run_id: run.run_id,
+                workspace: job.workspace.as_str(),
+                layout: job.layout.as_str(),
+                kind: &run.kind,
+                succeeded: run.state == "succeeded",
+                selected: run.selected,
+                added: run.added,
+                retained: run.retained,
+                removed: run.removed,
+                error: run.error.as_deref(),
+            }));
         }
         if !tenant_gone {
             let used = finish.accounting.attempt_usage;
@@ -340,6 +361,7 @@ for_every_dialect! {
             }
             let tallies = std::collections::BTreeMap::from([(claimed.tenant_id, tally)]);
             Self::count_usage_in(&mut tx, &tallies, now).await?;
+            Self::record_events_in(&mut tx, claimed.tenant_id, &news, now).await?;
         }
         tx.commit().await?;
         Ok(true)

@@ -3,6 +3,7 @@
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
 //! file per subject.
 
+mod events;
 mod export;
 mod forget;
 mod history;
@@ -33,6 +34,8 @@ pub trait Dialect: Database {
     const LOCK_JOINED_ROWS: &'static str;
     /// Appended to the claim query: skip rows another worker is claiming.
     const CLAIM_ROWS: &'static str;
+    /// Appended to a single-table claim query: skip rows another replica is claiming.
+    const SKIP_LOCKED: &'static str;
     /// Run first in a claim transaction where claims are not already
     /// serialised: it serialises them (concurrent claims would each see the
     /// other's tenant with nothing running yet, and the per-tenant share would

@@ -3,6 +3,7 @@
 use super::rows::*;
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::events::session_closed;
 use crate::domain::job::{close_transition, jobs_for_close, settled_memory_status};
 use crate::store::*;
 use chrono::Utc;
@@ -146,11 +147,15 @@ for_every_dialect! {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
-        sqlx::query(locking::<DB>("SELECT state FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
-            .bind(tenant)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await?;
+        let Some(session) =
+            sqlx::query(locking::<DB>("SELECT workspace FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
+                .bind(tenant)
+                .bind(session_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(());
+        };
         let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
         if open.try_get::<i64, _>("n")? > 0 {
             return Ok(());
@@ -176,16 +181,23 @@ for_every_dialect! {
                 }))
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        sqlx::query(
+        let memory_status = settled_memory_status(failures);
+        let now = Utc::now();
+        let settled = sqlx::query(
             "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
-             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closing'",
+             WHERE tenant_id = $1 AND session_id = $2 AND state = 'closing' RETURNING session_id",
         )
         .bind(tenant)
         .bind(session_id)
-        .bind(settled_memory_status(failures).to_string())
-        .bind(Utc::now())
-        .execute(&mut *tx)
+        .bind(memory_status.to_string())
+        .bind(now)
+        .fetch_optional(&mut *tx)
         .await?;
+        if settled.is_some() {
+            let workspace: String = session.try_get("workspace")?;
+            let closed = session_closed(session_id, &workspace, &memory_status);
+            Self::record_events_in(&mut tx, tenant, &[closed], now).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -361,6 +373,11 @@ for_every_dialect! {
             Self::hold_new_model_jobs_in(&mut tx, tenant, now).await?;
             let closes = std::collections::BTreeMap::from([(tenant, usage::Tally { closes: 1, ..Default::default() })]);
             Self::count_usage_in(&mut tx, &closes, now).await?;
+            if session.state == SessionState::Closed {
+                let memory_status = session.memory_status.clone().unwrap_or(Value::Null);
+                let closed = session_closed(id.as_str(), session.workspace.as_str(), &memory_status);
+                Self::record_events_in(&mut tx, tenant, &[closed], now).await?;
+            }
         }
         let jobs = Self::jobs_of_session(&mut *tx, tenant, id).await?;
         tx.commit().await?;

@@ -1,0 +1,322 @@
+//! Webhook endpoints and the live event stream over HTTP (SPEC §2.8).
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams, TenantAuth};
+use crate::domain::events::{EventType, new_secret, parse_event_id, subscription_text};
+use crate::events::delivery::check_endpoint;
+use crate::events::stream::PAGE;
+use crate::store::{EventRecord, NewWebhook, TenantId, WebhookRecord};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+/// Endpoints one tenant may have.
+const MAX_WEBHOOKS: usize = 20;
+const MAX_DESCRIPTION: usize = 500;
+/// How long a rotated-out secret still signs.
+const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookBody {
+    url: String,
+    #[serde(default)]
+    events: Option<Vec<String>>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// Event type names; `["*"]`, an empty list or none: all.
+fn event_types(names: &[String]) -> Result<Vec<EventType>, String> {
+    if names.iter().any(|n| n == "*") {
+        return if names.len() == 1 { Ok(Vec::new()) } else { Err("\"*\" stands alone in events".into()) };
+    }
+    names
+        .iter()
+        .map(|n| {
+            EventType::parse(n).ok_or_else(|| {
+                let known: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
+                format!("unknown event type {n:?}; known: {}", known.join(", "))
+            })
+        })
+        .collect()
+}
+
+fn webhook_view(record: &WebhookRecord, secret: Option<&str>) -> Result<Value, ApiError> {
+    let mut view = serde_json::to_value(record).map_err(ApiError::internal)?;
+    if let (Some(secret), Some(map)) = (secret, view.as_object_mut()) {
+        map.insert("secret".into(), Value::String(secret.to_owned()));
+    }
+    Ok(view)
+}
+
+fn parse_webhook_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::NotFound(format!("No webhook {raw}.")))
+}
+
+async fn existing_webhook(state: &AppState, tenant: TenantId, raw: &str) -> Result<WebhookRecord, ApiError> {
+    let id = parse_webhook_id(raw)?;
+    state.store.get_webhook(tenant, id).await?.ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))
+}
+
+/// `POST /v1/webhooks`.
+pub async fn create_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    body: JsonBody,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body: WebhookBody = body.into_typed(ApiError::InvalidWebhook)?;
+    let types = event_types(body.events.as_deref().unwrap_or_default()).map_err(ApiError::InvalidWebhook)?;
+    if body.description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
+        return Err(ApiError::InvalidWebhook(format!("description is longer than {MAX_DESCRIPTION} characters")));
+    }
+    let url = check_endpoint(&body.url, state.events.policy)
+        .await
+        .map_err(|refused| ApiError::InvalidWebhook(refused.to_string()))?;
+    if state.store.list_webhooks(tenant).await?.len() >= MAX_WEBHOOKS {
+        return Err(ApiError::InvalidWebhook(format!("a tenant has at most {MAX_WEBHOOKS} webhooks")));
+    }
+    let webhook_id = Uuid::new_v4();
+    let secret = new_secret();
+    let new = NewWebhook {
+        webhook_id,
+        url: url.to_string(),
+        subscription: subscription_text(&types),
+        description: body.description,
+        sealed_secret: state.events.key.seal(webhook_id, &secret),
+    };
+    let record = state.store.create_webhook(tenant, new, chrono::Utc::now()).await?;
+    Ok((StatusCode::CREATED, Json(webhook_view(&record, Some(&secret))?)))
+}
+
+/// `GET /v1/webhooks`.
+pub async fn list_webhooks(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    let webhooks = state.store.list_webhooks(tenant).await?;
+    Ok(Json(json!({"webhooks": webhooks})))
+}
+
+/// `GET /v1/webhooks/{webhook_id}`.
+pub async fn get_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(webhook_view(&existing_webhook(&state, tenant, &raw).await?, None)?))
+}
+
+/// `DELETE /v1/webhooks/{webhook_id}`: the endpoint and its pending deliveries.
+pub async fn delete_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_webhook_id(&raw)?;
+    if !state.store.delete_webhook(tenant, id).await? {
+        return Err(ApiError::NotFound(format!("No webhook {raw}.")));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/webhooks/{webhook_id}/rotate`: a new secret, shown once; the
+/// old one signs too for 24 hours.
+pub async fn rotate_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_webhook_id(&raw)?;
+    let secret = new_secret();
+    let now = chrono::Utc::now();
+    let sealed = state.events.key.seal(id, &secret);
+    let record = state
+        .store
+        .rotate_webhook(tenant, id, &sealed, now + ROTATION_OVERLAP, now)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
+    Ok(Json(webhook_view(&record, Some(&secret))?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesQuery {
+    limit: Option<i64>,
+}
+
+/// `GET /v1/webhooks/{webhook_id}/deliveries`: newest first.
+pub async fn webhook_deliveries(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    QueryParams(query): QueryParams<DeliveriesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = crate::domain::page::page_limit(query.limit).map_err(ApiError::InvalidRequest)?;
+    let webhook = existing_webhook(&state, tenant, &raw).await?;
+    let deliveries = state.store.webhook_deliveries(tenant, webhook.webhook_id, limit).await?;
+    Ok(Json(json!({"deliveries": deliveries})))
+}
+
+/// `POST /v1/webhooks/{webhook_id}/test`: a `webhook.test` event for this
+/// endpoint alone.
+pub async fn test_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let webhook = existing_webhook(&state, tenant, &raw).await?;
+    let seq = state.store.record_event(tenant, &crate::domain::events::webhook_test(webhook.webhook_id)).await?;
+    state.events.committed();
+    let id = crate::domain::events::event_id(tenant, seq);
+    Ok((StatusCode::ACCEPTED, Json(json!({"event_id": id, "type": EventType::WebhookTest.as_str()}))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    types: Option<String>,
+}
+
+/// One live stream's place: what it sent last, what it has yet to send.
+struct StreamState {
+    state: AppState,
+    tenant: TenantId,
+    types: Vec<EventType>,
+    receiver: broadcast::Receiver<Arc<EventRecord>>,
+    sent_through: i64,
+    pending: VecDeque<Arc<EventRecord>>,
+    _gauge: StreamGauge,
+}
+
+/// Counts the stream in `memoryd_event_streams` while it is open.
+struct StreamGauge;
+
+impl StreamGauge {
+    fn open() -> Self {
+        crate::metrics::event_streams(1.0);
+        Self
+    }
+}
+
+impl Drop for StreamGauge {
+    fn drop(&mut self) {
+        crate::metrics::event_streams(-1.0);
+    }
+}
+
+impl StreamState {
+    /// Reads what the broadcast cannot give (a resume, a stream that fell
+    /// behind) from the outbox.
+    async fn catch_up(&mut self) -> Result<(), crate::store::StoreError> {
+        let events = self.state.store.events_after(self.tenant, self.sent_through, PAGE).await?;
+        self.pending.extend(events.into_iter().map(Arc::new));
+        Ok(())
+    }
+
+    async fn next_event(&mut self) -> Option<Event> {
+        let mut shutdown = self.state.shutdown.clone();
+        loop {
+            let stopping = *shutdown.borrow();
+            if stopping {
+                return None;
+            }
+            if let Some(event) = self.pending.pop_front() {
+                if event.seq <= self.sent_through {
+                    continue;
+                }
+                if event.seq > self.sent_through + 1 {
+                    // A gap: the broadcast started later than this stream's place.
+                    self.pending.clear();
+                    if self.catch_up().await.is_err() {
+                        return None;
+                    }
+                    continue;
+                }
+                self.sent_through = event.seq;
+                if !self.types.is_empty() && !self.types.iter().any(|t| t.as_str() == event.event_type) {
+                    continue;
+                }
+                return Some(
+                    Event::default()
+                        .id(crate::domain::events::event_id(self.tenant, event.seq))
+                        .event(event.event_type.clone())
+                        .data(event.payload.clone()),
+                );
+            }
+            let received = tokio::select! {
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    continue;
+                }
+                received = self.receiver.recv() => received,
+            };
+            match received {
+                Ok(event) => self.pending.push_back(event),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if self.catch_up().await.is_err() {
+                        return None;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// `GET /v1/events`: the tenant's events as a live `text/event-stream`,
+/// resumed after `Last-Event-ID` from the outbox.
+pub async fn stream_events(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let names: Vec<String> = query
+        .types
+        .as_deref()
+        .map(|t| t.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let types = event_types(&names).map_err(ApiError::InvalidRequest)?;
+    let resume = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default();
+            Some(parse_event_id(tenant, text).ok_or_else(|| {
+                ApiError::InvalidRequest(format!("Last-Event-ID {text:?} is not an event id of this tenant"))
+            })?)
+        }
+    };
+    let (receiver, latest) = state.events.hub.subscribe(tenant).await?;
+    let mut stream = StreamState {
+        state,
+        tenant,
+        types,
+        receiver,
+        sent_through: resume.unwrap_or(latest),
+        pending: VecDeque::new(),
+        _gauge: StreamGauge::open(),
+    };
+    if resume.is_some() {
+        stream.catch_up().await?;
+    }
+    let events = futures_util::stream::unfold(stream, |mut stream| async move {
+        let event = stream.next_event().await?;
+        Some((Ok(event), stream))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}

@@ -1,0 +1,434 @@
+//! The outbox, webhook endpoints and their deliveries (SPEC §2.8).
+//!
+//! An event is written by the transaction that makes the change it reports,
+//! as that transaction's last write: its tenant's counter row hands out the
+//! sequence number and stays locked until the commit, so a tenant's events
+//! are numbered without gaps in commit order, and a reader that sees number
+//! n has every event before it.
+
+use super::*;
+use crate::domain::events::{NewEvent, event_id, subscription_types};
+use crate::store::*;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+const WEBHOOK_COLUMNS: &str = "id, url, events, description, state, disabled_reason, previous_until, created_at, updated_at";
+
+for_every_dialect! {
+    impl {
+        /// Writes the tenant's events and a pending delivery of each to every
+        /// enabled endpoint that takes its type. Run it last in the transaction.
+        pub(super) async fn record_events_in(
+            conn: &mut DB::Connection,
+            tenant: TenantId,
+            events: &[NewEvent],
+            now: DateTime<Utc>,
+        ) -> StoreResult<Vec<i64>> {
+            if events.is_empty() {
+                return Ok(Vec::new());
+            }
+            let count = events.len() as i64;
+            let last: i64 = sqlx::query(
+                "INSERT INTO event_counters (tenant_id, last_seq) VALUES ($1, $2)
+                 ON CONFLICT (tenant_id) DO UPDATE SET last_seq = event_counters.last_seq + excluded.last_seq
+                 RETURNING last_seq",
+            )
+            .bind(tenant)
+            .bind(count)
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get("last_seq")?;
+            let mut seqs = Vec::with_capacity(events.len());
+            for (event, seq) in events.iter().zip(last - count + 1..) {
+                sqlx::query(
+                    "INSERT INTO events (tenant_id, seq, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(tenant)
+                .bind(seq)
+                .bind(event.event_type.as_str())
+                .bind(event.payload(now))
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                let fan_out = "INSERT INTO webhook_deliveries (tenant_id, webhook_id, event_seq, event_type, state, attempts,
+                                                            next_attempt_at, created_at)
+                     SELECT $1, id, $2, $3, 'pending', 0, $4, $4 FROM webhooks
+                     WHERE tenant_id = $1 AND state = 'enabled'";
+                match event.only_webhook {
+                    Some(webhook) => {
+                        sqlx::query(AssertSqlSafe(format!("{fan_out} AND id = $5")))
+                            .bind(tenant)
+                            .bind(seq)
+                            .bind(event.event_type.as_str())
+                            .bind(now)
+                            .bind(webhook)
+                            .execute(&mut *conn)
+                            .await?
+                    }
+                    None => {
+                        sqlx::query(AssertSqlSafe(format!(
+                            "{fan_out} AND (events = '*' OR events LIKE '%,' || $3 || ',%')"
+                        )))
+                        .bind(tenant)
+                        .bind(seq)
+                        .bind(event.event_type.as_str())
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?
+                    }
+                };
+                seqs.push(seq);
+            }
+            Ok(seqs)
+        }
+
+        fn webhook_record(row: &DB::Row) -> StoreResult<WebhookRecord> {
+            let events: String = row.try_get("events")?;
+            Ok(WebhookRecord {
+                webhook_id: row.try_get("id")?,
+                url: row.try_get("url")?,
+                events: if events == "*" { vec!["*".to_owned()] } else { subscription_types(&events) },
+                description: row.try_get("description")?,
+                state: row.try_get("state")?,
+                disabled_reason: row.try_get("disabled_reason")?,
+                previous_secret_until: row.try_get("previous_until")?,
+                created_at: row.try_get("created_at")?,
+                updated_at: row.try_get("updated_at")?,
+            })
+        }
+
+        async fn webhook_in(conn: &mut DB::Connection, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>> {
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 AND id = $2"
+            )))
+            .bind(tenant)
+            .bind(webhook)
+            .fetch_optional(&mut *conn)
+            .await?;
+            row.as_ref().map(Self::webhook_record).transpose()
+        }
+    }
+}
+
+for_every_dialect! {
+    impl EventStore {
+    async fn create_webhook(&self, tenant: TenantId, webhook: NewWebhook, now: DateTime<Utc>) -> StoreResult<WebhookRecord> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO webhooks (id, tenant_id, url, events, description, secret, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'enabled', $7, $7)",
+        )
+        .bind(webhook.webhook_id)
+        .bind(tenant)
+        .bind(webhook.url.as_str())
+        .bind(webhook.subscription.as_str())
+        .bind(webhook.description.as_deref())
+        .bind(webhook.sealed_secret.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let record = Self::webhook_in(&mut tx, tenant, webhook.webhook_id).await?;
+        tx.commit().await?;
+        record.ok_or_else(|| corrupt("a webhook just made is missing"))
+    }
+
+    async fn list_webhooks(&self, tenant: TenantId) -> StoreResult<Vec<WebhookRecord>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 ORDER BY created_at, id"
+        )))
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::webhook_record).collect()
+    }
+
+    async fn get_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::webhook_in(&mut conn, tenant, webhook).await
+    }
+
+    async fn delete_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND webhook_id = $2")
+            .bind(tenant)
+            .bind(webhook)
+            .execute(&mut *tx)
+            .await?;
+        let deleted = sqlx::query("DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2 RETURNING id")
+            .bind(tenant)
+            .bind(webhook)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(deleted.is_some())
+    }
+
+    async fn rotate_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: Uuid,
+        sealed_secret: &str,
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookRecord>> {
+        let mut tx = self.begin_write().await?;
+        let rotated = sqlx::query(
+            "UPDATE webhooks SET previous_secret = secret, previous_until = $3, secret = $4, updated_at = $5
+             WHERE tenant_id = $1 AND id = $2 RETURNING id",
+        )
+        .bind(tenant)
+        .bind(webhook)
+        .bind(previous_until)
+        .bind(sealed_secret)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let record = if rotated.is_some() { Self::webhook_in(&mut tx, tenant, webhook).await? } else { None };
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn webhook_deliveries(&self, tenant: TenantId, webhook: Uuid, limit: i64) -> StoreResult<Vec<DeliveryRecord>> {
+        let rows = sqlx::query(
+            "SELECT event_seq, event_type, state, attempts, last_status, last_error, last_response, last_attempt_at,
+                    next_attempt_at, created_at
+             FROM webhook_deliveries WHERE tenant_id = $1 AND webhook_id = $2
+             ORDER BY event_seq DESC LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(webhook)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get("state")?;
+                let pending = state == "pending";
+                Ok(DeliveryRecord {
+                    event_id: event_id(tenant, row.try_get("event_seq")?),
+                    event_type: row.try_get("event_type")?,
+                    state,
+                    attempts: row.try_get("attempts")?,
+                    last_status: row.try_get("last_status")?,
+                    last_error: row.try_get("last_error")?,
+                    last_response: row.try_get("last_response")?,
+                    last_attempt_at: row.try_get("last_attempt_at")?,
+                    next_attempt_at: if pending { Some(row.try_get("next_attempt_at")?) } else { None },
+                    created_at: row.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_event(&self, tenant: TenantId, event: &NewEvent) -> StoreResult<i64> {
+        let mut tx = self.begin_write().await?;
+        let seqs = Self::record_events_in(&mut tx, tenant, std::slice::from_ref(event), Utc::now()).await?;
+        tx.commit().await?;
+        seqs.first().copied().ok_or_else(|| corrupt("an event was not numbered"))
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+        limit: i64,
+        per_endpoint: usize,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        let mut tx = self.begin_write().await?;
+        let due = sqlx::query(AssertSqlSafe(format!(
+            "SELECT d.webhook_id, d.event_seq FROM webhook_deliveries d
+             WHERE d.state = 'pending' AND d.next_attempt_at <= $1
+               AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= $1)
+               AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o WHERE o.webhook_id = d.webhook_id
+                                  AND o.state = 'pending' AND o.lease_expires_at > $1)
+             ORDER BY d.next_attempt_at, d.event_seq LIMIT $2{}",
+            DB::SKIP_LOCKED
+        )))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut taken: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();
+        let token = Uuid::new_v4();
+        let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(300));
+        for row in &due {
+            let webhook: Uuid = row.try_get("webhook_id")?;
+            let count = taken.entry(webhook).or_default();
+            if *count >= per_endpoint {
+                continue;
+            }
+            *count += 1;
+            sqlx::query(
+                "UPDATE webhook_deliveries SET lease_token = $3, lease_expires_at = $4 WHERE webhook_id = $1 AND event_seq = $2",
+            )
+            .bind(webhook)
+            .bind(row.try_get::<i64, _>("event_seq")?)
+            .bind(token)
+            .bind(until)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let rows = sqlx::query(
+            "SELECT d.tenant_id, d.webhook_id, d.event_seq, d.attempts, w.url, w.secret,
+                    CASE WHEN w.previous_until > $2 THEN w.previous_secret END AS previous_secret, e.payload
+             FROM webhook_deliveries d
+             JOIN webhooks w ON w.id = d.webhook_id
+             JOIN events e ON e.tenant_id = d.tenant_id AND e.seq = d.event_seq
+             WHERE d.lease_token = $1
+             ORDER BY d.webhook_id, d.event_seq",
+        )
+        .bind(token)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ClaimedDelivery {
+                    tenant_id: row.try_get("tenant_id")?,
+                    webhook_id: row.try_get("webhook_id")?,
+                    event_seq: row.try_get("event_seq")?,
+                    attempts: row.try_get("attempts")?,
+                    url: row.try_get("url")?,
+                    sealed_secret: row.try_get("secret")?,
+                    sealed_previous: row.try_get("previous_secret")?,
+                    payload: row.try_get("payload")?,
+                    token,
+                })
+            })
+            .collect()
+    }
+
+    async fn finish_delivery(&self, claimed: &ClaimedDelivery, attempt: &DeliveryAttempt) -> StoreResult<bool> {
+        use crate::domain::events::{Answer, retry_after};
+        let attempts = claimed.attempts + 1;
+        let (state, next) = match attempt.answer {
+            Answer::Delivered => ("succeeded", attempt.at),
+            Answer::Gone => ("failed", attempt.at),
+            Answer::Failed => match retry_after(attempts) {
+                Some(wait) => ("pending", attempt.at + chrono::Duration::from_std(wait).unwrap_or_default()),
+                None => ("failed", attempt.at),
+            },
+        };
+        let mut tx = self.begin_write().await?;
+        let recorded = sqlx::query(
+            "UPDATE webhook_deliveries SET state = $4, attempts = $5, next_attempt_at = $6, lease_token = NULL,
+                    lease_expires_at = NULL, last_status = $7, last_error = $8, last_response = $9, last_attempt_at = $10
+             WHERE webhook_id = $1 AND event_seq = $2 AND lease_token = $3 AND state = 'pending' RETURNING event_seq",
+        )
+        .bind(claimed.webhook_id)
+        .bind(claimed.event_seq)
+        .bind(claimed.token)
+        .bind(state)
+        .bind(attempts)
+        .bind(next)
+        .bind(attempt.status.map(i64::from))
+        .bind(attempt.error.as_deref())
+        .bind(attempt.response.as_deref())
+        .bind(attempt.at)
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
+        if recorded && attempt.answer == Answer::Gone {
+            sqlx::query(
+                "UPDATE webhooks SET state = 'disabled', disabled_reason = $2, updated_at = $3 WHERE id = $1",
+            )
+            .bind(claimed.webhook_id)
+            .bind("the endpoint answered 410 Gone")
+            .bind(attempt.at)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE webhook_deliveries SET state = 'dropped', lease_token = NULL, lease_expires_at = NULL
+                 WHERE webhook_id = $1 AND state = 'pending'",
+            )
+            .bind(claimed.webhook_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    async fn release_delivery(&self, claimed: &ClaimedDelivery) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE webhook_deliveries SET lease_token = NULL, lease_expires_at = NULL
+             WHERE webhook_id = $1 AND event_seq = $2 AND lease_token = $3",
+        )
+        .bind(claimed.webhook_id)
+        .bind(claimed.event_seq)
+        .bind(claimed.token)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn events_after(&self, tenant: TenantId, after: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, event_type, payload FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EventRecord {
+                    seq: row.try_get("seq")?,
+                    event_type: row.try_get("event_type")?,
+                    payload: row.try_get("payload")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn latest_event_seqs(&self, tenants: &[TenantId]) -> StoreResult<Vec<(TenantId, i64)>> {
+        let mut latest = Vec::with_capacity(tenants.len());
+        let mut conn = self.pool.acquire().await?;
+        for chunk in tenants.chunks(100) {
+            let mut query = sqlx::QueryBuilder::<DB>::new("SELECT tenant_id, last_seq FROM event_counters WHERE tenant_id IN (");
+            let mut list = query.separated(", ");
+            for tenant in chunk {
+                list.push_bind(*tenant);
+            }
+            query.push(")");
+            for row in query.build().fetch_all(&mut *conn).await? {
+                latest.push((row.try_get("tenant_id")?, row.try_get("last_seq")?));
+            }
+        }
+        for tenant in tenants {
+            if !latest.iter().any(|(t, _)| t == tenant) {
+                latest.push((*tenant, 0));
+            }
+        }
+        Ok(latest)
+    }
+
+    async fn sweep_events(&self, cutoff: DateTime<Utc>) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND EXISTS (
+                SELECT 1 FROM events e WHERE e.tenant_id = webhook_deliveries.tenant_id
+                   AND e.seq = webhook_deliveries.event_seq AND e.created_at < $1)",
+        )
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
+        let deleted = sqlx::query(
+            "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS (
+                SELECT 1 FROM webhook_deliveries d WHERE d.tenant_id = events.tenant_id AND d.event_seq = events.seq)
+             RETURNING seq",
+        )
+        .bind(cutoff)
+        .fetch_all(&mut *tx)
+        .await?
+        .len();
+        tx.commit().await?;
+        Ok(deleted as u64)
+    }
+    }
+}

@@ -1,0 +1,488 @@
+//! Events (SPEC §2.8): signed webhook deliveries to a local receiver, their
+//! retries and the 410 that disables an endpoint, secret rotation, the
+//! address rules, and the live stream with its resume; the real binary
+//! killed with deliveries pending, and two replicas sharing the deliveries.
+
+use crate::both_backends;
+use crate::harness::{Backend, Tenant, TestApp, isolated_postgres_url, status_code_body};
+use crate::process::{Memoryd, new_tenant};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use hmac::{KeyInit, Mac};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+both_backends!(
+    a_close_is_delivered_as_signed_session_closed_and_run_succeeded,
+    a_failed_delivery_is_retried_with_the_same_webhook_id,
+    a_410_disables_the_endpoint_and_drops_its_deliveries,
+    a_rotated_secret_signs_alongside_the_new_one_for_a_day,
+    webhook_requests_are_checked,
+    the_stream_delivers_in_order_filters_and_resumes,
+);
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    pub id: String,
+    pub timestamp: String,
+    pub signature: String,
+    pub body: String,
+    /// The status the receiver answered it with.
+    pub answered: u16,
+}
+
+impl Received {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+/// A local webhook receiver that answers from a script (then 200), or not at all.
+#[derive(Clone)]
+pub(crate) struct Receiver {
+    pub url: String,
+    pub got: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Mutex<VecDeque<u16>>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Self {
+        let receiver = Self { url: String::new(), got: Default::default(), script: Default::default() };
+        let state = receiver.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+                let state = state.clone();
+                async move {
+                    let answered = state.script.lock().unwrap().pop_front().unwrap_or(200);
+                    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                    state.got.lock().unwrap().push(Received {
+                        id: header("webhook-id"),
+                        timestamp: header("webhook-timestamp"),
+                        signature: header("webhook-signature"),
+                        body: String::from_utf8(body.to_vec()).unwrap(),
+                        answered,
+                    });
+                    StatusCode::from_u16(answered).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, ..receiver }
+    }
+
+    pub fn answer_next(&self, statuses: &[u16]) {
+        self.script.lock().unwrap().extend(statuses);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds of what was received.
+    pub async fn wait_until(&self, what: &str, limit: Duration, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+        let started = Instant::now();
+        loop {
+            let got = self.received();
+            if done(&got) {
+                return got;
+            }
+            assert!(started.elapsed() < limit, "{what}: received {got:#?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The Standard Webhooks check, written from the specification: is any
+/// `v1,` signature of the header the HMAC-SHA256 of `id.timestamp.body`
+/// under the secret's bytes?
+pub(crate) fn verifies(secret: &str, received: &Received) -> bool {
+    let key = BASE64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{}.{}.{}", received.id, received.timestamp, received.body).as_bytes());
+    let expected = format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()));
+    received.signature.split(' ').any(|s| s == expected)
+}
+
+/// An app whose endpoints may be plain http on loopback (the receiver's).
+async fn app_for_hooks(backend: Backend) -> TestApp {
+    TestApp::start_with(backend, |c| {
+        c.webhook_allow_http = true;
+        c.webhook_allow_private = true;
+    })
+    .await
+}
+
+pub(crate) async fn create_webhook(app: &TestApp, t: &Tenant, body: Value) -> Value {
+    let res = app.request(Method::POST, "/v1/webhooks", &t.key).json(&body).send().await.unwrap();
+    let (status, _, body) = status_code_body(res).await;
+    assert_eq!(status, 201, "{body}");
+    body
+}
+
+async fn send_test_event(app: &TestApp, t: &Tenant, webhook: &str) -> String {
+    let res = app.request(Method::POST, &format!("/v1/webhooks/{webhook}/test"), &t.key).send().await.unwrap();
+    let (status, _, body) = status_code_body(res).await;
+    assert_eq!(status, 202, "{body}");
+    body["event_id"].as_str().unwrap().to_owned()
+}
+
+async fn close_a_session(app: &TestApp, t: &Tenant, session: &str) {
+    let segment = json!({"rollout_id": format!("chat-{session}"), "input": "I prefer green tea.", "final_output": "noted"});
+    assert_eq!(app.post_segment(&t.key, session, "default", segment).await.status(), 201);
+    let res = app.request(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+}
+
+async fn a_close_is_delivered_as_signed_session_closed_and_run_succeeded(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "description": "dashboard"})).await;
+    let secret = hook["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_"));
+    assert_eq!(BASE64.decode(&secret[6..]).unwrap().len(), 32);
+    assert_eq!(hook["events"], json!(["*"]));
+    let listed = app.json(Method::GET, "/v1/webhooks", &t.key).await;
+    assert!(listed["webhooks"][0].get("secret").is_none(), "a secret is shown once: {listed}");
+    let sealed = std::fs::read(app.data_dir.join("secrets.key")).unwrap();
+    assert_eq!(sealed.len(), 32, "the key that seals secrets in the database");
+
+    close_a_session(&app, &t, "s1").await;
+    let got = receiver
+        .wait_until("session.closed and run.succeeded", Duration::from_secs(20), |got| {
+            let types: Vec<Value> = got.iter().map(|r| r.json()["type"].clone()).collect();
+            types.contains(&json!("session.closed")) && types.contains(&json!("run.succeeded"))
+        })
+        .await;
+    for received in &got {
+        assert!(verifies(secret, received), "signature does not verify: {received:?}");
+        assert!(!verifies("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", received));
+        assert!(received.id.starts_with("evt_"), "{}", received.id);
+        let sent_at: i64 = received.timestamp.parse().unwrap();
+        assert!((chrono::Utc::now().timestamp() - sent_at).abs() < 60);
+    }
+    let closed = got.iter().map(Received::json).find(|b| b["type"] == "session.closed").unwrap();
+    assert_eq!(closed["data"]["session_id"], "s1");
+    assert_eq!(closed["data"]["workspace"], "default");
+    assert_eq!(closed["data"]["memory_status"]["status"], "complete");
+    assert!(closed["timestamp"].as_str().unwrap().ends_with('Z'));
+    let run = got.iter().map(Received::json).find(|b| b["type"] == "run.succeeded").unwrap();
+    assert_eq!(run["data"]["kind"], "phase_two");
+    assert_eq!(run["data"]["layout"], "default");
+    assert_eq!(run["data"]["added"], 1);
+    let runs = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await;
+    assert_eq!(run["data"]["run_id"], runs["runs"][0]["run_id"]);
+    let ids: std::collections::HashSet<&str> = got.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), got.len(), "each event once: {got:?}");
+
+    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{}/deliveries", hook["webhook_id"].as_str().unwrap()), &t.key).await;
+    let deliveries = deliveries["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), got.len());
+    assert!(deliveries.iter().all(|d| d["state"] == "succeeded" && d["attempts"] == 1 && d["last_status"] == 200));
+    assert!(deliveries[0]["event_id"].as_str() > deliveries[1]["event_id"].as_str(), "newest first");
+}
+
+async fn a_failed_delivery_is_retried_with_the_same_webhook_id(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "events": ["webhook.test"]})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    receiver.answer_next(&[500]);
+    let event = send_test_event(&app, &t, webhook).await;
+    receiver.wait_until("the first attempt", Duration::from_secs(10), |got| !got.is_empty()).await;
+    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
+    let first = &deliveries["deliveries"][0];
+    assert_eq!(first["state"], "pending");
+    assert_eq!(first["attempts"], 1);
+    assert_eq!(first["last_status"], 500);
+    let next: chrono::DateTime<chrono::Utc> = first["next_attempt_at"].as_str().unwrap().parse().unwrap();
+    let last: chrono::DateTime<chrono::Utc> = first["last_attempt_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!((next - last).num_seconds(), 5, "the first retry comes about 5 s later");
+    let got = receiver.wait_until("the retry", Duration::from_secs(15), |got| got.len() >= 2).await;
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].id, event);
+    assert_eq!(got[1].id, event, "a retry carries the same webhook-id");
+    assert_eq!((got[0].answered, got[1].answered), (500, 200));
+    assert_eq!(got[0].body, got[1].body);
+    assert!(verifies(hook["secret"].as_str().unwrap(), &got[1]));
+    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
+    let done = &deliveries["deliveries"][0];
+    assert_eq!((done["state"].as_str(), done["attempts"].as_i64(), done["last_status"].as_i64()), (Some("succeeded"), Some(2), Some(200)));
+    assert!(done["next_attempt_at"].is_null());
+}
+
+async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let other = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    let kept = create_webhook(&app, &t, json!({"url": other.url})).await;
+    receiver.answer_next(&[410]);
+    send_test_event(&app, &t, webhook).await;
+    receiver.wait_until("the 410", Duration::from_secs(10), |got| got.len() == 1).await;
+    let started = Instant::now();
+    let disabled = loop {
+        let current = app.json(Method::GET, &format!("/v1/webhooks/{webhook}"), &t.key).await;
+        if current["state"] == "disabled" {
+            break current;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "not disabled: {current}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(disabled["disabled_reason"].as_str().unwrap().contains("410"));
+    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
+    assert_eq!(deliveries["deliveries"][0]["state"], "failed");
+    assert_eq!(deliveries["deliveries"][0]["last_status"], 410);
+
+    // Later events go to the endpoint still enabled, not to the disabled one.
+    close_a_session(&app, &t, "s1").await;
+    other.wait_until("the other endpoint's events", Duration::from_secs(20), |got| got.len() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.received().len(), 1, "a disabled endpoint gets nothing more");
+    let kept_now = app.json(Method::GET, &format!("/v1/webhooks/{}", kept["webhook_id"].as_str().unwrap()), &t.key).await;
+    assert_eq!(kept_now["state"], "enabled");
+    let res = app.request(Method::DELETE, &format!("/v1/webhooks/{webhook}"), &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 204);
+    let res = app.request(Method::GET, &format!("/v1/webhooks/{webhook}"), &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 404);
+}
+
+async fn a_rotated_secret_signs_alongside_the_new_one_for_a_day(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    let old = hook["secret"].as_str().unwrap().to_owned();
+    let rotated = app.json(Method::POST, &format!("/v1/webhooks/{webhook}/rotate"), &t.key).await;
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    assert_ne!(old, new);
+    let until: chrono::DateTime<chrono::Utc> = rotated["previous_secret_until"].as_str().unwrap().parse().unwrap();
+    let hours = (until - chrono::Utc::now()).num_minutes() as f64 / 60.0;
+    assert!((23.9..=24.0).contains(&hours), "{hours}");
+    send_test_event(&app, &t, webhook).await;
+    let got = receiver.wait_until("the test event", Duration::from_secs(10), |got| !got.is_empty()).await;
+    let signatures: Vec<&str> = got[0].signature.split(' ').collect();
+    assert_eq!(signatures.len(), 2, "{}", got[0].signature);
+    assert!(verifies(&old, &got[0]) && verifies(&new, &got[0]));
+    let only_new = Received { signature: signatures[0].to_owned(), ..got[0].clone() };
+    assert!(verifies(&new, &only_new), "the new secret's signature comes first");
+}
+
+async fn webhook_requests_are_checked(backend: Backend) {
+    let strict = TestApp::start(backend).await;
+    let t = strict.tenant().await;
+    let refused = |app: &TestApp, key: &str, body: Value| {
+        let request = app.request(Method::POST, "/v1/webhooks", key).json(&body);
+        async move { status_code_body(request.send().await.unwrap()).await }
+    };
+    for (body, says) in [
+        (json!({"url": "http://hooks.example.com/x"}), "https"),
+        (json!({"url": "https://127.0.0.1/x"}), "private"),
+        (json!({"url": "https://10.1.2.3/x"}), "private"),
+        (json!({"url": "https://[::1]/x"}), "private"),
+        (json!({"url": "https://169.254.169.254/latest"}), "private"),
+        (json!({"url": "https://localhost/x"}), "private"),
+        (json!({"url": "https://93.184.216.34/x", "events": ["session.opened"]}), "unknown event type"),
+        (json!({"url": "https://93.184.216.34/x", "events": ["*", "job.failed"]}), "stands alone"),
+        (json!({"url": "ftp://93.184.216.34/x"}), "http(s)"),
+        (json!({"url": "https://user:pw@93.184.216.34/x"}), "credentials"),
+        (json!({"events": []}), "url"),
+        (json!({"url": "https://93.184.216.34/x", "colour": "red"}), "colour"),
+    ] {
+        let (status, code, problem) = refused(&strict, &t.key, body.clone()).await;
+        assert_eq!((status, code.as_str()), (422, "invalid_webhook"), "{body}: {problem}");
+        assert!(problem["detail"].as_str().unwrap().contains(says), "{body}: {problem}");
+    }
+    let (status, code, _) = refused(&strict, &t.key, json!({"url": "https://93.184.216.34/memoryd"})).await;
+    assert_eq!((status, code.as_str()), (201, ""), "a public https endpoint is taken");
+    drop(strict);
+
+    // With plain http allowed, a private address still needs its own flag.
+    let http_only = TestApp::start_with(backend, |c| c.webhook_allow_http = true).await;
+    let t = http_only.tenant().await;
+    let (status, code, problem) = refused(&http_only, &t.key, json!({"url": "http://127.0.0.1:9/x"})).await;
+    assert_eq!((status, code.as_str()), (422, "invalid_webhook"), "{problem}");
+    for (method, path) in [
+        (Method::GET, "/v1/webhooks/00000000-0000-0000-0000-000000000000"),
+        (Method::GET, "/v1/webhooks/not-a-uuid"),
+        (Method::DELETE, "/v1/webhooks/00000000-0000-0000-0000-000000000000"),
+        (Method::POST, "/v1/webhooks/00000000-0000-0000-0000-000000000000/rotate"),
+        (Method::POST, "/v1/webhooks/00000000-0000-0000-0000-000000000000/test"),
+        (Method::GET, "/v1/webhooks/00000000-0000-0000-0000-000000000000/deliveries"),
+    ] {
+        let res = http_only.request(method.clone(), path, &t.key).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{method} {path}");
+    }
+    let res = http_only.request(Method::GET, "/v1/events?types=nope", &t.key).send().await.unwrap();
+    assert_eq!(status_code_body(res).await.1, "invalid_request");
+    let res = http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", "evt_1").send().await.unwrap();
+    assert_eq!(status_code_body(res).await.1, "invalid_request");
+    let other = http_only.tenant().await;
+    let foreign = memoryd::domain::events::event_id(uuid::Uuid::parse_str(&other.id).unwrap(), 1);
+    let res = http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", foreign).send().await.unwrap();
+    assert_eq!(res.status(), 400, "another tenant's event id");
+}
+
+/// Reads server-sent events from a response until `count` have come.
+pub(crate) async fn read_events(res: &mut reqwest::Response, count: usize) -> Vec<(String, String, Value)> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while events.len() < count {
+        let chunk = tokio::time::timeout_at(deadline, res.chunk()).await.expect("the events came in time").unwrap().unwrap();
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut kind, mut data) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = v.trim().to_owned();
+                }
+            }
+            if !id.is_empty() {
+                events.push((id, kind, serde_json::from_str(&data).unwrap()));
+            }
+        }
+    }
+    events
+}
+
+async fn the_stream_delivers_in_order_filters_and_resumes(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "events": ["job.failed"]})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    let mut all = app.request(Method::GET, "/v1/events", &t.key).send().await.unwrap();
+    assert_eq!(all.status(), 200);
+    assert_eq!(all.headers()["content-type"], "text/event-stream");
+    let mut closes = app.request(Method::GET, "/v1/events?types=session.closed", &t.key).send().await.unwrap();
+
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        sent.push(send_test_event(&app, &t, webhook).await);
+    }
+    close_a_session(&app, &t, "s1").await;
+    let events = read_events(&mut all, 5).await;
+    let ids: Vec<&str> = events.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(&ids[..3], sent.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order: {ids:?}");
+    let kinds: Vec<&str> = events.iter().map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(&kinds[..3], ["webhook.test"; 3]);
+    assert!(kinds[3..].contains(&"session.closed") && kinds[3..].contains(&"run.succeeded"), "{kinds:?}");
+    assert!(events.iter().all(|(_, kind, body)| body["type"] == *kind));
+
+    let only = read_events(&mut closes, 1).await;
+    assert_eq!(only[0].1, "session.closed");
+    assert_eq!(only[0].2["data"]["session_id"], "s1");
+
+    // Resumed after the first: the rest, from the outbox.
+    let mut resumed = app.request(Method::GET, "/v1/events", &t.key).header("last-event-id", &sent[0]).send().await.unwrap();
+    let again = read_events(&mut resumed, 4).await;
+    assert_eq!(again.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ids[1..]);
+    let delivered: Vec<String> = receiver.received().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(delivered, ["webhook.test"; 3], "the endpoint takes job.failed and its own tests only");
+}
+
+/// Waits until every event id in `ids` was answered 2xx by the receiver.
+async fn all_delivered(receiver: &Receiver, ids: &[String], limit: Duration) -> Vec<Received> {
+    receiver
+        .wait_until("every event delivered", limit, |got| {
+            ids.iter().all(|id| got.iter().any(|r| &r.id == id && r.answered == 200))
+        })
+        .await
+}
+
+/// Test events through the binary's API; their ids.
+async fn test_events(http: &reqwest::Client, base: &str, key: &str, webhook: &str, count: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        let res = http.post(format!("{base}/v1/webhooks/{webhook}/test")).bearer_auth(key).send().await.unwrap();
+        assert_eq!(res.status(), 202);
+        ids.push(res.json::<Value>().await.unwrap()["event_id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+async fn hook_on(http: &reqwest::Client, base: &str, key: &str, url: &str) -> String {
+    let res = http.post(format!("{base}/v1/webhooks")).bearer_auth(key).json(&json!({"url": url})).send().await.unwrap();
+    assert_eq!(res.status(), 201);
+    res.json::<Value>().await.unwrap()["webhook_id"].as_str().unwrap().to_owned()
+}
+
+fn hook_env(extra: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("MEMORYD_WEBHOOK_ALLOW_HTTP", "true".to_owned()),
+        ("MEMORYD_WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
+        ("MEMORYD_LLM_PROVIDER", "extractive".to_owned()),
+        ("MEMORYD_MIN_FREE_BYTES", "0".to_owned()),
+    ];
+    env.extend(extra);
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let receiver = Receiver::start().await;
+    let env = hook_env(vec![("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string())]);
+    let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
+    first.ready(&http).await;
+    let (_, key) = new_tenant(&http, &first.base).await;
+    let webhook = hook_on(&http, &first.base, &key, &receiver.url).await;
+    // The receiver is down for now: every delivery is waiting for its retry when the process dies.
+    receiver.answer_next(&[503; 5]);
+    let ids = test_events(&http, &first.base, &key, &webhook, 5).await;
+    receiver.wait_until("a failed first attempt", Duration::from_secs(10), |got| !got.is_empty()).await;
+    first.signal("-KILL");
+    first.exit().await;
+    receiver.script.lock().unwrap().clear();
+
+    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    second.ready(&http).await;
+    // A delivery the killed process had claimed waits for its lease (35 s) to run out.
+    let got = all_delivered(&receiver, &ids, Duration::from_secs(60)).await;
+    for id in &ids {
+        assert_eq!(got.iter().filter(|r| &r.id == id && r.answered == 200).count(), 1, "{id} delivered once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_postgres_deliver_each_event_once_per_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let receiver = Receiver::start().await;
+    let database = isolated_postgres_url().await;
+    let env = hook_env(vec![
+        ("DATABASE_URL", database),
+        ("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string()),
+    ]);
+    let a = Memoryd::spawn(dir.path(), "a", &["serve"], &env);
+    a.ready(&http).await;
+    let b = Memoryd::spawn(dir.path(), "b", &["serve"], &env);
+    b.ready(&http).await;
+    let (_, key) = new_tenant(&http, &a.base).await;
+    let webhook = hook_on(&http, &a.base, &key, &receiver.url).await;
+    let mut ids = test_events(&http, &a.base, &key, &webhook, 30).await;
+    ids.extend(test_events(&http, &b.base, &key, &webhook, 30).await);
+    let got = all_delivered(&receiver, &ids, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), ids.len(), "one attempt per event, none twice: {} received", got.len());
+}
