@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 mod drain;
+mod events;
 mod forget;
 mod portability;
 mod soak;
@@ -35,6 +36,9 @@ pub enum Workload {
     /// Many tenants' closes at once: how fast the job engine drains them
     /// (not part of `all`).
     Drain,
+    /// Webhook delivery latency at 100 events/s, and appends and closes
+    /// beside receivers that never answer.
+    Events,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
     All,
@@ -386,6 +390,9 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         retry_base_ms: 100,
         phase_two_debounce_ms: args.phase_two_debounce_ms,
         eager_phase_one_secs: if args.eager { EAGER_IDLE_SECS } else { 0 },
+        // The events workload's receivers listen on plain http on loopback.
+        webhook_allow_http: true,
+        webhook_allow_private: true,
         ..Config::embedded(dir.path().join("data"), database_url)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -488,6 +495,13 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
     if wants(Workload::Drain) {
         let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (30, 10, 4) };
         for f in bench.drain(tenants, sessions, rollouts).await? {
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Events) {
+        let (rate, seconds, sessions) = if args.quick { (20, 1, 3) } else { (100, 10, 20) };
+        for f in bench.events(rate, seconds, sessions).await? {
             progress(&f);
             out.push(f);
         }

@@ -207,7 +207,9 @@ pub enum UrlRefusal {
     Credentials,
     #[error("url's host does not resolve")]
     Unresolvable,
-    #[error("url's host is a loopback, private, link-local or unspecified address (allowed only with MEMORYD_WEBHOOK_ALLOW_PRIVATE=true)")]
+    #[error(
+        "url's host is a loopback, private, link-local or unspecified address (allowed only with MEMORYD_WEBHOOK_ALLOW_PRIVATE=true)"
+    )]
     PrivateAddress,
 }
 
@@ -371,8 +373,21 @@ mod tests {
     #[test]
     fn forbidden_addresses() {
         for bad in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0", "100.64.0.1",
-            "255.255.255.255", "224.0.0.1", "::1", "::", "fc00::1", "fd12::1", "fe80::1", "::ffff:127.0.0.1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
         ] {
             assert!(forbidden_address(bad.parse().unwrap()), "{bad}");

@@ -170,7 +170,9 @@ async fn deliver_in_order(
         crate::metrics::webhook_attempt(attempt.answer);
         match store.finish_delivery(&delivery, &attempt).await {
             Ok(true) => {}
-            Ok(false) => tracing::warn!(webhook = %delivery.webhook_id, "a delivery's lease passed before its attempt was recorded"),
+            Ok(false) => {
+                tracing::warn!(webhook = %delivery.webhook_id, "a delivery's lease passed before its attempt was recorded")
+            }
             Err(e) => tracing::warn!(error = %crate::error_chain(&e), "could not record a delivery attempt"),
         }
     }
@@ -178,7 +180,13 @@ async fn deliver_in_order(
 
 async fn attempt(events: &Events, client: &reqwest::Client, delivery: &ClaimedDelivery) -> DeliveryAttempt {
     let at = Utc::now();
-    let failed = |error: String| DeliveryAttempt { status: None, error: Some(error), response: None, answer: Answer::Failed, at };
+    let failed = |error: String| DeliveryAttempt {
+        status: None,
+        error: Some(error),
+        response: None,
+        answer: Answer::Failed,
+        at,
+    };
     let mut secrets = Vec::with_capacity(2);
     for sealed in std::iter::once(&delivery.sealed_secret).chain(delivery.sealed_previous.as_ref()) {
         match events.key.open(delivery.webhook_id, sealed) {
@@ -192,7 +200,8 @@ async fn attempt(events: &Events, client: &reqwest::Client, delivery: &ClaimedDe
         Err(refused) => return failed(refused.to_string()),
     };
     if !events.policy.allow_private
-        && let Some(ip) = url.host_str().and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok())
+        && let Some(ip) =
+            url.host_str().and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok())
         && forbidden_address(ip)
     {
         return failed(UrlRefusal::PrivateAddress.to_string());
@@ -237,7 +246,7 @@ fn describe_send_error(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs());
     }
-    let source = std::error::Error::source(e).map(|s| crate::error_chain(s)).unwrap_or_default();
+    let source = std::error::Error::source(e).map(crate::error_chain).unwrap_or_default();
     if source.contains(&UrlRefusal::PrivateAddress.to_string()) {
         return UrlRefusal::PrivateAddress.to_string();
     }
@@ -245,4 +254,24 @@ fn describe_send_error(e: &reqwest::Error) -> String {
         return format!("could not connect: {source}");
     }
     format!("the request failed: {source}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::dns::Resolve;
+
+    #[tokio::test]
+    async fn names_and_addresses_that_reach_private_networks_are_refused() {
+        let strict = UrlPolicy { allow_http: true, allow_private: false };
+        assert_eq!(check_endpoint("https://localhost/x", strict).await, Err(UrlRefusal::PrivateAddress));
+        assert_eq!(check_endpoint("http://[::1]:8080/x", strict).await, Err(UrlRefusal::PrivateAddress));
+        assert_eq!(check_endpoint("https://no-such-host.invalid/x", strict).await, Err(UrlRefusal::Unresolvable));
+        assert!(check_endpoint("https://93.184.216.34/x", strict).await.is_ok());
+        let open = UrlPolicy { allow_http: true, allow_private: true };
+        assert!(check_endpoint("http://localhost:9/x", open).await.is_ok());
+        // At delivery, the resolver refuses the name itself.
+        let refused = PublicOnly.resolve("localhost".parse().unwrap()).await;
+        assert!(refused.err().unwrap().to_string().contains("private"));
+    }
 }

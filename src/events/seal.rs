@@ -87,7 +87,9 @@ impl SecretsKey {
     }
 
     pub fn open(&self, webhook: Uuid, sealed: &str) -> Result<String, SealError> {
-        let bytes = BASE64.decode(sealed.strip_prefix(SEALED_PREFIX).ok_or(SealError::Unreadable)?).map_err(|_| SealError::Unreadable)?;
+        let bytes = BASE64
+            .decode(sealed.strip_prefix(SEALED_PREFIX).ok_or(SealError::Unreadable)?)
+            .map_err(|_| SealError::Unreadable)?;
         if bytes.len() < 12 {
             return Err(SealError::Unreadable);
         }

@@ -45,10 +45,9 @@ impl EventHub {
     pub async fn subscribe(&self, tenant: TenantId) -> StoreResult<(broadcast::Receiver<Arc<EventRecord>>, i64)> {
         let latest = self.store.latest_event_seqs(&[tenant]).await?.first().map_or(0, |(_, seq)| *seq);
         let mut channels = self.channels.lock().expect("the hub's lock is never poisoned");
-        let channel = channels.entry(tenant).or_insert_with(|| Channel {
-            sender: broadcast::channel(CHANNEL_CAPACITY).0,
-            sent_through: latest,
-        });
+        let channel = channels
+            .entry(tenant)
+            .or_insert_with(|| Channel { sender: broadcast::channel(CHANNEL_CAPACITY).0, sent_through: latest });
         Ok((channel.sender.subscribe(), latest))
     }
 

@@ -429,7 +429,12 @@ pub trait PortabilityStore: Send + Sync {
 /// whose changes they report.
 #[async_trait]
 pub trait EventStore: Send + Sync {
-    async fn create_webhook(&self, tenant: TenantId, webhook: NewWebhook, now: DateTime<Utc>) -> StoreResult<WebhookRecord>;
+    async fn create_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: NewWebhook,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookRecord>;
     async fn list_webhooks(&self, tenant: TenantId) -> StoreResult<Vec<WebhookRecord>>;
     async fn get_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>>;
     /// Deletes the endpoint and its deliveries; `false` when there was none.
@@ -444,7 +449,8 @@ pub trait EventStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<WebhookRecord>>;
     /// The endpoint's deliveries, newest first.
-    async fn webhook_deliveries(&self, tenant: TenantId, webhook: Uuid, limit: i64) -> StoreResult<Vec<DeliveryRecord>>;
+    async fn webhook_deliveries(&self, tenant: TenantId, webhook: Uuid, limit: i64)
+    -> StoreResult<Vec<DeliveryRecord>>;
     /// Writes `event` to the outbox with its deliveries; its sequence number.
     async fn record_event(&self, tenant: TenantId, event: &crate::domain::events::NewEvent) -> StoreResult<i64>;
     /// Takes the leases of due deliveries, at most `per_endpoint` of an

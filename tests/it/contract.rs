@@ -32,7 +32,40 @@ async fn every_status_served_is_documented(backend: Backend) {
     let seg = "/v1/sessions/{session_id}/layouts/{layout}/segments";
     let ws = "/v1/workspaces/{workspace}/layouts/{layout}";
     let key = t.key.as_str();
+    let hook = app
+        .request(Method::POST, "/v1/webhooks", key)
+        .json(&json!({"url": "https://93.184.216.34/memoryd"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 201);
+    let hook = hook.json::<Value>().await.unwrap()["webhook_id"].as_str().unwrap().to_owned();
+    let wh = "/v1/webhooks/{webhook_id}";
+    let missing = "/v1/webhooks/00000000-0000-0000-0000-000000000000";
     let probes: Vec<(Method, String, String, Option<Value>, &str)> = vec![
+        (Method::POST, "/v1/webhooks".into(), "/v1/webhooks".into(), Some(json!({"url": "http://x.example/"})), key),
+        (
+            Method::POST,
+            "/v1/webhooks".into(),
+            "/v1/webhooks".into(),
+            Some(json!({"url": "https://93.184.216.34/"})),
+            key,
+        ),
+        (Method::GET, "/v1/webhooks".into(), "/v1/webhooks".into(), None, key),
+        (Method::GET, wh.into(), format!("/v1/webhooks/{hook}"), None, key),
+        (Method::GET, wh.into(), missing.into(), None, key),
+        (Method::POST, format!("{wh}/rotate"), format!("/v1/webhooks/{hook}/rotate"), None, key),
+        (Method::POST, format!("{wh}/rotate"), format!("{missing}/rotate"), None, key),
+        (Method::POST, format!("{wh}/test"), format!("/v1/webhooks/{hook}/test"), None, key),
+        (Method::POST, format!("{wh}/test"), format!("{missing}/test"), None, key),
+        (Method::GET, format!("{wh}/deliveries"), format!("/v1/webhooks/{hook}/deliveries"), None, key),
+        (Method::GET, format!("{wh}/deliveries"), format!("/v1/webhooks/{hook}/deliveries?limit=0"), None, key),
+        (Method::GET, format!("{wh}/deliveries"), format!("{missing}/deliveries"), None, key),
+        (Method::DELETE, wh.into(), format!("/v1/webhooks/{hook}"), None, key),
+        (Method::DELETE, wh.into(), missing.into(), None, key),
+        (Method::GET, "/v1/events".into(), "/v1/events".into(), None, key),
+        (Method::GET, "/v1/events".into(), "/v1/events?types=nope".into(), None, key),
+        (Method::GET, "/v1/events".into(), "/v1/events".into(), None, "wrong"),
         (Method::GET, "/healthz".into(), "/healthz".into(), None, ""),
         (Method::GET, "/readyz".into(), "/readyz".into(), None, ""),
         (Method::GET, "/metrics".into(), "/metrics".into(), None, ""),

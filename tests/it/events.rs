@@ -136,7 +136,8 @@ async fn send_test_event(app: &TestApp, t: &Tenant, webhook: &str) -> String {
 }
 
 async fn close_a_session(app: &TestApp, t: &Tenant, session: &str) {
-    let segment = json!({"rollout_id": format!("chat-{session}"), "input": "I prefer green tea.", "final_output": "noted"});
+    let segment =
+        json!({"rollout_id": format!("chat-{session}"), "input": "I prefer green tea.", "final_output": "noted"});
     assert_eq!(app.post_segment(&t.key, session, "default", segment).await.status(), 201);
     let res = app.request(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).send().await.unwrap();
     assert_eq!(res.status(), 200);
@@ -184,7 +185,9 @@ async fn a_close_is_delivered_as_signed_session_closed_and_run_succeeded(backend
     let ids: std::collections::HashSet<&str> = got.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids.len(), got.len(), "each event once: {got:?}");
 
-    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{}/deliveries", hook["webhook_id"].as_str().unwrap()), &t.key).await;
+    let deliveries = app
+        .json(Method::GET, &format!("/v1/webhooks/{}/deliveries", hook["webhook_id"].as_str().unwrap()), &t.key)
+        .await;
     let deliveries = deliveries["deliveries"].as_array().unwrap();
     assert_eq!(deliveries.len(), got.len());
     assert!(deliveries.iter().all(|d| d["state"] == "succeeded" && d["attempts"] == 1 && d["last_status"] == 200));
@@ -217,7 +220,10 @@ async fn a_failed_delivery_is_retried_with_the_same_webhook_id(backend: Backend)
     assert!(verifies(hook["secret"].as_str().unwrap(), &got[1]));
     let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
     let done = &deliveries["deliveries"][0];
-    assert_eq!((done["state"].as_str(), done["attempts"].as_i64(), done["last_status"].as_i64()), (Some("succeeded"), Some(2), Some(200)));
+    assert_eq!(
+        (done["state"].as_str(), done["attempts"].as_i64(), done["last_status"].as_i64()),
+        (Some("succeeded"), Some(2), Some(200))
+    );
     assert!(done["next_attempt_at"].is_null());
 }
 
@@ -251,7 +257,8 @@ async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) 
     other.wait_until("the other endpoint's events", Duration::from_secs(20), |got| got.len() >= 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(receiver.received().len(), 1, "a disabled endpoint gets nothing more");
-    let kept_now = app.json(Method::GET, &format!("/v1/webhooks/{}", kept["webhook_id"].as_str().unwrap()), &t.key).await;
+    let kept_now =
+        app.json(Method::GET, &format!("/v1/webhooks/{}", kept["webhook_id"].as_str().unwrap()), &t.key).await;
     assert_eq!(kept_now["state"], "enabled");
     let res = app.request(Method::DELETE, &format!("/v1/webhooks/{webhook}"), &t.key).send().await.unwrap();
     assert_eq!(res.status(), 204);
@@ -315,6 +322,37 @@ async fn webhook_requests_are_checked(backend: Backend) {
     let t = http_only.tenant().await;
     let (status, code, problem) = refused(&http_only, &t.key, json!({"url": "http://127.0.0.1:9/x"})).await;
     assert_eq!((status, code.as_str()), (422, "invalid_webhook"), "{problem}");
+    // An endpoint on a private address that got into the database anyway
+    // (made under other flags, or its name now resolves elsewhere) is refused
+    // at delivery: the receiver never hears of it.
+    let receiver = Receiver::start().await;
+    let state = &http_only.server.as_ref().unwrap().state;
+    let webhook_id = uuid::Uuid::new_v4();
+    let new = memoryd::store::NewWebhook {
+        webhook_id,
+        url: receiver.url.clone(),
+        subscription: "*".into(),
+        description: None,
+        sealed_secret: state.events.key.seal(webhook_id, &memoryd::domain::events::new_secret()),
+    };
+    let tenant = uuid::Uuid::parse_str(&t.id).unwrap();
+    state.store.create_webhook(tenant, new, chrono::Utc::now()).await.unwrap();
+    send_test_event(&http_only, &t, &webhook_id.to_string()).await;
+    let started = Instant::now();
+    let refused = loop {
+        let listed = http_only.json(Method::GET, &format!("/v1/webhooks/{webhook_id}/deliveries"), &t.key).await;
+        let first = listed["deliveries"][0].clone();
+        if first["attempts"] == 1 {
+            break first;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no attempt: {listed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused["state"], "pending");
+    assert!(refused["last_status"].is_null());
+    assert!(refused["last_error"].as_str().unwrap().contains("private"), "{refused}");
+    assert!(receiver.received().is_empty());
+
     for (method, path) in [
         (Method::GET, "/v1/webhooks/00000000-0000-0000-0000-000000000000"),
         (Method::GET, "/v1/webhooks/not-a-uuid"),
@@ -328,11 +366,13 @@ async fn webhook_requests_are_checked(backend: Backend) {
     }
     let res = http_only.request(Method::GET, "/v1/events?types=nope", &t.key).send().await.unwrap();
     assert_eq!(status_code_body(res).await.1, "invalid_request");
-    let res = http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", "evt_1").send().await.unwrap();
+    let res =
+        http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", "evt_1").send().await.unwrap();
     assert_eq!(status_code_body(res).await.1, "invalid_request");
     let other = http_only.tenant().await;
     let foreign = memoryd::domain::events::event_id(uuid::Uuid::parse_str(&other.id).unwrap(), 1);
-    let res = http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", foreign).send().await.unwrap();
+    let res =
+        http_only.request(Method::GET, "/v1/events", &t.key).header("last-event-id", foreign).send().await.unwrap();
     assert_eq!(res.status(), 400, "another tenant's event id");
 }
 
@@ -342,7 +382,8 @@ pub(crate) async fn read_events(res: &mut reqwest::Response, count: usize) -> Ve
     let mut events = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while events.len() < count {
-        let chunk = tokio::time::timeout_at(deadline, res.chunk()).await.expect("the events came in time").unwrap().unwrap();
+        let chunk =
+            tokio::time::timeout_at(deadline, res.chunk()).await.expect("the events came in time").unwrap().unwrap();
         buffer.push_str(std::str::from_utf8(&chunk).unwrap());
         while let Some(end) = buffer.find("\n\n") {
             let block: String = buffer.drain(..end + 2).collect();
@@ -394,10 +435,12 @@ async fn the_stream_delivers_in_order_filters_and_resumes(backend: Backend) {
     assert_eq!(only[0].2["data"]["session_id"], "s1");
 
     // Resumed after the first: the rest, from the outbox.
-    let mut resumed = app.request(Method::GET, "/v1/events", &t.key).header("last-event-id", &sent[0]).send().await.unwrap();
+    let mut resumed =
+        app.request(Method::GET, "/v1/events", &t.key).header("last-event-id", &sent[0]).send().await.unwrap();
     let again = read_events(&mut resumed, 4).await;
     assert_eq!(again.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ids[1..]);
-    let delivered: Vec<String> = receiver.received().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    let delivered: Vec<String> =
+        receiver.received().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
     assert_eq!(delivered, ["webhook.test"; 3], "the endpoint takes job.failed and its own tests only");
 }
 
@@ -422,7 +465,8 @@ async fn test_events(http: &reqwest::Client, base: &str, key: &str, webhook: &st
 }
 
 async fn hook_on(http: &reqwest::Client, base: &str, key: &str, url: &str) -> String {
-    let res = http.post(format!("{base}/v1/webhooks")).bearer_auth(key).json(&json!({"url": url})).send().await.unwrap();
+    let res =
+        http.post(format!("{base}/v1/webhooks")).bearer_auth(key).json(&json!({"url": url})).send().await.unwrap();
     assert_eq!(res.status(), 201);
     res.json::<Value>().await.unwrap()["webhook_id"].as_str().unwrap().to_owned()
 }
@@ -471,10 +515,8 @@ async fn two_replicas_on_postgres_deliver_each_event_once_per_attempt() {
     let http = reqwest::Client::new();
     let receiver = Receiver::start().await;
     let database = isolated_postgres_url().await;
-    let env = hook_env(vec![
-        ("DATABASE_URL", database),
-        ("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string()),
-    ]);
+    let env =
+        hook_env(vec![("DATABASE_URL", database), ("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string())]);
     let a = Memoryd::spawn(dir.path(), "a", &["serve"], &env);
     a.ready(&http).await;
     let b = Memoryd::spawn(dir.path(), "b", &["serve"], &env);

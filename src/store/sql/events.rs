@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
-const WEBHOOK_COLUMNS: &str = "id, url, events, description, state, disabled_reason, previous_until, created_at, updated_at";
+const WEBHOOK_COLUMNS: &str =
+    "id, url, events, description, state, disabled_reason, previous_until, created_at, updated_at";
 
 for_every_dialect! {
     impl {

@@ -2,8 +2,8 @@
 
 use super::rows::*;
 use super::*;
-use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::events::session_closed;
+use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::job::{close_transition, jobs_for_close, settled_memory_status};
 use crate::store::*;
 use chrono::Utc;
