@@ -94,6 +94,9 @@ def start_memoryd(tmp: Path, backend: str, extra_env: Optional[dict[str, str]] =
             "MEMORYD_LLM_PROVIDER": "extractive",
             "MEMORYD_MIN_FREE_BYTES": "0",
             "MEMORYD_LOG": "warn",
+            # The tests' webhook receivers listen on plain http on loopback.
+            "MEMORYD_WEBHOOK_ALLOW_HTTP": "true",
+            "MEMORYD_WEBHOOK_ALLOW_PRIVATE": "true",
         }
     )
     if backend == "postgres":

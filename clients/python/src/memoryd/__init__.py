@@ -11,6 +11,7 @@ The openai-agents integration is :mod:`memoryd.agents` (``pip install
 from . import models
 from ._transport import RetryPolicy
 from .client import AsyncMemoryd, Memoryd
+from .webhooks import WebhookVerificationError, verify_webhook
 from .errors import (
     AuthenticationError,
     BadRequestError,
@@ -40,5 +41,7 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "UnavailableError",
+    "WebhookVerificationError",
     "models",
+    "verify_webhook",
 ]

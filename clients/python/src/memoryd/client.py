@@ -11,12 +11,22 @@ import asyncio
 import datetime
 import os
 import time
-from typing import IO, Any, Mapping, Optional, Union
+from typing import IO, Any, AsyncIterator, Iterator, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import models as m
-from ._transport import Attempts, Call, RetryPolicy, Settings, connection_error, new_idempotency_key, segment
+from ._transport import (
+    Attempts,
+    Call,
+    RetryPolicy,
+    Settings,
+    connection_error,
+    error_from_response,
+    new_idempotency_key,
+    segment,
+)
+from .webhooks import EventStreamParser
 
 SegmentBody = Union[Mapping[str, Any], m.Segment]
 LayoutBody = Union[Mapping[str, Any], m.LayoutConfig]
@@ -120,6 +130,32 @@ def _chunks(file: IO[bytes], size: int = 1 << 16):
 async def _async_chunks(file: IO[bytes], size: int = 1 << 16):
     for chunk in _chunks(file, size):
         yield chunk
+
+
+def _field_list(cls, name: str):
+    def parse(response: httpx.Response):
+        return [cls.model_validate(item) for item in response.json()[name]]
+
+    return parse
+
+
+def _json_field(name: str):
+    def parse(response: httpx.Response):
+        return response.json()[name]
+
+    return parse
+
+
+def _events_call(types: Optional[Sequence[str]], last_event_id: Optional[str]) -> Call:
+    headers = {"accept": "text/event-stream"}
+    if last_event_id:
+        headers["last-event-id"] = last_event_id
+    return Call("GET", "/v1/events", _nothing, params={"types": ",".join(types) if types else None}, headers=headers)
+
+
+def _stream_timeout(settings_timeout: float) -> httpx.Timeout:
+    # Longer than the 15 s between keep-alive comments.
+    return httpx.Timeout(settings_timeout, read=60.0)
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -409,6 +445,47 @@ class _Routes:
         return self._send(Call("GET", path, _instructions, params={"live_update": live_update}, budget=timeout))
 
 
+    # -- webhooks and events ---------------------------------------------------
+    def create_webhook(
+        self, url: str, *, events: Optional[Sequence[str]] = None, description: Optional[str] = None
+    ):
+        """``POST /v1/webhooks``: an endpoint for ``events`` (default all); the
+        answer's ``secret`` is shown this once. Not retried."""
+        body = m.WebhookBody(url=url, events=list(events) if events is not None else None, description=description)
+        return self._send(
+            Call("POST", "/v1/webhooks", _model(m.WebhookWithSecret), json=body.model_dump(exclude_none=True), idempotent=False)
+        )
+
+    def list_webhooks(self):
+        """``GET /v1/webhooks``: this tenant's endpoints (never their secrets)."""
+        return self._send(Call("GET", "/v1/webhooks", _field_list(m.Webhook, "webhooks")))
+
+    def get_webhook(self, webhook_id: str):
+        """``GET /v1/webhooks/{webhook_id}``."""
+        return self._send(Call("GET", f"/v1/webhooks/{segment(webhook_id)}", _model(m.Webhook)))
+
+    def delete_webhook(self, webhook_id: str):
+        """``DELETE /v1/webhooks/{webhook_id}``: the endpoint; its pending deliveries are dropped."""
+        return self._send(Call("DELETE", f"/v1/webhooks/{segment(webhook_id)}", _nothing))
+
+    def rotate_webhook(self, webhook_id: str):
+        """``POST /v1/webhooks/{webhook_id}/rotate``: a new secret (shown this
+        once); the old one keeps signing for 24 hours. Not retried."""
+        path = f"/v1/webhooks/{segment(webhook_id)}/rotate"
+        return self._send(Call("POST", path, _model(m.WebhookWithSecret), idempotent=False))
+
+    def test_webhook(self, webhook_id: str):
+        """``POST /v1/webhooks/{webhook_id}/test``: a ``webhook.test`` event to this
+        endpoint alone; returns the event's id. Not retried."""
+        path = f"/v1/webhooks/{segment(webhook_id)}/test"
+        return self._send(Call("POST", path, _json_field("event_id"), idempotent=False))
+
+    def webhook_deliveries(self, webhook_id: str, *, limit: Optional[int] = None):
+        """``GET /v1/webhooks/{webhook_id}/deliveries``: newest first."""
+        path = f"/v1/webhooks/{segment(webhook_id)}/deliveries"
+        return self._send(Call("GET", path, _field_list(m.Delivery, "deliveries"), params={"limit": limit}))
+
+
 class _Client(_Routes):
     """What both clients hold: their settings and their HTTP client."""
 
@@ -519,6 +596,42 @@ class Memoryd(_Client):
                 raise outcome.error
             time.sleep(outcome.wait)
 
+    def events(
+        self,
+        types: Optional[Sequence[str]] = None,
+        *,
+        last_event_id: Optional[str] = None,
+        reconnect: bool = True,
+    ) -> Iterator[m.StreamedEvent]:
+        """``GET /v1/events``: this tenant's events as they happen (``types``:
+        only those). A broken connection is made again after the last event
+        seen (``Last-Event-ID``), so none is missed while the outbox keeps them;
+        ``reconnect=False`` raises instead. Stop by breaking out of the loop."""
+        last = last_event_id
+        while True:
+            call = _events_call(types, last)
+            attempts = Attempts(call, self._settings)
+            options = attempts.options()
+            options.pop("json", None)
+            options["timeout"] = _stream_timeout(self._settings.timeout)
+            try:
+                with self._http.stream("GET", attempts.url(), **options) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise error_from_response(response)
+                    parser = EventStreamParser()
+                    for line in response.iter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            last = event.id
+                            yield event
+            except httpx.TransportError as exc:
+                if not reconnect:
+                    raise connection_error(exc) from exc
+            if not reconnect:
+                return
+            time.sleep(1.0)
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -606,6 +719,39 @@ class AsyncMemoryd(_Client):
             if outcome.wait is None or not archive.retryable():
                 raise outcome.error
             await asyncio.sleep(outcome.wait)
+
+    async def events(
+        self,
+        types: Optional[Sequence[str]] = None,
+        *,
+        last_event_id: Optional[str] = None,
+        reconnect: bool = True,
+    ) -> AsyncIterator[m.StreamedEvent]:
+        """As :meth:`Memoryd.events`, an async iterator."""
+        last = last_event_id
+        while True:
+            call = _events_call(types, last)
+            attempts = Attempts(call, self._settings)
+            options = attempts.options()
+            options.pop("json", None)
+            options["timeout"] = _stream_timeout(self._settings.timeout)
+            try:
+                async with self._http.stream("GET", attempts.url(), **options) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise error_from_response(response)
+                    parser = EventStreamParser()
+                    async for line in response.aiter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            last = event.id
+                            yield event
+            except httpx.TransportError as exc:
+                if not reconnect:
+                    raise connection_error(exc) from exc
+            if not reconnect:
+                return
+            await asyncio.sleep(1.0)
 
     async def aclose(self) -> None:
         if self._owns_http:

@@ -365,3 +365,94 @@ class Instructions(_Model):
     instructions: str
     memory_dir: Optional[str] = None
     truncated: bool = False
+
+
+EventType = Literal["session.closed", "run.succeeded", "run.failed", "job.failed", "forget.completed", "webhook.test"]
+
+
+class WebhookBody(_Model):
+    url: str
+    events: Optional[list[str]] = None
+    description: Optional[str] = None
+
+
+class Webhook(_Model):
+    webhook_id: str
+    url: str
+    events: list[str]
+    description: Optional[str] = None
+    state: Literal["enabled", "disabled"]
+    disabled_reason: Optional[str] = None
+    previous_secret_until: Optional[datetime] = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookWithSecret(Webhook):
+    secret: str
+
+
+class Delivery(_Model):
+    event_id: str
+    event_type: str
+    state: Literal["pending", "succeeded", "failed", "dropped"]
+    attempts: int
+    last_status: Optional[int] = None
+    last_error: Optional[str] = None
+    last_response: Optional[str] = None
+    last_attempt_at: Optional[datetime] = None
+    next_attempt_at: Optional[datetime] = None
+    created_at: datetime
+
+
+class SessionClosedData(_Model):
+    session_id: str
+    workspace: str
+    memory_status: dict[str, Any]
+
+
+class RunFinishedData(_Model):
+    run_id: str
+    workspace: str
+    layout: str
+    kind: str
+    selected: int
+    added: int
+    retained: int
+    removed: int
+    error: Optional[str] = None
+
+
+class JobFailedData(_Model):
+    job_id: str
+    kind: str
+    workspace: str
+    layout: str
+    error: str
+
+
+class ForgetCompletedData(_Model):
+    job_id: str
+    workspace: str
+    forget: dict[str, Any]
+
+
+class WebhookTestData(_Model):
+    webhook_id: str
+    message: str
+
+
+class Event(_Model):
+    """What a webhook receives and a stream's ``data:`` carries; ``data`` is
+    one of the ``…Data`` models' fields, as a dict."""
+
+    type: str
+    timestamp: datetime
+    data: dict[str, Any]
+
+
+class StreamedEvent(Event):
+    """An event of :meth:`memoryd.Memoryd.events`, with its id (pass it as
+    ``last_event_id`` to resume after it)."""
+
+    id: str
