@@ -256,7 +256,7 @@ impl<'a> Browser<'a> {
         self.send(Method::GET, path, None).await
     }
 
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, String) {
+    pub(crate) async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, String) {
         self.send(Method::POST, path, Some(form)).await
     }
 
@@ -269,7 +269,7 @@ impl<'a> Browser<'a> {
 }
 
 /// The value of the first hidden input `name` on a page.
-fn hidden(page: &str, name: &str) -> String {
+pub(crate) fn hidden(page: &str, name: &str) -> String {
     let marker = format!("name=\"{name}\" value=\"");
     let start = page.find(&marker).unwrap_or_else(|| panic!("no {name} in {page}")) + marker.len();
     page[start..].split('"').next().unwrap().to_owned()

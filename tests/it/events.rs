@@ -4,6 +4,7 @@
 //! killed with deliveries pending, and two replicas sharing the deliveries.
 
 use crate::both_backends;
+use crate::console::{Browser, hidden};
 use crate::harness::{Backend, Tenant, TestApp, isolated_postgres_url, status_code_body};
 use crate::process::{Memoryd, new_tenant};
 use axum::body::Bytes;
@@ -24,6 +25,7 @@ both_backends!(
     a_rotated_secret_signs_alongside_the_new_one_for_a_day,
     webhook_requests_are_checked,
     the_stream_delivers_in_order_filters_and_resumes,
+    the_console_shows_endpoints_and_sends_a_test_event,
 );
 
 /// One request the receiver got.
@@ -527,4 +529,34 @@ async fn two_replicas_on_postgres_deliver_each_event_once_per_attempt() {
     ids.extend(test_events(&http, &b.base, &key, &webhook, 30).await);
     let got = all_delivered(&receiver, &ids, Duration::from_secs(60)).await;
     assert_eq!(got.len(), ids.len(), "one attempt per event, none twice: {} received", got.len());
+}
+
+async fn the_console_shows_endpoints_and_sends_a_test_event(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "description": "ops board"})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    let mut browser = Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let (status, _, page) = browser.get("/console/webhooks").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&receiver.url) && page.contains("ops board") && page.contains("No deliveries yet"), "{page}");
+    let action = format!("/console/webhooks/{webhook}/test");
+    assert_eq!(browser.post(&action, &[("csrf", "forged")]).await.0, axum::http::StatusCode::BAD_REQUEST);
+    let token = hidden(&page, "csrf");
+    let (status, location, _) = browser.post(&action, &[("csrf", &token)]).await;
+    assert_eq!((status.as_u16(), location.as_str()), (303, "/console/webhooks"));
+    let got = receiver.wait_until("the test event", Duration::from_secs(10), |got| !got.is_empty()).await;
+    assert_eq!(got.len(), 1, "the forged form sent nothing");
+    assert_eq!(got[0].json()["type"], "webhook.test");
+    let started = Instant::now();
+    loop {
+        let (_, _, page) = browser.get("/console/webhooks").await;
+        if page.contains(&got[0].id) && page.contains("succeeded") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the delivery is not listed: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

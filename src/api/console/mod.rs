@@ -6,6 +6,7 @@ mod auth;
 mod client;
 mod page;
 mod render;
+mod webhooks;
 
 pub use auth::ConsoleKeys;
 use client::Client;
@@ -64,6 +65,8 @@ pub fn routes() -> Router<AppState> {
         .route("/console/runs/{workspace}/{layout}/{run_id}/restore", post(restore))
         .route("/console/layouts", get(layouts))
         .route("/console/usage", get(usage))
+        .route("/console/webhooks", get(webhooks::webhooks))
+        .route("/console/webhooks/{webhook_id}/test", post(webhooks::send_test))
         .route("/console/assets/{name}", get(asset))
 }
 

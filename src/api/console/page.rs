@@ -51,6 +51,7 @@ pub fn html_page(status: StatusCode, title: &str, frame: Option<&Frame<'_>>, bod
                             a href="/console/runs" { "Runs" }
                             a href="/console/layouts" { "Layouts" }
                             a href="/console/usage" { "Usage" }
+                            a href="/console/webhooks" { "Webhooks" }
                             @if frame.principal.is_admin() { a href="/console/tenants" { "Tenants" } }
                         }
                         div class="who" {
