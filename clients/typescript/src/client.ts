@@ -144,12 +144,17 @@ export class Memoryd {
     return url.toString();
   }
 
-  /** Makes `call`, retrying what is transient, and reads its answer with `parse`. */
-  protected async send<T>(call: Call, parse: (response: Response) => Promise<T>, options: CallOptions = {}): Promise<T> {
-    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+  private headers(call: Call): Record<string, string> {
     const headers: Record<string, string> = { "user-agent": "memoryd-typescript/0.1", ...call.headers };
     const token = call.admin ? this.adminToken : this.apiKey;
     if (token) headers.authorization = `Bearer ${token}`;
+    return headers;
+  }
+
+  /** Makes `call`, retrying what is transient, and reads its answer with `parse`. */
+  protected async send<T>(call: Call, parse: (response: Response) => Promise<T>, options: CallOptions = {}): Promise<T> {
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    const headers = this.headers(call);
     let body: BodyInit | undefined = call.body as BodyInit | undefined;
     if (call.json !== undefined) {
       headers["content-type"] = "application/json";
@@ -445,5 +450,130 @@ export class Memoryd {
       headers: { "content-type": "application/gzip" },
     };
     return this.send(call, json<S["Job"]>, options);
+  }
+
+  // -- webhooks and events ---------------------------------------------------------
+  /** Creates a webhook endpoint for `events` (default all); the answer's `secret` is shown this once. Not retried. */
+  createWebhook(webhook: S["WebhookBody"], options?: CallOptions): Promise<S["WebhookWithSecret"]> {
+    const call: Call = { method: "POST", path: "/v1/webhooks", json: webhook, idempotent: false };
+    return this.send(call, json<S["WebhookWithSecret"]>, options);
+  }
+
+  async listWebhooks(options?: CallOptions): Promise<S["Webhook"][]> {
+    const list = await this.send({ method: "GET", path: "/v1/webhooks" }, json<{ webhooks?: S["Webhook"][] }>, options);
+    return list.webhooks ?? [];
+  }
+
+  getWebhook(webhookId: string, options?: CallOptions): Promise<S["Webhook"]> {
+    return this.send({ method: "GET", path: `/v1/webhooks/${segment(webhookId)}` }, json<S["Webhook"]>, options);
+  }
+
+  /** Deletes the endpoint; its pending deliveries are dropped. */
+  deleteWebhook(webhookId: string, options?: CallOptions): Promise<void> {
+    return this.send({ method: "DELETE", path: `/v1/webhooks/${segment(webhookId)}` }, nothing, options);
+  }
+
+  /** A new secret (shown this once); the old one keeps signing for 24 hours. Not retried. */
+  rotateWebhook(webhookId: string, options?: CallOptions): Promise<S["WebhookWithSecret"]> {
+    const call: Call = { method: "POST", path: `/v1/webhooks/${segment(webhookId)}/rotate`, idempotent: false };
+    return this.send(call, json<S["WebhookWithSecret"]>, options);
+  }
+
+  /** Sends a `webhook.test` event to this endpoint alone; its event id. Not retried. */
+  async testWebhook(webhookId: string, options?: CallOptions): Promise<string> {
+    const call: Call = { method: "POST", path: `/v1/webhooks/${segment(webhookId)}/test`, idempotent: false };
+    return (await this.send(call, json<{ event_id: string }>, options)).event_id;
+  }
+
+  /** The endpoint's deliveries, newest first. */
+  async webhookDeliveries(webhookId: string, page: { limit?: number } = {}, options?: CallOptions): Promise<S["Delivery"][]> {
+    const call: Call = { method: "GET", path: `/v1/webhooks/${segment(webhookId)}/deliveries`, query: { limit: page.limit } };
+    const list = await this.send(call, json<{ deliveries?: S["Delivery"][] }>, options);
+    return list.deliveries ?? [];
+  }
+
+  /**
+   * The tenant's events as they happen (`GET /v1/events`), oldest first.
+   * A broken connection is made again after the last event seen
+   * (`Last-Event-ID`), so none is missed while the outbox keeps them;
+   * `lastEventId` resumes an earlier stream. Ends when `signal` aborts.
+   */
+  async *events(
+    filter: { types?: string[]; lastEventId?: string; signal?: AbortSignal } = {},
+  ): AsyncGenerator<StreamedEvent, void, undefined> {
+    let last = filter.lastEventId;
+    for (;;) {
+      const call: Call = {
+        method: "GET",
+        path: "/v1/events",
+        query: { types: filter.types?.length ? filter.types.join(",") : undefined },
+        headers: { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
+      };
+      let response: Response;
+      try {
+        response = await this.fetchImpl(this.url(call), { headers: this.headers(call), signal: filter.signal ?? null });
+      } catch (error) {
+        if (filter.signal?.aborted) return;
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+      if (!response.ok) throw await errorFromResponse(response);
+      if (!response.body) return;
+      try {
+        for await (const event of parseEventStream(response.body)) {
+          last = event.id;
+          yield event;
+        }
+      } catch {
+        if (filter.signal?.aborted) return;
+      }
+      if (filter.signal?.aborted) return;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
+
+/** An event of `events()`: the event as webhooks receive it, with its id. */
+export interface StreamedEvent {
+  id: string;
+  type: string;
+  timestamp: string;
+  data: Record<string, unknown>;
+}
+
+/** Server-sent events out of a body (what memoryd sends: `id`, `event`, `data`, comments). */
+async function* parseEventStream(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamedEvent> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let id = "";
+  let data: string[] = [];
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let newline: number;
+      while ((newline = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, newline).replace(/\r$/, "");
+        buffer = buffer.slice(newline + 1);
+        if (line === "") {
+          if (data.length > 0) {
+            const event = JSON.parse(data.join("\n")) as Omit<StreamedEvent, "id">;
+            data = [];
+            yield { ...event, id };
+          }
+        } else if (!line.startsWith(":")) {
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          const raw = colon < 0 ? "" : line.slice(colon + 1);
+          const text = raw.startsWith(" ") ? raw.slice(1) : raw;
+          if (field === "id") id = text;
+          else if (field === "data") data.push(text);
+        }
+      }
+    }
+  } finally {
+    reader.releaseLock();
   }
 }

@@ -1566,6 +1566,322 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's webhook endpoints, oldest first (never their secrets) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the endpoints */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            webhooks?: components["schemas"]["Webhook"][];
+                        };
+                    };
+                };
+                401: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        /** Create a webhook endpoint. `url` must be https:// (http:// with MEMORYD_WEBHOOK_ALLOW_HTTP) and its host must not resolve to a loopback, private, link-local or unspecified address (unless MEMORYD_WEBHOOK_ALLOW_PRIVATE); `events` lists the types it receives (absent, [] or ["*"]: all). The answer carries its signing `secret` (whsec_ + base64 of 32 bytes), shown this once. At most 20 endpoints per tenant. */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["WebhookBody"];
+                };
+            };
+            responses: {
+                /** @description the endpoint with its secret */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookWithSecret"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One webhook endpoint */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the endpoint */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Webhook"];
+                    };
+                };
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /** Delete the endpoint; its pending deliveries are dropped */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new signing secret, shown this once. The secret it replaces keeps signing for 24 hours (`previous_secret_until`): deliveries then carry both signatures, space-separated. */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the endpoint with its new secret */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookWithSecret"];
+                    };
+                };
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a `webhook.test` event to this endpoint alone, whatever types it takes (the console's Send test event); it is delivered, retried and listed like any other. */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the event's id */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            event_id?: string;
+                            /** @enum {string} */
+                            type?: "webhook.test";
+                        };
+                    };
+                };
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The endpoint's deliveries, newest first */
+        get: {
+            parameters: {
+                query?: {
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the deliveries */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            deliveries?: components["schemas"]["Delivery"][];
+                        };
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's events as a live text/event-stream: each event is `id:` (its event id), `event:` (its type) and `data:` (the event as webhooks receive it, an Event). A comment line keeps the connection alive every 15 s. With `Last-Event-ID` (an id this stream gave) it resumes after that event from the outbox, which keeps events MEMORYD_EVENTS_RETAIN_HOURS; without, it starts with the events committed after it opened. */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description comma-separated event types (default all) */
+                    types?: string;
+                };
+                header?: {
+                    "Last-Event-ID"?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the stream */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": string;
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1807,6 +2123,103 @@ export interface components {
             by_kind?: {
                 [key: string]: components["schemas"]["ModelUse"];
             };
+        };
+        WebhookBody: {
+            /** Format: uri */
+            url: string;
+            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "webhook.test")[];
+            description?: string;
+        };
+        Webhook: {
+            /** Format: uuid */
+            webhook_id?: string;
+            url?: string;
+            /** @description the types it receives; ["*"]: all */
+            events?: string[];
+            description?: string | null;
+            /** @enum {string} */
+            state?: "enabled" | "disabled";
+            /** @description why it was disabled (it answered 410 Gone) */
+            disabled_reason?: string | null;
+            /** Format: date-time */
+            previous_secret_until?: string | null;
+            /** Format: date-time */
+            created_at?: string;
+            /** Format: date-time */
+            updated_at?: string;
+        };
+        WebhookWithSecret: components["schemas"]["Webhook"] & {
+            /** @description whsec_ + base64 of 32 bytes; shown once */
+            secret?: string;
+        };
+        Delivery: {
+            event_id?: string;
+            event_type?: string;
+            /** @enum {string} */
+            state?: "pending" | "succeeded" | "failed" | "dropped";
+            attempts?: number;
+            last_status?: number | null;
+            last_error?: string | null;
+            /** @description the start of the receiver's answer (1 KiB) */
+            last_response?: string | null;
+            /** Format: date-time */
+            last_attempt_at?: string | null;
+            /**
+             * Format: date-time
+             * @description while pending
+             */
+            next_attempt_at?: string | null;
+            /** Format: date-time */
+            created_at?: string;
+        };
+        /** @description What a webhook receives (POST, with webhook-id, webhook-timestamp and webhook-signature per the Standard Webhooks specification) and what the stream's data lines carry. */
+        Event: {
+            /** @enum {string} */
+            type: "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "webhook.test";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["SessionClosedData"] | components["schemas"]["RunFinishedData"] | components["schemas"]["JobFailedData"] | components["schemas"]["ForgetCompletedData"] | components["schemas"]["WebhookTestData"];
+        };
+        SessionClosedData: {
+            session_id?: string;
+            workspace?: string;
+            /** @description as GET /v1/sessions/{id} shows it */
+            memory_status?: Record<string, never>;
+        };
+        /** @description run.succeeded and run.failed (a phase-two, restore or forget run) */
+        RunFinishedData: {
+            /** Format: uuid */
+            run_id?: string;
+            workspace?: string;
+            layout?: string;
+            /** @enum {string} */
+            kind?: "phase_two" | "restore" | "forget";
+            selected?: number;
+            added?: number;
+            retained?: number;
+            removed?: number;
+            error?: string | null;
+        };
+        /** @description a job out of attempts, or refused for good */
+        JobFailedData: {
+            /** Format: uuid */
+            job_id?: string;
+            kind?: string;
+            workspace?: string;
+            layout?: string;
+            error?: string;
+        };
+        ForgetCompletedData: {
+            /** Format: uuid */
+            job_id?: string;
+            workspace?: string;
+            /** @description what was forgotten: scope, mode and, for rollouts, their ids */
+            forget?: Record<string, never>;
+        };
+        WebhookTestData: {
+            /** Format: uuid */
+            webhook_id?: string;
+            message?: string;
         };
         Usage: {
             storage_bytes?: number;

@@ -35,6 +35,9 @@ export async function startMemoryd(backend, extraEnv = {}) {
     MEMORYD_LLM_PROVIDER: "extractive",
     MEMORYD_MIN_FREE_BYTES: "0",
     MEMORYD_LOG: "warn",
+    // The tests' webhook receivers listen on plain http on loopback.
+    MEMORYD_WEBHOOK_ALLOW_HTTP: "true",
+    MEMORYD_WEBHOOK_ALLOW_PRIVATE: "true",
     ...extraEnv,
   });
   let dropSchema = () => {};

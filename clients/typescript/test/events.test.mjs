@@ -1,0 +1,79 @@
+// Webhooks and the event stream through the client, against the real binary.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { createServer } from "node:http";
+import { Memoryd, NotFoundError } from "../dist/index.js";
+import { backends, startMemoryd } from "./harness.mjs";
+
+/** A local endpoint that answers 200 and keeps what it got. */
+async function receiver() {
+  const got = [];
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      got.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const until = async (count) => {
+    const started = Date.now();
+    while (got.length < count) {
+      assert.ok(Date.now() - started < 20_000, `received ${got.length} of ${count}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return got;
+  };
+  return { url: `http://127.0.0.1:${server.address().port}/hook`, got, until, close: () => server.close() };
+}
+
+/** The Standard Webhooks check, from the specification. */
+function verifies(secret, { headers, body }) {
+  const key = Buffer.from(secret.slice("whsec_".length), "base64");
+  const signed = `${headers["webhook-id"]}.${headers["webhook-timestamp"]}.${body}`;
+  const expected = `v1,${createHmac("sha256", key).update(signed).digest("base64")}`;
+  return headers["webhook-signature"].split(" ").includes(expected);
+}
+
+for (const backend of backends) {
+  test(`webhooks and the event stream (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    const hooks = await receiver();
+    try {
+      const { apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey });
+      const hook = await client.createWebhook({ url: hooks.url, events: ["job.failed"], description: "ts" });
+      assert.match(hook.secret, /^whsec_/);
+      assert.deepEqual((await client.listWebhooks()).map((w) => w.webhook_id), [hook.webhook_id]);
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push(await client.testWebhook(hook.webhook_id));
+      const got = await hooks.until(3);
+      assert.deepEqual(got.map((r) => r.headers["webhook-id"]), ids);
+      assert.ok(got.every((r) => verifies(hook.secret, r)));
+
+      const controller = new AbortController();
+      const resumed = [];
+      for await (const event of client.events({ lastEventId: ids[0], signal: controller.signal })) {
+        resumed.push(event);
+        if (resumed.length === 2) break;
+      }
+      assert.deepEqual(resumed.map((e) => e.id), ids.slice(1));
+      assert.ok(resumed.every((e) => e.type === "webhook.test" && e.data.webhook_id === hook.webhook_id));
+
+      const deliveries = await client.webhookDeliveries(hook.webhook_id, { limit: 2 });
+      assert.equal(deliveries.length, 2);
+      assert.ok(deliveries.every((d) => d.state === "succeeded" && d.last_status === 200));
+      const rotated = await client.rotateWebhook(hook.webhook_id);
+      await client.testWebhook(hook.webhook_id);
+      const [, , , fourth] = await hooks.until(4);
+      assert.ok(verifies(hook.secret, fourth) && verifies(rotated.secret, fourth));
+      await client.deleteWebhook(hook.webhook_id);
+      await assert.rejects(client.getWebhook(hook.webhook_id), NotFoundError);
+    } finally {
+      hooks.close();
+      await server.stop();
+    }
+  });
+}
