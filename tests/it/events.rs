@@ -484,12 +484,17 @@ fn hook_env(extra: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
     env
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart() {
+both_backends!(events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart, a_stream_ends_at_shutdown);
+
+async fn events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
     let receiver = Receiver::start().await;
-    let env = hook_env(vec![("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string())]);
+    let mut extra = vec![("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string())];
+    if backend == Backend::Postgres {
+        extra.push(("DATABASE_URL", isolated_postgres_url().await));
+    }
+    let env = hook_env(extra);
     let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
     first.ready(&http).await;
     let (_, key) = new_tenant(&http, &first.base).await;
@@ -559,4 +564,19 @@ async fn the_console_shows_endpoints_and_sends_a_test_event(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(10), "the delivery is not listed: {page}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+async fn a_stream_ends_at_shutdown(backend: Backend) {
+    let mut app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let mut stream = app.request(Method::GET, "/v1/events", &t.key).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let server = app.server.take().unwrap();
+    let started = Instant::now();
+    let stopping = tokio::spawn(server.shutdown());
+    let end =
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = stream.chunk().await {} }).await;
+    assert!(end.is_ok(), "the stream did not end at shutdown");
+    tokio::time::timeout(Duration::from_secs(10), stopping).await.expect("shutdown finished").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
 }

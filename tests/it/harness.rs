@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Postgres,
     Sqlite,
