@@ -146,16 +146,20 @@ def _json_field(name: str):
     return parse
 
 
-def _events_call(types: Optional[Sequence[str]], last_event_id: Optional[str]) -> Call:
+def _events_request(
+    settings: Settings, types: Optional[Sequence[str]], last_event_id: Optional[str]
+) -> tuple[str, dict[str, Any]]:
+    """The URL and request options of one connection of an event stream."""
     headers = {"accept": "text/event-stream"}
     if last_event_id:
         headers["last-event-id"] = last_event_id
-    return Call("GET", "/v1/events", _nothing, params={"types": ",".join(types) if types else None}, headers=headers)
-
-
-def _stream_timeout(settings_timeout: float) -> httpx.Timeout:
+    params = {"types": ",".join(types) if types else None}
+    attempts = Attempts(Call("GET", "/v1/events", _nothing, params=params, headers=headers), settings)
+    options = attempts.options()
+    options.pop("json", None)
     # Longer than the 15 s between keep-alive comments.
-    return httpx.Timeout(settings_timeout, read=60.0)
+    options["timeout"] = httpx.Timeout(settings.timeout, read=60.0)
+    return attempts.url(), options
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -609,13 +613,9 @@ class Memoryd(_Client):
         ``reconnect=False`` raises instead. Stop by breaking out of the loop."""
         last = last_event_id
         while True:
-            call = _events_call(types, last)
-            attempts = Attempts(call, self._settings)
-            options = attempts.options()
-            options.pop("json", None)
-            options["timeout"] = _stream_timeout(self._settings.timeout)
+            url, options = _events_request(self._settings, types, last)
             try:
-                with self._http.stream("GET", attempts.url(), **options) as response:
+                with self._http.stream("GET", url, **options) as response:
                     if response.status_code >= 400:
                         response.read()
                         raise error_from_response(response)
@@ -730,13 +730,9 @@ class AsyncMemoryd(_Client):
         """As :meth:`Memoryd.events`, an async iterator."""
         last = last_event_id
         while True:
-            call = _events_call(types, last)
-            attempts = Attempts(call, self._settings)
-            options = attempts.options()
-            options.pop("json", None)
-            options["timeout"] = _stream_timeout(self._settings.timeout)
+            url, options = _events_request(self._settings, types, last)
             try:
-                async with self._http.stream("GET", attempts.url(), **options) as response:
+                async with self._http.stream("GET", url, **options) as response:
                     if response.status_code >= 400:
                         await response.aread()
                         raise error_from_response(response)
