@@ -120,3 +120,9 @@ pub fn webhook_attempt(answer: crate::domain::events::Answer) {
 pub fn event_streams(delta: f64) {
     metrics::gauge!("memoryd_event_streams").increment(delta);
 }
+
+/// One stage of a job's way through a worker (`claim`, `prepare`, `run`,
+/// `stage`, `finish`, `publish`, `settle`): where a job's time goes.
+pub fn job_stage(kind: &str, stage: &'static str, elapsed: Duration) {
+    histogram!("memoryd_job_stage_seconds", "kind" => kind.to_owned(), "stage" => stage).record(elapsed.as_secs_f64());
+}

@@ -8,12 +8,44 @@
 use super::{Bench, BenchResult, Figure, figure, percentile};
 use crate::store::{JobFilter, PageRequest};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// The stages of a job, in the order a job passes them.
+const STAGES: [&str; 7] = ["claim", "prepare", "run", "stage", "finish", "publish", "settle"];
+
+/// Seconds spent and jobs counted per stage of `kind`'s jobs so far, from
+/// this process's `memoryd_job_stage_seconds`.
+fn stage_totals(kind: &str) -> BTreeMap<String, (f64, f64)> {
+    let text = crate::metrics::handle().render();
+    let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
+        let (is_sum, labels) = if let Some(l) = name.strip_prefix("memoryd_job_stage_seconds_sum{") {
+            (true, l)
+        } else if let Some(l) = name.strip_prefix("memoryd_job_stage_seconds_count{") {
+            (false, l)
+        } else {
+            continue;
+        };
+        if !labels.contains(&format!("kind=\"{kind}\"")) {
+            continue;
+        }
+        let Some(stage) = labels.split("stage=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
+        let entry = totals.entry(stage.to_owned()).or_default();
+        if is_sum { entry.0 += value } else { entry.1 += value }
+    }
+    totals
+}
 
 impl Bench {
     pub(super) async fn drain(&self, tenants: usize, sessions: usize, rollouts: usize) -> BenchResult<Vec<Figure>> {
         let (mut rates, mut drains) = (Vec::new(), Vec::new());
         let (mut waits, mut works) = (Vec::new(), Vec::new());
+        let mut fresh_closes = Vec::new();
+        let before = stage_totals("phase_one");
+        let fresh_key = self.tenant_key("fresh").await?;
         for run in 0..self.runs {
             let mut keys = Vec::with_capacity(tenants);
             for _ in 0..tenants {
@@ -69,6 +101,28 @@ impl Bench {
                     return Err(format!("a close answered {status}").into());
                 }
             }
+            // Meanwhile another tenant closes fresh one-rollout sessions, one after another.
+            let probing = {
+                let (http, base, key) = (self.http.clone(), self.base.clone(), fresh_key.clone());
+                tokio::spawn(async move {
+                    let mut times = Vec::new();
+                    for i in 0usize.. {
+                        let session = format!("fresh{run}-{i}");
+                        let url = format!("{base}/v1/sessions/{session}/layouts/default/segments");
+                        let body = json!({"rollout_id": session, "input": "a fresh conversation", "final_output": "ok"});
+                        if http.post(url).bearer_auth(&key).json(&body).send().await.map(|r| r.status() != 201).unwrap_or(true) {
+                            break;
+                        }
+                        let started = Instant::now();
+                        let url = format!("{base}/v1/sessions/{session}/close?wait=300");
+                        if http.post(url).bearer_auth(&key).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+                            break;
+                        }
+                        times.push(started.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    times
+                })
+            };
             let store = &self.server.state.store;
             loop {
                 let counts = store.job_counts().await?;
@@ -81,6 +135,10 @@ impl Bench {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let drained = started.elapsed().as_secs_f64();
+            probing.abort();
+            if let Ok(times) = probing.await {
+                fresh_closes.extend(times);
+            }
             let mut jobs = 0usize;
             for (tenant, _) in &keys {
                 let page = PageRequest { limit: 10_000, after: None };
@@ -101,9 +159,21 @@ impl Bench {
         }
         waits.sort_by(f64::total_cmp);
         works.sort_by(f64::total_cmp);
+        fresh_closes.sort_by(f64::total_cmp);
         let case = format!("{tenants} tenants × {sessions} sessions × {rollouts} rollouts");
         let one = |v: f64| vec![v];
-        Ok(vec![
+        let after = stage_totals("phase_one");
+        let mut stages = Vec::new();
+        for stage in STAGES {
+            let (sum, count) = after.get(stage).copied().unwrap_or_default();
+            let (sum_before, count_before) = before.get(stage).copied().unwrap_or_default();
+            let jobs = count - count_before;
+            if jobs > 0.0 {
+                let mean = (sum - sum_before) / jobs * 1000.0;
+                stages.push(figure("drain", self.backend, case.clone(), stage_metric(stage), "ms", one(mean)));
+            }
+        }
+        let mut figures = vec![
             figure("drain", self.backend, case.clone(), "jobs drained per second", "jobs/s", rates),
             figure("drain", self.backend, case.clone(), "time to drain", "s", drains),
             figure(
@@ -130,7 +200,38 @@ impl Bench {
                 "ms",
                 one(percentile(&works, 0.5)),
             ),
-            figure("drain", self.backend, case, "attempt and record p99", "ms", one(percentile(&works, 0.99))),
-        ])
+            figure("drain", self.backend, case.clone(), "attempt and record p99", "ms", one(percentile(&works, 0.99))),
+            figure(
+                "drain",
+                self.backend,
+                case.clone(),
+                "a fresh one-rollout close during the drain, p50",
+                "ms",
+                one(percentile(&fresh_closes, 0.5)),
+            ),
+            figure(
+                "drain",
+                self.backend,
+                case,
+                "a fresh one-rollout close during the drain, p99",
+                "ms",
+                one(percentile(&fresh_closes, 0.99)),
+            ),
+        ];
+        figures.extend(stages);
+        Ok(figures)
+    }
+}
+
+/// A stage's figure name (figures name their metric with a static string).
+fn stage_metric(stage: &str) -> &'static str {
+    match stage {
+        "claim" => "phase one, mean claim (the claim transaction)",
+        "prepare" => "phase one, mean prepare (pending publishes of the layout)",
+        "run" => "phase one, mean run (read and extract)",
+        "stage" => "phase one, mean stage (files written and synced)",
+        "finish" => "phase one, mean finish (the recording transaction)",
+        "publish" => "phase one, mean publish (renames and syncs)",
+        _ => "phase one, mean settle (the session's settling)",
     }
 }

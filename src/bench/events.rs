@@ -40,19 +40,6 @@ async fn receiver(answers: bool) -> BenchResult<(String, Arc<Mutex<Vec<f64>>>)> 
 }
 
 impl Bench {
-    async fn tenant_key(&self, name: &str) -> BenchResult<String> {
-        let tenant: Value = self
-            .http
-            .post(format!("{}/v1/admin/tenants", self.base))
-            .bearer_auth(&self.admin)
-            .json(&json!({"name": name}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(tenant["api_key"].as_str().ok_or("no api key")?.to_owned())
-    }
-
     async fn webhook(&self, key: &str, url: &str) -> BenchResult<String> {
         let res = self
             .http

@@ -168,6 +168,20 @@ impl Bench {
         Ok((status, res.json().await.unwrap_or(Value::Null)))
     }
 
+    /// A new tenant's API key.
+    async fn tenant_key(&self, name: &str) -> BenchResult<String> {
+        let tenant: Value = self
+            .http
+            .post(format!("{}/v1/admin/tenants", self.base))
+            .bearer_auth(&self.admin)
+            .json(&json!({"name": name}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(tenant["api_key"].as_str().ok_or("no api key")?.to_owned())
+    }
+
     async fn segment(&self, session: &str, workspace: &str, rollout: &str, input: &str) -> BenchResult<()> {
         let (status, body) = self
             .post(

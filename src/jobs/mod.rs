@@ -236,8 +236,14 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
 }
 
 async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+    let kind = claimed.job.kind.as_str();
+    let started = std::time::Instant::now();
     prepare_attempt(ctx, claimed).await;
-    runner(claimed.job.kind).run(ctx, claimed).await
+    crate::metrics::job_stage(kind, "prepare", started.elapsed());
+    let started = std::time::Instant::now();
+    let attempt = runner(claimed.job.kind).run(ctx, claimed).await;
+    crate::metrics::job_stage(kind, "run", started.elapsed());
+    attempt
 }
 
 /// An attempt that ran to its end, waiting to be recorded.
@@ -546,7 +552,10 @@ async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
 async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let FinishedAttempt { claimed, attempt: (result, mut report), started } = finished;
     let job_id = claimed.job.job_id;
+    let kind = claimed.job.kind.as_str();
+    let stage_started = std::time::Instant::now();
     let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
+    crate::metrics::job_stage(kind, "stage", stage_started.elapsed());
     let (staged, import) = staged.map_or((None, None), |(manifest, import)| (Some(manifest), import));
     let publish_id = staged.as_ref().map(|m| m.publish_id);
     let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
@@ -559,19 +568,25 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         _ => None,
     };
     let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
+    let stage_started = std::time::Instant::now();
     let recorded = ctx.store.finish_job(&claimed, finish).await;
+    crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
+    let stage_started = std::time::Instant::now();
     match (staged, &recorded) {
         (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, *recorded).await,
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
     }
+    crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
     if finished && matches!(recorded, Ok(true)) {
+        let stage_started = std::time::Instant::now();
         for session in served_sessions(&claimed) {
             if let Err(e) = ctx.store.settle_session(claimed.tenant_id, &session).await {
                 tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
             }
         }
+        crate::metrics::job_stage(kind, "settle", stage_started.elapsed());
         ctx.events.committed();
     }
     if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
@@ -620,14 +635,26 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     }
 }
 
-/// One unit of concurrency: at most one attempt running at a time. The
-/// previous attempt is recorded while the next one starts, so the recording's
-/// fsyncs and commit are not spent idle between model calls; one recording at
-/// a time, so a slow database cannot pile them up.
-async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
+/// Claims jobs for this process's free worker slots and runs each on a
+/// task of its own (its attempt, then its recording). One claim takes as
+/// many jobs as there are free slots, so the claim's cost is shared by the
+/// jobs it takes: with a long queue, claims take a while, slots free up
+/// meanwhile, and batches grow by themselves.
+async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
     let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
-    let mut recording: Option<tokio::task::JoinHandle<()>> = None;
+    let concurrency = ctx.settings.concurrency.max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut running = JoinSet::new();
     while !*shutdown.borrow() {
+        while running.try_join_next().is_some() {}
+        let first = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the slots are never closed"),
+            _ = shutdown.wait_for(|stopping| *stopping) => break,
+        };
+        let mut free = vec![first];
+        while let Ok(permit) = slots.clone().try_acquire_owned() {
+            free.push(permit);
+        }
         // Registered before the claim, so a wake while it runs is not missed.
         let woken = ctx.wake.notified();
         tokio::pin!(woken);
@@ -637,16 +664,23 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
         // Forgets still run: they free space.
         let kinds = if ctx.volumes.has_room() { kinds.as_slice() } else { &[JobKind::Forget][..] };
         let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds, now: Utc::now(), lease };
-        match ctx.store.claim_job(&request).await {
-            Ok(Some(claimed)) => {
-                let Some(finished) = attempt_job(&ctx, claimed, &mut shutdown).await else { continue };
-                if let Some(previous) = recording.take() {
-                    let _ = previous.await;
+        let claim_started = std::time::Instant::now();
+        match ctx.store.claim_jobs(&request, free.len()).await {
+            Ok(claimed) if !claimed.is_empty() => {
+                let per_job = claim_started.elapsed() / claimed.len() as u32;
+                for (job, slot) in claimed.into_iter().zip(free) {
+                    crate::metrics::job_stage(job.job.kind.as_str(), "claim", per_job);
+                    let (ctx, mut shutdown) = (ctx.clone(), shutdown.clone());
+                    running.spawn(async move {
+                        if let Some(finished) = attempt_job(&ctx, job, &mut shutdown).await {
+                            record(&ctx, finished).await;
+                        }
+                        drop(slot);
+                    });
                 }
-                let ctx = ctx.clone();
-                recording = Some(tokio::spawn(async move { record(&ctx, finished).await }));
             }
-            Ok(None) => {
+            Ok(_) => {
+                drop(free);
                 tokio::select! {
                     _ = tokio::time::sleep(ctx.settings.poll) => {}
                     _ = woken => {}
@@ -654,14 +688,13 @@ async fn worker_slot(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown:
                 }
             }
             Err(e) => {
-                tracing::error!(error = %crate::error_chain(&e), "claiming a job failed");
+                drop(free);
+                tracing::error!(error = %crate::error_chain(&e), "claiming jobs failed");
                 tokio::time::sleep(ctx.settings.poll).await;
             }
         }
     }
-    if let Some(previous) = recording {
-        let _ = previous.await;
-    }
+    while running.join_next().await.is_some() {}
 }
 
 /// Every few seconds: settle sessions whose last worker died before it could.
@@ -805,9 +838,7 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
         recover_publishes(&start_up, None).await;
         leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;
     });
-    for _ in 0..ctx.settings.concurrency.max(1) {
-        set.spawn(worker_slot(ctx.clone(), JobKind::ALL.to_vec(), shutdown.clone()));
-    }
+    set.spawn(dispatch(ctx.clone(), JobKind::ALL.to_vec(), shutdown.clone()));
     set
 }
 

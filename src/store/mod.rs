@@ -215,7 +215,14 @@ pub trait JobQueue: Send + Sync {
     /// Takes the next due job (or one whose lease expired) of `kinds`,
     /// preferring tenants with the fewest running jobs. Phase two waits for
     /// its close's phase-one jobs and runs alone per layout.
-    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>>;
+    /// Claims up to `limit` due jobs at once, in the order single claims
+    /// would take them: the tenant with the fewest running jobs first (each
+    /// job claimed counting as running for the next), then the oldest.
+    async fn claim_jobs(&self, req: &ClaimRequest<'_>, limit: usize) -> StoreResult<Vec<ClaimedJob>>;
+    /// One job, as [`JobQueue::claim_jobs`] takes them.
+    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
+        Ok(self.claim_jobs(req, 1).await?.into_iter().next())
+    }
     /// `false` when the worker no longer owns the job.
     async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool>;
     /// Records the outcome (and the publish it commits) only while `token`

@@ -21,7 +21,6 @@ impl Dialect for Postgres {
     const BEGIN_WRITE: &'static str = "BEGIN";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
-    const CLAIM_ROWS: &'static str = " FOR UPDATE OF j SKIP LOCKED";
     // The advisory lock keys are arbitrary; they only have to be the same for
     // every replica. A claim is a millisecond against model calls of seconds,
     // so serialising claims costs no throughput. A claim need not wait for

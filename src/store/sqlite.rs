@@ -21,7 +21,6 @@ impl Dialect for Sqlite {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN";
     const SKIP_LOCKED: &'static str = "";
-    const CLAIM_ROWS: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";
     const ONE_WRITER: bool = true;

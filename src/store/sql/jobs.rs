@@ -128,65 +128,104 @@ for_every_dialect! {
         row.as_ref().map(Self::record::<JobRow, JobRecord>).transpose()
     }
 
-    async fn claim_job(&self, req: &ClaimRequest<'_>) -> StoreResult<Option<ClaimedJob>> {
+    async fn claim_jobs(&self, req: &ClaimRequest<'_>, limit: usize) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.begin_write().await?;
         if let Some(gate) = DB::CLAIM_GATE {
             match sqlx::query(gate).execute(&mut *tx).await {
                 // Another claim holds the gate longer than a claim takes.
-                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(None),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(Vec::new()),
                 result => result?,
             };
         }
-        let token = Uuid::new_v4();
-        let claimed = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE jobs SET state = 'running', lease_owner = $4, lease_token = $5, lease_expires_at = $6,
-                    attempts = attempts + 1, started_at = COALESCE(started_at, $3)
-             WHERE id = (
-             SELECT j.id FROM jobs j
-             LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
-                        WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
-                    ON share.tenant_id = j.tenant_id
-             WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1)
-                    OR (j.kind = 'forget' AND $7 = 1) OR (j.kind = 'import' AND $8 = 1))
-               AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
-               AND (j.kind <> 'phase_two' OR EXISTS (
-                     SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
-                        SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
-                           AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
-               AND (j.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
-                     SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = j.tenant_id AND h.until > $3))
-               AND (j.kind = 'phase_one' OR NOT EXISTS (
-                     SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
-                        AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'
-                        AND o.id <> j.id))
-             ORDER BY COALESCE(share.running, 0), j.run_after, j.created_at
-             LIMIT 1{})
-             RETURNING *",
-            DB::CLAIM_ROWS
+        // A tenant's n-th due job takes its turn after the tenant's running
+        // ones and its n - 1 before it: claiming in turn order is claiming
+        // one job at a time, each to the tenant with the fewest running.
+        let candidates = sqlx::query(AssertSqlSafe(format!(
+            "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout FROM (
+               SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
+                      COALESCE(share.running, 0)
+                        + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn
+               FROM jobs j
+               LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
+                          WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
+                      ON share.tenant_id = j.tenant_id
+               WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1)
+                      OR (j.kind = 'forget' AND $4 = 1) OR (j.kind = 'import' AND $5 = 1))
+                 AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
+                 AND (j.kind <> 'phase_two' OR EXISTS (
+                       SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
+                          SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
+                             AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
+                 AND (j.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
+                       SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = j.tenant_id AND h.until > $3))
+                 AND (j.kind = 'phase_one' OR NOT EXISTS (
+                       SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
+                          AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'
+                          AND o.id <> j.id))
+             ) c
+             ORDER BY c.turn, c.run_after, c.created_at
+             LIMIT $6"
         )))
         .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
         .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
         .bind(req.now)
-        .bind(req.worker)
-        .bind(token)
-        .bind(req.now + req.lease)
         .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
         .bind(i64::from(req.kinds.contains(&JobKind::Import)))
-        .fetch_optional(&mut *tx)
-        .await;
-        let row = match claimed {
-            Ok(Some(row)) => row,
-            Ok(None) => return Ok(None),
-            // Another replica started this layout's phase two first.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+        .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        // At most one job runs alone per layout (a phase two, a restore, a
+        // forget): a batch takes one of them per layout.
+        let mut chosen = Vec::with_capacity(limit);
+        let mut layouts_taken = std::collections::HashSet::new();
+        for row in &candidates {
+            if chosen.len() == limit {
+                break;
+            }
+            let kind: String = row.try_get("kind")?;
+            let layout = (row.try_get::<Uuid, _>("tenant_id")?, row.try_get::<String, _>("workspace")?, row.try_get::<String, _>("layout")?);
+            if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
+                continue;
+            }
+            chosen.push(row.try_get::<Uuid, _>("id")?);
+        }
+        if chosen.is_empty() {
+            return Ok(Vec::new());
+        }
+        let token = Uuid::new_v4();
+        let mut update = sqlx::QueryBuilder::<DB>::new(
+            "UPDATE jobs SET state = 'running', lease_owner = ",
+        );
+        update.push_bind(req.worker);
+        update.push(", lease_token = ").push_bind(token);
+        update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
+        update.push(", attempts = attempts + 1, started_at = COALESCE(started_at, ").push_bind(req.now);
+        update.push(") WHERE ((state = 'queued' AND run_after <= ").push_bind(req.now);
+        update.push(") OR (state = 'running' AND lease_expires_at <= ").push_bind(req.now);
+        update.push(")) AND id IN (");
+        let mut ids = update.separated(", ");
+        for id in &chosen {
+            ids.push_bind(*id);
+        }
+        update.push(") RETURNING *");
+        let rows = match update.build().fetch_all(&mut *tx).await {
+            Ok(rows) => rows,
+            // Another replica started one of these layouts' phase two first.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        let mut claimed = <ClaimedRow as sqlx::FromRow<_>>::from_row(&row)?.into_claimed(token)?;
-        if claimed.job.kind == JobKind::PhaseTwo {
-            claimed.job.sessions = Self::serve_only_ready_sessions(&mut tx, &claimed, req.now).await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut job = <ClaimedRow as sqlx::FromRow<_>>::from_row(row)?.into_claimed(token)?;
+            if job.job.kind == JobKind::PhaseTwo {
+                job.job.sessions = Self::serve_only_ready_sessions(&mut tx, &job, req.now).await?;
+            }
+            claimed.push(job);
         }
         tx.commit().await?;
-        Ok(Some(claimed))
+        // In turn order, as they were chosen.
+        claimed.sort_by_key(|c| chosen.iter().position(|id| *id == c.job.job_id));
+        Ok(claimed)
     }
 
     async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool> {
