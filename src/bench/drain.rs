@@ -86,13 +86,17 @@ impl Bench {
             }
             let started = Instant::now();
             let mut closers = tokio::task::JoinSet::new();
+            // As many clients closing at once as the database pool serves.
+            let at_once = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
             for (_, key) in &keys {
                 for s in 0..sessions {
                     let (http, url, key) =
                         (self.http.clone(), format!("{}/v1/sessions/d{run}-{s}/close", self.base), key.clone());
-                    closers.spawn(
-                        async move { http.post(url).bearer_auth(key).send().await.map(|r| r.status().as_u16()) },
-                    );
+                    let at_once = at_once.clone();
+                    closers.spawn(async move {
+                        let _turn = at_once.acquire_owned().await;
+                        http.post(url).bearer_auth(key).send().await.map(|r| r.status().as_u16())
+                    });
                 }
             }
             while let Some(closed) = closers.join_next().await {
@@ -102,25 +106,30 @@ impl Bench {
                 }
             }
             // Meanwhile another tenant closes fresh one-rollout sessions, one after another.
+            let probed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             let probing = {
-                let (http, base, key) = (self.http.clone(), self.base.clone(), fresh_key.clone());
+                let (http, base, key, times) =
+                    (self.http.clone(), self.base.clone(), fresh_key.clone(), probed.clone());
                 tokio::spawn(async move {
-                    let mut times = Vec::new();
                     for i in 0usize.. {
                         let session = format!("fresh{run}-{i}");
                         let url = format!("{base}/v1/sessions/{session}/layouts/default/segments");
-                        let body = json!({"rollout_id": session, "input": "a fresh conversation", "final_output": "ok"});
-                        if http.post(url).bearer_auth(&key).json(&body).send().await.map(|r| r.status() != 201).unwrap_or(true) {
+                        let body =
+                            json!({"rollout_id": session, "input": "a fresh conversation", "final_output": "ok"});
+                        let appended = http.post(url).bearer_auth(&key).json(&body).send().await;
+                        if let Some(problem) = unexpected(appended, 201).await {
+                            tracing::error!(problem, "the drain's fresh append failed");
                             break;
                         }
                         let started = Instant::now();
                         let url = format!("{base}/v1/sessions/{session}/close?wait=300");
-                        if http.post(url).bearer_auth(&key).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+                        let closed = http.post(url).bearer_auth(&key).send().await;
+                        if let Some(problem) = unexpected(closed, 200).await {
+                            tracing::error!(problem, "the drain's fresh close failed");
                             break;
                         }
-                        times.push(started.elapsed().as_secs_f64() * 1000.0);
+                        times.lock().expect("not poisoned").push(started.elapsed().as_secs_f64() * 1000.0);
                     }
-                    times
                 })
             };
             let store = &self.server.state.store;
@@ -136,9 +145,7 @@ impl Bench {
             }
             let drained = started.elapsed().as_secs_f64();
             probing.abort();
-            if let Ok(times) = probing.await {
-                fresh_closes.extend(times);
-            }
+            fresh_closes.extend(probed.lock().expect("not poisoned").iter().copied());
             let mut jobs = 0usize;
             for (tenant, _) in &keys {
                 let page = PageRequest { limit: 10_000, after: None };
@@ -220,6 +227,15 @@ impl Bench {
         ];
         figures.extend(stages);
         Ok(figures)
+    }
+}
+
+/// Why an answer is not the `expected` status, if it is not.
+async fn unexpected(answer: reqwest::Result<reqwest::Response>, expected: u16) -> Option<String> {
+    match answer {
+        Ok(r) if r.status().as_u16() == expected => None,
+        Ok(r) => Some(format!("{}: {}", r.status(), r.text().await.unwrap_or_default())),
+        Err(e) => Some(e.to_string()),
     }
 }
 

@@ -83,6 +83,12 @@ pub struct BenchArgs {
     /// The default layout with redaction off (`"rules": []`), to measure what it costs.
     #[arg(long, default_value_t = false)]
     pub redaction_off: bool,
+    /// Tenants of the drain probe (each closes 10 sessions of 4 rollouts).
+    #[arg(long, default_value_t = 30)]
+    pub tenants: usize,
+    /// memoryd's extractive provider instead of the fake model (no model calls at all).
+    #[arg(long, default_value_t = false)]
+    pub extractive: bool,
     /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
     #[arg(long, default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
@@ -396,7 +402,11 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     let admin = uuid::Uuid::new_v4().to_string();
     let config = Config {
         admin_token: Some(admin.clone()),
-        llm_provider: Some(crate::config::ProviderKind::Openai),
+        llm_provider: Some(if args.extractive {
+            crate::config::ProviderKind::Extractive
+        } else {
+            crate::config::ProviderKind::Openai
+        }),
         llm_base_url: model,
         llm_api_key: Some("bench".into()),
         llm_timeout_secs: 60,
@@ -507,7 +517,7 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         }
     }
     if wants(Workload::Drain) {
-        let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (30, 10, 4) };
+        let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (args.tenants.max(1), 10, 4) };
         for f in bench.drain(tenants, sessions, rollouts).await? {
             progress(&f);
             out.push(f);

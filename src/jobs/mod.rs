@@ -635,25 +635,39 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     }
 }
 
-/// Claims jobs for this process's free worker slots and runs each on a
-/// task of its own (its attempt, then its recording). One claim takes as
-/// many jobs as there are free slots, so the claim's cost is shared by the
-/// jobs it takes: with a long queue, claims take a while, slots free up
-/// meanwhile, and batches grow by themselves.
+/// Claims jobs for this process's worker slots and runs each on a task of
+/// its own (its attempt, then its recording). One claim takes a whole batch
+/// (as many jobs as there are slots), kept in a short local queue, so the
+/// claim's cost is shared by the jobs it takes and slots that free up never
+/// wait for a claim. A queued job whose lease has aged is renewed before it
+/// starts, and the queue is given back at shutdown.
 async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
     let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
     let concurrency = ctx.settings.concurrency.max(1);
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut claimed: std::collections::VecDeque<(ClaimedJob, std::time::Instant)> = Default::default();
     let mut running = JoinSet::new();
     while !*shutdown.borrow() {
         while running.try_join_next().is_some() {}
-        let first = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("the slots are never closed"),
-            _ = shutdown.wait_for(|stopping| *stopping) => break,
-        };
-        let mut free = vec![first];
-        while let Ok(permit) = slots.clone().try_acquire_owned() {
-            free.push(permit);
+        if let Some((job, claimed_at)) = claimed.pop_front() {
+            let slot = tokio::select! {
+                permit = slots.clone().acquire_owned() => permit.expect("the slots are never closed"),
+                _ = shutdown.wait_for(|stopping| *stopping) => {
+                    claimed.push_front((job, claimed_at));
+                    break;
+                }
+            };
+            if !still_ours(&ctx, &job, claimed_at).await {
+                continue;
+            }
+            let (ctx, mut shutdown) = (ctx.clone(), shutdown.clone());
+            running.spawn(async move {
+                if let Some(finished) = attempt_job(&ctx, job, &mut shutdown).await {
+                    record(&ctx, finished).await;
+                }
+                drop(slot);
+            });
+            continue;
         }
         // Registered before the claim, so a wake while it runs is not missed.
         let woken = ctx.wake.notified();
@@ -665,22 +679,16 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: wa
         let kinds = if ctx.volumes.has_room() { kinds.as_slice() } else { &[JobKind::Forget][..] };
         let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds, now: Utc::now(), lease };
         let claim_started = std::time::Instant::now();
-        match ctx.store.claim_jobs(&request, free.len()).await {
-            Ok(claimed) if !claimed.is_empty() => {
-                let per_job = claim_started.elapsed() / claimed.len() as u32;
-                for (job, slot) in claimed.into_iter().zip(free) {
+        match ctx.store.claim_jobs(&request, concurrency).await {
+            Ok(batch) if !batch.is_empty() => {
+                let per_job = claim_started.elapsed() / batch.len() as u32;
+                let now = std::time::Instant::now();
+                for job in batch {
                     crate::metrics::job_stage(job.job.kind.as_str(), "claim", per_job);
-                    let (ctx, mut shutdown) = (ctx.clone(), shutdown.clone());
-                    running.spawn(async move {
-                        if let Some(finished) = attempt_job(&ctx, job, &mut shutdown).await {
-                            record(&ctx, finished).await;
-                        }
-                        drop(slot);
-                    });
+                    claimed.push_back((job, now));
                 }
             }
             Ok(_) => {
-                drop(free);
                 tokio::select! {
                     _ = tokio::time::sleep(ctx.settings.poll) => {}
                     _ = woken => {}
@@ -688,13 +696,33 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: wa
                 }
             }
             Err(e) => {
-                drop(free);
                 tracing::error!(error = %crate::error_chain(&e), "claiming jobs failed");
                 tokio::time::sleep(ctx.settings.poll).await;
             }
         }
     }
+    for (job, _) in claimed {
+        if let Err(e) = ctx.store.release_job(job.job.job_id, job.token).await {
+            tracing::warn!(job_id = %job.job.job_id, error = %crate::error_chain(&e), "giving back a claimed job failed; its lease will expire");
+        }
+    }
     while running.join_next().await.is_some() {}
+}
+
+/// Whether a job that waited in the local queue is still this worker's: a
+/// wait of more than a third of the lease renews it first.
+async fn still_ours(ctx: &WorkerContext, job: &ClaimedJob, claimed_at: std::time::Instant) -> bool {
+    if claimed_at.elapsed() < ctx.settings.lease / 3 {
+        return true;
+    }
+    let until = Utc::now() + chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
+    match ctx.store.renew_lease(job.job.job_id, job.token, until).await {
+        Ok(renewed) => renewed,
+        Err(e) => {
+            tracing::warn!(job_id = %job.job.job_id, error = %crate::error_chain(&e), "renewing a queued job's lease failed");
+            false
+        }
+    }
 }
 
 /// Every few seconds: settle sessions whose last worker died before it could.

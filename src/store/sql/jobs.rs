@@ -137,31 +137,63 @@ for_every_dialect! {
                 result => result?,
             };
         }
+        // A job whose worker stopped renewing its lease is queued again,
+        // in its old place.
+        sqlx::query(
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE state = 'running' AND lease_expires_at <= $1",
+        )
+        .bind(req.now)
+        .execute(&mut *tx)
+        .await?;
         // A tenant's n-th due job takes its turn after the tenant's running
         // ones and its n - 1 before it: claiming in turn order is claiming
         // one job at a time, each to the tenant with the fewest running.
+        const DUE: &str = "q.state = 'queued' AND q.run_after <= $3
+            AND ((q.kind = 'phase_one' AND $1 = 1) OR (q.kind IN ('phase_two', 'restore') AND $2 = 1)
+                 OR (q.kind = 'forget' AND $4 = 1) OR (q.kind = 'import' AND $5 = 1))
+            AND (q.kind <> 'phase_two' OR EXISTS (
+                  SELECT 1 FROM job_sessions js WHERE js.job_id = q.id AND NOT EXISTS (
+                     SELECT 1 FROM jobs p WHERE p.tenant_id = q.tenant_id AND p.session_id = js.session_id
+                        AND p.layout = q.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
+            AND (q.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
+                  SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = q.tenant_id AND h.until > $3))
+            AND (q.kind = 'phase_one' OR NOT EXISTS (
+                  SELECT 1 FROM jobs o WHERE o.tenant_id = q.tenant_id AND o.workspace = q.workspace
+                     AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'))";
+        // Only each tenant's first `limit` jobs can be among the first
+        // `limit` turns. Where the database can, only they are read: the
+        // tenants with queued jobs are found by skipping through the index,
+        // one probe per tenant, and each is asked for its first few.
+        let due_jobs = if DB::LATERAL {
+            format!(
+                "(WITH RECURSIVE queued_tenants(tenant_id) AS (
+                    SELECT (SELECT tenant_id FROM jobs WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT j.tenant_id FROM jobs j WHERE j.state = 'queued' AND j.tenant_id > t.tenant_id
+                            ORDER BY j.tenant_id LIMIT 1)
+                    FROM queued_tenants t WHERE t.tenant_id IS NOT NULL)
+                  SELECT f.* FROM queued_tenants t CROSS JOIN LATERAL (
+                    SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at FROM jobs q
+                    WHERE q.tenant_id = t.tenant_id AND {DUE}
+                    ORDER BY q.run_after, q.created_at LIMIT $7) f
+                  WHERE t.tenant_id IS NOT NULL)"
+            )
+        } else {
+            format!(
+                "(SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at FROM jobs q
+                  WHERE {DUE} AND $7 > 0)"
+            )
+        };
         let candidates = sqlx::query(AssertSqlSafe(format!(
             "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout FROM (
                SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
                       COALESCE(share.running, 0)
                         + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn
-               FROM jobs j
+               FROM {due_jobs} j
                LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
-                          WHERE state = 'running' AND lease_expires_at > $3 GROUP BY tenant_id) share
+                          WHERE state = 'running' GROUP BY tenant_id) share
                       ON share.tenant_id = j.tenant_id
-               WHERE ((j.kind = 'phase_one' AND $1 = 1) OR (j.kind IN ('phase_two', 'restore') AND $2 = 1)
-                      OR (j.kind = 'forget' AND $4 = 1) OR (j.kind = 'import' AND $5 = 1))
-                 AND ((j.state = 'queued' AND j.run_after <= $3) OR (j.state = 'running' AND j.lease_expires_at <= $3))
-                 AND (j.kind <> 'phase_two' OR EXISTS (
-                       SELECT 1 FROM job_sessions js WHERE js.job_id = j.id AND NOT EXISTS (
-                          SELECT 1 FROM jobs p WHERE p.tenant_id = j.tenant_id AND p.session_id = js.session_id
-                             AND p.layout = j.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
-                 AND (j.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
-                       SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = j.tenant_id AND h.until > $3))
-                 AND (j.kind = 'phase_one' OR NOT EXISTS (
-                       SELECT 1 FROM jobs o WHERE o.tenant_id = j.tenant_id AND o.workspace = j.workspace
-                          AND o.layout = j.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'
-                          AND o.id <> j.id))
              ) c
              ORDER BY c.turn, c.run_after, c.created_at
              LIMIT $6"
@@ -172,6 +204,7 @@ for_every_dialect! {
         .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
         .bind(i64::from(req.kinds.contains(&JobKind::Import)))
         .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await?;
         // At most one job runs alone per layout (a phase two, a restore, a
@@ -200,9 +233,8 @@ for_every_dialect! {
         update.push(", lease_token = ").push_bind(token);
         update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
         update.push(", attempts = attempts + 1, started_at = COALESCE(started_at, ").push_bind(req.now);
-        update.push(") WHERE ((state = 'queued' AND run_after <= ").push_bind(req.now);
-        update.push(") OR (state = 'running' AND lease_expires_at <= ").push_bind(req.now);
-        update.push(")) AND id IN (");
+        update.push(") WHERE state = 'queued' AND run_after <= ").push_bind(req.now);
+        update.push(" AND id IN (");
         let mut ids = update.separated(", ");
         for id in &chosen {
             ids.push_bind(*id);

@@ -32,6 +32,9 @@ pub trait Dialect: Database {
     /// As `LOCK_ROWS`, for a query joining the table whose rows it locks,
     /// named `locked`, with rows that cannot be locked (a `VALUES` list).
     const LOCK_JOINED_ROWS: &'static str;
+    /// The database joins `LATERAL` subqueries (a claim then reads only each
+    /// tenant's first few queued jobs).
+    const LATERAL: bool;
     /// Appended to a single-table claim query: skip rows another replica is claiming.
     const SKIP_LOCKED: &'static str;
     /// Run first in a claim transaction where claims are not already
