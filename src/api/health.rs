@@ -58,7 +58,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     match tokio::time::timeout(METRICS_DB_TIMEOUT, state.store.job_counts()).await {
         Ok(Ok(counts)) => {
             for kind in crate::domain::job::JobKind::ALL.map(|k| k.as_str()) {
-                for job_state in crate::domain::job::JobState::ALL.map(|s| s.as_str()) {
+                for job_state in
+                    [crate::domain::job::JobState::Queued, crate::domain::job::JobState::Running].map(|s| s.as_str())
+                {
                     let count = counts.iter().find(|(k, s, _)| k == kind && s == job_state).map_or(0, |(_, _, n)| *n);
                     crate::metrics::job_queue(kind, job_state, count);
                 }

@@ -250,7 +250,7 @@ pub trait JobQueue: Send + Sync {
     /// its raw memory was made from, and has no phase one waiting or an eager
     /// one made since its last segment; at most `limit`. Returns the jobs.
     async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>>;
-    /// `(kind, state, count)` of every job in the database: the queue's depth.
+    /// `(kind, state, count)` of the queued and running jobs: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
     /// One tenant's jobs, all of them counted: by kind and state, and those
     /// that failed after `failed_after`.

@@ -597,7 +597,10 @@ for_every_dialect! {
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
-        let rows = sqlx::query("SELECT kind, state, count(*) AS n FROM jobs GROUP BY kind, state")
+        // Only the states an index finds: the cost follows the queue, not the history.
+        let rows = sqlx::query(
+            "SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY kind, state",
+        )
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("state")?, r.try_get("n")?))).collect()
