@@ -42,7 +42,7 @@ pub async fn own_limits(
 async fn known_tenant(state: &AppState, raw: &str) -> Result<Uuid, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {raw}."));
     let tenant = Uuid::parse_str(raw).map_err(|_| not_found())?;
-    if !state.store.list_tenants().await?.iter().any(|t| t.tenant_id == tenant) {
+    if !state.store.tenant_exists(tenant).await? {
         return Err(not_found());
     }
     Ok(tenant)

@@ -133,6 +133,8 @@ pub trait TenantStore: Send + Sync {
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
     /// Every tenant, oldest first, with its live keys and sessions counted.
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>>;
+    /// Whether the tenant exists (being forgotten included): one row read.
+    async fn tenant_exists(&self, tenant: TenantId) -> StoreResult<bool>;
     /// The limits an operator set for the tenant (`None`: none set).
     async fn tenant_limits(&self, tenant: TenantId) -> StoreResult<Option<crate::domain::limits::Limits>>;
     /// `false` when the tenant does not exist (or is being forgotten).

@@ -117,6 +117,11 @@ for_every_dialect! {
         Ok(row.is_some())
     }
 
+    async fn tenant_exists(&self, tenant: TenantId) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 AS found FROM tenants WHERE id = $1").bind(tenant).fetch_optional(&self.pool).await?;
+        Ok(row.is_some())
+    }
+
     async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>> {
         let rows = sqlx::query(
             "SELECT t.id, t.name, t.created_at, t.deleting_at,
