@@ -20,7 +20,7 @@ mod memory;
 mod rate;
 pub mod serve;
 mod sessions;
-mod webhooks;
+pub(crate) mod webhooks;
 
 use crate::config::Config;
 use crate::store::DynStore;

@@ -177,11 +177,16 @@ pub async fn test_webhook(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let webhook = existing_webhook(&state, tenant, &raw).await?;
+    let id = send_test_event(&state, tenant, &raw).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"event_id": id, "type": EventType::WebhookTest.as_str()}))))
+}
+
+/// Writes a `webhook.test` event for the tenant's endpoint `raw`; its event id.
+pub(crate) async fn send_test_event(state: &AppState, tenant: TenantId, raw: &str) -> Result<String, ApiError> {
+    let webhook = existing_webhook(state, tenant, raw).await?;
     let seq = state.store.record_event(tenant, &crate::domain::events::webhook_test(webhook.webhook_id)).await?;
     state.events.committed();
-    let id = crate::domain::events::event_id(tenant, seq);
-    Ok((StatusCode::ACCEPTED, Json(json!({"event_id": id, "type": EventType::WebhookTest.as_str()}))))
+    Ok(crate::domain::events::event_id(tenant, seq))
 }
 
 #[derive(Deserialize)]

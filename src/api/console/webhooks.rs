@@ -2,10 +2,8 @@
 //! with its recent deliveries, and a button that sends it a test event.
 
 use super::page::{self, maybe_when, post_button, state as state_badge, when};
-use super::{ConsoleError, CsrfForm, Page, Signed};
+use super::{CsrfForm, Page, Signed};
 use crate::api::AppState;
-use crate::api::error::ApiError;
-use crate::domain::events::webhook_test;
 use axum::extract::{Form, Path, State};
 use axum::response::{IntoResponse, Redirect};
 use maud::html;
@@ -76,10 +74,6 @@ pub(super) async fn send_test(
 ) -> Page {
     signed.check_csrf(&form.csrf, &state.console)?;
     let tenant = signed.tenant()?;
-    let not_found = || ConsoleError::from(ApiError::NotFound(format!("No webhook {raw_id}.")));
-    let id = uuid::Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let endpoint = state.store.get_webhook(tenant, id).await?.ok_or_else(not_found)?;
-    state.store.record_event(tenant, &webhook_test(endpoint.webhook_id)).await?;
-    state.events.committed();
+    crate::api::webhooks::send_test_event(&state, tenant, &raw_id).await?;
     Ok(page::harden(Redirect::to("/console/webhooks").into_response()))
 }
