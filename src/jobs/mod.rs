@@ -581,13 +581,22 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
     if finished && matches!(recorded, Ok(true)) {
         let stage_started = std::time::Instant::now();
+        let mut closed_any = false;
         for session in served_sessions(&claimed) {
-            if let Err(e) = ctx.store.settle_session(claimed.tenant_id, &session).await {
-                tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will");
+            match ctx.store.settle_session(claimed.tenant_id, &session).await {
+                Ok(closed) => closed_any |= closed,
+                Err(e) => {
+                    tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will")
+                }
             }
         }
         crate::metrics::job_stage(kind, "settle", stage_started.elapsed());
-        ctx.events.committed();
+        // A phase one that did not fail records no event of its own, only a
+        // session it closed does: waking the deliveries and the streams for
+        // nothing would cost them a query for every job.
+        if closed_any || claimed.job.kind != JobKind::PhaseOne || outcome == "failed" {
+            ctx.events.committed();
+        }
     }
     if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
         // Done with, whatever the outcome.

@@ -202,7 +202,8 @@ pub trait SessionStore: Send + Sync {
     /// Workers call it after a job's outcome is committed and its files are
     /// published, so the last job to finish always sees every other one
     /// finished; `settle_finished_sessions` covers a process that died between.
-    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()>;
+    /// Whether it closed the session now (and so recorded its event).
+    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<bool>;
     /// Closes `closing` sessions whose jobs have all finished but which were
     /// not settled (their last worker died between commit and settle).
     async fn settle_finished_sessions(&self) -> StoreResult<usize>;

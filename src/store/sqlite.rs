@@ -20,6 +20,7 @@ impl Dialect for Sqlite {
     const LOCK_JOINED_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN";
+    const UNINDEXED: &'static str = "+";
     const LATERAL: bool = false;
     const SKIP_LOCKED: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;

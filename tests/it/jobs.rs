@@ -10,6 +10,7 @@ use std::time::Duration;
 both_backends!(
     a_worker_that_lost_its_lease_cannot_record_its_result,
     one_tenants_backlog_does_not_starve_another,
+    a_claim_takes_jobs_in_turn_order_across_tenants,
     the_database_orders_raw_memories_like_the_selection_rule,
 );
 
@@ -128,6 +129,38 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");
     let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
+}
+
+/// A tenant's n-th queued job takes turn (its running jobs + n); a claim of
+/// several takes the smallest turns, ties to the older job. The first batch
+/// is all first turns; the second needs tenants' second and third jobs too.
+async fn a_claim_takes_jobs_in_turn_order_across_tenants(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let (a, b, c) = (app.tenant().await, app.tenant().await, app.tenant().await);
+    for (tenant, rollouts) in [(&a, 4), (&b, 3), (&c, 1)] {
+        for i in 0..rollouts {
+            app.post_segment(&tenant.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
+        }
+        app.request(Method::POST, "/v1/sessions/s/close", &tenant.key).send().await.unwrap();
+    }
+    let store = &app.server.as_ref().unwrap().state.store;
+    let request = ClaimRequest {
+        worker: "w",
+        kinds: &[JobKind::PhaseOne],
+        now: Utc::now(),
+        lease: chrono::Duration::seconds(60),
+    };
+    let name = |id: uuid::Uuid| {
+        [(&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(t, _)| t.id == id.to_string()).map(|(_, n)| *n).unwrap()
+    };
+    let first: Vec<&str> = store.claim_jobs(&request, 2).await.unwrap().iter().map(|j| name(j.tenant_id)).collect();
+    assert_eq!(first, ["a", "b"], "first turns, oldest first");
+    // a and b now have one running each: c's first job comes first, then
+    // a's and b's second (turn 2), then their third (turn 3).
+    let second: Vec<&str> = store.claim_jobs(&request, 5).await.unwrap().iter().map(|j| name(j.tenant_id)).collect();
+    assert_eq!(second, ["c", "a", "b", "a", "b"]);
+    let rest: Vec<&str> = store.claim_jobs(&request, 5).await.unwrap().iter().map(|j| name(j.tenant_id)).collect();
+    assert_eq!(rest, ["a"], "what is left");
 }
 
 async fn one_tenants_backlog_does_not_starve_another(backend: Backend) {

@@ -162,31 +162,41 @@ for_every_dialect! {
                   SELECT 1 FROM jobs o WHERE o.tenant_id = q.tenant_id AND o.workspace = q.workspace
                      AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'))";
         // Only each tenant's first `limit` jobs can be among the first
-        // `limit` turns. Where the database can, only they are read: the
-        // tenants with queued jobs are found by skipping through the index,
-        // one probe per tenant, and each is asked for its first few.
+        // `limit` turns, and only they are read: the tenants with queued
+        // jobs are found by skipping through the index, one probe per
+        // tenant, and each is asked for its first few (Postgres joins them
+        // laterally; SQLite, which cannot, looks them up by id).
+        // SQLite's planner, without statistics, walks `jobs_due` instead of
+        // the per-tenant index; it is told which to use.
+        let by_tenant = if DB::LATERAL { "" } else { " INDEXED BY jobs_queued_by_tenant" };
+        let queued_tenants = format!(
+            "WITH RECURSIVE queued_tenants(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM jobs{by_tenant} WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.tenant_id FROM jobs j{by_tenant} WHERE j.state = 'queued' AND j.tenant_id > t.tenant_id
+                        ORDER BY j.tenant_id LIMIT 1)
+                FROM queued_tenants t WHERE t.tenant_id IS NOT NULL)"
+        );
+        const FIRST_DUE: &str = "FROM jobs q WHERE q.tenant_id = t.tenant_id AND {DUE}
+                ORDER BY q.run_after, q.created_at LIMIT $7";
+        let first_due = FIRST_DUE.replace("{DUE}", DUE);
         let due_jobs = if DB::LATERAL {
             format!(
-                "(WITH RECURSIVE queued_tenants(tenant_id) AS (
-                    SELECT (SELECT tenant_id FROM jobs WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT j.tenant_id FROM jobs j WHERE j.state = 'queued' AND j.tenant_id > t.tenant_id
-                            ORDER BY j.tenant_id LIMIT 1)
-                    FROM queued_tenants t WHERE t.tenant_id IS NOT NULL)
+                "({queued_tenants}
                   SELECT f.* FROM queued_tenants t CROSS JOIN LATERAL (
-                    SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at FROM jobs q
-                    WHERE q.tenant_id = t.tenant_id AND {DUE}
-                    ORDER BY q.run_after, q.created_at LIMIT $7) f
+                    SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at {first_due}) f
                   WHERE t.tenant_id IS NOT NULL)"
             )
         } else {
             format!(
-                "(SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at FROM jobs q
-                  WHERE {DUE} AND $7 > 0)"
+                "({queued_tenants}
+                  SELECT f.id, f.kind, f.tenant_id, f.workspace, f.layout, f.run_after, f.created_at
+                  FROM queued_tenants t JOIN jobs f ON f.id IN (SELECT q.id {first_due})
+                  WHERE t.tenant_id IS NOT NULL)"
             )
         };
-        let candidates = sqlx::query(AssertSqlSafe(format!(
-            "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout FROM (
+        let candidates_sql = format!(
+            "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout, c.turn FROM (
                SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
                       COALESCE(share.running, 0)
                         + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn
@@ -197,30 +207,44 @@ for_every_dialect! {
              ) c
              ORDER BY c.turn, c.run_after, c.created_at
              LIMIT $6"
-        )))
-        .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
-        .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
-        .bind(req.now)
-        .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
-        .bind(i64::from(req.kinds.contains(&JobKind::Import)))
-        .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await?;
-        // At most one job runs alone per layout (a phase two, a restore, a
-        // forget): a batch takes one of them per layout.
+        );
+        // Most claims are served by each tenant's first due job alone: when
+        // the batch fills with jobs of the smallest turn, no tenant's second
+        // job (a turn later at least) could have come before them. Otherwise
+        // each tenant's first `limit` are read.
         let mut chosen = Vec::with_capacity(limit);
-        let mut layouts_taken = std::collections::HashSet::new();
-        for row in &candidates {
-            if chosen.len() == limit {
+        for per_tenant in [1, limit] {
+            let candidates = sqlx::query(AssertSqlSafe(candidates_sql.clone()))
+                .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
+                .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
+                .bind(req.now)
+                .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
+                .bind(i64::from(req.kinds.contains(&JobKind::Import)))
+                .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
+                .bind(i64::try_from(per_tenant).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await?;
+            // At most one job runs alone per layout (a phase two, a restore, a
+            // forget): a batch takes one of them per layout.
+            chosen.clear();
+            let mut layouts_taken = std::collections::HashSet::new();
+            let mut last_turn = None;
+            for row in &candidates {
+                if chosen.len() == limit {
+                    break;
+                }
+                let kind: String = row.try_get("kind")?;
+                let layout = (row.try_get::<Uuid, _>("tenant_id")?, row.try_get::<String, _>("workspace")?, row.try_get::<String, _>("layout")?);
+                if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
+                    continue;
+                }
+                chosen.push(row.try_get::<Uuid, _>("id")?);
+                last_turn = Some(row.try_get::<i64, _>("turn")?);
+            }
+            let first_turn = candidates.first().map(|row| row.try_get::<i64, _>("turn")).transpose()?;
+            if per_tenant == limit || (chosen.len() == limit && last_turn == first_turn) {
                 break;
             }
-            let kind: String = row.try_get("kind")?;
-            let layout = (row.try_get::<Uuid, _>("tenant_id")?, row.try_get::<String, _>("workspace")?, row.try_get::<String, _>("layout")?);
-            if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
-                continue;
-            }
-            chosen.push(row.try_get::<Uuid, _>("id")?);
         }
         if chosen.is_empty() {
             return Ok(Vec::new());
@@ -233,7 +257,7 @@ for_every_dialect! {
         update.push(", lease_token = ").push_bind(token);
         update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
         update.push(", attempts = attempts + 1, started_at = COALESCE(started_at, ").push_bind(req.now);
-        update.push(") WHERE state = 'queued' AND run_after <= ").push_bind(req.now);
+        update.push(") WHERE ").push(DB::UNINDEXED).push("state = 'queued' AND run_after <= ").push_bind(req.now);
         update.push(" AND id IN (");
         let mut ids = update.separated(", ");
         for id in &chosen {

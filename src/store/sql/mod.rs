@@ -32,8 +32,12 @@ pub trait Dialect: Database {
     /// As `LOCK_ROWS`, for a query joining the table whose rows it locks,
     /// named `locked`, with rows that cannot be locked (a `VALUES` list).
     const LOCK_JOINED_ROWS: &'static str;
-    /// The database joins `LATERAL` subqueries (a claim then reads only each
-    /// tenant's first few queued jobs).
+    /// Put before a column to keep the planner off its indexes: SQLite,
+    /// without statistics, prefers a wide range of an index on `state` to a
+    /// few primary-key lookups (unary plus); Postgres needs no hint.
+    const UNINDEXED: &'static str;
+    /// The database joins `LATERAL` subqueries (a claim reads each tenant's
+    /// first few queued jobs that way; otherwise it looks them up by id).
     const LATERAL: bool;
     /// Appended to a single-table claim query: skip rows another replica is claiming.
     const SKIP_LOCKED: &'static str;

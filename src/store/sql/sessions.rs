@@ -136,7 +136,7 @@ for_every_dialect! {
         rows.iter().map(Self::record::<JobRow, JobRecord>).collect()
     }
 
-    pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<()> {
+    pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<bool> {
         let open_jobs = || {
             AssertSqlSafe(format!(
                 "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND {SESSION_JOBS} AND state IN ('queued', 'running')"
@@ -144,7 +144,7 @@ for_every_dialect! {
         };
         let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&self.pool).await?;
         if open.try_get::<i64, _>("n")? > 0 {
-            return Ok(());
+            return Ok(false);
         }
         let mut tx = self.begin_write().await?;
         let Some(session) =
@@ -154,11 +154,11 @@ for_every_dialect! {
                 .fetch_optional(&mut *tx)
                 .await?
         else {
-            return Ok(());
+            return Ok(false);
         };
         let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
         if open.try_get::<i64, _>("n")? > 0 {
-            return Ok(());
+            return Ok(false);
         }
         let failed = sqlx::query(AssertSqlSafe(format!(
             "SELECT id, kind, layout, rollout_id, last_error FROM jobs
@@ -199,7 +199,7 @@ for_every_dialect! {
             Self::record_events_in(&mut tx, tenant, &[closed], now).await?;
         }
         tx.commit().await?;
-        Ok(())
+        Ok(settled.is_some())
     }
     }
 }
@@ -447,7 +447,7 @@ for_every_dialect! {
         Ok(!Self::workspace_empty_in(&mut conn, tenant, workspace).await?)
     }
 
-    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<()> {
+    async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<bool> {
         self.settle_session_in(tenant, session_id.as_str()).await
     }
 
