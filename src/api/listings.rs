@@ -106,6 +106,21 @@ pub(crate) async fn memory_files_of(root: &FsPath, memories_dir: &str) -> Result
         .map_err(ApiError::internal)
 }
 
-pub async fn list_tenants(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!({"tenants": state.store.list_tenants().await?})))
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantsQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+pub async fn list_tenants(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<TenantsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let page = page_of(Listing::Tenants, query.limit, query.cursor.as_deref())?;
+    let rows = state.store.list_tenants(&page).await?;
+    let (tenants, next_cursor) =
+        page.finish(Listing::Tenants, rows, |t| PageCursor { at: t.created_at, key: t.tenant_id.to_string() });
+    Ok(Json(json!({"tenants": tenants, "next_cursor": next_cursor})))
 }

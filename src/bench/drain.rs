@@ -9,7 +9,7 @@ use super::{Bench, BenchResult, Figure, figure, percentile};
 use crate::store::{JobFilter, PageRequest};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The stages of a job, in the order a job passes them.
 const STAGES: [&str; 7] = ["claim", "prepare", "run", "stage", "finish", "publish", "settle"];
@@ -132,25 +132,14 @@ impl Bench {
                     }
                 })
             };
-            let store = &self.server.state.store;
-            loop {
-                let counts = store.job_counts().await?;
-                if !counts.iter().any(|(_, state, n)| *n > 0 && (state == "queued" || state == "running")) {
-                    break;
-                }
-                if started.elapsed() > Duration::from_secs(1800) {
-                    return Err("the jobs never drained".into());
-                }
-                // Counting the queue reads every queued row: often enough, and no more.
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+            self.wait_for_the_queue().await?;
             let drained = started.elapsed().as_secs_f64();
             probing.abort();
             fresh_closes.extend(probed.lock().expect("not poisoned").iter().copied());
             let mut jobs = 0usize;
             for (tenant, _) in &keys {
                 let page = PageRequest { limit: 10_000, after: None };
-                for job in store.list_jobs(*tenant, &JobFilter::default(), &page).await? {
+                for job in self.server.state.store.list_jobs(*tenant, &JobFilter::default(), &page).await? {
                     if let (Some(began), Some(ended)) = (job.started_at, job.finished_at) {
                         // A phase two waits for its closes' phase ones by design: only
                         // phase one's wait is the queue's.

@@ -19,6 +19,7 @@ mod drain;
 mod events;
 mod forget;
 mod portability;
+mod scale;
 mod soak;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,6 +42,10 @@ pub enum Workload {
     Events,
     /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
     Soak,
+    /// Admin listings, scrapes, session listings and appends at 10, 1,000
+    /// and 10,000 tenants, each with a closed conversation (not part of
+    /// `all`; with `--extractive` their jobs drain in seconds).
+    Scale,
     All,
 }
 
@@ -468,9 +473,10 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
-    // The soak and the drain are probes of their own, not part of `all`.
+    // The soak, the drain and the scale are probes of their own, not part of `all`.
     let wants = |w: Workload| {
-        args.workload == w || (args.workload == Workload::All && !matches!(w, Workload::Soak | Workload::Drain))
+        args.workload == w
+            || (args.workload == Workload::All && !matches!(w, Workload::Soak | Workload::Drain | Workload::Scale))
     };
     let progress = |f: &Figure| {
         if !args.json {
@@ -519,6 +525,12 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
     if wants(Workload::Drain) {
         let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (args.tenants.max(1), 10, 4) };
         for f in bench.drain(tenants, sessions, rollouts).await? {
+            progress(&f);
+            out.push(f);
+        }
+    }
+    if wants(Workload::Scale) {
+        for f in bench.scale(if args.quick { &[10, 50] } else { &[10, 1000, 10_000] }).await? {
             progress(&f);
             out.push(f);
         }

@@ -1,6 +1,7 @@
-//! Keyset pagination (SPEC §2.6): a listing is ordered newest first by
-//! `(time, key)`, and a cursor names the last row of the page before, so a
-//! row inserted meanwhile never shifts a page (as an offset would).
+//! Keyset pagination (SPEC §2.6): a listing is ordered by `(time, key)`
+//! (newest first; the tenants oldest first), and a cursor names the last row
+//! of the page before, so a row inserted meanwhile never shifts a page (as an
+//! offset would).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -15,6 +16,7 @@ pub enum Listing {
     Sessions,
     Jobs,
     Runs,
+    Tenants,
 }
 
 impl Listing {
@@ -23,13 +25,14 @@ impl Listing {
             Self::Sessions => "sessions",
             Self::Jobs => "jobs",
             Self::Runs => "runs",
+            Self::Tenants => "tenants",
         }
     }
 
     fn key_is_valid(self, key: &str) -> bool {
         match self {
             Self::Sessions => super::ids::SessionId::parse(key).is_some_and(|id| id.as_str() == key),
-            Self::Jobs | Self::Runs => uuid::Uuid::parse_str(key).is_ok_and(|id| id.to_string() == key),
+            Self::Jobs | Self::Runs | Self::Tenants => uuid::Uuid::parse_str(key).is_ok_and(|id| id.to_string() == key),
         }
     }
 }

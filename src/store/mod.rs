@@ -131,8 +131,9 @@ pub trait TenantStore: Send + Sync {
     /// `false` when no live key has that id.
     async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool>;
     async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
-    /// Every tenant, oldest first, with its live keys and sessions counted.
-    async fn list_tenants(&self) -> StoreResult<Vec<TenantSummary>>;
+    /// A page of the tenants, oldest first, with their live keys and
+    /// sessions counted: the cost follows the page, not every tenant.
+    async fn list_tenants(&self, page: &PageRequest) -> StoreResult<Vec<TenantSummary>>;
     /// Whether the tenant exists (being forgotten included): one row read.
     async fn tenant_exists(&self, tenant: TenantId) -> StoreResult<bool>;
     /// The limits an operator set for the tenant (`None`: none set).

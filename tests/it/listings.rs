@@ -252,4 +252,44 @@ async fn workspaces_files_and_tenants_are_listed(backend: Backend) {
     let (status, code, _) =
         status_code_body(app.request(Method::GET, "/v1/admin/tenants", &t.key).send().await.unwrap()).await;
     assert_eq!((status, code.as_str()), (401, "unauthorized"));
+
+    // A page at a time, oldest first, each tenant once.
+    for _ in 0..3 {
+        app.tenant().await;
+    }
+    let every: Vec<String> = tenants.iter().map(|x| x["tenant_id"].as_str().unwrap().to_owned()).collect();
+    let (mut paged, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/admin/tenants?limit=2&cursor={c}"),
+            None => "/v1/admin/tenants?limit=2".to_owned(),
+        };
+        let page = app.json(Method::GET, &path, ADMIN_TOKEN).await;
+        let rows = page["tenants"].as_array().unwrap();
+        assert!(rows.len() <= 2);
+        paged.extend(rows.iter().map(|x| x["tenant_id"].as_str().unwrap().to_owned()));
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(paged.len(), every.len() + 3);
+    assert_eq!(paged[..every.len()], every[..], "the first tenants, in the order of the one-page listing");
+    let (status, code, _) =
+        status_code_body(app.request(Method::GET, "/v1/admin/tenants?cursor=00ff", ADMIN_TOKEN).send().await.unwrap())
+            .await;
+    assert_eq!((status, code.as_str()), (400, "invalid_request"));
+    let sessions_cursor = app.json(Method::GET, "/v1/sessions?limit=1", &t.key).await["next_cursor"].clone();
+    let (status, _, _) = status_code_body(
+        app.request(
+            Method::GET,
+            &format!("/v1/admin/tenants?cursor={}", sessions_cursor.as_str().unwrap()),
+            ADMIN_TOKEN,
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "another listing's cursor is refused");
 }

@@ -318,11 +318,20 @@ async fn logout(State(state): State<AppState>, signed: Signed, client: Client, F
     Ok(response)
 }
 
-async fn tenants(State(state): State<AppState>, signed: Signed) -> Page {
+#[derive(Deserialize)]
+pub struct TenantsQuery {
+    cursor: Option<String>,
+}
+
+async fn tenants(State(state): State<AppState>, signed: Signed, Query(q): Query<TenantsQuery>) -> Page {
     if !signed.session.principal.is_admin() {
         return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
     }
-    let tenants = state.store.list_tenants().await?;
+    let page_request =
+        PageRequest::parse(Listing::Tenants, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
+    let rows = state.store.list_tenants(&page_request).await?;
+    let (tenants, next) =
+        page_request.finish(Listing::Tenants, rows, |t| PageCursor { at: t.created_at, key: t.tenant_id.to_string() });
     signed.page(
         "Tenants",
         html! {
@@ -346,6 +355,9 @@ async fn tenants(State(state): State<AppState>, signed: Signed) -> Page {
                     }
                 }
             }
+            @if let Some(next) = next {
+                p { a href={"/console/tenants" (query(&[("cursor", Some(&next))]))} { "Newer tenants →" } }
+            }
         },
     )
 }
@@ -366,7 +378,7 @@ async fn pick_tenant(
     if !signed.session.principal.is_admin() {
         return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
     }
-    if !state.store.list_tenants().await?.iter().any(|t| t.tenant_id == form.tenant_id) {
+    if !state.store.tenant_exists(form.tenant_id).await? {
         return Err(ConsoleError(ApiError::NotFound(format!("No tenant {}.", form.tenant_id))));
     }
     let session = ConsoleSession { principal: Principal::Admin(Some(form.tenant_id)), ..signed.session };
