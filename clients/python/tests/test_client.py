@@ -181,10 +181,14 @@ def test_admin_routes(server):
         issued = admin.create_tenant("py-admin")
         another = admin.issue_key(issued.tenant_id)
         assert another.api_key and another.api_key != issued.api_key
-        listed = {t.tenant_id: t for t in admin.list_tenants()}
+        listed = {t.tenant_id: t for t in admin.list_tenants(limit=1000).tenants}
         assert (listed[issued.tenant_id].name, listed[issued.tenant_id].keys) == ("py-admin", 2)
         admin.revoke_key(another.key_id)
-        assert {t.tenant_id: t.keys for t in admin.list_tenants()}[issued.tenant_id] == 1
+        assert {t.tenant_id: t.keys for t in admin.list_tenants(limit=1000).tenants}[issued.tenant_id] == 1
+        first = admin.list_tenants(limit=1)
+        assert len(first.tenants) == 1 and first.next_cursor
+        second = admin.list_tenants(limit=1, cursor=first.next_cursor)
+        assert second.tenants[0].tenant_id != first.tenants[0].tenant_id
     with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked:
         with pytest.raises(AuthenticationError):
             revoked.list_layouts()
@@ -193,7 +197,7 @@ def test_admin_routes(server):
         job = admin.delete_tenant(doomed.tenant_id)
         assert job.kind == "forget" and job.forget.scope == "tenant"
         deadline = time.monotonic() + 30
-        while doomed.tenant_id in {t.tenant_id for t in admin.list_tenants()}:
+        while doomed.tenant_id in {t.tenant_id for t in admin.list_tenants(limit=1000).tenants}:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         with pytest.raises(NotFoundError):

@@ -224,9 +224,10 @@ export class Memoryd {
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 
-  async listTenants(options?: CallOptions): Promise<S["TenantSummary"][]> {
-    const list = await this.send({ method: "GET", path: "/v1/admin/tenants", admin: true }, json<S["TenantList"]>, options);
-    return list.tenants ?? [];
+  /** One page of the tenants, oldest first; pass `next_cursor` as `cursor` for the next. */
+  listTenants(page: { limit?: number; cursor?: string } = {}, options?: CallOptions): Promise<S["TenantList"]> {
+    const call: Call = { method: "GET", path: "/v1/admin/tenants", query: page, admin: true };
+    return this.send(call, json<S["TenantList"]>, options);
   }
 
   revokeKey(keyId: string, options?: CallOptions): Promise<void> {

@@ -152,10 +152,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every tenant, with its live keys and sessions counted */
+        /** The tenants, a page at a time, with their live keys and sessions counted */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    limit?: components["parameters"]["Limit"];
+                    /** @description the `next_cursor` of the page before (opaque; one that is not is 400 `invalid_request`) */
+                    cursor?: components["parameters"]["Cursor"];
+                };
                 header?: never;
                 path?: never;
                 cookie?: never;
@@ -171,6 +175,7 @@ export interface paths {
                         "application/json": components["schemas"]["TenantList"];
                     };
                 };
+                400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -2348,6 +2353,8 @@ export interface components {
         };
         TenantList: {
             tenants?: components["schemas"]["TenantSummary"][];
+            /** @description the next page's cursor; null on the last page */
+            next_cursor?: string | null;
         };
     };
     responses: {

@@ -225,9 +225,12 @@ class _Routes:
         path = f"/v1/admin/tenants/{segment(tenant_id)}/keys"
         return self._send(Call("POST", path, _model(m.IssuedKey), idempotent=False, admin=True))
 
-    def list_tenants(self):
-        """``GET /v1/admin/tenants``: every tenant with its live keys and sessions counted."""
-        return self._send(Call("GET", "/v1/admin/tenants", _field(m.TenantList, "tenants"), admin=True))
+    def list_tenants(self, *, limit: Optional[int] = None, cursor: Optional[str] = None):
+        """``GET /v1/admin/tenants``: one page of tenants, oldest first, with their
+        live keys and sessions counted; pass the page's ``next_cursor`` as
+        ``cursor`` for the next."""
+        params = {"limit": limit, "cursor": cursor}
+        return self._send(Call("GET", "/v1/admin/tenants", _model(m.TenantList), params=params, admin=True))
 
     def revoke_key(self, key_id: str):
         """``DELETE /v1/admin/keys/{key_id}``."""

@@ -273,6 +273,7 @@ class TenantSummary(_Model):
 
 class TenantList(_Model):
     tenants: list[TenantSummary] = []
+    next_cursor: Optional[str] = None
 
 
 class Session(_Model):
