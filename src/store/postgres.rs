@@ -21,6 +21,7 @@ impl Dialect for Postgres {
     const BEGIN_WRITE: &'static str = "BEGIN";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
     const UNINDEXED: &'static str = "";
+    const QUEUED_BY_TENANT: &'static str = "";
     const LATERAL: bool = true;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     // The advisory lock keys are arbitrary; they only have to be the same for

@@ -21,6 +21,7 @@ impl Dialect for Sqlite {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN";
     const UNINDEXED: &'static str = "+";
+    const QUEUED_BY_TENANT: &'static str = " INDEXED BY jobs_queued_by_tenant";
     const LATERAL: bool = false;
     const SKIP_LOCKED: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;

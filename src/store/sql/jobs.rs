@@ -166,9 +166,7 @@ for_every_dialect! {
         // jobs are found by skipping through the index, one probe per
         // tenant, and each is asked for its first few (Postgres joins them
         // laterally; SQLite, which cannot, looks them up by id).
-        // SQLite's planner, without statistics, walks `jobs_due` instead of
-        // the per-tenant index; it is told which to use.
-        let by_tenant = if DB::LATERAL { "" } else { " INDEXED BY jobs_queued_by_tenant" };
+        let by_tenant = DB::QUEUED_BY_TENANT;
         let queued_tenants = format!(
             "WITH RECURSIVE queued_tenants(tenant_id) AS (
                 SELECT (SELECT tenant_id FROM jobs{by_tenant} WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)

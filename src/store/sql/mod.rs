@@ -36,6 +36,10 @@ pub trait Dialect: Database {
     /// without statistics, prefers a wide range of an index on `state` to a
     /// few primary-key lookups (unary plus); Postgres needs no hint.
     const UNINDEXED: &'static str;
+    /// Put after `jobs` where the queued jobs are walked by tenant: SQLite's
+    /// planner, without statistics, walks `jobs_due` instead of the
+    /// per-tenant index and is told which to use; Postgres needs no hint.
+    const QUEUED_BY_TENANT: &'static str;
     /// The database joins `LATERAL` subqueries (a claim reads each tenant's
     /// first few queued jobs that way; otherwise it looks them up by id).
     const LATERAL: bool;
