@@ -37,7 +37,12 @@ pg_answers() {
 }
 
 THROWAWAY=""
+DROP_TEST_DATABASE=""
 cleanup() {
+  if [ -n "$DROP_TEST_DATABASE" ] && [ -z "$THROWAWAY" ]; then
+    "$PSQL" "$ADMIN_URL" -qc 'DROP DATABASE IF EXISTS memoryd_test WITH (FORCE)' >/dev/null 2>&1 ||
+      log "could not drop the tests' database memoryd_test"
+  fi
   if [ -n "$THROWAWAY" ]; then
     local bin; bin="$(pg_bin_dir)"
     if [ "$(id -u)" -eq 0 ]; then
@@ -82,6 +87,10 @@ PSQL="$(command -v psql || echo "$(pg_bin_dir)/psql")"
 "$PSQL" "$ADMIN_URL" -qc 'DROP DATABASE IF EXISTS memoryd_test WITH (FORCE)' >/dev/null
 "$PSQL" "$ADMIN_URL" -qc 'CREATE DATABASE memoryd_test' >/dev/null
 export MEMORYD_TEST_DATABASE_URL="${ADMIN_URL%/*}/memoryd_test"
+# Every Postgres test makes a schema of its own in this database; the database
+# goes when the run ends, so a server the runs share keeps nothing of them
+# (MEMORYD_KEEP_TEST_DATABASE=1 keeps it to look into a failure).
+[ "${MEMORYD_KEEP_TEST_DATABASE:-}" = "1" ] || DROP_TEST_DATABASE=1
 log "Postgres for the tests: ${MEMORYD_TEST_DATABASE_URL}"
 
 # The API description must be valid OpenAPI (the drift against the router is a Rust test).
