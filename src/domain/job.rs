@@ -113,6 +113,35 @@ impl JobState {
     }
 }
 
+/// How a phase-two, restore or forget run ended, as its run record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Succeeded,
+    /// A phase two with nothing to consolidate.
+    Skipped,
+    Failed,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Skipped => "skipped",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "succeeded" => Some(Self::Succeeded),
+            "skipped" => Some(Self::Skipped),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
 /// What a forget job removes (SPEC §2.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -268,6 +297,11 @@ mod tests {
         ] {
             assert_eq!(JobState::parse(s.as_str()), Some(s));
         }
+        for s in [RunState::Succeeded, RunState::Skipped, RunState::Failed] {
+            assert_eq!(RunState::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str(), "the API shows what the database stores");
+        }
+        assert_eq!(RunState::parse("running"), None, "a run is recorded when it has ended");
         for k in [JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore, JobKind::Forget] {
             assert_eq!(JobKind::parse(k.as_str()), Some(k));
         }

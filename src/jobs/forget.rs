@@ -13,7 +13,7 @@ use crate::domain::ids::RolloutId;
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
 use crate::llm::TokenUsage;
 use crate::pipeline::selection::raw_memories_md;
-use crate::store::{ClaimedJob, JobOutcome};
+use crate::store::{ClaimedJob, JobOutcome, RunState};
 use crate::tools::MemoryTools;
 use crate::workspace::{confine, folder_files, remove_if_present, sync_dir};
 use std::path::{Path, PathBuf};
@@ -95,12 +95,12 @@ async fn forget_rollouts(ctx: &WorkerContext, claimed: &ClaimedJob, spec: &Forge
     let result = forget_and_consolidate(ctx, claimed, spec, &mut log).await;
     match result {
         Ok((completion, document)) => {
-            let report = log.report(claimed, "succeeded", None, Some(document));
+            let report = log.report(claimed, RunState::Succeeded, None, Some(document));
             (Ok(completion), Some(report))
         }
         Err(e) => {
             log.files_changed.clear();
-            let report = log.report(claimed, "failed", Some(error_text(&e)), None);
+            let report = log.report(claimed, RunState::Failed, Some(error_text(&e)), None);
             (Err(e), Some(report))
         }
     }

@@ -17,7 +17,7 @@ use crate::domain::redact::{Counts, add_counts};
 use crate::llm::{Provider, TokenUsage};
 use crate::store::{
     ClaimRequest, ClaimedJob, DynStore, FileHistory, JobAccounting, JobFinish, JobKind, JobOutcome, PhaseTwoReport,
-    PublishDecision, RunHistory,
+    PublishDecision, RunHistory, RunState,
 };
 use crate::workspace::Volumes;
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
@@ -381,7 +381,7 @@ async fn stage_files(
     let Ok(Completion { outcome, files: Some(mut files), usage, mut redactions, imported: None }) = result else {
         return (result, None);
     };
-    let keeps_history = report.as_ref().is_some_and(|r| r.run.state == "succeeded");
+    let keeps_history = report.as_ref().is_some_and(|r| r.run.state == RunState::Succeeded);
     let memories_dir = claimed.layout.memories_dir.normalized.clone();
     // SPEC §4: whatever a job publishes under the memory folder (phase one's
     // files, the consolidation agent's edits, a restore) is redacted here,
@@ -568,6 +568,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         _ => None,
     };
     let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
+    let failed = matches!(finish.outcome, JobOutcome::Failed { .. });
     let stage_started = std::time::Instant::now();
     let recorded = ctx.store.finish_job(&claimed, finish).await;
     crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
@@ -594,7 +595,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         // A phase one that did not fail records no event of its own, only a
         // session it closed does: waking the deliveries and the streams for
         // nothing would cost them a query for every job.
-        if closed_any || claimed.job.kind != JobKind::PhaseOne || outcome == "failed" {
+        if closed_any || claimed.job.kind != JobKind::PhaseOne || failed {
             ctx.events.committed();
         }
     }

@@ -17,7 +17,7 @@ use crate::pipeline::selection::{
     selection_document, selection_file,
 };
 use crate::store::{
-    ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, Store, TenantId,
+    ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, RunState, Store, TenantId,
 };
 use crate::tools::{MemoryTools, tool_specs};
 use crate::workspace::confine;
@@ -53,7 +53,7 @@ impl RunLog {
     pub fn report(
         &self,
         claimed: &ClaimedJob,
-        state: &str,
+        state: RunState,
         error: Option<String>,
         selection_doc: Option<serde_json::Value>,
     ) -> PhaseTwoReport {
@@ -64,7 +64,7 @@ impl RunLog {
                 kind: claimed.job.kind.as_str().to_owned(),
                 job_id: claimed.job.job_id,
                 session_id: claimed.job.session_id.as_ref().map_or_else(String::new, |s| s.as_str().to_owned()),
-                state: state.to_owned(),
+                state,
                 selected: count(|s| s.selected.len()),
                 added: count(PhaseTwoSelection::added_count),
                 retained: count(|s| s.retained.len()),
@@ -117,16 +117,20 @@ impl super::JobRunner for PhaseTwo {
         let mut log = RunLog::new();
         let (result, report) = match attempt(ctx, claimed, &mut log).await {
             Ok((completion, document)) => {
-                let state = if matches!(completion.outcome, JobOutcome::Skipped) { "skipped" } else { "succeeded" };
+                let state = if matches!(completion.outcome, JobOutcome::Skipped) {
+                    RunState::Skipped
+                } else {
+                    RunState::Succeeded
+                };
                 let report = log.report(claimed, state, None, document);
                 (Ok(completion), report)
             }
             Err(e) => {
-                let report = log.report(claimed, "failed", Some(error_text(&e)), None);
+                let report = log.report(claimed, RunState::Failed, Some(error_text(&e)), None);
                 (Err(e), report)
             }
         };
-        crate::metrics::phase_two_run(&report.run.state, report.run.turns, report.run.files_changed.len());
+        crate::metrics::phase_two_run(report.run.state.as_str(), report.run.turns, report.run.files_changed.len());
         (result, Some(report))
     }
 }

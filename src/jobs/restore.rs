@@ -4,7 +4,7 @@
 
 use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::llm::TokenUsage;
-use crate::store::{ClaimedJob, FileAtRun, JobOutcome, PhaseTwoReport, PhaseTwoRun};
+use crate::store::{ClaimedJob, FileAtRun, JobOutcome, PhaseTwoReport, PhaseTwoRun, RunState};
 use crate::tools::agent_may_write;
 use crate::workspace::publish::FileChanges;
 use crate::workspace::{confine, folder_files};
@@ -22,10 +22,10 @@ impl super::JobRunner for Restore {
         let result = restore(ctx, claimed).await;
         let (state, error, files_changed) = match &result {
             Ok(completion) => {
-                ("succeeded", None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
+                (RunState::Succeeded, None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
             }
             Err(AttemptError::Retryable { message, .. } | AttemptError::Fatal { message }) => {
-                ("failed", Some(message.clone()), Vec::new())
+                (RunState::Failed, Some(message.clone()), Vec::new())
             }
         };
         let report = PhaseTwoReport {
@@ -34,7 +34,7 @@ impl super::JobRunner for Restore {
                 kind: claimed.job.kind.as_str().to_owned(),
                 job_id: claimed.job.job_id,
                 session_id: claimed.job.session_id.as_ref().map_or_else(String::new, |s| s.as_str().to_owned()),
-                state: state.to_owned(),
+                state,
                 selected: 0,
                 added: 0,
                 retained: 0,

@@ -10,7 +10,7 @@ mod records;
 mod sql;
 mod sqlite;
 
-pub use crate::domain::job::{JobKind, JobState, SessionState};
+pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
 pub use crate::domain::layout::{StoredLayout, default_layout, resolve_layout, with_implicit_default};
 pub use postgres::PgStore;
 pub use records::*;

@@ -2,7 +2,7 @@
 
 use super::{StoreResult, TenantId};
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{ForgetSpec, JobKind, JobState, SessionState};
+use crate::domain::job::{ForgetSpec, JobKind, JobState, RunState, SessionState};
 use crate::domain::layout::ValidLayout;
 use crate::domain::segment::Segment;
 use async_trait::async_trait;
@@ -381,7 +381,7 @@ pub struct PhaseTwoRun {
     pub kind: String,
     pub job_id: Uuid,
     pub session_id: String,
-    pub state: String,
+    pub state: RunState,
     pub selected: i64,
     pub added: i64,
     pub retained: i64,

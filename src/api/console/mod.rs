@@ -468,7 +468,7 @@ async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
                     tr {
                         td { (run_link(workspace, layout, &run.run_id)) }
                         td { (memory_link(workspace, layout)) }
-                        td { (state_badge(&run.state)) }
+                        td { (state_badge(run.state.as_str())) }
                         td { @for s in &run.sessions { (session_link(s)) " " } }
                         td { (when(&run.finished_at)) }
                     }
@@ -932,7 +932,7 @@ async fn runs(State(state): State<AppState>, signed: Signed, Query(q): Query<Mem
                 @for r in &rows {
                     tr {
                         td { (run_link(ws, ln, &r.run_id)) @if r.restored_from.is_some() { " (restore)" } }
-                        td { (state_badge(&r.state)) } td { (r.selected) } td { (r.added) } td { (r.retained) } td { (r.removed) }
+                        td { (state_badge(r.state.as_str())) } td { (r.selected) } td { (r.added) } td { (r.retained) } td { (r.removed) }
                         td { @for s in &r.sessions { (session_link(s)) " " } }
                         td { (r.turns) } td { (when(&r.finished_at)) }
                     }
@@ -977,7 +977,7 @@ async fn run(
         html! {
             table {
                 tr { th { "Memory" } td { (memory_link(ws, ln)) } }
-                tr { th { "State" } td { (state_badge(&r.state)) @if let Some(e) = &r.error { " " span class="error" { (e) } } } }
+                tr { th { "State" } td { (state_badge(r.state.as_str())) @if let Some(e) = &r.error { " " span class="error" { (e) } } } }
                 tr { th { "Job" } td { (job_link(&r.job_id)) } }
                 @if let Some(from) = &r.restored_from { tr { th { "Restored" } td { "the memory as " (run_link(ws, ln, from)) " left it" } } }
                 tr { th { "Sessions served" } td { @for s in &r.sessions { (session_link(s)) " " } } }

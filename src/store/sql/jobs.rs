@@ -436,7 +436,7 @@ for_every_dialect! {
                 workspace: job.workspace.as_str(),
                 layout: job.layout.as_str(),
                 kind: &run.kind,
-                succeeded: run.state == "succeeded",
+                succeeded: run.state == RunState::Succeeded,
                 selected: run.selected,
                 added: run.added,
                 retained: run.retained,

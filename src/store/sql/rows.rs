@@ -235,7 +235,7 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             kind: r.kind.unwrap_or_else(|| "phase_two".into()),
             job_id: r.job_id,
             session_id: r.session_id,
-            state: r.state,
+            state: RunState::parse(&r.state).ok_or_else(|| corrupt(format!("run state {:?}", r.state)))?,
             selected: r.selected,
             added: r.added,
             retained: r.retained,
