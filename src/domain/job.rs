@@ -123,20 +123,25 @@ pub enum RunState {
     Failed,
 }
 
+/// A run's state is its job's final state, and is written the same way.
 impl RunState {
-    pub fn as_str(self) -> &'static str {
+    fn job_state(self) -> JobState {
         match self {
-            Self::Succeeded => "succeeded",
-            Self::Skipped => "skipped",
-            Self::Failed => "failed",
+            Self::Succeeded => JobState::Succeeded,
+            Self::Skipped => JobState::Skipped,
+            Self::Failed => JobState::Failed,
         }
     }
 
+    pub fn as_str(self) -> &'static str {
+        self.job_state().as_str()
+    }
+
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "succeeded" => Some(Self::Succeeded),
-            "skipped" => Some(Self::Skipped),
-            "failed" => Some(Self::Failed),
+        match JobState::parse(s)? {
+            JobState::Succeeded => Some(Self::Succeeded),
+            JobState::Skipped => Some(Self::Skipped),
+            JobState::Failed => Some(Self::Failed),
             _ => None,
         }
     }
