@@ -142,6 +142,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         wake: core.wake.clone(),
         publisher: core.publisher.clone(),
         events: core.events.clone(),
+        finisher: crate::jobs::Finisher::start(core.store.clone()),
     };
     let mut workers = spawn_workers(Arc::new(ctx), core.shutdown.subscribe());
     workers.spawn(crate::events::delivery::run(core.store.clone(), core.events.clone(), core.shutdown.subscribe()));

@@ -62,8 +62,10 @@ pub struct BenchArgs {
     pub workload: Workload,
     #[arg(long, value_enum, default_value = "both")]
     pub backend: BackendChoice,
-    /// The Postgres server to use (a schema of its own is created and dropped).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    /// The Postgres server to use (a schema of its own is created and
+    /// dropped). By default the local one, without TLS: on loopback it only
+    /// costs both sides CPU (8% of the drain's throughput on 2 cores).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")]
     pub postgres_url: String,
     /// Runs per figure.
     #[arg(long, default_value_t = 3)]

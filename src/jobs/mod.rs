@@ -2,6 +2,7 @@
 //! renew while working, and record the outcome only while they still own the
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
+mod finisher;
 mod forget;
 pub(crate) mod import;
 mod leftovers;
@@ -10,6 +11,7 @@ pub mod phase_two;
 mod restore;
 mod storage;
 
+pub use finisher::Finisher;
 pub use leftovers::sweep as sweep_leftovers;
 pub use storage::{Reconciled, reconcile_storage};
 
@@ -75,6 +77,8 @@ pub struct WorkerContext {
     pub publisher: Publisher,
     /// Told when a finish may have written events (SPEC §2.8).
     pub events: crate::events::Events,
+    /// Records the attempts' outcomes, several to a transaction.
+    pub finisher: Finisher,
 }
 
 /// What a finished attempt produced: plain data. Its files are written by
@@ -570,7 +574,7 @@ async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
     let failed = matches!(finish.outcome, JobOutcome::Failed { .. });
     let stage_started = std::time::Instant::now();
-    let recorded = ctx.store.finish_job(&claimed, finish).await;
+    let recorded = ctx.finisher.finish(&claimed, finish).await;
     crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
     let stage_started = std::time::Instant::now();
     match (staged, &recorded) {

@@ -20,7 +20,6 @@ impl Dialect for Postgres {
     const LOCK_JOINED_ROWS: &'static str = " FOR UPDATE OF locked";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-    const UNINDEXED: &'static str = "";
     const QUEUED_BY_TENANT: &'static str = "";
     const LATERAL: bool = true;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
@@ -58,5 +57,5 @@ pub async fn connect(url: &str) -> StoreResult<PgStore> {
         // server ends such a transaction after a while so the others go on.
         .connect_with(PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]))
         .await?;
-    SqlStore::open(pool).await
+    SqlStore::open(pool, None).await
 }

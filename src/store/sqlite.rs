@@ -20,7 +20,6 @@ impl Dialect for Sqlite {
     const LOCK_JOINED_ROWS: &'static str = "";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const BEGIN_SNAPSHOT: &'static str = "BEGIN";
-    const UNINDEXED: &'static str = "+";
     const QUEUED_BY_TENANT: &'static str = " INDEXED BY jobs_queued_by_tenant";
     const LATERAL: bool = false;
     const SKIP_LOCKED: &'static str = "";
@@ -47,13 +46,15 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
     if let Some(dir) = options.get_filename().parent() {
         std::fs::create_dir_all(dir).map_err(|e| super::StoreError::Database(sqlx::Error::Io(e)))?;
     }
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        // A commit that fails for want of space can leave SQLite rolled back
-        // while the driver still counts the transaction open (its rollback then
-        // fails too); such a connection would refuse every later `BEGIN`.
-        .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
-        .connect_with(options)
-        .await?;
-    SqlStore::open(pool).await
+    // A commit that fails for want of space can leave SQLite rolled back
+    // while the driver still counts the transaction open (its rollback then
+    // fails too); such a connection would refuse every later `BEGIN`.
+    let pool_of = |size: u32| {
+        SqlitePoolOptions::new()
+            .max_connections(size)
+            .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
+    };
+    let pool = pool_of(8).connect_with(options.clone()).await?;
+    let writer = pool_of(1).connect_with(options).await?;
+    SqlStore::open(pool, Some(writer)).await
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 both_backends!(
     a_worker_that_lost_its_lease_cannot_record_its_result,
+    finishes_recorded_together_keep_each_ones_fence,
     one_tenants_backlog_does_not_starve_another,
     a_claim_takes_jobs_in_turn_order_across_tenants,
     the_database_orders_raw_memories_like_the_selection_rule,
@@ -129,6 +130,69 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");
     let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
+}
+
+fn skipped() -> JobFinish {
+    JobFinish {
+        outcome: JobOutcome::Skipped,
+        phase_two: None,
+        usage: json!({}),
+        publish_id: None,
+        redactions: Default::default(),
+        accounting: Default::default(),
+        import: None,
+    }
+}
+
+/// A group commit records each finish as a finish of its own would: a
+/// stale worker's result is refused while the others in its transaction are
+/// kept; and the engine's recorder gives each waiting worker its own answer.
+async fn finishes_recorded_together_keep_each_ones_fence(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let t = app.tenant().await;
+    for i in 0..5 {
+        app.post_segment(&t.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
+    }
+    app.request(Method::POST, "/v1/sessions/s/close", &t.key).send().await.unwrap();
+    let store = &app.server.as_ref().unwrap().state.store;
+    let claim = |now, lease_secs| ClaimRequest {
+        worker: "w",
+        kinds: &[JobKind::PhaseOne],
+        now,
+        lease: chrono::Duration::seconds(lease_secs),
+    };
+    let claimed = store.claim_jobs(&claim(Utc::now(), 60), 3).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    // The second job's lease runs out and another worker takes it over.
+    let expired = Utc::now() - chrono::Duration::seconds(1);
+    assert!(store.renew_lease(claimed[1].job.job_id, claimed[1].token, expired).await.unwrap());
+    let taken = store.claim_jobs(&claim(Utc::now(), 60), 3).await.unwrap();
+    assert!(taken.iter().any(|j| j.job.job_id == claimed[1].job.job_id), "the expired lease is taken over");
+    let finishes = [skipped(), skipped(), skipped()];
+    let batch: Vec<_> = claimed.iter().zip(&finishes).collect();
+    assert_eq!(store.finish_jobs(&batch).await.unwrap(), [true, false, true]);
+    let state = |id: uuid::Uuid| {
+        let app = &app;
+        let key = t.key.clone();
+        async move { app.json(Method::GET, &format!("/v1/jobs/{id}"), &key).await["state"].as_str().unwrap().to_owned() }
+    };
+    assert_eq!(state(claimed[0].job.job_id).await, "skipped");
+    assert_eq!(state(claimed[1].job.job_id).await, "running", "the new owner's attempt goes on");
+    assert_eq!(state(claimed[2].job.job_id).await, "skipped");
+
+    // Through the recorder: finishes sent at once are answered one by one;
+    // the first job's finish, already recorded, is refused.
+    let recorder = memoryd::jobs::Finisher::start(store.clone());
+    let done = claimed[0].job.job_id;
+    let mut owned = taken;
+    owned.push(claimed[0].clone());
+    let answers = futures_util::future::join_all(owned.iter().map(|job| recorder.finish(job, skipped()))).await;
+    let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+    let expected: Vec<bool> = owned.iter().map(|j| j.job.job_id != done).collect();
+    assert_eq!(answers, expected);
+    for job in owned.iter().filter(|j| j.job.job_id != done) {
+        assert_eq!(state(job.job.job_id).await, "skipped");
+    }
 }
 
 /// A tenant's n-th queued job takes turn (its running jobs + n); a claim of

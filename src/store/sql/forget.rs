@@ -577,11 +577,15 @@ for_every_dialect! {
         if let Some(sql) = DB::AFTER_FORGET {
             // No transaction may be open on the connection, and no writer may
             // be between its statements.
-            let _gate = match &self.write_gate {
-                Some(gate) => Some(gate.lock().await),
-                None => None,
-            };
-            sqlx::query(sql).execute(&self.pool).await?;
+            match &self.writer {
+                Some(writer) => {
+                    let _gate = writer.gate.lock().await;
+                    sqlx::query(sql).execute(&writer.connection).await?;
+                }
+                None => {
+                    sqlx::query(sql).execute(&self.pool).await?;
+                }
+            }
         }
         Ok(())
     }

@@ -32,10 +32,6 @@ pub trait Dialect: Database {
     /// As `LOCK_ROWS`, for a query joining the table whose rows it locks,
     /// named `locked`, with rows that cannot be locked (a `VALUES` list).
     const LOCK_JOINED_ROWS: &'static str;
-    /// Put before a column to keep the planner off its indexes: SQLite,
-    /// without statistics, prefers a wide range of an index on `state` to a
-    /// few primary-key lookups (unary plus); Postgres needs no hint.
-    const UNINDEXED: &'static str;
     /// Put after `jobs` where the queued jobs are walked by tenant: SQLite's
     /// planner, without statistics, walks `jobs_due` instead of the
     /// per-tenant index and is told which to use; Postgres needs no hint.
@@ -76,7 +72,16 @@ pub trait Dialect: Database {
 /// A store on any [`Dialect`].
 pub struct SqlStore<DB: Database> {
     pool: Pool<DB>,
-    write_gate: Option<tokio::sync::Mutex<()>>,
+    /// Where the database admits one writer at a time.
+    writer: Option<OneWriter<DB>>,
+}
+
+/// The queue of a database's writers, and the one connection they write on:
+/// a writer at the head of the queue never waits for a connection that
+/// readers hold.
+struct OneWriter<DB: Database> {
+    gate: tokio::sync::Mutex<()>,
+    connection: Pool<DB>,
 }
 
 /// A write transaction, holding the process's write gate where the dialect has one.
@@ -178,20 +183,25 @@ pub(crate) use for_every_dialect;
 
 for_every_dialect! {
     impl {
-    /// Wraps a connected pool and brings its schema up to date.
-    pub async fn open(pool: Pool<DB>) -> StoreResult<Self> {
-        let store = Self { pool, write_gate: DB::ONE_WRITER.then(|| tokio::sync::Mutex::new(())) };
+    /// Wraps a connected pool and brings its schema up to date; where the
+    /// database admits one writer, `writer` is a pool of one connection that
+    /// every write transaction uses, one after another.
+    pub async fn open(pool: Pool<DB>, writer: Option<Pool<DB>>) -> StoreResult<Self> {
+        let writer = writer.map(|connection| OneWriter { gate: tokio::sync::Mutex::new(()), connection });
+        let store = Self { pool, writer };
         store.migrate().await?;
         store.backfill_sortable_instants().await?;
         Ok(store)
     }
 
     async fn begin_write(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
-        let gate = match &self.write_gate {
-            Some(gate) => Some(gate.lock().await),
-            None => None,
-        };
-        Ok(WriteTx { tx: self.pool.begin_with(DB::BEGIN_WRITE).await?, _gate: gate })
+        match &self.writer {
+            Some(writer) => {
+                let gate = writer.gate.lock().await;
+                Ok(WriteTx { tx: writer.connection.begin_with(DB::BEGIN_WRITE).await?, _gate: Some(gate) })
+            }
+            None => Ok(WriteTx { tx: self.pool.begin_with(DB::BEGIN_WRITE).await?, _gate: None }),
+        }
     }
     }
 }
