@@ -10,6 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 /// after another and its locks are held until the last is recorded.
 const MOST_PER_COMMIT: usize = 32;
 
+/// Transactions of finishes under way at once where the database admits
+/// several writers.
+const CONCURRENT_COMMITS: usize = 2;
+
 struct PendingFinish {
     claimed: ClaimedJob,
     finish: JobFinish,
@@ -25,16 +29,22 @@ pub struct Finisher {
 }
 
 impl Finisher {
-    /// Starts the task that records; it ends once every clone is dropped.
+    /// Starts the tasks that record; they end once every clone is dropped.
+    /// A database that admits one writer gets one; others get a few, so
+    /// that one batch's statements need not wait for the last one's commit.
     pub fn start(store: DynStore) -> Self {
-        let (queue, mut pending) = mpsc::unbounded_channel();
-        let recorder = store.clone();
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(MOST_PER_COMMIT);
-            while pending.recv_many(&mut batch, MOST_PER_COMMIT).await > 0 {
-                record_batch(recorder.as_ref(), std::mem::take(&mut batch)).await;
-            }
-        });
+        let (queue, pending) = mpsc::unbounded_channel();
+        let pending = std::sync::Arc::new(tokio::sync::Mutex::new(pending));
+        let recorders = if store.one_writer() { 1 } else { CONCURRENT_COMMITS };
+        for _ in 0..recorders {
+            let (store, pending) = (store.clone(), pending.clone());
+            tokio::spawn(async move {
+                let mut batch = Vec::with_capacity(MOST_PER_COMMIT);
+                while pending.lock().await.recv_many(&mut batch, MOST_PER_COMMIT).await > 0 {
+                    record_batch(store.as_ref(), std::mem::take(&mut batch)).await;
+                }
+            });
+        }
         Self { queue, store }
     }
 
