@@ -41,7 +41,7 @@ fn stage_totals(kind: &str) -> BTreeMap<String, (f64, f64)> {
 
 impl Bench {
     pub(super) async fn drain(&self, tenants: usize, sessions: usize, rollouts: usize) -> BenchResult<Vec<Figure>> {
-        let (mut rates, mut drains) = (Vec::new(), Vec::new());
+        let (mut rates, mut drains, mut closing) = (Vec::new(), Vec::new(), Vec::new());
         let (mut waits, mut works) = (Vec::new(), Vec::new());
         let mut fresh_closes = Vec::new();
         let before = stage_totals("phase_one");
@@ -105,6 +105,7 @@ impl Bench {
                     return Err(format!("a close answered {status}").into());
                 }
             }
+            closing.push(started.elapsed().as_secs_f64());
             // Meanwhile another tenant closes fresh one-rollout sessions, one after another.
             let probed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             let probing = {
@@ -173,6 +174,7 @@ impl Bench {
         let mut figures = vec![
             figure("drain", self.backend, case.clone(), "jobs drained per second", "jobs/s", rates),
             figure("drain", self.backend, case.clone(), "time to drain", "s", drains),
+            figure("drain", self.backend, case.clone(), "of it, until every close was answered", "s", closing),
             figure(
                 "drain",
                 self.backend,

@@ -1,4 +1,4 @@
-//! `memoryd bench`: the performance figures of the README, measured against a
+//! `memoryd bench`: the performance figures of docs/performance.md, measured against a
 //! real memoryd (in this process, on SQLite and on Postgres) and a fake model
 //! with a fixed latency. Each figure is the median of several runs, with the
 //! minimum and the maximum.
@@ -10,11 +10,11 @@ use crate::fake_model::{FakeLlm, Reply};
 use crate::jobs::phase_two::{LayoutPlace, prepare_input};
 use crate::pipeline::selection::raw_memories_md;
 use crate::store::{RawMemoryRecord, default_layout};
-use clap::{Args, ValueEnum};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod args;
 mod drain;
 mod events;
 mod forget;
@@ -22,87 +22,7 @@ mod portability;
 mod scale;
 mod soak;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Workload {
-    Close,
-    Append,
-    Ingest,
-    Selection,
-    /// A forget of one conversation among many, and a retention sweep.
-    Forget,
-    /// The redaction engine over a 30 MiB rollout.
-    Redaction,
-    /// Export and import of a workspace of 1,000 conversations (about 100 MiB).
-    Portability,
-    /// Many tenants' closes at once: how fast the job engine drains them
-    /// (not part of `all`).
-    Drain,
-    /// Webhook delivery latency at 100 events/s, and appends and closes
-    /// beside receivers that never answer.
-    Events,
-    /// Sustained load on one layout (not part of `all`: it runs for `--duration`).
-    Soak,
-    /// Admin listings, scrapes, session listings and appends at 10, 1,000
-    /// and 10,000 tenants, each with a closed conversation (not part of
-    /// `all`; with `--extractive` their jobs drain in seconds).
-    Scale,
-    All,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendChoice {
-    Sqlite,
-    Postgres,
-    Both,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    #[arg(long, value_enum, default_value = "all")]
-    pub workload: Workload,
-    #[arg(long, value_enum, default_value = "both")]
-    pub backend: BackendChoice,
-    /// The Postgres server to use (a schema of its own is created and
-    /// dropped). By default the local one, without TLS: on loopback it only
-    /// costs both sides CPU (8% of the drain's throughput on 2 cores).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")]
-    pub postgres_url: String,
-    /// Runs per figure.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// The fake model's latency for every call.
-    #[arg(long, default_value_t = 100)]
-    pub latency_ms: u64,
-    /// Small sizes only: a smoke run that finishes in seconds.
-    #[arg(long, default_value_t = false)]
-    pub quick: bool,
-    /// How long the soak workload loads memoryd, in seconds.
-    #[arg(long, default_value_t = 180)]
-    pub duration: u64,
-    /// The close workload with eager phase one: every rollout idle past
-    /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
-    #[arg(long, default_value_t = false)]
-    pub eager: bool,
-    /// The bench tenant with limits too high to reach (request rate, storage,
-    /// tokens, open sessions), to measure what enforcing them costs.
-    #[arg(long, default_value_t = false)]
-    pub limits_high: bool,
-    /// The default layout with redaction off (`"rules": []`), to measure what it costs.
-    #[arg(long, default_value_t = false)]
-    pub redaction_off: bool,
-    /// Tenants of the drain probe (each closes 10 sessions of 4 rollouts).
-    #[arg(long, default_value_t = 30)]
-    pub tenants: usize,
-    /// memoryd's extractive provider instead of the fake model (no model calls at all).
-    #[arg(long, default_value_t = false)]
-    pub extractive: bool,
-    /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
-    #[arg(long, default_value_t = 0)]
-    pub phase_two_debounce_ms: u64,
-    /// One JSON document instead of the table.
-    #[arg(long, default_value_t = false)]
-    pub json: bool,
-}
+pub use args::{BackendChoice, BenchArgs, Workload};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Figure {
@@ -591,7 +511,7 @@ pub async fn run(args: BenchArgs) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
-/// The table the README shows.
+/// The table docs/performance.md shows.
 pub fn render_table(figures: &[Figure]) -> String {
     let mut out = String::from(
         "| workload | backend | case | metric | median | min | max |\n| --- | --- | --- | --- | --- | --- | --- |\n",

@@ -5,6 +5,7 @@
 //! same tests. Where a file must be written under a database lock (an
 //! append), the store hands out a locked unit of work and the caller writes.
 
+mod event_records;
 mod postgres;
 mod records;
 mod sql;
@@ -12,6 +13,7 @@ mod sqlite;
 
 pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
 pub use crate::domain::layout::{StoredLayout, default_layout, resolve_layout, with_implicit_default};
+pub use event_records::*;
 pub use postgres::PgStore;
 pub use records::*;
 pub use sql::{Dialect, SqlStore};

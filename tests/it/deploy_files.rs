@@ -115,13 +115,13 @@ fn the_image_build_copies_every_embedded_file() {
 }
 
 #[test]
-fn the_readme_documents_every_setting() {
+fn the_operating_guide_documents_every_setting() {
     use clap::CommandFactory;
-    let readme = repo_file("README.md");
+    let guide = repo_file("docs/operating.md");
     let missing: Vec<String> = memoryd::config::Config::command()
         .get_arguments()
         .filter_map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
-        .filter(|env| !readme.contains(&format!("| `{env}` |")))
+        .filter(|env| !guide.contains(&format!("| `{env}` |")))
         .collect();
-    assert!(missing.is_empty(), "settings missing from the README's configuration table: {missing:?}");
+    assert!(missing.is_empty(), "settings missing from the configuration table of docs/operating.md: {missing:?}");
 }

@@ -1,5 +1,5 @@
 //! Forgetting (SPEC §2.7): a conversation, a workspace, a tenant, with
-//! nothing left behind in files, API answers or the database; retention.
+//! nothing left behind in files, API answers or the database.
 
 use crate::both_backends;
 use crate::fake_llm::{FakeLlm, Reply};
@@ -17,7 +17,6 @@ both_backends!(
     a_forgotten_workspace_is_gone_and_its_name_free,
     a_workspace_forget_fences_out_a_running_phase_two,
     a_forgotten_tenant_is_locked_out_and_removed,
-    retention_expires_keys_records_and_idle_rollouts,
     a_forget_survives_sigkill,
 );
 
@@ -502,86 +501,6 @@ async fn a_forgotten_tenant_is_locked_out_and_removed(backend: Backend) {
     let memory = std::fs::read_to_string(app.workspace_dir(&other, "default").join("memories/MEMORY.md")).unwrap();
     assert!(memory.contains("green tea"));
     assert_eq!(app.request(Method::GET, "/v1/sessions/s1", &other.key).send().await.unwrap().status(), 200);
-}
-
-async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| {
-        c.retention_sweep_secs = 1;
-        c.idempotency_ttl_secs = 1;
-        // About two seconds.
-        c.retain_records_days = 2.0 / 86_400.0;
-    })
-    .await;
-    let t = app.tenant().await;
-    let layout =
-        json!({"memories_dir": "notes", "sessions_dir": "chats", "retention": {"rollout_days": 3.0 / 86_400.0}});
-    let res = app.request(Method::PUT, "/v1/layouts/brief", &t.key).json(&layout).send().await.unwrap();
-    assert_eq!(res.status(), 201);
-    let got = app.json(Method::GET, "/v1/layouts/brief", &t.key).await;
-    assert_eq!(got["retention"]["rollout_days"].as_f64(), Some(3.0 / 86_400.0), "{got}");
-
-    let res = app
-        .request(Method::POST, "/v1/sessions/keyed/layouts/default/segments", &t.key)
-        .header("idempotency-key", "short-lived")
-        .json(&json!({"rollout_id": "chat-k", "input": "one"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
-    assert_eq!(
-        app.post_segment(&t.key, "brief-s", "brief", json!({"rollout_id": "chat-idle", "input": "I keep bees."}))
-            .await
-            .status(),
-        201
-    );
-    assert_eq!(app.json(Method::POST, "/v1/sessions/brief-s/close?wait=30", &t.key).await["state"], "closed");
-    let memory_path = app.workspace_dir(&t, "default").join("notes/MEMORY.md");
-    assert!(std::fs::read_to_string(&memory_path).unwrap().contains("bees"));
-
-    // The key expires: the same key with another body is a new append.
-    let started = Instant::now();
-    loop {
-        let res = app
-            .request(Method::POST, "/v1/sessions/keyed/layouts/default/segments", &t.key)
-            .header("idempotency-key", "short-lived")
-            .json(&json!({"rollout_id": "chat-k", "input": "two"}))
-            .send()
-            .await
-            .unwrap();
-        if res.status() == 201 {
-            break;
-        }
-        assert_eq!(status_code_body(res).await.1, "idempotency_conflict");
-        assert!(started.elapsed() < Duration::from_secs(20), "the key never expired");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    // The idle rollout is forgotten; then the closed session's record goes.
-    let started = Instant::now();
-    loop {
-        let forgets = app.json(Method::GET, "/v1/jobs?kind=forget", &t.key).await;
-        let done = forgets["jobs"].as_array().unwrap().iter().any(|j| j["state"] == "succeeded");
-        if done && !app.workspace_dir(&t, "default").join("chats/chat-idle.jsonl").exists() {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the idle rollout was never forgotten: {forgets}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(!std::fs::read_to_string(&memory_path).unwrap().contains("bees"));
-    let started = Instant::now();
-    while app.request(Method::GET, "/v1/sessions/brief-s", &t.key).send().await.unwrap().status() != 404 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the closed session's record was never deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Its jobs' records go too, the phase-two job's `job_sessions` rows first.
-    let started = Instant::now();
-    while !app.json(Method::GET, "/v1/jobs?kind=phase_two", &t.key).await["jobs"].as_array().unwrap().is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the finished jobs' records were never deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Records only: the open session of the default layout and its rollout stay.
-    assert_eq!(app.request(Method::GET, "/v1/sessions/keyed", &t.key).send().await.unwrap().status(), 200);
-    assert!(app.workspace_dir(&t, "default").join("sessions/chat-k.jsonl").exists());
 }
 
 async fn a_forget_survives_sigkill(backend: Backend) {

@@ -28,5 +28,6 @@ mod portability;
 mod process;
 mod publish;
 mod redaction;
+mod retention;
 mod sessions;
 mod usage;

@@ -13,7 +13,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 /// What an error text becomes when it named a forgotten conversation.
-const SCRUBBED_ERROR: &str = "(this error named a forgotten conversation and was removed)";
+pub(super) const SCRUBBED_ERROR: &str = "(this error named a forgotten conversation and was removed)";
 
 /// Rollouts of one layout that one retention sweep forgets at most.
 const RETENTION_BATCH: i64 = 1000;
@@ -39,7 +39,7 @@ struct NewForget<'a> {
 }
 
 /// The highest `$n` a statement uses: Postgres refuses more arguments than that.
-fn parameter_count(sql: &str) -> usize {
+pub(super) fn parameter_count(sql: &str) -> usize {
     let mut highest = 0;
     let mut rest = sql;
     while let Some(at) = rest.find('$') {
@@ -50,13 +50,13 @@ fn parameter_count(sql: &str) -> usize {
     highest
 }
 
-fn mentions_any(text: &str, ids: &[RolloutId]) -> bool {
+pub(super) fn mentions_any(text: &str, ids: &[RolloutId]) -> bool {
     ids.iter().any(|id| text.contains(id.as_str()))
 }
 
 /// A session's `memory_status` without the failures of forgotten rollouts;
 /// `None` when nothing in it changes.
-fn status_without(status: &Value, layout: &LayoutName, ids: &[RolloutId]) -> Option<Value> {
+pub(super) fn status_without(status: &Value, layout: &LayoutName, ids: &[RolloutId]) -> Option<Value> {
     let failures = status.get("failures")?.as_array()?;
     let kept: Vec<Value> = failures
         .iter()
@@ -199,206 +199,6 @@ for_every_dialect! {
         .bind(now)
         .execute(&mut *conn)
         .await?;
-        Ok(())
-    }
-
-    /// Drops the history blobs of a tenant that no kept run refers to.
-    pub(super) async fn drop_unreferenced_blobs(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
-        sqlx::query(
-            "DELETE FROM history_blobs WHERE tenant_id = $1 AND NOT EXISTS (
-                SELECT 1 FROM run_files f WHERE f.tenant_id = $1
-                   AND (f.before_hash = history_blobs.hash OR f.after_hash = history_blobs.hash))",
-        )
-        .bind(tenant)
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
-    }
-
-    /// Every row of what a succeeded forget job removed, in its fenced
-    /// finish; says what it freed of the tenant's storage.
-    pub(super) async fn erase_forgotten(conn: &mut DB::Connection, claimed: &ClaimedJob) -> StoreResult<Freed> {
-        let job = &claimed.job;
-        let spec = job.forget.as_ref().ok_or_else(|| corrupt("a forget job without a target"))?;
-        match spec.scope {
-            ForgetScope::Rollouts => {
-                let bytes = Self::erase_rollouts(conn, claimed.tenant_id, &job.workspace, &job.layout, &spec.rollout_ids, job.job_id)
-                    .await?;
-                Ok(Freed::RolloutBytes(bytes))
-            }
-            ForgetScope::Workspace => {
-                Self::erase_workspace(conn, claimed.tenant_id, &job.workspace, job.job_id).await?;
-                Ok(Freed::Workspace)
-            }
-            ForgetScope::Tenant => {
-                Self::erase_tenant(conn, claimed.tenant_id).await?;
-                Ok(Freed::Tenant)
-            }
-        }
-    }
-
-    async fn erase_rollouts(
-        conn: &mut DB::Connection,
-        tenant: TenantId,
-        workspace: &WorkspaceName,
-        layout: &LayoutName,
-        ids: &[RolloutId],
-        own_job: Uuid,
-    ) -> StoreResult<i64> {
-        let mut freed = 0;
-        for id in ids {
-            let row = sqlx::query(
-                "SELECT committed_len FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            )
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .bind(layout.as_str())
-            .bind(id.as_str())
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some(row) = row {
-                freed += row.try_get::<i64, _>("committed_len")?;
-            }
-        }
-        const BY_ROLLOUT: [&str; 5] = [
-            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM session_rollouts WHERE tenant_id = $1 AND layout = $3 AND rollout_id = $4
-                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
-            // Its phase-one jobs (no phase-two job names a rollout).
-            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND id <> $5",
-        ];
-        for id in ids {
-            for sql in BY_ROLLOUT {
-                let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str()).bind(layout.as_str()).bind(id.as_str());
-                let query = if parameter_count(sql) == 5 { query.bind(own_job) } else { query };
-                query.execute(&mut *conn).await?;
-            }
-        }
-        // Earlier forgets of several rollouts that named one of these.
-        let earlier = sqlx::query(
-            "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
-               AND kind = 'forget' AND id <> $4 AND forget_rollouts IS NOT NULL",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .bind(layout.as_str())
-        .bind(own_job)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in earlier {
-            let named: Vec<String> = serde_json::from_str(row.try_get("forget_rollouts")?).map_err(corrupt)?;
-            if named.iter().any(|n| ids.iter().any(|id| id.as_str() == n)) {
-                sqlx::query("DELETE FROM jobs WHERE id = $1").bind(row.try_get::<Uuid, _>("id")?).execute(&mut *conn).await?;
-            }
-        }
-        // Error texts and session statuses that name one of them.
-        for (select, update) in [
-            (
-                "SELECT id, last_error AS error FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND last_error IS NOT NULL",
-                "UPDATE jobs SET last_error = $2 WHERE id = $1",
-            ),
-            (
-                "SELECT id, error FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND error IS NOT NULL",
-                "UPDATE phase_two_runs SET error = $2 WHERE id = $1",
-            ),
-        ] {
-            let rows = sqlx::query(select).bind(tenant).bind(workspace.as_str()).fetch_all(&mut *conn).await?;
-            for row in rows {
-                let id: Uuid = row.try_get("id")?;
-                if id != own_job && mentions_any(row.try_get("error")?, ids) {
-                    sqlx::query(update).bind(id).bind(SCRUBBED_ERROR).execute(&mut *conn).await?;
-                }
-            }
-        }
-        let statuses = sqlx::query(
-            "SELECT session_id, memory_status FROM sessions
-             WHERE tenant_id = $1 AND workspace = $2 AND memory_status IS NOT NULL",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in statuses {
-            let text: String = row.try_get("memory_status")?;
-            if !mentions_any(&text, ids) {
-                continue;
-            }
-            let status: Value = serde_json::from_str(&text).map_err(corrupt)?;
-            if let Some(cleaned) = status_without(&status, layout, ids) {
-                sqlx::query("UPDATE sessions SET memory_status = $3 WHERE tenant_id = $1 AND session_id = $2")
-                    .bind(tenant)
-                    .bind(row.try_get::<String, _>("session_id")?)
-                    .bind(cleaned.to_string())
-                    .execute(&mut *conn)
-                    .await?;
-            }
-        }
-        Ok(freed)
-    }
-
-    async fn erase_workspace(
-        conn: &mut DB::Connection,
-        tenant: TenantId,
-        workspace: &WorkspaceName,
-        own_job: Uuid,
-    ) -> StoreResult<()> {
-        const BY_WORKSPACE: [&str; 12] = [
-            "DELETE FROM session_rollouts WHERE tenant_id = $1
-                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
-            "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM job_sessions WHERE job_id IN (SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3)",
-            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3",
-            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM run_files WHERE run_id IN (SELECT run_id FROM run_history WHERE tenant_id = $1 AND workspace = $2)",
-            "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2",
-        ];
-        for sql in BY_WORKSPACE {
-            let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str());
-            let query = if parameter_count(sql) == 3 { query.bind(own_job) } else { query };
-            query.execute(&mut *conn).await?;
-        }
-        Self::drop_unreferenced_blobs(conn, tenant).await
-    }
-
-    async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
-        // Children before the rows they refer to.
-        const BY_TENANT: [&str; 25] = [
-            "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
-            "DELETE FROM webhooks WHERE tenant_id = $1",
-            "DELETE FROM events WHERE tenant_id = $1",
-            "DELETE FROM event_counters WHERE tenant_id = $1",
-            "DELETE FROM tenant_limits WHERE tenant_id = $1",
-            "DELETE FROM storage_usage WHERE tenant_id = $1",
-            "DELETE FROM usage_days WHERE tenant_id = $1",
-            "DELETE FROM model_usage_days WHERE tenant_id = $1",
-            "DELETE FROM model_budget_holds WHERE tenant_id = $1",
-            "DELETE FROM run_files WHERE tenant_id = $1",
-            "DELETE FROM run_history WHERE tenant_id = $1",
-            "DELETE FROM history_blobs WHERE tenant_id = $1",
-            "DELETE FROM phase_two_runs WHERE tenant_id = $1",
-            "DELETE FROM phase_two_selections WHERE tenant_id = $1",
-            "DELETE FROM raw_memories WHERE tenant_id = $1",
-            "DELETE FROM job_sessions WHERE tenant_id = $1",
-            "DELETE FROM jobs WHERE tenant_id = $1",
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1",
-            "DELETE FROM session_rollouts WHERE tenant_id = $1",
-            "DELETE FROM rollouts WHERE tenant_id = $1",
-            "DELETE FROM sessions WHERE tenant_id = $1",
-            "DELETE FROM workspace_forgets WHERE tenant_id = $1",
-            "DELETE FROM layouts WHERE tenant_id = $1",
-            "DELETE FROM api_keys WHERE tenant_id = $1",
-            "DELETE FROM tenants WHERE id = $1",
-        ];
-        for sql in BY_TENANT {
-            sqlx::query(sql).bind(tenant).execute(&mut *conn).await?;
-        }
         Ok(())
     }
 

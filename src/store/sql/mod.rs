@@ -3,8 +3,10 @@
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
 //! file per subject.
 
+mod erase;
 mod events;
 mod export;
+mod finish;
 mod forget;
 mod history;
 mod ingest;

@@ -1,0 +1,429 @@
+//! The recording of an attempt: its outcome made into what the store records,
+//! its files staged, the fenced finish, then the files made visible and the
+//! session settled; and the recovery of publishes their writers left behind.
+
+use super::{AttemptError, Completion, FinishedAttempt, Imported, WorkerContext, WorkerSettings, backoff};
+use crate::domain::redact::{Counts, add_counts};
+use crate::llm::TokenUsage;
+use crate::store::{
+    ClaimedJob, FileHistory, JobAccounting, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
+    RunHistory, RunState,
+};
+use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+fn merged_usage(previous: Option<&Value>, attempt: TokenUsage) -> Value {
+    let field = |name: &str| previous.and_then(|p| p[name].as_u64()).unwrap_or(0);
+    json!({
+        "input_tokens": field("input_tokens") + attempt.input_tokens,
+        "output_tokens": field("output_tokens") + attempt.output_tokens,
+        "calls": field("calls") + attempt.calls,
+    })
+}
+
+/// What the store records for an attempt's result.
+fn finish_for(
+    claimed: &ClaimedJob,
+    result: Result<Completion, AttemptError>,
+    phase_two: Option<PhaseTwoReport>,
+    publish_id: Option<uuid::Uuid>,
+    settings: &WorkerSettings,
+) -> JobFinish {
+    let previous = claimed.job.usage.as_ref();
+    let counting = |attempt_usage| JobAccounting { attempt_usage, ..JobAccounting::default() };
+    match result {
+        Ok(c) => JobFinish {
+            outcome: c.outcome,
+            phase_two,
+            usage: merged_usage(previous, c.usage),
+            publish_id,
+            redactions: c.redactions,
+            accounting: counting(c.usage),
+            import: None,
+        },
+        Err(AttemptError::Fatal { message }) => JobFinish {
+            outcome: JobOutcome::Failed { error: message },
+            phase_two,
+            usage: merged_usage(previous, TokenUsage::default()),
+            publish_id: None,
+            redactions: Counts::new(),
+            accounting: JobAccounting::default(),
+            import: None,
+        },
+        Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
+            let outcome = if claimed.job.attempts >= settings.max_attempts {
+                JobOutcome::Failed { error: message }
+            } else {
+                let delay = backoff(claimed.job.attempts, settings.retry_base, retry_after);
+                let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
+                JobOutcome::RetryAt { at, error: message, token_limit }
+            };
+            JobFinish {
+                outcome,
+                phase_two,
+                usage: merged_usage(previous, usage),
+                publish_id: None,
+                redactions: Counts::new(),
+                accounting: counting(usage),
+                import: None,
+            }
+        }
+    }
+}
+
+fn outcome_name(outcome: &JobOutcome) -> &'static str {
+    match outcome {
+        JobOutcome::Succeeded { .. } => "succeeded",
+        JobOutcome::Skipped => "skipped",
+        JobOutcome::RetryAt { .. } => "retry",
+        JobOutcome::Failed { .. } => "failed",
+    }
+}
+
+fn scope_of(claimed: &ClaimedJob) -> PublishScope {
+    PublishScope {
+        job_id: claimed.job.job_id,
+        tenant: claimed.tenant_id,
+        workspace: claimed.job.workspace.as_str().to_owned(),
+        layout: claimed.job.layout.as_str().to_owned(),
+    }
+}
+
+/// What a run's changes do to its memory folder: each changed file's
+/// content before (read from disk, where the job alone writes while it
+/// runs) and after, by path relative to the folder.
+fn history_of(root: &std::path::Path, memories_dir: &str, files: &FileChanges) -> std::io::Result<Vec<FileHistory>> {
+    let prefix = format!("{memories_dir}/");
+    let mut history = Vec::new();
+    for (path, after) in &files.edits {
+        let Some(relative) = path.strip_prefix(&prefix) else { continue };
+        let dest = crate::workspace::confine(root, path).map_err(std::io::Error::other)?;
+        let before = match std::fs::read(&dest) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if before != *after {
+            history.push(FileHistory { path: relative.to_owned(), before, after: after.clone() });
+        }
+    }
+    Ok(history)
+}
+
+/// Redacts, with the layout's rules, every text file `files` writes under
+/// its memory folder; the counts by rule.
+fn redact_memory_files(layout: &crate::domain::layout::ValidLayout, files: &mut FileChanges) -> Counts {
+    let mut counts = Counts::new();
+    let redactor = layout.redactor();
+    if redactor.is_off() {
+        return counts;
+    }
+    let prefix = format!("{}/", layout.memories_dir.normalized);
+    for (path, content) in files.edits.iter_mut() {
+        let Some(bytes) = content.as_mut().filter(|_| path.starts_with(&prefix)) else { continue };
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            let redacted = redactor.redact_text(text, &mut counts);
+            if redacted != text {
+                *bytes = redacted.into_bytes();
+            }
+        }
+    }
+    counts
+}
+
+/// Writes an attempt's files under temporary names with the manifest that
+/// lists them, and fills in a successful run's history; a failure to write
+/// them fails the attempt.
+async fn stage_files(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    result: Result<Completion, AttemptError>,
+    report: &mut Option<PhaseTwoReport>,
+) -> (Result<Completion, AttemptError>, Option<(Manifest, Option<crate::store::ImportRecord>)>) {
+    let result = match result {
+        Ok(Completion { imported: Some(imported), outcome, files, usage, redactions }) => {
+            let Imported { staged, record } = *imported;
+            let completion = Completion { outcome, files, usage, redactions, imported: None };
+            return (Ok(completion), Some((staged, Some(record))));
+        }
+        other => other,
+    };
+    let Ok(Completion { outcome, files: Some(mut files), usage, mut redactions, imported: None }) = result else {
+        return (result, None);
+    };
+    let keeps_history = report.as_ref().is_some_and(|r| r.run.state == RunState::Succeeded);
+    let memories_dir = claimed.layout.memories_dir.normalized.clone();
+    // SPEC §4: whatever a job publishes under the memory folder (phase one's
+    // files, the consolidation agent's edits, a restore) is redacted here,
+    // the one place every kind passes through.
+    let in_files = redact_memory_files(&claimed.layout, &mut files);
+    crate::metrics::redactions("memory_files", &in_files);
+    if let Some(report) = report.as_mut() {
+        report.run.redactions = in_files.clone();
+    }
+    add_counts(&mut redactions, &in_files);
+    let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
+        Ok(root) => {
+            let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
+            tokio::task::spawn_blocking(move || {
+                let history = if keeps_history { Some(history_of(&root, &memories_dir, &files)?) } else { None };
+                Ok((publisher.stage(scope, &root, files)?, history))
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|staged| staged)
+        }
+        Err(e) => Err(std::io::Error::other(e)),
+    };
+    match staged {
+        Ok((manifest, history)) => {
+            if let (Some(report), Some(mut files)) = (report.as_mut(), history) {
+                let forget = claimed.job.kind == JobKind::Forget;
+                if forget {
+                    // A forget's history keeps the files as it left them; the
+                    // files it removed (named after what it forgot) are not listed.
+                    files.retain(|f| f.after.is_some());
+                }
+                report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
+            }
+            (Ok(Completion { outcome, files: None, usage, redactions, imported: None }), Some((manifest, None)))
+        }
+        Err(e) => {
+            let message = format!("writing the memory files failed: {e}");
+            (Err(AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }), None)
+        }
+    }
+}
+
+/// The tenant's `model_tokens_per_day`, when this attempt used tokens and
+/// the tenant has one (SPEC §2.9); the finish holds the tenant's model jobs
+/// in its own transaction once the day's tokens reach it. Unknown (the
+/// database failing) counts as none: the next finish sees it.
+async fn token_budget(ctx: &WorkerContext, claimed: &ClaimedJob, used: TokenUsage) -> Option<u64> {
+    if used.input_tokens + used.output_tokens == 0 {
+        return None;
+    }
+    let set = match ctx.store.tenant_limits(claimed.tenant_id).await {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::warn!(tenant_id = %claimed.tenant_id, error = %crate::error_chain(&e), "reading the token budget failed");
+            None
+        }
+    };
+    set.unwrap_or_default().over(ctx.settings.default_limits).model_tokens_per_day.filter(|n| *n > 0)
+}
+
+/// Makes a staged publish visible (`commit`) or removes it, off the runtime's threads.
+async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool) {
+    let publisher = publisher.clone();
+    let publish_id = manifest.publish_id;
+    let done =
+        tokio::task::spawn_blocking(
+            move || {
+                if commit { manifest.apply(&publisher) } else { manifest.discard(&publisher) }
+            },
+        )
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+    if let Err(e) = done {
+        // The manifest stays; the next attempt in this layout or the next start finishes it.
+        tracing::error!(%publish_id, commit, error = %crate::error_chain(&e), "finishing a publish failed; it is retried later");
+    }
+}
+
+/// Finishes the publishes of this job's layout that their writers left
+/// behind (a crash, a lost lease) before the attempt reads or writes the
+/// folder: committed ones are completed, abandoned ones undone. `scope`
+/// `None` means every layout (at start-up).
+pub async fn recover_publishes(ctx: &WorkerContext, own: Option<&PublishScope>) {
+    let same_layout = |s: &PublishScope| {
+        own.is_none_or(|o| o.tenant == s.tenant && o.workspace == s.workspace && o.layout == s.layout)
+    };
+    let owner = PublishOwner::Worker { own_job: own.map(|o| o.job_id) };
+    finish_pending_publishes(ctx.store.as_ref(), &ctx.publisher, same_layout, owner).await
+}
+
+/// Who finishes pending publishes, and so which it may touch.
+#[derive(Debug, Clone, Copy)]
+pub enum PublishOwner {
+    /// A worker about to use a layout (or starting up): it completes the
+    /// committed and undoes the abandoned. A publish of `own_job` (an
+    /// earlier attempt of the job now held) will never commit.
+    Worker { own_job: Option<uuid::Uuid> },
+    /// A reader: it only completes committed publishes. Undoing is left to
+    /// the workers, whose claims fence out a writer that is merely slow.
+    Reader,
+}
+
+/// Completes the committed publishes of the scopes `in_scope` accepts and
+/// (for a worker) undoes the abandoned ones; those whose writer may still
+/// commit are left. Readers call it before they read, so that once any file
+/// of a run has been seen every later read sees all of them: completing a
+/// publish is idempotent, so its writer and any number of readers may race.
+pub async fn finish_pending_publishes(
+    store: &dyn crate::store::Store,
+    publisher: &Publisher,
+    in_scope: impl Fn(&PublishScope) -> bool,
+    owner: PublishOwner,
+) {
+    let own_job = match owner {
+        PublishOwner::Worker { own_job } => own_job,
+        PublishOwner::Reader => None,
+    };
+    let lister = publisher.clone();
+    let pending = match tokio::task::spawn_blocking(move || lister.pending()).await {
+        Ok(Ok(pending)) => pending,
+        Ok(Err(e)) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
+        Err(e) => return tracing::warn!(error = %crate::error_chain(&e), "listing pending publishes failed"),
+    };
+    for manifest in pending.into_iter().filter(|m| in_scope(&m.scope)) {
+        let decision = match store.publish_decision(manifest.scope.job_id, manifest.publish_id, Utc::now()).await {
+            Ok(PublishDecision::Pending) if own_job == Some(manifest.scope.job_id) => PublishDecision::Abandoned,
+            Ok(decision) => decision,
+            Err(e) => {
+                tracing::warn!(publish_id = %manifest.publish_id, error = %crate::error_chain(&e), "deciding a pending publish failed");
+                continue;
+            }
+        };
+        match decision {
+            PublishDecision::Pending => {}
+            PublishDecision::Committed => {
+                tracing::info!(publish_id = %manifest.publish_id, "completing a publish its writer has not finished");
+                settle_publish(publisher, manifest, true).await;
+            }
+            PublishDecision::Abandoned if matches!(owner, PublishOwner::Reader) => {}
+            PublishDecision::Abandoned => {
+                tracing::info!(publish_id = %manifest.publish_id, "undoing a publish that was never recorded");
+                settle_publish(publisher, manifest, false).await;
+            }
+        }
+    }
+}
+
+/// The sessions whose closes a job serves: a phase-two job's joined closes,
+/// a phase-one job's own.
+pub(super) fn served_sessions(claimed: &ClaimedJob) -> Vec<crate::domain::ids::SessionId> {
+    let joined = claimed.job.sessions.iter().filter_map(|s| crate::domain::ids::SessionId::parse(s));
+    let mut sessions: Vec<_> = joined.collect();
+    if sessions.is_empty() {
+        sessions.extend(claimed.job.session_id.clone());
+    }
+    sessions
+}
+
+/// Before an attempt touches its layout's files.
+pub(super) async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
+    recover_publishes(ctx, Some(&scope_of(claimed))).await;
+}
+
+/// Records an attempt's outcome, if this worker still owns the job, and
+/// then makes its files visible.
+pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
+    let FinishedAttempt { claimed, attempt: (result, mut report), started } = finished;
+    let job_id = claimed.job.job_id;
+    let kind = claimed.job.kind.as_str();
+    let stage_started = std::time::Instant::now();
+    let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
+    crate::metrics::job_stage(kind, "stage", stage_started.elapsed());
+    let (staged, import) = staged.map_or((None, None), |(manifest, import)| (Some(manifest), import));
+    let publish_id = staged.as_ref().map(|m| m.publish_id);
+    let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
+    finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
+    finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
+    finish.import = import;
+    let outcome = outcome_name(&finish.outcome);
+    let error = match &finish.outcome {
+        JobOutcome::RetryAt { error, .. } | JobOutcome::Failed { error } => Some(error.clone()),
+        _ => None,
+    };
+    let finished = !matches!(finish.outcome, JobOutcome::RetryAt { .. });
+    let failed = matches!(finish.outcome, JobOutcome::Failed { .. });
+    let stage_started = std::time::Instant::now();
+    let recorded = ctx.finisher.finish(&claimed, finish).await;
+    crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
+    let stage_started = std::time::Instant::now();
+    match (staged, &recorded) {
+        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, *recorded).await,
+        // Whether the commit happened is unknown: the database decides when
+        // the manifest is recovered.
+        (Some(_), Err(_)) | (None, _) => {}
+    }
+    crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
+    if finished && matches!(recorded, Ok(true)) {
+        let stage_started = std::time::Instant::now();
+        let mut closed_any = false;
+        for session in served_sessions(&claimed) {
+            match ctx.store.settle_session(claimed.tenant_id, &session).await {
+                Ok(closed) => closed_any |= closed,
+                Err(e) => {
+                    tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will")
+                }
+            }
+        }
+        crate::metrics::job_stage(kind, "settle", stage_started.elapsed());
+        // A phase one that did not fail records no event of its own, only a
+        // session it closed does: waking the deliveries and the streams for
+        // nothing would cost them a query for every job.
+        if closed_any || claimed.job.kind != JobKind::PhaseOne || failed {
+            ctx.events.committed();
+        }
+    }
+    if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
+        // Done with, whatever the outcome.
+        let archive = ctx.volumes.import_archive(job_id);
+        if let Err(e) = crate::workspace::remove_if_present(&archive) {
+            tracing::warn!(%job_id, error = %crate::error_chain(&e), "removing an import's archive failed");
+        }
+    }
+    if finished && claimed.job.kind == JobKind::Forget && matches!(recorded, Ok(true)) {
+        if let Err(e) = ctx.store.compact_after_forget().await {
+            tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
+        }
+        let scope = claimed.job.forget.as_ref().map_or("", |f| f.scope.as_str());
+        tracing::info!(%job_id, tenant_id = %claimed.tenant_id, scope, "forget completed");
+    }
+    match recorded {
+        Ok(true) => {
+            // Idle workers may now claim a phase two; waiting closes may now answer.
+            ctx.wake.notify_waiters();
+            crate::metrics::job_attempt(claimed.job.kind.as_str(), outcome, started.elapsed());
+            tracing::info!(
+            %job_id, kind = claimed.job.kind.as_str(), tenant_id = %claimed.tenant_id,
+            attempt = claimed.job.attempts, outcome, error = error.as_deref().unwrap_or(""), "job attempt finished"
+            )
+        }
+        Ok(false) => tracing::warn!(%job_id, "lease lost before the result was recorded; result discarded"),
+        Err(e) => {
+            tracing::error!(%job_id, error = %crate::error_chain(&e), "recording the job's outcome failed");
+            let retry = finish_for(
+                &claimed,
+                Err(AttemptError::Retryable {
+                    message: format!("recording the outcome failed: {e}"),
+                    retry_after: None,
+                    usage: TokenUsage::default(),
+                    token_limit: None,
+                }),
+                None,
+                None,
+                &ctx.settings,
+            );
+            if let Err(e) = ctx.store.finish_job(&claimed, retry).await {
+                tracing::error!(%job_id, error = %crate::error_chain(&e), "the job stays running until its lease expires");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_adds_up_over_attempts() {
+        let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
+        let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
+        assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
+    }
+}

@@ -1,0 +1,133 @@
+//! The sweepers that run beside the workers: sessions left unsettled,
+//! retention, the storage counters, eager phase one.
+
+use super::{WorkerContext, reconcile_storage};
+use chrono::Utc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Every few seconds: settle sessions whose last worker died before it could.
+pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        match ctx.store.settle_finished_sessions().await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(sessions = n, "settled finished sessions");
+                ctx.events.committed();
+            }
+            Err(e) => tracing::warn!(error = %crate::error_chain(&e), "settling finished sessions failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Rows one retention statement deletes at most: each batch is a short
+/// transaction of its own, so appends never wait long behind a sweep.
+const RETENTION_BATCH: i64 = 1000;
+
+/// Deletes in batches until a batch comes back short.
+async fn in_batches<F, Fut>(mut batch: F) -> crate::store::StoreResult<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::store::StoreResult<u64>>,
+{
+    let mut total = 0;
+    loop {
+        let deleted = batch().await?;
+        total += deleted;
+        if deleted < RETENTION_BATCH as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Removes every idempotency key made before `before`, a batch at a time.
+pub async fn expire_idempotency_keys(
+    store: &dyn crate::store::Store,
+    before: chrono::DateTime<Utc>,
+) -> crate::store::StoreResult<u64> {
+    in_batches(|| store.expire_idempotency_keys(before, RETENTION_BATCH)).await
+}
+
+/// One retention sweep (SPEC §2.7): expired idempotency keys and records go,
+/// idle rollouts are queued for forgetting.
+pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<()> {
+    let retention = &ctx.settings.retention;
+    let now = Utc::now();
+    let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    let keys_before = now - to_chrono(retention.idempotency_ttl);
+    let keys = expire_idempotency_keys(ctx.store.as_ref(), keys_before).await?;
+    let mut records = 0;
+    if let Some(keep) = retention.records {
+        let before = now - to_chrono(keep);
+        records = in_batches(|| ctx.store.expire_records(before, RETENTION_BATCH)).await?;
+    }
+    let forgets = ctx.store.queue_retention_forgets(now, retention.rollout_days).await?;
+    if !forgets.is_empty() {
+        ctx.wake.notify_waiters();
+    }
+    if keys + records > 0 || !forgets.is_empty() {
+        tracing::info!(idempotency_keys = keys, records, forget_jobs = forgets.len(), "retention sweep");
+    }
+    Ok(())
+}
+
+pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        if let Err(e) = sweep_retention(&ctx).await {
+            tracing::warn!(error = %crate::error_chain(&e), "the retention sweep failed; it runs again later");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ctx.settings.retention.sweep_every) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
+/// Walks the volume to correct the storage counters, at start-up and then
+/// every `MEMORYD_STORAGE_RECONCILE_SECS`.
+pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        match reconcile_storage(&ctx.store, &ctx.volumes).await {
+            Ok(report) if report.corrected > 0 => {
+                tracing::info!(corrected = report.corrected, drift_bytes = report.drift, "storage reconciled")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "reconciling storage failed; it runs again later")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ctx.settings.storage_reconcile) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
+/// Queues eager phase one for rollouts idle `idle` long in open sessions
+/// (SPEC §5), looking every quarter of that (at most every 5 s).
+pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {
+    let every = (idle / 4).clamp(Duration::from_millis(250), SWEEP_INTERVAL);
+    while !*shutdown.borrow() {
+        let idle_since = Utc::now() - chrono::Duration::from_std(idle).unwrap_or(chrono::Duration::MAX);
+        match ctx.store.queue_eager_phase_one(idle_since, 500).await {
+            Ok(jobs) if jobs.is_empty() => {}
+            Ok(jobs) => {
+                crate::metrics::eager_phase_one_queued(jobs.len());
+                tracing::info!(jobs = jobs.len(), "eager phase one queued for idle rollouts");
+                ctx.wake.notify_waiters();
+            }
+            Err(e) => tracing::warn!(error = %crate::error_chain(&e), "queuing eager phase one failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}

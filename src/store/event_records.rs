@@ -1,0 +1,84 @@
+//! The records of events and webhook deliveries (SPEC §2.8): plain data.
+
+use super::TenantId;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+/// A webhook endpoint as its tenant sees it (its secret is never shown
+/// again after it is made).
+#[derive(Debug, Clone, Serialize)]
+pub struct WebhookRecord {
+    pub webhook_id: Uuid,
+    pub url: String,
+    /// The event types it receives; `["*"]`: all.
+    pub events: Vec<String>,
+    pub description: Option<String>,
+    /// `enabled` or `disabled` (it answered 410 Gone).
+    pub state: String,
+    pub disabled_reason: Option<String>,
+    /// Until when the secret before the last rotation still signs.
+    pub previous_secret_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An endpoint to create; its secret sealed.
+#[derive(Debug, Clone)]
+pub struct NewWebhook {
+    pub webhook_id: Uuid,
+    pub url: String,
+    pub subscription: String,
+    pub description: Option<String>,
+    pub sealed_secret: String,
+}
+
+/// One event's delivery to one endpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryRecord {
+    pub event_id: String,
+    pub event_type: String,
+    /// `pending`, `succeeded`, `failed` or `dropped`.
+    pub state: String,
+    pub attempts: i64,
+    pub last_status: Option<i64>,
+    pub last_error: Option<String>,
+    pub last_response: Option<String>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// When it is tried next, while it is pending.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An event of the outbox.
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub event_type: String,
+    pub payload: String,
+}
+
+/// A delivery a worker holds the lease of.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    pub tenant_id: TenantId,
+    pub webhook_id: Uuid,
+    pub event_seq: i64,
+    pub attempts: i64,
+    pub url: String,
+    pub sealed_secret: String,
+    /// The secret before the last rotation, while it still signs.
+    pub sealed_previous: Option<String>,
+    pub payload: String,
+    pub token: Uuid,
+}
+
+/// How a delivery attempt ended.
+#[derive(Debug, Clone)]
+pub struct DeliveryAttempt {
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub response: Option<String>,
+    pub answer: crate::domain::events::Answer,
+    pub at: DateTime<Utc>,
+}
