@@ -10,6 +10,7 @@ use std::time::Duration;
 both_backends!(
     a_worker_that_lost_its_lease_cannot_record_its_result,
     finishes_recorded_together_keep_each_ones_fence,
+    equal_turns_go_to_the_tenant_served_longest_ago,
     one_tenants_backlog_does_not_starve_another,
     a_claim_takes_jobs_in_turn_order_across_tenants,
     the_database_orders_raw_memories_like_the_selection_rule,
@@ -193,6 +194,43 @@ async fn finishes_recorded_together_keep_each_ones_fence(backend: Backend) {
     for job in owned.iter().filter(|j| j.job.job_id != done) {
         assert_eq!(state(job.job.job_id).await, "skipped");
     }
+}
+
+/// Among tenants with nothing running, the one served longest ago goes
+/// first, one never served before all: a tenant that closes a session
+/// during others' backlogs is not queued behind their older jobs.
+async fn equal_turns_go_to_the_tenant_served_longest_ago(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let (a, b) = (app.tenant().await, app.tenant().await);
+    for tenant in [&a, &b] {
+        for i in 0..3 {
+            app.post_segment(&tenant.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
+        }
+        app.request(Method::POST, "/v1/sessions/s/close", &tenant.key).send().await.unwrap();
+    }
+    let store = &app.server.as_ref().unwrap().state.store;
+    let request = ClaimRequest {
+        worker: "w",
+        kinds: &[JobKind::PhaseOne],
+        now: Utc::now(),
+        lease: chrono::Duration::seconds(60),
+    };
+    let next_tenant = async |request: &ClaimRequest<'_>| {
+        let job = store.claim_job(request).await.unwrap().expect("a queued job");
+        assert!(store.finish_job(&job, skipped()).await.unwrap());
+        job.tenant_id.to_string()
+    };
+    assert_eq!(next_tenant(&request).await, a.id, "the oldest job first");
+    let later = ClaimRequest { now: Utc::now(), ..request };
+    assert_eq!(next_tenant(&later).await, b.id, "b, never served, before a's older second job");
+    // A third tenant arrives with one job, newer than every queued one.
+    let c = app.tenant().await;
+    app.post_segment(&c.key, "s", "default", json!({"rollout_id": "r", "input": "hi"})).await;
+    app.request(Method::POST, "/v1/sessions/s/close", &c.key).send().await.unwrap();
+    let latest = ClaimRequest { now: Utc::now(), ..request };
+    assert_eq!(next_tenant(&latest).await, c.id, "the newcomer goes first");
+    let last = ClaimRequest { now: Utc::now(), ..request };
+    assert_eq!(next_tenant(&last).await, a.id, "then the tenant served longest ago");
 }
 
 /// A tenant's n-th queued job takes turn (its running jobs + n); a claim of

@@ -179,8 +179,9 @@ for_every_dialect! {
 
     async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 25] = [
+        const BY_TENANT: [&str; 26] = [
             "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
+            "DELETE FROM tenant_turns WHERE tenant_id = $1",
             "DELETE FROM webhooks WHERE tenant_id = $1",
             "DELETE FROM events WHERE tenant_id = $1",
             "DELETE FROM event_counters WHERE tenant_id = $1",

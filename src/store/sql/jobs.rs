@@ -192,17 +192,22 @@ for_every_dialect! {
                   WHERE t.tenant_id IS NOT NULL)"
             )
         };
+        // Equal turns go to the tenant served longest ago (one never served
+        // first), then to the older job: a tenant new to a backlog of many
+        // does not wait for every other tenant's whole queue.
         let candidates_sql = format!(
             "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout, c.turn FROM (
                SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
                       COALESCE(share.running, 0)
-                        + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn
+                        + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn,
+                      served.last_claimed_at
                FROM {due_jobs} j
                LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
                           WHERE state = 'running' GROUP BY tenant_id) share
                       ON share.tenant_id = j.tenant_id
+               LEFT JOIN tenant_turns served ON served.tenant_id = j.tenant_id
              ) c
-             ORDER BY c.turn, c.run_after, c.created_at
+             ORDER BY c.turn, c.last_claimed_at NULLS FIRST, c.run_after, c.created_at
              LIMIT $6"
         );
         // Most claims are served by each tenant's first due job alone: when
@@ -270,6 +275,16 @@ for_every_dialect! {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
+        let mut served = sqlx::QueryBuilder::<DB>::new("INSERT INTO tenant_turns (tenant_id, last_claimed_at) ");
+        let tenants: std::collections::BTreeSet<Uuid> =
+            rows.iter().map(|row| row.try_get::<Uuid, _>("tenant_id")).collect::<Result<_, _>>()?;
+        served.push_values(&tenants, |mut values, tenant| {
+            values.push_bind(*tenant).push_bind(req.now);
+        });
+        served.push(" ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at");
+        if !tenants.is_empty() {
+            served.build().execute(&mut *tx).await?;
+        }
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut job = <ClaimedRow as sqlx::FromRow<_>>::from_row(row)?.into_claimed(token)?;
