@@ -101,15 +101,8 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
 
     assert!(!store.renew_lease(stale.job.job_id, stale.token, Utc::now()).await.unwrap());
     let (stale_publish, owner_publish) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let stale_finish = JobFinish {
-        outcome: JobOutcome::Succeeded { raw_memory: None },
-        phase_two: None,
-        usage: json!({}),
-        publish_id: Some(stale_publish),
-        redactions: Default::default(),
-        accounting: Default::default(),
-        import: None,
-    };
+    let stale_finish =
+        JobFinish { outcome: JobOutcome::Succeeded { raw_memory: None }, publish_id: Some(stale_publish), ..skipped() };
     assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
     let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Pending, "the live owner may still commit");
@@ -117,20 +110,26 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     assert!(
         store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
     );
-    let finish = JobFinish {
-        outcome: JobOutcome::Skipped,
-        phase_two: None,
-        usage: json!({}),
-        publish_id: Some(owner_publish),
-        redactions: Default::default(),
-        accounting: Default::default(),
-        import: None,
-    };
+    let finish = JobFinish { publish_id: Some(owner_publish), ..skipped() };
     assert!(store.finish_job(&owner, finish).await.unwrap());
     assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");
     let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("skipped"), Some(2)));
+}
+
+/// Queues `rollouts` phase-one jobs for the tenant: one session "s" of that
+/// many one-segment rollouts, closed.
+async fn queue_phase_ones(app: &TestApp, key: &str, rollouts: usize) {
+    for i in 0..rollouts {
+        app.post_segment(key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
+    }
+    app.request(Method::POST, "/v1/sessions/s/close", key).send().await.unwrap();
+}
+
+/// A phase-one claim of worker "w", leased for a minute, as of now.
+fn phase_one_claim() -> ClaimRequest<'static> {
+    ClaimRequest { worker: "w", kinds: &[JobKind::PhaseOne], now: Utc::now(), lease: chrono::Duration::seconds(60) }
 }
 
 fn skipped() -> JobFinish {
@@ -151,10 +150,7 @@ fn skipped() -> JobFinish {
 async fn finishes_recorded_together_keep_each_ones_fence(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
     let t = app.tenant().await;
-    for i in 0..5 {
-        app.post_segment(&t.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
-    }
-    app.request(Method::POST, "/v1/sessions/s/close", &t.key).send().await.unwrap();
+    queue_phase_ones(&app, &t.key, 5).await;
     let store = &app.server.as_ref().unwrap().state.store;
     let claim = |now, lease_secs| ClaimRequest {
         worker: "w",
@@ -203,18 +199,10 @@ async fn equal_turns_go_to_the_tenant_served_longest_ago(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
     let (a, b) = (app.tenant().await, app.tenant().await);
     for tenant in [&a, &b] {
-        for i in 0..3 {
-            app.post_segment(&tenant.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
-        }
-        app.request(Method::POST, "/v1/sessions/s/close", &tenant.key).send().await.unwrap();
+        queue_phase_ones(&app, &tenant.key, 3).await;
     }
     let store = &app.server.as_ref().unwrap().state.store;
-    let request = ClaimRequest {
-        worker: "w",
-        kinds: &[JobKind::PhaseOne],
-        now: Utc::now(),
-        lease: chrono::Duration::seconds(60),
-    };
+    let request = phase_one_claim();
     let next_tenant = async |request: &ClaimRequest<'_>| {
         let job = store.claim_job(request).await.unwrap().expect("a queued job");
         assert!(store.finish_job(&job, skipped()).await.unwrap());
@@ -225,8 +213,7 @@ async fn equal_turns_go_to_the_tenant_served_longest_ago(backend: Backend) {
     assert_eq!(next_tenant(&later).await, b.id, "b, never served, before a's older second job");
     // A third tenant arrives with one job, newer than every queued one.
     let c = app.tenant().await;
-    app.post_segment(&c.key, "s", "default", json!({"rollout_id": "r", "input": "hi"})).await;
-    app.request(Method::POST, "/v1/sessions/s/close", &c.key).send().await.unwrap();
+    queue_phase_ones(&app, &c.key, 1).await;
     let latest = ClaimRequest { now: Utc::now(), ..request };
     assert_eq!(next_tenant(&latest).await, c.id, "the newcomer goes first");
     let last = ClaimRequest { now: Utc::now(), ..request };
@@ -240,18 +227,10 @@ async fn a_claim_takes_jobs_in_turn_order_across_tenants(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
     let (a, b, c) = (app.tenant().await, app.tenant().await, app.tenant().await);
     for (tenant, rollouts) in [(&a, 4), (&b, 3), (&c, 1)] {
-        for i in 0..rollouts {
-            app.post_segment(&tenant.key, "s", "default", json!({"rollout_id": format!("r{i}"), "input": "hi"})).await;
-        }
-        app.request(Method::POST, "/v1/sessions/s/close", &tenant.key).send().await.unwrap();
+        queue_phase_ones(&app, &tenant.key, rollouts).await;
     }
     let store = &app.server.as_ref().unwrap().state.store;
-    let request = ClaimRequest {
-        worker: "w",
-        kinds: &[JobKind::PhaseOne],
-        now: Utc::now(),
-        lease: chrono::Duration::seconds(60),
-    };
+    let request = phase_one_claim();
     let name = |id: uuid::Uuid| {
         [(&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(t, _)| t.id == id.to_string()).map(|(_, n)| *n).unwrap()
     };
