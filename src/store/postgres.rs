@@ -57,5 +57,5 @@ pub async fn connect(url: &str) -> StoreResult<PgStore> {
         // server ends such a transaction after a while so the others go on.
         .connect_with(PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]))
         .await?;
-    SqlStore::open(pool, None).await
+    PgStore::open(pool, None).await
 }

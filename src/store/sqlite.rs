@@ -56,5 +56,5 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
     };
     let pool = pool_of(8).connect_with(options.clone()).await?;
     let writer = pool_of(1).connect_with(options).await?;
-    SqlStore::open(pool, Some(writer)).await
+    SqliteStore::open(pool, Some(writer)).await
 }

@@ -1,25 +1,15 @@
 //! The store over SQL, written once for both databases. What differs between
 //! Postgres and SQLite — how a transaction takes its locks, the migrations —
 //! is the [`Dialect`] of each; the queries themselves are common SQL, one
-//! file per subject.
+//! file per subject in `queries/`, compiled once per database by
+//! `on_postgres.rs` and `on_sqlite.rs`.
 
-mod erase;
-mod events;
-mod export;
-mod finish;
-mod forget;
-mod history;
-mod ingest;
-mod jobs;
-mod layouts;
-mod memory;
-mod migrate;
+mod forgotten;
+mod on_postgres;
+mod on_sqlite;
 mod rows;
-mod sessions;
-mod tenants;
-mod usage;
 
-use super::{StoreError, StoreResult};
+use super::StoreError;
 use sqlx::migrate::Migrator;
 use sqlx::{AssertSqlSafe, Database, Pool};
 
@@ -142,81 +132,37 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
-/// An `impl` block for `SqlStore<DB>` of every dialect, with the bounds its
-/// queries need: Rust does not carry them through a helper trait, so they
-/// are written here once.
-macro_rules! for_every_dialect {
-    (impl { $($body:tt)* }) => {
-        $crate::store::sql::for_every_dialect!(@bounded [impl<DB> $crate::store::SqlStore<DB>] $($body)*);
-    };
-    (impl $trait:ident { $($body:tt)* }) => {
-        $crate::store::sql::for_every_dialect!(
-            @bounded [#[async_trait::async_trait] impl<DB> $crate::store::$trait for $crate::store::SqlStore<DB>]
-            $($body)*
-        );
-    };
-    (@bounded [$($head:tt)*] $($body:tt)*) => {
-        $($head)*
-        where
-            DB: $crate::store::Dialect,
-            for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-            DB::Connection: sqlx::migrate::Migrate,
-            DB::Arguments: sqlx::IntoArguments<DB>,
-            for<'q> uuid::Uuid: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<uuid::Uuid>: sqlx::Encode<'q, DB>,
-            for<'q> String: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<String>: sqlx::Encode<'q, DB>,
-            for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<&'q str>: sqlx::Encode<'q, DB>,
-            for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<i64>: sqlx::Encode<'q, DB>,
-            for<'q> chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<chrono::DateTime<chrono::Utc>>: sqlx::Encode<'q, DB>,
-            for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Vec<u8>: sqlx::Decode<'q, DB> + sqlx::Type<DB>,
-            for<'a> &'a str: sqlx::ColumnIndex<DB::Row>,
-        {
-            $($body)*
-        }
-    };
-}
-pub(crate) use for_every_dialect;
-
-for_every_dialect! {
-    impl {
-    /// Wraps a connected pool and brings its schema up to date; where the
-    /// database admits one writer, `writer` is a pool of one connection that
-    /// every write transaction uses, one after another.
-    pub async fn open(pool: Pool<DB>, writer: Option<Pool<DB>>) -> StoreResult<Self> {
-        let writer = writer.map(|connection| OneWriter { gate: tokio::sync::Mutex::new(()), connection });
-        let store = Self { pool, writer };
-        store.migrate().await?;
-        store.backfill_sortable_instants().await?;
-        Ok(store)
+/// The highest `$n` a statement uses: Postgres refuses more arguments than that.
+fn parameter_count(sql: &str) -> usize {
+    let mut highest = 0;
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at + 1..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        highest = highest.max(digits.parse().unwrap_or(0));
     }
-
-    async fn begin_write(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
-        match &self.writer {
-            Some(writer) => {
-                let gate = writer.gate.lock().await;
-                Ok(WriteTx { tx: writer.connection.begin_with(DB::BEGIN_WRITE).await?, _gate: Some(gate) })
-            }
-            None => Ok(WriteTx { tx: self.pool.begin_with(DB::BEGIN_WRITE).await?, _gate: None }),
-        }
-    }
-    }
+    highest
 }
 
-for_every_dialect! {
-    impl Store {
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
+/// `($first, …), (…), …`: `rows` tuples of `width` numbered parameters,
+/// each ending with `constants`.
+fn placeholders(rows: usize, width: usize, first: usize, constants: &str) -> String {
+    (0..rows)
+        .map(|r| {
+            let params: Vec<String> = (0..width).map(|c| format!("${}", first + r * width + c)).collect();
+            format!("({}{constants})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
-    fn one_writer(&self) -> bool {
-        DB::ONE_WRITER
-    }
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_number_rows_after_the_leading_parameters() {
+        assert_eq!(placeholders(1, 2, 1, ""), "($1, $2)");
+        assert_eq!(placeholders(2, 3, 2, ", 1"), "($2, $3, $4, 1), ($5, $6, $7, 1)");
     }
 }

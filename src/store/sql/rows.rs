@@ -272,16 +272,3 @@ impl TryFrom<LayoutRow> for StoredLayout {
         })
     }
 }
-
-for_every_dialect! {
-    impl {
-        /// A row as `R`, then as the record `T`.
-        pub(super) fn record<R, T>(row: &DB::Row) -> StoreResult<T>
-        where
-            R: for<'r> FromRow<'r, DB::Row>,
-            T: TryFrom<R, Error = StoreError>,
-        {
-            T::try_from(R::from_row(row)?)
-        }
-    }
-}

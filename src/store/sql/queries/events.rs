@@ -16,105 +16,113 @@ use uuid::Uuid;
 const WEBHOOK_COLUMNS: &str =
     "id, url, events, description, state, disabled_reason, previous_until, created_at, updated_at";
 
-for_every_dialect! {
-    impl {
-        /// Writes the tenant's events and a pending delivery of each to every
-        /// enabled endpoint that takes its type. Run it last in the transaction.
-        pub(super) async fn record_events_in(
-            conn: &mut DB::Connection,
-            tenant: TenantId,
-            events: &[NewEvent],
-            now: DateTime<Utc>,
-        ) -> StoreResult<Vec<i64>> {
-            if events.is_empty() {
-                return Ok(Vec::new());
-            }
-            let count = events.len() as i64;
-            let last: i64 = sqlx::query(
-                "INSERT INTO event_counters (tenant_id, last_seq) VALUES ($1, $2)
+impl SqlStore<DB> {
+    /// Writes the tenant's events and a pending delivery of each to every
+    /// enabled endpoint that takes its type. Run it last in the transaction.
+    pub(super) async fn record_events_in(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        events: &[NewEvent],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<i64>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = events.len() as i64;
+        let last: i64 = sqlx::query(
+            "INSERT INTO event_counters (tenant_id, last_seq) VALUES ($1, $2)
                  ON CONFLICT (tenant_id) DO UPDATE SET last_seq = event_counters.last_seq + excluded.last_seq
                  RETURNING last_seq",
+        )
+        .bind(tenant)
+        .bind(count)
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get("last_seq")?;
+        let mut seqs = Vec::with_capacity(events.len());
+        for (event, seq) in events.iter().zip(last - count + 1..) {
+            sqlx::query(
+                "INSERT INTO events (tenant_id, seq, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(tenant)
-            .bind(count)
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get("last_seq")?;
-            let mut seqs = Vec::with_capacity(events.len());
-            for (event, seq) in events.iter().zip(last - count + 1..) {
-                sqlx::query(
-                    "INSERT INTO events (tenant_id, seq, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(tenant)
-                .bind(seq)
-                .bind(event.event_type.as_str())
-                .bind(event.payload(now))
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-                let fan_out = "INSERT INTO webhook_deliveries (tenant_id, webhook_id, event_seq, event_type, state, attempts,
+            .bind(seq)
+            .bind(event.event_type.as_str())
+            .bind(event.payload(now))
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+            let fan_out =
+                "INSERT INTO webhook_deliveries (tenant_id, webhook_id, event_seq, event_type, state, attempts,
                                                             next_attempt_at, created_at)
                      SELECT $1, id, $2, $3, 'pending', 0, $4, $4 FROM webhooks
                      WHERE tenant_id = $1 AND state = 'enabled'";
-                match event.only_webhook {
-                    Some(webhook) => {
-                        sqlx::query(AssertSqlSafe(format!("{fan_out} AND id = $5")))
-                            .bind(tenant)
-                            .bind(seq)
-                            .bind(event.event_type.as_str())
-                            .bind(now)
-                            .bind(webhook)
-                            .execute(&mut *conn)
-                            .await?
-                    }
-                    None => {
-                        sqlx::query(AssertSqlSafe(format!(
-                            "{fan_out} AND (events = '*' OR events LIKE '%,' || $3 || ',%')"
-                        )))
+            match event.only_webhook {
+                Some(webhook) => {
+                    sqlx::query(AssertSqlSafe(format!("{fan_out} AND id = $5")))
                         .bind(tenant)
                         .bind(seq)
                         .bind(event.event_type.as_str())
                         .bind(now)
+                        .bind(webhook)
                         .execute(&mut *conn)
                         .await?
-                    }
-                };
-                seqs.push(seq);
-            }
-            Ok(seqs)
+                }
+                None => {
+                    sqlx::query(AssertSqlSafe(format!(
+                        "{fan_out} AND (events = '*' OR events LIKE '%,' || $3 || ',%')"
+                    )))
+                    .bind(tenant)
+                    .bind(seq)
+                    .bind(event.event_type.as_str())
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?
+                }
+            };
+            seqs.push(seq);
         }
+        Ok(seqs)
+    }
 
-        fn webhook_record(row: &DB::Row) -> StoreResult<WebhookRecord> {
-            let events: String = row.try_get("events")?;
-            Ok(WebhookRecord {
-                webhook_id: row.try_get("id")?,
-                url: row.try_get("url")?,
-                events: if events == "*" { vec!["*".to_owned()] } else { subscription_types(&events) },
-                description: row.try_get("description")?,
-                state: row.try_get("state")?,
-                disabled_reason: row.try_get("disabled_reason")?,
-                previous_secret_until: row.try_get("previous_until")?,
-                created_at: row.try_get("created_at")?,
-                updated_at: row.try_get("updated_at")?,
-            })
-        }
+    fn webhook_record(row: &DbRow) -> StoreResult<WebhookRecord> {
+        let events: String = row.try_get("events")?;
+        Ok(WebhookRecord {
+            webhook_id: row.try_get("id")?,
+            url: row.try_get("url")?,
+            events: if events == "*" { vec!["*".to_owned()] } else { subscription_types(&events) },
+            description: row.try_get("description")?,
+            state: row.try_get("state")?,
+            disabled_reason: row.try_get("disabled_reason")?,
+            previous_secret_until: row.try_get("previous_until")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+        })
+    }
 
-        async fn webhook_in(conn: &mut DB::Connection, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>> {
-            let row = sqlx::query(AssertSqlSafe(format!(
-                "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 AND id = $2"
-            )))
-            .bind(tenant)
-            .bind(webhook)
-            .fetch_optional(&mut *conn)
-            .await?;
-            row.as_ref().map(Self::webhook_record).transpose()
-        }
+    async fn webhook_in(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        webhook: Uuid,
+    ) -> StoreResult<Option<WebhookRecord>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 AND id = $2"
+        )))
+        .bind(tenant)
+        .bind(webhook)
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.as_ref().map(Self::webhook_record).transpose()
     }
 }
 
-for_every_dialect! {
-    impl EventStore {
-    async fn create_webhook(&self, tenant: TenantId, webhook: NewWebhook, now: DateTime<Utc>) -> StoreResult<WebhookRecord> {
+#[async_trait::async_trait]
+impl EventStore for SqlStore<DB> {
+    async fn create_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: NewWebhook,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookRecord> {
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO webhooks (id, tenant_id, url, events, description, secret, state, created_at, updated_at)
@@ -190,7 +198,12 @@ for_every_dialect! {
         Ok(record)
     }
 
-    async fn webhook_deliveries(&self, tenant: TenantId, webhook: Uuid, limit: i64) -> StoreResult<Vec<DeliveryRecord>> {
+    async fn webhook_deliveries(
+        &self,
+        tenant: TenantId,
+        webhook: Uuid,
+        limit: i64,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
         let rows = sqlx::query(
             "SELECT event_seq, event_type, state, attempts, last_status, last_error, last_response, last_attempt_at,
                     next_attempt_at, created_at
@@ -332,14 +345,12 @@ for_every_dialect! {
         .await?
         .is_some();
         if recorded && attempt.answer == Answer::Gone {
-            sqlx::query(
-                "UPDATE webhooks SET state = 'disabled', disabled_reason = $2, updated_at = $3 WHERE id = $1",
-            )
-            .bind(claimed.webhook_id)
-            .bind("the endpoint answered 410 Gone")
-            .bind(attempt.at)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query("UPDATE webhooks SET state = 'disabled', disabled_reason = $2, updated_at = $3 WHERE id = $1")
+                .bind(claimed.webhook_id)
+                .bind("the endpoint answered 410 Gone")
+                .bind(attempt.at)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "UPDATE webhook_deliveries SET state = 'dropped', lease_token = NULL, lease_expires_at = NULL
                  WHERE webhook_id = $1 AND state = 'pending'",
@@ -391,7 +402,8 @@ for_every_dialect! {
         let mut latest = Vec::with_capacity(tenants.len());
         let mut conn = self.pool.acquire().await?;
         for chunk in tenants.chunks(100) {
-            let mut query = sqlx::QueryBuilder::<DB>::new("SELECT tenant_id, last_seq FROM event_counters WHERE tenant_id IN (");
+            let mut query =
+                sqlx::QueryBuilder::<DB>::new("SELECT tenant_id, last_seq FROM event_counters WHERE tenant_id IN (");
             let mut list = query.separated(", ");
             for tenant in chunk {
                 list.push_bind(*tenant);
@@ -430,6 +442,5 @@ for_every_dialect! {
         .len();
         tx.commit().await?;
         Ok(deleted as u64)
-    }
     }
 }

@@ -8,13 +8,12 @@ use crate::store::*;
 use sqlx::Row;
 use uuid::Uuid;
 
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     /// Records a successful run's history in the transaction that records
     /// the run, then drops the history of its layout's runs beyond the
     /// newest `keep_runs`, and the contents no kept run refers to any more.
     pub(super) async fn record_history(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         claimed: &ClaimedJob,
         run: &PhaseTwoRun,
         history: &RunHistory,
@@ -91,7 +90,7 @@ for_every_dialect! {
     }
 
     async fn prune_history(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -136,11 +135,10 @@ for_every_dialect! {
         }
         Ok(())
     }
-    }
 }
 
-for_every_dialect! {
-    impl RunHistoryStore {
+#[async_trait::async_trait]
+impl RunHistoryStore for SqlStore<DB> {
     async fn phase_two_run(
         &self,
         tenant: TenantId,
@@ -148,13 +146,15 @@ for_every_dialect! {
         layout: &LayoutName,
         run_id: Uuid,
     ) -> StoreResult<Option<PhaseTwoRun>> {
-        let row = sqlx::query("SELECT * FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND id = $4")
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .bind(layout.as_str())
-            .bind(run_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT * FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND id = $4",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(Self::record::<super::rows::RunRow, PhaseTwoRun>).transpose()
     }
 
@@ -313,6 +313,5 @@ for_every_dialect! {
             }
         }
         Ok(FileAtRun::Unrecorded)
-    }
     }
 }

@@ -1,7 +1,6 @@
 //! Erasing what a forget job removed (SPEC §2.7): every row of the
 //! forgotten conversations, workspace or tenant, in the job's fenced finish.
 
-use super::forget::*;
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId};
 use crate::domain::job::ForgetScope;
@@ -10,10 +9,9 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     /// Drops the history blobs of a tenant that no kept run refers to.
-    pub(super) async fn drop_unreferenced_blobs(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
+    pub(super) async fn drop_unreferenced_blobs(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM history_blobs WHERE tenant_id = $1 AND NOT EXISTS (
                 SELECT 1 FROM run_files f WHERE f.tenant_id = $1
@@ -27,13 +25,20 @@ for_every_dialect! {
 
     /// Every row of what a succeeded forget job removed, in its fenced
     /// finish; says what it freed of the tenant's storage.
-    pub(super) async fn erase_forgotten(conn: &mut DB::Connection, claimed: &ClaimedJob) -> StoreResult<Freed> {
+    pub(super) async fn erase_forgotten(conn: &mut DbConnection, claimed: &ClaimedJob) -> StoreResult<Freed> {
         let job = &claimed.job;
         let spec = job.forget.as_ref().ok_or_else(|| corrupt("a forget job without a target"))?;
         match spec.scope {
             ForgetScope::Rollouts => {
-                let bytes = Self::erase_rollouts(conn, claimed.tenant_id, &job.workspace, &job.layout, &spec.rollout_ids, job.job_id)
-                    .await?;
+                let bytes = Self::erase_rollouts(
+                    conn,
+                    claimed.tenant_id,
+                    &job.workspace,
+                    &job.layout,
+                    &spec.rollout_ids,
+                    job.job_id,
+                )
+                .await?;
                 Ok(Freed::RolloutBytes(bytes))
             }
             ForgetScope::Workspace => {
@@ -48,7 +53,7 @@ for_every_dialect! {
     }
 
     async fn erase_rollouts(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -81,7 +86,8 @@ for_every_dialect! {
         ];
         for id in ids {
             for sql in BY_ROLLOUT {
-                let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str()).bind(layout.as_str()).bind(id.as_str());
+                let query =
+                    sqlx::query(sql).bind(tenant).bind(workspace.as_str()).bind(layout.as_str()).bind(id.as_str());
                 let query = if parameter_count(sql) == 5 { query.bind(own_job) } else { query };
                 query.execute(&mut *conn).await?;
             }
@@ -100,7 +106,10 @@ for_every_dialect! {
         for row in earlier {
             let named: Vec<String> = serde_json::from_str(row.try_get("forget_rollouts")?).map_err(corrupt)?;
             if named.iter().any(|n| ids.iter().any(|id| id.as_str() == n)) {
-                sqlx::query("DELETE FROM jobs WHERE id = $1").bind(row.try_get::<Uuid, _>("id")?).execute(&mut *conn).await?;
+                sqlx::query("DELETE FROM jobs WHERE id = $1")
+                    .bind(row.try_get::<Uuid, _>("id")?)
+                    .execute(&mut *conn)
+                    .await?;
             }
         }
         // Error texts and session statuses that name one of them.
@@ -149,7 +158,7 @@ for_every_dialect! {
     }
 
     async fn erase_workspace(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         own_job: Uuid,
@@ -177,7 +186,7 @@ for_every_dialect! {
         Self::drop_unreferenced_blobs(conn, tenant).await
     }
 
-    async fn erase_tenant(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
+    async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
         const BY_TENANT: [&str; 26] = [
             "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
@@ -211,6 +220,5 @@ for_every_dialect! {
             sqlx::query(sql).bind(tenant).execute(&mut *conn).await?;
         }
         Ok(())
-    }
     }
 }

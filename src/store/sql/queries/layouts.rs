@@ -4,11 +4,10 @@ use super::rows::*;
 use super::*;
 use crate::domain::ids::LayoutName;
 use crate::domain::layout::{LayoutPutDecision, LayoutPutError, ValidLayout, decide_layout_put};
-use crate::store::{PutLayoutOutcome, StoredLayout, TenantId, with_implicit_default};
+use crate::store::{LayoutStore, PutLayoutOutcome, StoredLayout, TenantId, with_implicit_default};
 use chrono::Utc;
 use sqlx::Executor;
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     pub(super) async fn layouts_in<'e>(
         executor: impl Executor<'e, Database = DB>,
         tenant: TenantId,
@@ -19,11 +18,10 @@ for_every_dialect! {
             .await?;
         rows.iter().map(Self::record::<LayoutRow, StoredLayout>).collect()
     }
-    }
 }
 
-for_every_dialect! {
-    impl LayoutStore {
+#[async_trait::async_trait]
+impl LayoutStore for SqlStore<DB> {
     async fn stored_layouts(&self, tenant: TenantId) -> StoreResult<Vec<StoredLayout>> {
         Self::layouts_in(&self.pool, tenant).await
     }
@@ -66,6 +64,5 @@ for_every_dialect! {
         } else {
             PutLayoutOutcome::Replaced
         }))
-    }
     }
 }

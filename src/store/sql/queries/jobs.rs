@@ -7,55 +7,54 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
-for_every_dialect! {
-    impl {
-        /// A job just written in this transaction, as the API shows it.
-        pub(super) async fn job_in(conn: &mut DB::Connection, job_id: Uuid) -> StoreResult<JobRecord> {
-            let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
-                .bind(job_id)
-                .fetch_one(&mut *conn)
-                .await?;
-            Self::record::<JobRow, JobRecord>(&row)
-        }
+impl SqlStore<DB> {
+    /// A job just written in this transaction, as the API shows it.
+    pub(super) async fn job_in(conn: &mut DbConnection, job_id: Uuid) -> StoreResult<JobRecord> {
+        let row = sqlx::query(AssertSqlSafe(format!("SELECT {} FROM jobs WHERE id = $1", job_columns::<DB>())))
+            .bind(job_id)
+            .fetch_one(&mut *conn)
+            .await?;
+        Self::record::<JobRow, JobRecord>(&row)
+    }
 
-        /// A phase-two job starting serves exactly the closes whose phase one
-        /// has finished; those still extracting move to the layout's waiting
-        /// job (a new one if none waits), so that no close is served by a run
-        /// that started before its raw memories existed (SPEC §2.3). Returns
-        /// the sessions the job serves.
-        async fn serve_only_ready_sessions(
-            tx: &mut DB::Connection,
-            claimed: &ClaimedJob,
-            now: DateTime<Utc>,
-        ) -> StoreResult<Vec<String>> {
-            let job = &claimed.job;
-            let rows = sqlx::query(
-                "SELECT js.session_id, CAST(CASE WHEN EXISTS (
+    /// A phase-two job starting serves exactly the closes whose phase one
+    /// has finished; those still extracting move to the layout's waiting
+    /// job (a new one if none waits), so that no close is served by a run
+    /// that started before its raw memories existed (SPEC §2.3). Returns
+    /// the sessions the job serves.
+    async fn serve_only_ready_sessions(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<String>> {
+        let job = &claimed.job;
+        let rows = sqlx::query(
+            "SELECT js.session_id, CAST(CASE WHEN EXISTS (
                         SELECT 1 FROM jobs p WHERE p.tenant_id = js.tenant_id AND p.session_id = js.session_id
                            AND p.layout = $2 AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))
                         THEN 1 ELSE 0 END AS BIGINT) AS extracting
                  FROM job_sessions js WHERE js.job_id = $1 ORDER BY js.session_id",
-            )
-            .bind(job.job_id)
-            .bind(job.layout.as_str())
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut ready = Vec::new();
-            let mut extracting = Vec::new();
-            for row in rows {
-                let session: String = row.try_get("session_id")?;
-                if row.try_get::<i64, _>("extracting")? == 1 { extracting.push(session) } else { ready.push(session) }
-            }
-            // With none ready (a phase one retried since the claim was chosen) it serves them all.
-            if extracting.is_empty() || ready.is_empty() {
-                ready.extend(extracting);
-                return Ok(ready);
-            }
-            let target = match Self::waiting_phase_two(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout).await? {
-                Some(waiting) if waiting != job.job_id => waiting,
-                _ => {
-                    let id = Uuid::new_v4();
-                    sqlx::query(
+        )
+        .bind(job.job_id)
+        .bind(job.layout.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut ready = Vec::new();
+        let mut extracting = Vec::new();
+        for row in rows {
+            let session: String = row.try_get("session_id")?;
+            if row.try_get::<i64, _>("extracting")? == 1 { extracting.push(session) } else { ready.push(session) }
+        }
+        // With none ready (a phase one retried since the claim was chosen) it serves them all.
+        if extracting.is_empty() || ready.is_empty() {
+            ready.extend(extracting);
+            return Ok(ready);
+        }
+        let target = match Self::waiting_phase_two(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout).await? {
+            Some(waiting) if waiting != job.job_id => waiting,
+            _ => {
+                let id = Uuid::new_v4();
+                sqlx::query(
                         "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
                                            state, attempts, run_after, created_at)
                          SELECT $2, tenant_id, kind, $3, workspace, layout, rollout_id, layout_config, 'queued', 0, $4, $4
@@ -67,29 +66,28 @@ for_every_dialect! {
                     .bind(now)
                     .execute(&mut *tx)
                     .await?;
-                    id
-                }
-            };
-            for session in &extracting {
-                sqlx::query("UPDATE job_sessions SET job_id = $3 WHERE job_id = $1 AND session_id = $2")
-                    .bind(job.job_id)
-                    .bind(session.as_str())
-                    .bind(target)
-                    .execute(&mut *tx)
-                    .await?;
+                id
             }
-            sqlx::query("UPDATE jobs SET session_id = $2 WHERE id = $1")
+        };
+        for session in &extracting {
+            sqlx::query("UPDATE job_sessions SET job_id = $3 WHERE job_id = $1 AND session_id = $2")
                 .bind(job.job_id)
-                .bind(ready[0].as_str())
+                .bind(session.as_str())
+                .bind(target)
                 .execute(&mut *tx)
                 .await?;
-            Ok(ready)
         }
+        sqlx::query("UPDATE jobs SET session_id = $2 WHERE id = $1")
+            .bind(job.job_id)
+            .bind(ready[0].as_str())
+            .execute(&mut *tx)
+            .await?;
+        Ok(ready)
     }
 }
 
-for_every_dialect! {
-    impl JobQueue {
+#[async_trait::async_trait]
+impl JobQueue for SqlStore<DB> {
     async fn list_jobs(&self, tenant: TenantId, filter: &JobFilter, page: &PageRequest) -> StoreResult<Vec<JobRecord>> {
         let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, Uuid::parse_str(&c.key).ok())).unzip();
         let after_id = after_id.flatten();
@@ -132,7 +130,9 @@ for_every_dialect! {
         if let Some(gate) = DB::CLAIM_GATE {
             match sqlx::query(gate).execute(&mut *tx).await {
                 // Another claim holds the gate longer than a claim takes.
-                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(Vec::new()),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                    return Ok(Vec::new());
+                }
                 result => result?,
             };
         }
@@ -236,7 +236,11 @@ for_every_dialect! {
                     break;
                 }
                 let kind: String = row.try_get("kind")?;
-                let layout = (row.try_get::<Uuid, _>("tenant_id")?, row.try_get::<String, _>("workspace")?, row.try_get::<String, _>("layout")?);
+                let layout = (
+                    row.try_get::<Uuid, _>("tenant_id")?,
+                    row.try_get::<String, _>("workspace")?,
+                    row.try_get::<String, _>("layout")?,
+                );
                 if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
                     continue;
                 }
@@ -252,9 +256,7 @@ for_every_dialect! {
             return Ok(Vec::new());
         }
         let token = Uuid::new_v4();
-        let mut update = sqlx::QueryBuilder::<DB>::new(
-            "UPDATE jobs SET state = 'running', lease_owner = ",
-        );
+        let mut update = sqlx::QueryBuilder::<DB>::new("UPDATE jobs SET state = 'running', lease_owner = ");
         update.push_bind(req.worker);
         update.push(", lease_token = ").push_bind(token);
         update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
@@ -449,8 +451,12 @@ for_every_dialect! {
         let mut layouts_of = std::collections::HashMap::new();
         for row in &candidates {
             let tenant: Uuid = row.try_get("tenant_id")?;
-            let (session, workspace, layout_name, rollout): (String, String, String, String) =
-                (row.try_get("session_id")?, row.try_get("workspace")?, row.try_get("layout")?, row.try_get("rollout_id")?);
+            let (session, workspace, layout_name, rollout): (String, String, String, String) = (
+                row.try_get("session_id")?,
+                row.try_get("workspace")?,
+                row.try_get("layout")?,
+                row.try_get("rollout_id")?,
+            );
             // A rollout two open sessions share is extracted once.
             if !seen.insert((tenant, workspace.clone(), layout_name.clone(), rollout.clone())) {
                 continue;
@@ -489,8 +495,8 @@ for_every_dialect! {
         let rows = sqlx::query(
             "SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY kind, state",
         )
-            .fetch_all(&self.pool)
-            .await?;
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("state")?, r.try_get("n")?))).collect()
     }
 
@@ -510,6 +516,5 @@ for_every_dialect! {
             counts.failed_recently += row.try_get::<i64, _>("failed_recently")?;
         }
         Ok(counts)
-    }
     }
 }

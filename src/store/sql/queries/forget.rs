@@ -8,25 +8,11 @@ use crate::domain::job::{ForgetMode, ForgetScope, forgotten_memory_status};
 use crate::domain::layout::{ValidLayout, default_layout, with_implicit_default};
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-/// What an error text becomes when it named a forgotten conversation.
-pub(super) const SCRUBBED_ERROR: &str = "(this error named a forgotten conversation and was removed)";
-
 /// Rollouts of one layout that one retention sweep forgets at most.
 const RETENTION_BATCH: i64 = 1000;
-
-/// What a forget freed of its tenant's storage.
-pub(super) enum Freed {
-    /// The committed bytes of the rollout files it removed.
-    RolloutBytes(i64),
-    /// A whole workspace.
-    Workspace,
-    /// The tenant, with every counter it had.
-    Tenant,
-}
 
 /// What a new forget job is.
 struct NewForget<'a> {
@@ -38,49 +24,9 @@ struct NewForget<'a> {
     rollouts: &'a [RolloutId],
 }
 
-/// The highest `$n` a statement uses: Postgres refuses more arguments than that.
-pub(super) fn parameter_count(sql: &str) -> usize {
-    let mut highest = 0;
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        rest = &rest[at + 1..];
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        highest = highest.max(digits.parse().unwrap_or(0));
-    }
-    highest
-}
-
-pub(super) fn mentions_any(text: &str, ids: &[RolloutId]) -> bool {
-    ids.iter().any(|id| text.contains(id.as_str()))
-}
-
-/// A session's `memory_status` without the failures of forgotten rollouts;
-/// `None` when nothing in it changes.
-pub(super) fn status_without(status: &Value, layout: &LayoutName, ids: &[RolloutId]) -> Option<Value> {
-    let failures = status.get("failures")?.as_array()?;
-    let kept: Vec<Value> = failures
-        .iter()
-        .filter(|f| {
-            let forgotten = f["layout"] == layout.as_str() && ids.iter().any(|id| f["rollout_id"] == id.as_str());
-            !forgotten && !f["error"].as_str().is_some_and(|e| mentions_any(e, ids))
-        })
-        .cloned()
-        .collect();
-    if kept.len() == failures.len() {
-        return None;
-    }
-    let mut status = status.clone();
-    if kept.is_empty() && status["status"] == "partial" {
-        status["status"] = "complete".into();
-    }
-    status["failures"] = Value::Array(kept);
-    Some(status)
-}
-
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     async fn insert_forget(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         new: &NewForget<'_>,
         now: DateTime<Utc>,
@@ -113,7 +59,7 @@ for_every_dialect! {
     /// first, waits for appends under way and refuses later ones. Without
     /// `take_over`, a rollout another forget already marked is left to it.
     async fn mark_rollouts_forgetting(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -171,7 +117,7 @@ for_every_dialect! {
     /// Ends the open and closing sessions (without memory) and cancels the
     /// queued and running jobs of a tenant, or of one of its workspaces.
     async fn end_everything_in(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: Option<&WorkspaceName>,
         now: DateTime<Utc>,
@@ -218,12 +164,13 @@ for_every_dialect! {
         if let Some(job) = Self::pending_forget_of(&mut tx, tenant, workspace, layout_name, rollouts).await? {
             return Ok(ForgetQueued::Job(Box::new(job)));
         }
-        let known = match Self::mark_rollouts_forgetting(&mut tx, tenant, workspace, layout_name, rollouts, take_over).await? {
-            // Dropping the transaction takes the marks back.
-            Err(open) => return Ok(ForgetQueued::SessionsOpen(open)),
-            Ok(known) if known.is_empty() => return Ok(ForgetQueued::UnknownRollout),
-            Ok(known) => known,
-        };
+        let known =
+            match Self::mark_rollouts_forgetting(&mut tx, tenant, workspace, layout_name, rollouts, take_over).await? {
+                // Dropping the transaction takes the marks back.
+                Err(open) => return Ok(ForgetQueued::SessionsOpen(open)),
+                Ok(known) if known.is_empty() => return Ok(ForgetQueued::UnknownRollout),
+                Ok(known) => known,
+            };
         let new = NewForget { scope: ForgetScope::Rollouts, mode, workspace, layout_name, layout, rollouts: &known };
         let job = Self::insert_forget(&mut tx, tenant, &new, now).await?;
         tx.commit().await?;
@@ -232,7 +179,7 @@ for_every_dialect! {
 
     /// A forget job, queued or running, that already forgets all of these rollouts.
     async fn pending_forget_of(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -250,18 +197,18 @@ for_every_dialect! {
         .await?;
         for row in pending {
             let named: Vec<String> =
-                serde_json::from_str(row.try_get::<Option<&str>, _>("forget_rollouts")?.unwrap_or("[]")).map_err(corrupt)?;
+                serde_json::from_str(row.try_get::<Option<&str>, _>("forget_rollouts")?.unwrap_or("[]"))
+                    .map_err(corrupt)?;
             if rollouts.iter().all(|r| named.iter().any(|n| n == r.as_str())) {
                 return Ok(Some(Self::job_in(conn, row.try_get("id")?).await?));
             }
         }
         Ok(None)
     }
-    }
 }
 
-for_every_dialect! {
-    impl ForgetStore {
+#[async_trait::async_trait]
+impl ForgetStore for SqlStore<DB> {
     async fn queue_forget_rollouts(
         &self,
         tenant: TenantId,
@@ -274,14 +221,19 @@ for_every_dialect! {
         self.forget_rollouts_queued(tenant, workspace, layout_name, layout, rollouts, mode, true).await
     }
 
-    async fn queue_forget_workspace(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<Option<JobRecord>> {
+    async fn queue_forget_workspace(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> StoreResult<Option<JobRecord>> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
-        let pending = sqlx::query(locking::<DB>("SELECT job_id FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"))
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+        let pending =
+            sqlx::query(locking::<DB>("SELECT job_id FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"))
+                .bind(tenant)
+                .bind(workspace.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
         if let Some(row) = pending {
             let job = Self::job_in(&mut tx, row.try_get("job_id")?).await?;
             return Ok(Some(job));
@@ -342,7 +294,11 @@ for_every_dialect! {
                 return Ok(Some(Self::job_in(&mut tx, pending.try_get("id")?).await?));
             }
         }
-        sqlx::query("UPDATE tenants SET deleting_at = $2 WHERE id = $1").bind(tenant).bind(now).execute(&mut *tx).await?;
+        sqlx::query("UPDATE tenants SET deleting_at = $2 WHERE id = $1")
+            .bind(tenant)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE tenant_id = $1 AND revoked_at IS NULL")
             .bind(tenant)
             .bind(now)
@@ -487,7 +443,15 @@ for_every_dialect! {
                 for (workspace, rollouts) in by_workspace {
                     let workspace = parse_id(WorkspaceName::parse, &workspace, "workspace")?;
                     let queued_now = self
-                        .forget_rollouts_queued(tenant, &workspace, &stored.name, &stored.layout, &rollouts, ForgetMode::Scrub, false)
+                        .forget_rollouts_queued(
+                            tenant,
+                            &workspace,
+                            &stored.name,
+                            &stored.layout,
+                            &rollouts,
+                            ForgetMode::Scrub,
+                            false,
+                        )
                         .await?;
                     if let ForgetQueued::Job(job) = queued_now {
                         queued.push(*job);
@@ -496,34 +460,5 @@ for_every_dialect! {
             }
         }
         Ok(queued)
-    }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_status_loses_the_failures_of_forgotten_rollouts_only() {
-        let layout = LayoutName::parse("default").unwrap();
-        let ids = [RolloutId::parse("chat-1").unwrap()];
-        let status = json!({"status": "partial", "failures": [
-            {"kind": "phase_one", "layout": "default", "rollout_id": "chat-1", "error": "x"},
-            {"kind": "phase_one", "layout": "default", "rollout_id": "chat-2", "error": "y"},
-        ]});
-        let cleaned = status_without(&status, &layout, &ids).unwrap();
-        assert_eq!(cleaned["status"], "partial");
-        assert_eq!(cleaned["failures"].as_array().unwrap().len(), 1);
-        assert_eq!(cleaned["failures"][0]["rollout_id"], "chat-2");
-        let only = json!({"status": "partial", "failures": [{"layout": "default", "rollout_id": "chat-1"}]});
-        assert_eq!(status_without(&only, &layout, &ids).unwrap(), json!({"status": "complete", "failures": []}));
-        // Another layout's rollout of the same id stays; an error naming it goes.
-        let other = json!({"status": "partial", "failures": [{"layout": "notes", "rollout_id": "chat-1"}]});
-        assert_eq!(status_without(&other, &layout, &ids), None);
-        let named = json!({"status": "partial", "failures": [{"layout": "notes", "error": "reading chat-1 failed"}]});
-        assert_eq!(status_without(&named, &layout, &ids).unwrap()["status"], "complete");
-        assert_eq!(status_without(&json!({"status": "complete", "failures": []}), &layout, &ids), None);
     }
 }

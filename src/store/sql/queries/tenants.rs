@@ -2,13 +2,13 @@
 
 use super::*;
 use crate::store::StoreError;
-use crate::store::{NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantSummary};
+use crate::store::{NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantStore, TenantSummary};
 use chrono::Utc;
 use sqlx::Row;
 use uuid::Uuid;
 
-for_every_dialect! {
-    impl TenantStore {
+#[async_trait::async_trait]
+impl TenantStore for SqlStore<DB> {
     async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
@@ -66,9 +66,9 @@ for_every_dialect! {
             "SELECT k.tenant_id FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
              WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.deleting_at IS NULL",
         )
-            .bind(key_hash)
-            .fetch_optional(&self.pool)
-            .await?;
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
     }
 
@@ -118,14 +118,19 @@ for_every_dialect! {
     }
 
     async fn tenant_exists(&self, tenant: TenantId) -> StoreResult<bool> {
-        let row = sqlx::query("SELECT 1 AS found FROM tenants WHERE id = $1").bind(tenant).fetch_optional(&self.pool).await?;
+        let row =
+            sqlx::query("SELECT 1 AS found FROM tenants WHERE id = $1").bind(tenant).fetch_optional(&self.pool).await?;
         Ok(row.is_some())
     }
 
     async fn list_tenants(&self, page: &PageRequest) -> StoreResult<Vec<TenantSummary>> {
         let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, Uuid::parse_str(&c.key).ok())).unzip();
         // Two texts, so that each plan walks the index from its start.
-        let after = if after_at.is_some() { "t.created_at > $1 OR (t.created_at = $1 AND t.id > $2)" } else { "$1 IS NULL AND $2 IS NULL" };
+        let after = if after_at.is_some() {
+            "t.created_at > $1 OR (t.created_at = $1 AND t.id > $2)"
+        } else {
+            "$1 IS NULL AND $2 IS NULL"
+        };
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT t.id, t.name, t.created_at, t.deleting_at,
                     (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL) AS keys,
@@ -155,6 +160,5 @@ for_every_dialect! {
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
-    }
     }
 }

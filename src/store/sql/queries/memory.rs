@@ -8,10 +8,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     pub(super) async fn upsert_raw_memory(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -46,11 +45,10 @@ for_every_dialect! {
         .await?;
         Ok(())
     }
-    }
 }
 
-for_every_dialect! {
-    impl MemoryIndex {
+#[async_trait::async_trait]
+impl MemoryIndex for SqlStore<DB> {
     async fn raw_memory(
         &self,
         tenant: TenantId,
@@ -148,6 +146,5 @@ for_every_dialect! {
         }
         tx.commit().await?;
         Ok(())
-    }
     }
 }

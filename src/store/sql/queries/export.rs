@@ -17,79 +17,81 @@ const WORKSPACE_HOLDS: [&str; 3] = [
     "SELECT 1 AS found FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
 ];
 
-for_every_dialect! {
-    impl {
-        pub(super) async fn workspace_empty_in(conn: &mut DB::Connection, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
-            for sql in WORKSPACE_HOLDS {
-                if sqlx::query(sql).bind(tenant).bind(workspace.as_str()).fetch_optional(&mut *conn).await?.is_some() {
-                    return Ok(false);
-                }
+impl SqlStore<DB> {
+    pub(super) async fn workspace_empty_in(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> StoreResult<bool> {
+        for sql in WORKSPACE_HOLDS {
+            if sqlx::query(sql).bind(tenant).bind(workspace.as_str()).fetch_optional(&mut *conn).await?.is_some() {
+                return Ok(false);
             }
-            Ok(true)
         }
+        Ok(true)
+    }
 
-        /// An import's rows, in its fenced finish; `false` (nothing written)
-        /// when the workspace took data or a layout took another config
-        /// since the job checked.
-        pub(super) async fn register_import(
-            conn: &mut DB::Connection,
-            claimed: &ClaimedJob,
-            record: &ImportRecord,
-            now: DateTime<Utc>,
-        ) -> StoreResult<Result<(), String>> {
-            let (tenant, job) = (claimed.tenant_id, &claimed.job);
-            if !Self::workspace_empty_in(&mut *conn, tenant, &job.workspace).await? {
-                return Ok(Err(format!("workspace_not_empty: workspace {} took data while the import ran", job.workspace)));
-            }
-            for (name, layout) in &record.layouts {
-                let config = serde_json::to_string(&layout.config).expect("a config always serialises");
-                sqlx::query(
-                    "INSERT INTO layouts (tenant_id, name, config, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
+    /// An import's rows, in its fenced finish; `false` (nothing written)
+    /// when the workspace took data or a layout took another config
+    /// since the job checked.
+    pub(super) async fn register_import(
+        conn: &mut DbConnection,
+        claimed: &ClaimedJob,
+        record: &ImportRecord,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Result<(), String>> {
+        let (tenant, job) = (claimed.tenant_id, &claimed.job);
+        if !Self::workspace_empty_in(&mut *conn, tenant, &job.workspace).await? {
+            return Ok(Err(format!("workspace_not_empty: workspace {} took data while the import ran", job.workspace)));
+        }
+        for (name, layout) in &record.layouts {
+            let config = serde_json::to_string(&layout.config).expect("a config always serialises");
+            sqlx::query(
+                "INSERT INTO layouts (tenant_id, name, config, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
                      ON CONFLICT (tenant_id, name) DO NOTHING",
-                )
+            )
+            .bind(tenant)
+            .bind(name.as_str())
+            .bind(config.as_str())
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+            let stored: String = sqlx::query("SELECT config FROM layouts WHERE tenant_id = $1 AND name = $2")
                 .bind(tenant)
                 .bind(name.as_str())
-                .bind(config.as_str())
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-                let stored: String = sqlx::query("SELECT config FROM layouts WHERE tenant_id = $1 AND name = $2")
-                    .bind(tenant)
-                    .bind(name.as_str())
-                    .fetch_one(&mut *conn)
-                    .await?
-                    .try_get("config")?;
-                if parse_layout_config(&stored)?.config != layout.config {
-                    return Ok(Err(format!("layout_conflict: layout {name} took another config while the import ran")));
-                }
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get("config")?;
+            if parse_layout_config(&stored)?.config != layout.config {
+                return Ok(Err(format!("layout_conflict: layout {name} took another config while the import ran")));
             }
-            for rollout in &record.rollouts {
-                sqlx::query(
-                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
+        }
+        for rollout in &record.rollouts {
+            sqlx::query(
+                "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
                                            segment_count, updated_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(tenant)
-                .bind(job.workspace.as_str())
-                .bind(rollout.layout.as_str())
-                .bind(rollout.rollout_id.as_str())
-                .bind(rollout.rollout_path.as_str())
-                .bind(rollout.len as i64)
-                .bind(rollout.lines)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-            }
-            for (layout, raw) in &record.raw_memories {
-                Self::upsert_raw_memory(&mut *conn, tenant, &job.workspace, layout, raw, job.job_id, now).await?;
-            }
-            Ok(Ok(()))
+            )
+            .bind(tenant)
+            .bind(job.workspace.as_str())
+            .bind(rollout.layout.as_str())
+            .bind(rollout.rollout_id.as_str())
+            .bind(rollout.rollout_path.as_str())
+            .bind(rollout.len as i64)
+            .bind(rollout.lines)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
         }
+        for (layout, raw) in &record.raw_memories {
+            Self::upsert_raw_memory(&mut *conn, tenant, &job.workspace, layout, raw, job.job_id, now).await?;
+        }
+        Ok(Ok(()))
     }
 }
 
-for_every_dialect! {
-    impl PortabilityStore {
+#[async_trait::async_trait]
+impl PortabilityStore for SqlStore<DB> {
     async fn export_view(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<ExportView> {
         let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
         let rows = sqlx::query(
@@ -139,7 +141,12 @@ for_every_dialect! {
         Ok(view)
     }
 
-    async fn queue_import(&self, tenant: TenantId, workspace: &WorkspaceName, job_id: Uuid) -> StoreResult<ImportQueued> {
+    async fn queue_import(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        job_id: Uuid,
+    ) -> StoreResult<ImportQueued> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
         if let Some(lock) = DB::LAYOUT_LOCK {
@@ -180,6 +187,5 @@ for_every_dialect! {
     async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {
         let mut conn = self.pool.acquire().await?;
         Self::workspace_empty_in(&mut conn, tenant, workspace).await
-    }
     }
 }

@@ -10,8 +10,7 @@ use chrono::Utc;
 use serde_json::Value;
 use sqlx::{Executor, Row};
 use uuid::Uuid;
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     pub(super) async fn session_in<'e>(
         executor: impl Executor<'e, Database = DB>,
         tenant: TenantId,
@@ -51,7 +50,7 @@ for_every_dialect! {
     /// The layout's phase-two job that is queued and not yet started, locked:
     /// a close joins it rather than queue another (SPEC §2.3).
     pub(super) async fn waiting_phase_two(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         layout: &LayoutName,
@@ -73,7 +72,7 @@ for_every_dialect! {
 
     /// Phase-two job `job_id` serves `session` too.
     pub(super) async fn serve_session(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         job_id: Uuid,
         tenant: TenantId,
         session: &str,
@@ -92,7 +91,7 @@ for_every_dialect! {
     /// The session's rollouts whose raw memory was made from exactly their
     /// committed bytes, as `(layout, rollout)`.
     async fn extracted_at_committed_len(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         session: &SessionId,
         workspace: &WorkspaceName,
@@ -201,11 +200,10 @@ for_every_dialect! {
         tx.commit().await?;
         Ok(settled.is_some())
     }
-    }
 }
 
-for_every_dialect! {
-    impl SessionStore {
+#[async_trait::async_trait]
+impl SessionStore for SqlStore<DB> {
     async fn list_sessions(
         &self,
         tenant: TenantId,
@@ -278,7 +276,9 @@ for_every_dialect! {
         let rollouts = Self::touched_in(&self.pool, tenant, id).await?;
         let jobs = Self::jobs_of_session(&self.pool, tenant, id).await?;
         let held_jobs = session.state == SessionState::Closing
-            && jobs.iter().any(|j| j.state == JobState::Queued && matches!(j.kind, JobKind::PhaseOne | JobKind::PhaseTwo));
+            && jobs
+                .iter()
+                .any(|j| j.state == JobState::Queued && matches!(j.kind, JobKind::PhaseOne | JobKind::PhaseTwo));
         let waiting = if held_jobs && self.model_budget_hold(tenant, Utc::now()).await?.is_some() {
             Some(WAITING_FOR_MODEL_BUDGET)
         } else {
@@ -331,7 +331,8 @@ for_every_dialect! {
                 let run_after = if kind == JobKind::PhaseTwo { now + phase_two_delay } else { now };
                 // SPEC §5: a rollout whose raw memory was made (early) at its
                 // committed length needs no new extraction: its job succeeds at once.
-                let extracted = rollout.as_ref().is_some_and(|r| already_extracted.contains(&(layout_name.clone(), r.clone())));
+                let extracted =
+                    rollout.as_ref().is_some_and(|r| already_extracted.contains(&(layout_name.clone(), r.clone())));
                 let (state, finished_at) = if extracted { ("succeeded", Some(now)) } else { ("queued", None) };
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
@@ -469,6 +470,5 @@ for_every_dialect! {
             self.settle_session_in(r.try_get("tenant_id")?, r.try_get("session_id")?).await?;
         }
         Ok(rows.len())
-    }
     }
 }

@@ -7,11 +7,15 @@ use crate::domain::events;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 
-for_every_dialect! {
-    impl {
-        /// A job's finish, within the transaction `tx` (its caller commits):
-        /// `false` when the worker no longer owns the job.
-        pub(super) async fn finish_in(tx: &mut DB::Connection, claimed: &ClaimedJob, finish: &JobFinish, now: DateTime<Utc>) -> StoreResult<bool> {
+impl SqlStore<DB> {
+    /// A job's finish, within the transaction `tx` (its caller commits):
+    /// `false` when the worker no longer owns the job.
+    pub(super) async fn finish_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        finish: &JobFinish,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
         let job = &claimed.job;
         let owned =
             sqlx::query(locking::<DB>("SELECT id FROM jobs WHERE id = $1 AND lease_token = $2 AND state = 'running'"))
@@ -45,14 +49,18 @@ for_every_dialect! {
         .bind(finished_at)
         .bind(usage)
         .bind(finish.publish_id)
-        .bind((!finish.redactions.is_empty()).then(|| serde_json::to_string(&finish.redactions).expect("counts serialise")))
+        .bind(
+            (!finish.redactions.is_empty())
+                .then(|| serde_json::to_string(&finish.redactions).expect("counts serialise")),
+        )
         .execute(&mut *tx)
         .await?;
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
             Self::upsert_raw_memory(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
                 .await?;
         }
-        if let (JobKind::Import, JobOutcome::Succeeded { .. }, Some(record)) = (job.kind, &finish.outcome, &finish.import)
+        if let (JobKind::Import, JobOutcome::Succeeded { .. }, Some(record)) =
+            (job.kind, &finish.outcome, &finish.import)
             && let Err(refused) = Self::register_import(&mut *tx, claimed, record, now).await?
         {
             // Its files are not published: the job fails with why.
@@ -65,25 +73,37 @@ for_every_dialect! {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            let failed = events::job_failed(job.job_id, job.kind.as_str(), job.workspace.as_str(), job.layout.as_str(), &refused);
+            let failed = events::job_failed(
+                job.job_id,
+                job.kind.as_str(),
+                job.workspace.as_str(),
+                job.layout.as_str(),
+                &refused,
+            );
             Self::record_events_in(&mut *tx, claimed.tenant_id, &[failed], now).await?;
             return Ok(false);
         }
         let mut tally = usage::Tally { model: Some((job.kind, finish.accounting.attempt_usage)), ..Default::default() };
         let mut news = Vec::new();
         if let JobOutcome::Failed { error } = &finish.outcome {
-            news.push(events::job_failed(job.job_id, job.kind.as_str(), job.workspace.as_str(), job.layout.as_str(), error));
+            news.push(events::job_failed(
+                job.job_id,
+                job.kind.as_str(),
+                job.workspace.as_str(),
+                job.layout.as_str(),
+                error,
+            ));
         }
         tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
         let mut tenant_gone = false;
         if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
             match Self::erase_forgotten(&mut *tx, claimed).await? {
-                forget::Freed::RolloutBytes(bytes) => tally.add_storage(job.workspace.as_str(), -bytes),
-                forget::Freed::Workspace => {
+                Freed::RolloutBytes(bytes) => tally.add_storage(job.workspace.as_str(), -bytes),
+                Freed::Workspace => {
                     tally.dropped_scopes.push(job.workspace.as_str().to_owned());
                     tally.recount_history = true;
                 }
-                forget::Freed::Tenant => tenant_gone = true,
+                Freed::Tenant => tenant_gone = true,
             }
             let spec = job.forget.as_ref().map(|f| serde_json::to_value(f).expect("a forget spec serialises"));
             news.push(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default()));
@@ -167,6 +187,5 @@ for_every_dialect! {
             Self::record_events_in(&mut *tx, claimed.tenant_id, &news, now).await?;
         }
         Ok(true)
-    }
     }
 }

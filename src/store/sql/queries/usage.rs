@@ -43,48 +43,47 @@ pub(super) const STORAGE_OF_TENANT: &str =
 
 const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
 
-for_every_dialect! {
-    impl {
-        /// Adds the tallies (by tenant, in order) to the counters of `now`'s
-        /// day; returns each tenant's storage after them.
-        pub(super) async fn count_usage_in(
-            conn: &mut DB::Connection,
-            tallies: &BTreeMap<TenantId, Tally>,
-            now: DateTime<Utc>,
-        ) -> StoreResult<BTreeMap<TenantId, i64>> {
-            let day = day_of(now);
-            let mut storage = BTreeMap::new();
-            for (tenant, tally) in tallies {
-                for scope in &tally.dropped_scopes {
-                    sqlx::query("DELETE FROM storage_usage WHERE tenant_id = $1 AND scope = $2")
-                        .bind(*tenant)
-                        .bind(scope.as_str())
-                        .execute(&mut *conn)
-                        .await?;
-                }
-                let mut changed: Vec<(&str, i64)> = tally
-                    .storage
-                    .iter()
-                    .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
-                    .map(|(scope, delta)| (scope.as_str(), *delta))
-                    .collect();
-                changed.sort_unstable();
-                for (scope, delta) in changed {
-                    sqlx::query(
-                        "INSERT INTO storage_usage (tenant_id, scope, bytes) VALUES ($1, $2, $3)
-                         ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes",
-                    )
+impl SqlStore<DB> {
+    /// Adds the tallies (by tenant, in order) to the counters of `now`'s
+    /// day; returns each tenant's storage after them.
+    pub(super) async fn count_usage_in(
+        conn: &mut DbConnection,
+        tallies: &BTreeMap<TenantId, Tally>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BTreeMap<TenantId, i64>> {
+        let day = day_of(now);
+        let mut storage = BTreeMap::new();
+        for (tenant, tally) in tallies {
+            for scope in &tally.dropped_scopes {
+                sqlx::query("DELETE FROM storage_usage WHERE tenant_id = $1 AND scope = $2")
                     .bind(*tenant)
-                    .bind(scope)
-                    .bind(delta)
+                    .bind(scope.as_str())
                     .execute(&mut *conn)
                     .await?;
-                }
-                if tally.recount_history {
-                    Self::recount_history_in(&mut *conn, *tenant).await?;
-                }
-                let row = sqlx::query(AssertSqlSafe(format!(
-                    "INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
+            }
+            let mut changed: Vec<(&str, i64)> = tally
+                .storage
+                .iter()
+                .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
+                .map(|(scope, delta)| (scope.as_str(), *delta))
+                .collect();
+            changed.sort_unstable();
+            for (scope, delta) in changed {
+                sqlx::query(
+                    "INSERT INTO storage_usage (tenant_id, scope, bytes) VALUES ($1, $2, $3)
+                         ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes",
+                )
+                .bind(*tenant)
+                .bind(scope)
+                .bind(delta)
+                .execute(&mut *conn)
+                .await?;
+            }
+            if tally.recount_history {
+                Self::recount_history_in(&mut *conn, *tenant).await?;
+            }
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
                      VALUES ($1, $2, $3, $4, $5, $6, ({STORAGE_OF_TENANT}))
                      ON CONFLICT (tenant_id, day) DO UPDATE SET
                         segments = usage_days.segments + excluded.segments,
@@ -93,140 +92,139 @@ for_every_dialect! {
                         runs = usage_days.runs + excluded.runs,
                         storage_bytes = excluded.storage_bytes
                      RETURNING storage_bytes"
-                )))
-                .bind(*tenant)
-                .bind(day.as_str())
-                .bind(tally.segments)
-                .bind(tally.bytes_ingested)
-                .bind(tally.closes)
-                .bind(tally.runs)
-                .fetch_one(&mut *conn)
-                .await?;
-                storage.insert(*tenant, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
-                if let Some((kind, used)) = tally.model.filter(|(_, u)| *u != TokenUsage::default()) {
-                    sqlx::query(
-                        "INSERT INTO model_usage_days (tenant_id, day, kind, model_calls, input_tokens, output_tokens)
+            )))
+            .bind(*tenant)
+            .bind(day.as_str())
+            .bind(tally.segments)
+            .bind(tally.bytes_ingested)
+            .bind(tally.closes)
+            .bind(tally.runs)
+            .fetch_one(&mut *conn)
+            .await?;
+            storage.insert(*tenant, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
+            if let Some((kind, used)) = tally.model.filter(|(_, u)| *u != TokenUsage::default()) {
+                sqlx::query(
+                    "INSERT INTO model_usage_days (tenant_id, day, kind, model_calls, input_tokens, output_tokens)
                          VALUES ($1, $2, $3, $4, $5, $6)
                          ON CONFLICT (tenant_id, day, kind) DO UPDATE SET
                             model_calls = model_usage_days.model_calls + excluded.model_calls,
                             input_tokens = model_usage_days.input_tokens + excluded.input_tokens,
                             output_tokens = model_usage_days.output_tokens + excluded.output_tokens",
-                    )
-                    .bind(*tenant)
-                    .bind(day.as_str())
-                    .bind(kind.as_str())
-                    .bind(used.calls as i64)
-                    .bind(used.input_tokens as i64)
-                    .bind(used.output_tokens as i64)
-                    .execute(&mut *conn)
-                    .await?;
-                }
+                )
+                .bind(*tenant)
+                .bind(day.as_str())
+                .bind(kind.as_str())
+                .bind(used.calls as i64)
+                .bind(used.input_tokens as i64)
+                .bind(used.output_tokens as i64)
+                .execute(&mut *conn)
+                .await?;
             }
-            Ok(storage)
         }
+        Ok(storage)
+    }
 
-        async fn recount_history_in(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<()> {
-            sqlx::query(
-                "INSERT INTO storage_usage (tenant_id, scope, bytes)
+    async fn recount_history_in(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO storage_usage (tenant_id, scope, bytes)
                  VALUES ($1, '', (SELECT CAST(COALESCE(SUM(length(content)), 0) AS BIGINT)
                                   FROM history_blobs WHERE tenant_id = $1))
                  ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = excluded.bytes",
-            )
-            .bind(tenant)
-            .execute(&mut *conn)
-            .await?;
-            Ok(())
-        }
+        )
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
 
-        /// Holds the tenant's model jobs until the next UTC midnight if its
-        /// tokens of the day reached `limit`; otherwise ends a hold and lets
-        /// the jobs it moved run now. Returns the hold's end. It locks the
-        /// tenant's queued jobs, so it runs before the counters are written
-        /// (every transaction takes job rows before counter rows).
-        /// `uncounted`: tokens of this transaction not yet in the counters.
-        pub(super) async fn enforce_token_budget_in(
-            conn: &mut DB::Connection,
-            tenant: TenantId,
-            limit: Option<u64>,
-            uncounted: u64,
-            now: DateTime<Utc>,
-        ) -> StoreResult<Option<DateTime<Utc>>> {
-            let counted: i64 = sqlx::query(
-                "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
+    /// Holds the tenant's model jobs until the next UTC midnight if its
+    /// tokens of the day reached `limit`; otherwise ends a hold and lets
+    /// the jobs it moved run now. Returns the hold's end. It locks the
+    /// tenant's queued jobs, so it runs before the counters are written
+    /// (every transaction takes job rows before counter rows).
+    /// `uncounted`: tokens of this transaction not yet in the counters.
+    pub(super) async fn enforce_token_budget_in(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        limit: Option<u64>,
+        uncounted: u64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let counted: i64 = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
                  FROM model_usage_days WHERE tenant_id = $1 AND day = $2",
-            )
-            .bind(tenant)
-            .bind(day_of(now))
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get("used")?;
-            let used = counted.max(0) as u64 + uncounted;
-            match limit.filter(|l| *l > 0) {
-                Some(limit) if used >= limit => {
-                    let until = next_utc_midnight(now);
-                    sqlx::query(
-                        "INSERT INTO model_budget_holds (tenant_id, until) VALUES ($1, $2)
+        )
+        .bind(tenant)
+        .bind(day_of(now))
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get("used")?;
+        let used = counted.max(0) as u64 + uncounted;
+        match limit.filter(|l| *l > 0) {
+            Some(limit) if used >= limit => {
+                let until = next_utc_midnight(now);
+                sqlx::query(
+                    "INSERT INTO model_budget_holds (tenant_id, until) VALUES ($1, $2)
                          ON CONFLICT (tenant_id) DO UPDATE SET until = excluded.until",
-                    )
-                    .bind(tenant)
-                    .bind(until)
-                    .execute(&mut *conn)
-                    .await?;
-                    sqlx::query(AssertSqlSafe(format!(
-                        "UPDATE jobs SET run_after = $2
+                )
+                .bind(tenant)
+                .bind(until)
+                .execute(&mut *conn)
+                .await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "UPDATE jobs SET run_after = $2
                          WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS} AND run_after < $2"
+                )))
+                .bind(tenant)
+                .bind(until)
+                .execute(&mut *conn)
+                .await?;
+                Ok(Some(until))
+            }
+            _ => {
+                let ended = sqlx::query("DELETE FROM model_budget_holds WHERE tenant_id = $1 RETURNING until")
+                    .bind(tenant)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if let Some(row) = ended {
+                    let until: DateTime<Utc> = row.try_get("until")?;
+                    sqlx::query(AssertSqlSafe(format!(
+                        "UPDATE jobs SET run_after = $3
+                             WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS} AND run_after = $2"
                     )))
                     .bind(tenant)
                     .bind(until)
+                    .bind(now)
                     .execute(&mut *conn)
                     .await?;
-                    Ok(Some(until))
                 }
-                _ => {
-                    let ended = sqlx::query("DELETE FROM model_budget_holds WHERE tenant_id = $1 RETURNING until")
-                        .bind(tenant)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    if let Some(row) = ended {
-                        let until: DateTime<Utc> = row.try_get("until")?;
-                        sqlx::query(AssertSqlSafe(format!(
-                            "UPDATE jobs SET run_after = $3
-                             WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS} AND run_after = $2"
-                        )))
-                        .bind(tenant)
-                        .bind(until)
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
-                    }
-                    Ok(None)
-                }
+                Ok(None)
             }
         }
+    }
 
-        /// Model jobs just queued for a tenant whose budget is spent wait
-        /// with the others until the hold ends.
-        pub(super) async fn hold_new_model_jobs_in(
-            conn: &mut DB::Connection,
-            tenant: TenantId,
-            now: DateTime<Utc>,
-        ) -> StoreResult<()> {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE jobs SET run_after = (SELECT until FROM model_budget_holds WHERE tenant_id = $1)
+    /// Model jobs just queued for a tenant whose budget is spent wait
+    /// with the others until the hold ends.
+    pub(super) async fn hold_new_model_jobs_in(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET run_after = (SELECT until FROM model_budget_holds WHERE tenant_id = $1)
                  WHERE tenant_id = $1 AND state = 'queued' AND kind IN {MODEL_KINDS}
                    AND run_after < (SELECT until FROM model_budget_holds WHERE tenant_id = $1 AND until > $2)"
-            )))
-            .bind(tenant)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?;
-            Ok(())
-        }
+        )))
+        .bind(tenant)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
     }
 }
 
-for_every_dialect! {
-    impl UsageStore {
+#[async_trait::async_trait]
+impl UsageStore for SqlStore<DB> {
     async fn storage_bytes(&self, tenant: TenantId) -> StoreResult<i64> {
         let row = sqlx::query(STORAGE_OF_TENANT).bind(tenant).fetch_one(&self.pool).await?;
         Ok(row.try_get("bytes")?)
@@ -298,7 +296,13 @@ for_every_dialect! {
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
-            .map(|row| Ok(StorageScope { tenant: row.try_get("tenant_id")?, scope: row.try_get("scope")?, bytes: row.try_get("bytes")? }))
+            .map(|row| {
+                Ok(StorageScope {
+                    tenant: row.try_get("tenant_id")?,
+                    scope: row.try_get("scope")?,
+                    bytes: row.try_get("bytes")?,
+                })
+            })
             .collect()
     }
 
@@ -351,6 +355,5 @@ for_every_dialect! {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| r.try_get("until")).transpose()?)
-    }
     }
 }

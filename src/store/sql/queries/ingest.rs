@@ -70,168 +70,172 @@ struct RolloutUpdate {
     bytes: i64,
 }
 
-for_every_dialect! {
-    impl {
-        pub(super) async fn lock_for_appends<'s>(
-            &'s self,
-            reqs: &[&AppendRequest],
-        ) -> StoreResult<Box<dyn AppendBatch + 's>> {
-            let now = Utc::now();
-            let mut tx = self.begin_write().await?;
-            let (mut known, storage_read) = Self::lock_known_in(&mut tx, reqs).await?;
-            let mut budgets = Self::storage_budgets_in(&mut tx, reqs, storage_read).await?;
-            let storage_limits = budgets.iter().map(|(tenant, b)| (*tenant, b.limit)).collect();
-            let mut starts = Vec::with_capacity(reqs.len());
-            let mut rows = Vec::with_capacity(reqs.len());
-            for req in reqs {
-                let found = known.remove(&append_target(req));
-                let budget = budgets.get_mut(&req.tenant_id);
-                let start = Self::position_in(&mut tx, req, now, found, budget).await?;
-                rows.push(match &start {
-                    AppendStart::Write(position) => Some(RolloutUpdate {
-                        tenant: req.tenant_id,
-                        workspace: position.workspace.as_str().to_owned(),
-                        session_id: req.session_id.as_str().to_owned(),
-                        layout: req.layout_name.as_str().to_owned(),
-                        rollout_id: req.segment.rollout_id.as_str().to_owned(),
-                        updated_at: req.segment.updated_at.clone(),
-                        terminal_state: req.segment.terminal_state.clone(),
-                        idempotency_key: req.idempotency.as_ref().map(|c| c.key.clone()),
-                        bytes: req.segment.line.len() as i64,
-                    }),
-                    AppendStart::Done(_) => None,
-                });
-                starts.push(start);
-            }
-            Ok(Box::new(SqlAppendBatch { tx, starts, rows, storage_limits, now }))
+impl SqlStore<DB> {
+    pub(super) async fn lock_for_appends<'s>(
+        &'s self,
+        reqs: &[&AppendRequest],
+    ) -> StoreResult<Box<dyn AppendBatch + 's>> {
+        let now = Utc::now();
+        let mut tx = self.begin_write().await?;
+        let (mut known, storage_read) = Self::lock_known_in(&mut tx, reqs).await?;
+        let mut budgets = Self::storage_budgets_in(&mut tx, reqs, storage_read).await?;
+        let storage_limits = budgets.iter().map(|(tenant, b)| (*tenant, b.limit)).collect();
+        let mut starts = Vec::with_capacity(reqs.len());
+        let mut rows = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let found = known.remove(&append_target(req));
+            let budget = budgets.get_mut(&req.tenant_id);
+            let start = Self::position_in(&mut tx, req, now, found, budget).await?;
+            rows.push(match &start {
+                AppendStart::Write(position) => Some(RolloutUpdate {
+                    tenant: req.tenant_id,
+                    workspace: position.workspace.as_str().to_owned(),
+                    session_id: req.session_id.as_str().to_owned(),
+                    layout: req.layout_name.as_str().to_owned(),
+                    rollout_id: req.segment.rollout_id.as_str().to_owned(),
+                    updated_at: req.segment.updated_at.clone(),
+                    terminal_state: req.segment.terminal_state.clone(),
+                    idempotency_key: req.idempotency.as_ref().map(|c| c.key.clone()),
+                    bytes: req.segment.line.len() as i64,
+                }),
+                AppendStart::Done(_) => None,
+            });
+            starts.push(start);
         }
+        Ok(Box::new(SqlAppendBatch { tx, starts, rows, storage_limits, now }))
+    }
 
-        /// What each tenant of the group with a storage limit keeps now
-        /// (`read`: as the session lock read it already). Read without a
-        /// lock: a group that commits meanwhile is caught when this one
-        /// counts its lines (`StoreError::StorageRaced`).
-        async fn storage_budgets_in(
-            tx: &mut WriteTx<'_, DB>,
-            reqs: &[&AppendRequest],
-            read: HashMap<TenantId, i64>,
-        ) -> StoreResult<HashMap<TenantId, StorageBudget>> {
-            let mut budgets = HashMap::new();
-            for req in reqs {
-                let Some(limit) = req.max_storage_bytes.filter(|l| *l > 0) else { continue };
-                if budgets.contains_key(&req.tenant_id) {
-                    continue;
-                }
-                let used = match read.get(&req.tenant_id) {
-                    Some(bytes) => *bytes,
-                    None => sqlx::query(AssertSqlSafe(format!("SELECT ({}) AS bytes", usage::STORAGE_OF_TENANT)))
-                        .bind(req.tenant_id)
-                        .fetch_one(&mut **tx)
-                        .await?
-                        .try_get::<i64, _>("bytes")?,
-                };
-                budgets.insert(req.tenant_id, StorageBudget { limit, used: used.max(0) as u64 });
+    /// What each tenant of the group with a storage limit keeps now
+    /// (`read`: as the session lock read it already). Read without a
+    /// lock: a group that commits meanwhile is caught when this one
+    /// counts its lines (`StoreError::StorageRaced`).
+    async fn storage_budgets_in(
+        tx: &mut WriteTx<'_, DB>,
+        reqs: &[&AppendRequest],
+        read: HashMap<TenantId, i64>,
+    ) -> StoreResult<HashMap<TenantId, StorageBudget>> {
+        let mut budgets = HashMap::new();
+        for req in reqs {
+            let Some(limit) = req.max_storage_bytes.filter(|l| *l > 0) else { continue };
+            if budgets.contains_key(&req.tenant_id) {
+                continue;
             }
-            Ok(budgets)
-        }
-
-        /// The common case in two statements: the sessions of the appends
-        /// that exist, then those of their rollouts that exist, with each
-        /// session and, where its rollout exists, the rollout's committed
-        /// length and segment count.
-        /// Every replica locks all sessions before any rollout, each kind in
-        /// one order, so two groups never wait for each other in a cycle.
-        /// With a storage limit in the group, the sessions' tenants' storage
-        /// is read in the same round trip.
-        async fn lock_known_in(
-            tx: &mut WriteTx<'_, DB>,
-            reqs: &[&AppendRequest],
-        ) -> StoreResult<(HashMap<AppendTarget, KnownTarget>, HashMap<TenantId, i64>)> {
-            let limited = reqs.iter().any(|r| r.max_storage_bytes.is_some_and(|l| l > 0));
-            let storage_column = if limited {
-                format!(", ({}) AS tenant_storage", usage::STORAGE_OF_TENANT.replace("$1", "locked.tenant_id"))
-            } else {
-                String::new()
+            let used = match read.get(&req.tenant_id) {
+                Some(bytes) => *bytes,
+                None => sqlx::query(AssertSqlSafe(format!("SELECT ({}) AS bytes", usage::STORAGE_OF_TENANT)))
+                    .bind(req.tenant_id)
+                    .fetch_one(&mut **tx)
+                    .await?
+                    .try_get::<i64, _>("bytes")?,
             };
-            let sessions_sql = format!(
-                "SELECT locked.*{storage_column} FROM sessions locked
+            budgets.insert(req.tenant_id, StorageBudget { limit, used: used.max(0) as u64 });
+        }
+        Ok(budgets)
+    }
+
+    /// The common case in two statements: the sessions of the appends
+    /// that exist, then those of their rollouts that exist, with each
+    /// session and, where its rollout exists, the rollout's committed
+    /// length and segment count.
+    /// Every replica locks all sessions before any rollout, each kind in
+    /// one order, so two groups never wait for each other in a cycle.
+    /// With a storage limit in the group, the sessions' tenants' storage
+    /// is read in the same round trip.
+    async fn lock_known_in(
+        tx: &mut WriteTx<'_, DB>,
+        reqs: &[&AppendRequest],
+    ) -> StoreResult<(HashMap<AppendTarget, KnownTarget>, HashMap<TenantId, i64>)> {
+        let limited = reqs.iter().any(|r| r.max_storage_bytes.is_some_and(|l| l > 0));
+        let storage_column = if limited {
+            format!(", ({}) AS tenant_storage", usage::STORAGE_OF_TENANT.replace("$1", "locked.tenant_id"))
+        } else {
+            String::new()
+        };
+        let sessions_sql = format!(
+            "SELECT locked.*{storage_column} FROM sessions locked
                  JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.session_id = v.column2
                  ORDER BY locked.tenant_id, locked.session_id{}",
-                placeholders(reqs.len(), 2, 1, ""),
-                DB::LOCK_JOINED_ROWS
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sessions_sql));
-            for req in reqs {
-                query = query.bind(req.tenant_id).bind(req.session_id.as_str());
+            placeholders(reqs.len(), 2, 1, ""),
+            DB::LOCK_JOINED_ROWS
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sessions_sql));
+        for req in reqs {
+            query = query.bind(req.tenant_id).bind(req.session_id.as_str());
+        }
+        let mut sessions: HashMap<(TenantId, String), SessionRecord> = HashMap::new();
+        let mut storage = HashMap::new();
+        for row in query.fetch_all(&mut **tx).await? {
+            let session = Self::record::<SessionRow, SessionRecord>(&row)?;
+            let tenant: TenantId = row.try_get("tenant_id")?;
+            if limited {
+                storage.insert(tenant, row.try_get::<i64, _>("tenant_storage")?);
             }
-            let mut sessions: HashMap<(TenantId, String), SessionRecord> = HashMap::new();
-            let mut storage = HashMap::new();
-            for row in query.fetch_all(&mut **tx).await? {
-                let session = Self::record::<SessionRow, SessionRecord>(&row)?;
-                let tenant: TenantId = row.try_get("tenant_id")?;
-                if limited {
-                    storage.insert(tenant, row.try_get::<i64, _>("tenant_storage")?);
-                }
-                sessions.insert((tenant, session.session_id.as_str().to_owned()), session);
-            }
-            // The rollouts of the appends whose session exists, in the session's workspace.
-            let targets: Vec<(&AppendRequest, &SessionRecord)> = reqs
-                .iter()
-                .filter_map(|req| {
-                    sessions.get(&(req.tenant_id, req.session_id.as_str().to_owned())).map(|session| (*req, session))
-                })
-                .collect();
-            let mut known = HashMap::new();
-            if targets.is_empty() {
-                return Ok((known, storage));
-            }
-            let rollouts_sql = format!(
-                "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
+            sessions.insert((tenant, session.session_id.as_str().to_owned()), session);
+        }
+        // The rollouts of the appends whose session exists, in the session's workspace.
+        let targets: Vec<(&AppendRequest, &SessionRecord)> = reqs
+            .iter()
+            .filter_map(|req| {
+                sessions.get(&(req.tenant_id, req.session_id.as_str().to_owned())).map(|session| (*req, session))
+            })
+            .collect();
+        let mut known = HashMap::new();
+        if targets.is_empty() {
+            return Ok((known, storage));
+        }
+        let rollouts_sql = format!(
+            "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
                         locked.committed_len, locked.segment_count, locked.forgetting
                  FROM rollouts locked
                  JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.workspace = v.column2
                                       AND locked.layout = v.column3 AND locked.rollout_id = v.column4
                  ORDER BY locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id{}",
-                placeholders(targets.len(), 4, 1, ""),
-                DB::LOCK_JOINED_ROWS
-            );
-            let mut query = sqlx::query(AssertSqlSafe(rollouts_sql));
-            for (req, session) in &targets {
-                query = query
-                    .bind(req.tenant_id)
-                    .bind(session.workspace.as_str())
-                    .bind(req.layout_name.as_str())
-                    .bind(req.segment.rollout_id.as_str());
-            }
-            let mut positions: HashMap<(TenantId, String, String, String), RolloutPosition> = HashMap::new();
-            for row in query.fetch_all(&mut **tx).await? {
-                let rollout = (row.try_get("tenant_id")?, row.try_get("workspace")?, row.try_get("layout")?, row.try_get("rollout_id")?);
-                positions.insert(
-                    rollout,
-                    (row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?),
-                );
-            }
-            for (req, session) in targets {
-                let rollout = (
-                    req.tenant_id,
-                    session.workspace.as_str().to_owned(),
-                    req.layout_name.as_str().to_owned(),
-                    req.segment.rollout_id.as_str().to_owned(),
-                );
-                known.insert(append_target(req), (session.clone(), positions.get(&rollout).copied()));
-            }
-            Ok((known, storage))
+            placeholders(targets.len(), 4, 1, ""),
+            DB::LOCK_JOINED_ROWS
+        );
+        let mut query = sqlx::query(AssertSqlSafe(rollouts_sql));
+        for (req, session) in &targets {
+            query = query
+                .bind(req.tenant_id)
+                .bind(session.workspace.as_str())
+                .bind(req.layout_name.as_str())
+                .bind(req.segment.rollout_id.as_str());
         }
+        let mut positions: HashMap<(TenantId, String, String, String), RolloutPosition> = HashMap::new();
+        for row in query.fetch_all(&mut **tx).await? {
+            let rollout = (
+                row.try_get("tenant_id")?,
+                row.try_get("workspace")?,
+                row.try_get("layout")?,
+                row.try_get("rollout_id")?,
+            );
+            positions.insert(
+                rollout,
+                (row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?),
+            );
+        }
+        for (req, session) in targets {
+            let rollout = (
+                req.tenant_id,
+                session.workspace.as_str().to_owned(),
+                req.layout_name.as_str().to_owned(),
+                req.segment.rollout_id.as_str().to_owned(),
+            );
+            known.insert(append_target(req), (session.clone(), positions.get(&rollout).copied()));
+        }
+        Ok((known, storage))
+    }
 
-        /// Where one append's line goes, its session and rollout rows locked
-        /// (`known`: already locked); or its answer when nothing is to be
-        /// written, in which case it has left nothing behind in the transaction.
-        async fn position_in(
-            tx: &mut WriteTx<'_, DB>,
-            req: &AppendRequest,
-            now: DateTime<Utc>,
-            known: Option<KnownTarget>,
-            budget: Option<&mut StorageBudget>,
-        ) -> StoreResult<AppendStart> {
+    /// Where one append's line goes, its session and rollout rows locked
+    /// (`known`: already locked); or its answer when nothing is to be
+    /// written, in which case it has left nothing behind in the transaction.
+    async fn position_in(
+        tx: &mut WriteTx<'_, DB>,
+        req: &AppendRequest,
+        now: DateTime<Utc>,
+        known: Option<KnownTarget>,
+        budget: Option<&mut StorageBudget>,
+    ) -> StoreResult<AppendStart> {
         if let Some(claim) = &req.idempotency {
             // A concurrent holder of the same key makes this insert wait for
             // its commit, after which the stored answer is there to replay.
@@ -253,7 +257,11 @@ for_every_dialect! {
                 .bind(claim.key.as_str())
                 .fetch_one(&mut **tx)
                 .await?;
-                return Ok(AppendStart::Done(replay_or_conflict(claim, row.try_get("request_hash")?, row.try_get("response")?)?));
+                return Ok(AppendStart::Done(replay_or_conflict(
+                    claim,
+                    row.try_get("request_hash")?,
+                    row.try_get("response")?,
+                )?));
             }
         }
 
@@ -297,7 +305,8 @@ for_every_dialect! {
         if let Some(refusal) = refusal {
             return Self::refused_in(tx, req, refusal).await;
         }
-        let (session, opened_session) = found.ok_or_else(|| corrupt("an append with neither a session nor a refusal"))?;
+        let (session, opened_session) =
+            found.ok_or_else(|| corrupt("an append with neither a session nor a refusal"))?;
         let (committed_len, segment_index, forgetting) = match position {
             Some(position) => position,
             None => Self::lock_rollout_in(tx, req, &session.workspace, &path_text, now).await?,
@@ -323,7 +332,11 @@ for_every_dialect! {
 
     /// An append refused before anything was written: its idempotency key's
     /// claim is taken back, so that the key may be used again.
-    async fn refused_in(tx: &mut WriteTx<'_, DB>, req: &AppendRequest, refusal: AppendOutcome) -> StoreResult<AppendStart> {
+    async fn refused_in(
+        tx: &mut WriteTx<'_, DB>,
+        req: &AppendRequest,
+        refusal: AppendOutcome,
+    ) -> StoreResult<AppendStart> {
         if let Some(claim) = &req.idempotency {
             sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2")
                 .bind(req.tenant_id)
@@ -336,7 +349,7 @@ for_every_dialect! {
 
     /// The session a segment goes to, created if it is new (`true`), its row
     /// locked; or why a new one may not open.
-    async fn open_session_in(conn: &mut DB::Connection, req: &AppendRequest, now: DateTime<Utc>) -> StoreResult<Opened> {
+    async fn open_session_in(conn: &mut DbConnection, req: &AppendRequest, now: DateTime<Utc>) -> StoreResult<Opened> {
         if let Some(session) = Self::session_in(&mut *conn, req.tenant_id, &req.session_id, true).await? {
             return Ok(Opened::Session(Box::new(session), false, None));
         }
@@ -367,7 +380,7 @@ for_every_dialect! {
     }
 
     /// How many sessions of the tenant are open (its `open_sessions` limit counts them).
-    pub(super) async fn open_sessions_in(conn: &mut DB::Connection, tenant: TenantId) -> StoreResult<u64> {
+    pub(super) async fn open_sessions_in(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<u64> {
         let row = sqlx::query("SELECT count(*) AS n FROM sessions WHERE tenant_id = $1 AND state = 'open'")
             .bind(tenant)
             .fetch_one(&mut *conn)
@@ -377,7 +390,7 @@ for_every_dialect! {
 
     /// A forget of the workspace is queued or running: no session opens there.
     pub(super) async fn workspace_forgotten_in(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
     ) -> StoreResult<bool> {
@@ -392,7 +405,7 @@ for_every_dialect! {
     /// The rollout's committed length and segment count, its row created if
     /// it is new and locked.
     pub(super) async fn lock_rollout_in(
-        conn: &mut DB::Connection,
+        conn: &mut DbConnection,
         req: &AppendRequest,
         workspace: &WorkspaceName,
         path_text: &str,
@@ -429,12 +442,10 @@ for_every_dialect! {
         };
         Ok((row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?))
     }
-    }
 }
 
-for_every_dialect! {
-    @bounded [#[async_trait::async_trait] impl<'s, DB> AppendBatch for SqlAppendBatch<'s, DB>]
-
+#[async_trait::async_trait]
+impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
     fn starts(&self) -> &[AppendStart] {
         &self.starts
     }
@@ -526,28 +537,5 @@ for_every_dialect! {
             }
         }
         Ok(())
-    }
-}
-
-/// `($first, …), (…), …`: `rows` tuples of `width` numbered parameters,
-/// each ending with `constants`.
-fn placeholders(rows: usize, width: usize, first: usize, constants: &str) -> String {
-    (0..rows)
-        .map(|r| {
-            let params: Vec<String> = (0..width).map(|c| format!("${}", first + r * width + c)).collect();
-            format!("({}{constants})", params.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::placeholders;
-
-    #[test]
-    fn placeholders_number_rows_after_the_leading_parameters() {
-        assert_eq!(placeholders(1, 2, 1, ""), "($1, $2)");
-        assert_eq!(placeholders(2, 3, 2, ", 1"), "($2, $3, $4, 1), ($5, $6, $7, 1)");
     }
 }

@@ -7,8 +7,7 @@ use uuid::Uuid;
 
 /// Where releases before sqlx's migrator recorded the versions they applied.
 const LEGACY_TABLE: &str = "memoryd_migrations";
-for_every_dialect! {
-    impl {
+impl SqlStore<DB> {
     /// Brings the schema up to date with sqlx's migrator, which checks the
     /// checksum of every migration already applied and takes its own lock
     /// so that replicas never migrate at once. A database made by the runner
@@ -52,6 +51,5 @@ for_every_dialect! {
             .await?;
         }
         Ok(())
-    }
     }
 }
