@@ -109,7 +109,8 @@ fi
 
 # The Python client (clients/python) and the console in a headless Chromium
 # (tests/browser), against the binary the Rust tests built, in a virtual
-# environment of their own (MEMORYD_SKIP_PYTHON=1 skips both).
+# environment of their own (MEMORYD_SKIP_PYTHON=1 skips both). The client is
+# type-checked (mypy --strict) and linted (ruff) first.
 if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
   cargo build --quiet --bin memoryd
   BIN="$PWD/target/debug/memoryd"
@@ -118,9 +119,11 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
     log "creating the Python tests' virtual environment in $VENV"
     python3 -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test]" playwright
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test,check]" playwright
     touch "$VENV/bin/pytest"
   fi
+  (cd clients/python && "$VENV/bin/mypy" && "$VENV/bin/ruff" check src tests &&
+    "$VENV/bin/ruff" format --check src tests) || status=$?
   (cd clients/python && MEMORYD_BIN="$BIN" "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
   if ! command -v chromium >/dev/null 2>&1; then
     log "installing Debian's chromium for the browser tests"

@@ -9,9 +9,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import Any
 
 import httpx
 import pytest
@@ -113,10 +114,8 @@ def fake_model() -> FakeModel:
             if body.get("stream"):
                 started = dict(response, status="in_progress", output=[])
                 events = [("response.created", started), ("response.completed", response)]
-                data = b"".join(
-                    f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, 'response': r})}\n\n".encode()
-                    for n, (kind, r) in enumerate(events)
-                )
+                frames = ({"type": kind, "sequence_number": n, "response": r} for n, (kind, r) in enumerate(events))
+                data = b"".join(f"event: {frame['type']}\ndata: {json.dumps(frame)}\n\n".encode() for frame in frames)
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("content-length", str(len(data)))
@@ -160,7 +159,7 @@ class FaultProxy:
     target: str
     match: str = "/segments"
     faults: list[str] = field(default_factory=list)
-    seen: list[tuple[str, str, Optional[str], int]] = field(default_factory=list)
+    seen: list[tuple[str, str, str | None, int]] = field(default_factory=list)
     base_url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -180,7 +179,9 @@ def fault_proxy(server):
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             with proxy.lock:
                 fault = proxy.faults.pop(0) if proxy.match in self.path and proxy.faults else None
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+            headers = {
+                k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")
+            }
             status = None
             if fault != "503-before":
                 answer = upstream.request(self.command, proxy.target + self.path, content=body, headers=headers)
@@ -194,8 +195,13 @@ def fault_proxy(server):
             if fault in ("503", "429", "503-before"):
                 code = 429 if fault == "429" else 503
                 problem = json.dumps(
-                    {"type": "about:blank", "title": "injected", "status": code, "detail": "injected by the test proxy",
-                     "code": "rate_limited" if code == 429 else "unavailable"}
+                    {
+                        "type": "about:blank",
+                        "title": "injected",
+                        "status": code,
+                        "detail": "injected by the test proxy",
+                        "code": "rate_limited" if code == 429 else "unavailable",
+                    }
                 ).encode()
                 self.send_response(code)
                 self.send_header("content-type", "application/problem+json")

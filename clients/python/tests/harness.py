@@ -15,9 +15,9 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 import httpx
 import pytest
@@ -80,7 +80,9 @@ class Server:
         return self.data_dir / "workspaces" / tenant_id / workspace / rollout_path
 
 
-def start_memoryd(tmp: Path, backend: str, extra_env: Optional[dict[str, str]] = None) -> tuple[Server, Callable[[], None]]:
+def start_memoryd(
+    tmp: Path, backend: str, extra_env: dict[str, str] | None = None
+) -> tuple[Server, Callable[[], None]]:
     cleanups: list[Callable[[], None]] = []
     data_dir = tmp / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_") and k != "DATABASE_URL"}
@@ -134,5 +136,3 @@ def start_memoryd(tmp: Path, backend: str, extra_env: Optional[dict[str, str]] =
             cleanup()
 
     return Server(base, admin, data_dir, backend, process, log_path), stop
-
-

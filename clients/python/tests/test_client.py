@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from datetime import datetime, timezone
 import time
+from datetime import datetime, timezone
 
 import httpx
 import pytest
@@ -41,7 +41,7 @@ def segment(rollout_id: str, text: str) -> dict:
 
 
 def lines_of(server, tenant_id: str, rollout_path: str) -> list[dict]:
-    return [json.loads(l) for l in server.rollout_file(tenant_id, rollout_path).read_text().splitlines()]
+    return [json.loads(line) for line in server.rollout_file(tenant_id, rollout_path).read_text().splitlines()]
 
 
 def test_the_main_job_through_the_sync_client(server, tenant):
@@ -140,7 +140,7 @@ def test_forgetting_a_conversation_and_a_workspace(server, tenant):
 
 def test_layouts_with_etags(server, tenant):
     with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
-        assert [l.name for l in client.list_layouts()] == ["default"]
+        assert [layout.name for layout in client.list_layouts()] == ["default"]
         created = client.put_layout("notes", LayoutConfig(memories_dir="notes/memory", sessions_dir="notes/sessions"))
         assert created.name == "notes" and created.etag
         assert client.get_layout("notes").etag == created.etag
@@ -189,9 +189,8 @@ def test_admin_routes(server):
         assert len(first.tenants) == 1 and first.next_cursor
         second = admin.list_tenants(limit=1, cursor=first.next_cursor)
         assert second.tenants[0].tenant_id != first.tenants[0].tenant_id
-    with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked:
-        with pytest.raises(AuthenticationError):
-            revoked.list_layouts()
+    with Memoryd(server.base_url, another.api_key, retry=FAST) as revoked, pytest.raises(AuthenticationError):
+        revoked.list_layouts()
     with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
         doomed = admin.create_tenant("py-doomed")
         job = admin.delete_tenant(doomed.tenant_id)
@@ -228,12 +227,10 @@ def test_admin_routes(server):
     with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
         assert admin.tenant_usage(limited.tenant_id) == used
         admin.set_limits(limited.tenant_id, storage_bytes=used.storage_bytes + 1)
-    with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant:
-        with pytest.raises(QuotaExceededError):
-            tenant.append_segment("py-only", segment("r", "no room for this"))
-    with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone:
-        with pytest.raises(AuthenticationError):
-            gone.list_layouts()
+    with Memoryd(server.base_url, limited.api_key, retry=FAST) as tenant, pytest.raises(QuotaExceededError):
+        tenant.append_segment("py-only", segment("r", "no room for this"))
+    with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone, pytest.raises(AuthenticationError):
+        gone.list_layouts()
 
 
 @pytest.mark.parametrize("fault", ["503", "429", "drop"])
@@ -254,14 +251,14 @@ def test_a_retried_append_is_written_once(server, tenant, fault_proxy, fault):
     if fault != "drop":
         assert waited >= 2.0, "Retry-After: 1 was not honoured twice"
     assert appended.segment_index == 0
-    assert [l["input"][0]["content"] for l in lines_of(server, tenant_id, appended.rollout_path)] == ["only once"]
+    assert [line["input"][0]["content"] for line in lines_of(server, tenant_id, appended.rollout_path)] == ["only once"]
 
 
 def test_retries_give_up_with_the_last_error(server, tenant, fault_proxy):
     fault_proxy.faults = ["503-before"] * 3
-    with Memoryd(fault_proxy.base_url, tenant[1], retry=RetryPolicy(max_retries=2, base_delay=0.01)) as client:
-        with pytest.raises(UnavailableError) as gave_up:
-            client.append_segment("py-giveup", segment("g", "x"))
+    policy = RetryPolicy(max_retries=2, base_delay=0.01)
+    with Memoryd(fault_proxy.base_url, tenant[1], retry=policy) as client, pytest.raises(UnavailableError) as gave_up:
+        client.append_segment("py-giveup", segment("g", "x"))
     assert gave_up.value.status == 503 and gave_up.value.retry_after == 1.0
     assert gave_up.value.request_id == "proxy-injected"
     assert len(fault_proxy.seen) == 3
@@ -269,16 +266,16 @@ def test_retries_give_up_with_the_last_error(server, tenant, fault_proxy):
 
 def test_a_rate_limit_beyond_the_retries_is_raised(server, tenant, fault_proxy):
     fault_proxy.faults = ["429"]
-    with Memoryd(fault_proxy.base_url, tenant[1], retry=RetryPolicy(max_retries=0)) as client:
-        with pytest.raises(RateLimitedError) as limited:
-            client.append_segment("py-limited", segment("l", "x"))
+    policy = RetryPolicy(max_retries=0)
+    with Memoryd(fault_proxy.base_url, tenant[1], retry=policy) as client, pytest.raises(RateLimitedError) as limited:
+        client.append_segment("py-limited", segment("l", "x"))
     assert limited.value.code == "rate_limited"
 
 
 def test_an_unreachable_memoryd_is_a_connection_error():
-    with Memoryd("http://127.0.0.1:9", "k", retry=RetryPolicy(max_retries=1, base_delay=0.01)) as client:
-        with pytest.raises(ConnectionFailedError) as down:
-            client.list_jobs()
+    policy = RetryPolicy(max_retries=1, base_delay=0.01)
+    with Memoryd("http://127.0.0.1:9", "k", retry=policy) as client, pytest.raises(ConnectionFailedError) as down:
+        client.list_jobs()
     assert down.value.status is None and down.value.code == "connection_failed"
 
 
@@ -353,7 +350,7 @@ def test_environment_configures_the_client(monkeypatch, server, tenant):
     monkeypatch.setenv("MEMORYD_API_KEY", tenant[1])
     with Memoryd() as client:
         assert client.base_url == server.base_url
-        assert [l.name for l in client.list_layouts()] == ["default"]
+        assert [layout.name for layout in client.list_layouts()] == ["default"]
 
 
 def test_pages_follow_their_cursors(server, tenant):
@@ -375,9 +372,8 @@ def test_pages_follow_their_cursors(server, tenant):
 
 def test_ids_are_one_path_segment(server, tenant):
     """An id with a slash is percent-encoded, so it cannot reach another route."""
-    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
-        with pytest.raises((NotFoundError, BadRequestError)):
-            client.get_session("../v1/jobs")
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client, pytest.raises((NotFoundError, BadRequestError)):
+        client.get_session("../v1/jobs")
 
 
 def test_httpx_client_can_be_supplied(server, tenant):

@@ -7,10 +7,9 @@ import copy
 import typing
 
 import yaml
+from harness import REPO
 
 from memoryd import models
-
-from harness import REPO
 
 
 def load_spec() -> dict:

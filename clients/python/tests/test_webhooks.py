@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import standardwebhooks
-
 from conftest import serve
+
 from memoryd import AsyncMemoryd, Memoryd, NotFoundError, WebhookVerificationError, verify_webhook
 
 
@@ -62,7 +62,9 @@ def test_deliveries_verify_with_the_standard_webhooks_package(server, tenant, re
         assert [w.webhook_id for w in client.list_webhooks()] == [hook.webhook_id]
         assert not hasattr(client.get_webhook(hook.webhook_id), "secret")
 
-        client.append_segment("py-s1", {"rollout_id": "py-chat", "input": "I prefer green tea.", "final_output": "noted"})
+        client.append_segment(
+            "py-s1", {"rollout_id": "py-chat", "input": "I prefer green tea.", "final_output": "noted"}
+        )
         assert client.close_session("py-s1", wait=30).state == "closed"
         got = receiver.wait_for(2)
         types = set()

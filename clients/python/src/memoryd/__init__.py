@@ -11,7 +11,6 @@ The openai-agents integration is :mod:`memoryd.agents` (``pip install
 from . import models
 from ._transport import RetryPolicy
 from .client import AsyncMemoryd, Memoryd
-from .webhooks import WebhookVerificationError, verify_webhook
 from .errors import (
     AuthenticationError,
     BadRequestError,
@@ -25,6 +24,7 @@ from .errors import (
     ServerError,
     UnavailableError,
 )
+from .webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "AsyncMemoryd",

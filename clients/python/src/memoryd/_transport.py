@@ -9,8 +9,9 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -20,6 +21,8 @@ from .errors import ConnectionFailedError, MemorydError, error_class_for
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 # 429, 503 and 507 promise that nothing was done and that it may pass by itself.
 RETRYABLE_STATUSES = frozenset({429, 503, 507})
+
+T = TypeVar("T")
 
 
 def segment(value: str) -> str:
@@ -42,7 +45,7 @@ class RetryPolicy:
     max_delay: float = 8.0
     max_retry_after: float = 60.0
 
-    def delay(self, attempt: int, retry_after: Optional[float]) -> Optional[float]:
+    def delay(self, attempt: int, retry_after: float | None) -> float | None:
         if attempt >= self.max_retries:
             return None
         if retry_after is not None and retry_after > self.max_retry_after:
@@ -52,12 +55,12 @@ class RetryPolicy:
 
 
 @dataclass
-class Call:
+class Call(Generic[T]):
     """One API call: the request, whether a retry is safe, and how to read the answer."""
 
     method: str
     path: str
-    parse: Callable[[httpx.Response], Any]
+    parse: Callable[[httpx.Response], T]
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -68,10 +71,10 @@ class Call:
     # Seconds beyond the client's timeout this call may take (a close that waits).
     extra_time: float = 0.0
     # Seconds the whole call may take, its retries and their waits included.
-    budget: Optional[float] = None
+    budget: float | None = None
 
     def query(self) -> dict[str, Any]:
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in self.params.items():
             if v is None:
                 continue
@@ -83,7 +86,7 @@ def new_idempotency_key() -> str:
     return f"memoryd-py-{uuid.uuid4().hex}"
 
 
-def parse_retry_after(value: Optional[str]) -> Optional[float]:
+def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None
     value = value.strip()
@@ -129,21 +132,21 @@ def connection_error(exc: httpx.TransportError) -> MemorydError:
 @dataclass
 class Settings:
     base_url: str
-    api_key: Optional[str]
-    admin_token: Optional[str]
+    api_key: str | None
+    admin_token: str | None
     retry: RetryPolicy
     timeout: float
 
     @classmethod
     def resolve(
         cls,
-        base_url: Optional[str],
-        api_key: Optional[str],
-        admin_token: Optional[str],
-        retry: Optional[RetryPolicy],
-        max_retries: Optional[int],
+        base_url: str | None,
+        api_key: str | None,
+        admin_token: str | None,
+        retry: RetryPolicy | None,
+        max_retries: int | None,
         timeout: float,
-    ) -> "Settings":
+    ) -> Settings:
         policy = retry or RetryPolicy()
         if max_retries is not None:
             policy = RetryPolicy(
@@ -160,7 +163,7 @@ class Settings:
             timeout=timeout,
         )
 
-    def request_options(self, call: Call, remaining: Optional[float]) -> dict[str, Any]:
+    def request_options(self, call: Call[Any], remaining: float | None) -> dict[str, Any]:
         headers = {"user-agent": "memoryd-python/0.1", **call.headers}
         token = self.admin_token if call.admin else self.api_key
         if token:
@@ -177,21 +180,30 @@ class Settings:
 
 
 @dataclass
-class Outcome:
-    """What one attempt of a call came to: a value, or an error and the wait
-    before the next attempt (``None``: give up and raise it)."""
+class Answered(Generic[T]):
+    """An attempt that got its answer."""
 
-    value: Any = None
-    error: Optional[MemorydError] = None
-    wait: Optional[float] = None
+    value: T
 
 
-class Attempts:
+@dataclass
+class Failed:
+    """An attempt that failed, and the wait before the next one (``None``:
+    give up and raise ``error``)."""
+
+    error: MemorydError
+    wait: float | None = None
+
+
+Outcome = Answered[T] | Failed
+
+
+class Attempts(Generic[T]):
     """The attempts of one call, as both clients make them: the options of
     the next request, and what an answer comes to within the retry policy
     and the call's budget."""
 
-    def __init__(self, call: Call, settings: Settings) -> None:
+    def __init__(self, call: Call[T], settings: Settings) -> None:
         self.call = call
         self.settings = settings
         self.number = 0
@@ -204,20 +216,22 @@ class Attempts:
         remaining = None if self.ends is None else self.ends - time.monotonic()
         return self.settings.request_options(self.call, remaining)
 
-    def judge(self, answer: "httpx.Response | httpx.TransportError") -> Outcome:
+    def judge(self, answer: httpx.Response | httpx.TransportError) -> Outcome[T]:
         outcome = judge(self.call, self.number, self.settings.retry, answer)
         self.number += 1
-        if outcome.wait is not None and self.ends is not None and time.monotonic() + outcome.wait >= self.ends:
-            outcome.wait = None
+        if isinstance(outcome, Failed) and outcome.wait is not None and self.ends is not None:
+            outcome.wait = None if time.monotonic() + outcome.wait >= self.ends else outcome.wait
         return outcome
 
 
-def judge(call: Call, attempt: int, policy: RetryPolicy, answer: "httpx.Response | httpx.TransportError") -> Outcome:
+def judge(
+    call: Call[T], attempt: int, policy: RetryPolicy, answer: httpx.Response | httpx.TransportError
+) -> Outcome[T]:
     if isinstance(answer, httpx.TransportError):
         wait = policy.delay(attempt, None) if call.idempotent else None
-        return Outcome(error=connection_error(answer), wait=wait)
+        return Failed(connection_error(answer), wait)
     if answer.status_code < 400:
-        return Outcome(value=call.parse(answer))
+        return Answered(call.parse(answer))
     error = error_from_response(answer)
     wait = policy.delay(attempt, error.retry_after) if answer.status_code in RETRYABLE_STATUSES else None
-    return Outcome(error=error, wait=wait)
+    return Failed(error, wait)

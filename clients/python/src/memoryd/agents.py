@@ -18,7 +18,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from typing_extensions import Self
 
 from .client import AsyncMemoryd, Memoryd
 from .errors import MemorydError, NotFoundError
@@ -33,20 +36,18 @@ try:
         terminal_metadata_for_exception,
     )
 except ImportError as exc:  # pragma: no cover - only without the extra
-    raise ImportError(
-        'memoryd.agents needs openai-agents>=0.24: pip install "memoryd-client[agents]"'
-    ) from exc
+    raise ImportError('memoryd.agents needs openai-agents 0.24.x: pip install "memoryd-client[agents]"') from exc
 
 logger = logging.getLogger("memoryd.agents")
 
-RunInput = Union[str, list[Any]]
+RunInput = str | list[Any]
 
 
 def segment_from_result(
     result: Any,
     *,
-    exception: Optional[BaseException] = None,
-    input_override: Optional[RunInput] = None,
+    exception: BaseException | None = None,
+    input_override: RunInput | None = None,
 ) -> dict[str, Any]:
     """The rollout segment of one run, as the SDK's in-process memory builds it.
 
@@ -90,15 +91,15 @@ class _Conversation(Generic[ClientT]):
         self,
         client: ClientT,
         *,
-        session_id: Optional[str] = None,
+        session_id: str | None = None,
         layout: str = "default",
         workspace: str = "default",
-        rollout_id: Optional[str] = None,
+        rollout_id: str | None = None,
         instructions_ttl: float = 5.0,
         instructions_timeout: float = 2.0,
-        close_wait: Optional[int] = None,
+        close_wait: int | None = None,
     ) -> None:
-        self.client = client
+        self.client: ClientT = client
         self._explicit_session = session_id is not None
         self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
         self.layout = layout
@@ -108,15 +109,15 @@ class _Conversation(Generic[ClientT]):
         self.instructions_timeout = instructions_timeout
         self.close_wait = close_wait
         self._recorded = 0
-        self._cached: Optional[tuple[float, Optional[str]]] = None
+        self._cached: tuple[float, str | None] | None = None
 
-    def _fresh_instructions(self) -> tuple[bool, Optional[str]]:
+    def _fresh_instructions(self) -> tuple[bool, str | None]:
         """``(True, text)`` while the cached instructions are fresh."""
         if self._cached is not None and time.monotonic() - self._cached[0] < self.instructions_ttl:
             return True, self._cached[1]
         return False, None
 
-    def _instructions_answered(self, answer: Optional[Instructions]) -> Optional[str]:
+    def _instructions_answered(self, answer: Instructions | None) -> str | None:
         text = answer.instructions if answer is not None else None
         self._cached = (time.monotonic(), text)
         return text
@@ -126,7 +127,7 @@ class _Conversation(Generic[ClientT]):
         logger.warning("memoryd instructions unavailable, the agent runs without memory: %s", exc)
 
     @staticmethod
-    def _with_memory(base: Optional[str], memory: Optional[str]) -> str:
+    def _with_memory(base: str | None, memory: str | None) -> str:
         if not memory:
             return base or ""
         return f"{base}\n\n{memory}" if base else memory
@@ -134,9 +135,9 @@ class _Conversation(Generic[ClientT]):
     def _segment(
         self,
         result: Any,
-        rollout_id: Optional[str],
-        exception: Optional[BaseException],
-        input_override: Optional[RunInput],
+        rollout_id: str | None,
+        exception: BaseException | None,
+        input_override: RunInput | None,
     ) -> dict[str, Any]:
         payload = segment_from_result(result, exception=exception, input_override=input_override)
         payload["rollout_id"] = rollout_id or self.rollout_id
@@ -161,7 +162,7 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
     """
 
     # -- the read side -----------------------------------------------------
-    async def memory_instructions(self) -> Optional[str]:
+    async def memory_instructions(self) -> str | None:
         """memoryd's memory instructions for this layout, or ``None`` when there
         are none yet or memoryd cannot be asked within ``instructions_timeout``
         (logged, never raised). Cached for ``instructions_ttl`` seconds."""
@@ -169,15 +170,13 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
         if fresh:
             return text
         try:
-            answer = await self.client.get_instructions(
-                self.workspace, self.layout, timeout=self.instructions_timeout
-            )
+            answer = await self.client.get_instructions(self.workspace, self.layout, timeout=self.instructions_timeout)
         except MemorydError as exc:
             self._instructions_unavailable(exc)
             return None
         return self._instructions_answered(answer)
 
-    def instructions(self, base: Optional[str] = None) -> InstructionsFn:
+    def instructions(self, base: str | None = None) -> InstructionsFn:
         """A value for ``Agent(instructions=...)``: ``base`` followed by the
         memory instructions, or ``base`` alone when there is no memory."""
 
@@ -191,9 +190,9 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
         self,
         result: Any,
         *,
-        rollout_id: Optional[str] = None,
-        exception: Optional[BaseException] = None,
-        input_override: Optional[RunInput] = None,
+        rollout_id: str | None = None,
+        exception: BaseException | None = None,
+        input_override: RunInput | None = None,
     ) -> AppendedSegment:
         """Post one run as a segment of this conversation (see
         :func:`segment_from_result`); raises :class:`~memoryd.MemorydError`."""
@@ -204,7 +203,7 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
         self._recorded += 1
         return appended
 
-    async def run(self, agent: Any, input: RunInput, *, rollout_id: Optional[str] = None, **runner_kwargs: Any) -> Any:
+    async def run(self, agent: Any, input: RunInput, *, rollout_id: str | None = None, **runner_kwargs: Any) -> Any:
         """``Runner.run(agent, input, **runner_kwargs)``, recorded.
 
         A run that raises is recorded with its terminal state, then the
@@ -225,7 +224,7 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
         except Exception as exc:
             self._recording_failed(exc)
 
-    async def close(self, wait: Optional[int] = None) -> Optional[CloseResult]:
+    async def close(self, wait: int | None = None) -> CloseResult | None:
         """Close the session: memoryd extracts and consolidates its runs. With
         ``wait`` (seconds) hold until that is done. ``None`` when the session
         was never created (nothing was recorded)."""
@@ -236,10 +235,10 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
                 raise
             return None
 
-    async def __aenter__(self) -> "MemorydMemory":
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._written():
             await self.close(wait=self.close_wait)
 
@@ -249,7 +248,7 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
     :class:`~memoryd.Memoryd`, runs go through ``Runner.run_sync``, and
     ``with`` closes the session."""
 
-    def memory_instructions(self) -> Optional[str]:
+    def memory_instructions(self) -> str | None:
         """As :meth:`MemorydMemory.memory_instructions`, blocking."""
         fresh, text = self._fresh_instructions()
         if fresh:
@@ -261,7 +260,7 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
             return None
         return self._instructions_answered(answer)
 
-    def instructions(self, base: Optional[str] = None) -> SyncInstructionsFn:
+    def instructions(self, base: str | None = None) -> SyncInstructionsFn:
         """A value for ``Agent(instructions=...)``; the SDK calls it at the
         start of each run, and it waits at most ``instructions_timeout``."""
 
@@ -274,9 +273,9 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
         self,
         result: Any,
         *,
-        rollout_id: Optional[str] = None,
-        exception: Optional[BaseException] = None,
-        input_override: Optional[RunInput] = None,
+        rollout_id: str | None = None,
+        exception: BaseException | None = None,
+        input_override: RunInput | None = None,
     ) -> AppendedSegment:
         """As :meth:`MemorydMemory.record`, blocking."""
         payload = self._segment(result, rollout_id, exception, input_override)
@@ -284,7 +283,7 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
         self._recorded += 1
         return appended
 
-    def run(self, agent: Any, input: RunInput, *, rollout_id: Optional[str] = None, **runner_kwargs: Any) -> Any:
+    def run(self, agent: Any, input: RunInput, *, rollout_id: str | None = None, **runner_kwargs: Any) -> Any:
         """``Runner.run_sync(agent, input, **runner_kwargs)``, recorded as
         :meth:`MemorydMemory.run` records."""
         try:
@@ -301,7 +300,7 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
         except Exception as exc:
             self._recording_failed(exc)
 
-    def close(self, wait: Optional[int] = None) -> Optional[CloseResult]:
+    def close(self, wait: int | None = None) -> CloseResult | None:
         """As :meth:`MemorydMemory.close`, blocking."""
         try:
             return self.client.close_session(self.session_id, wait=wait)
@@ -310,9 +309,9 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
                 raise
             return None
 
-    def __enter__(self) -> "SyncMemorydMemory":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._written():
             self.close(wait=self.close_wait)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import date as date_type
 from datetime import datetime
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -18,9 +18,7 @@ FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._
 SessionState = Literal["open", "closing", "closed"]
 JobKind = Literal["phase_one", "phase_two", "restore", "forget", "import"]
 JobState = Literal["queued", "running", "succeeded", "skipped", "failed", "cancelled"]
-TerminalState = Literal[
-    "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"
-]
+TerminalState = Literal["completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"]
 
 
 class _Model(BaseModel):
@@ -40,10 +38,10 @@ class NewTenant(_Model):
 
 
 class IssuedKey(_Model):
-    tenant_id: Optional[str] = None
-    name: Optional[str] = None
-    key_id: Optional[str] = None
-    api_key: Optional[str] = None
+    tenant_id: str | None = None
+    name: str | None = None
+    key_id: str | None = None
+    api_key: str | None = None
 
 
 class GenerateConfig(_Model):
@@ -52,10 +50,10 @@ class GenerateConfig(_Model):
     max_raw_memories_for_consolidation: int = 256
     phase_one_model: str = "gpt-5.4-mini"
     phase_two_model: str = "gpt-5.5"
-    phase_one_reasoning_effort: Optional[str] = "medium"
-    phase_two_reasoning_effort: Optional[str] = "medium"
+    phase_one_reasoning_effort: str | None = "medium"
+    phase_two_reasoning_effort: str | None = "medium"
     phase_two_max_turns: int = 500
-    extra_prompt: Optional[str] = None
+    extra_prompt: str | None = None
 
 
 class ReadConfig(_Model):
@@ -67,27 +65,27 @@ class ReadConfig(_Model):
 class RetentionConfig(_Model):
     """``LayoutConfig.retention``: how long the layout keeps conversations."""
 
-    rollout_days: Optional[float] = None
+    rollout_days: float | None = None
 
 
 class LimitsBody(_Model):
     """What ``set_limits`` sends: a field left out takes the server's default, 0 is unlimited."""
 
-    requests_per_second: Optional[float] = None
-    burst: Optional[int] = None
-    storage_bytes: Optional[int] = None
-    model_tokens_per_day: Optional[int] = None
-    open_sessions: Optional[int] = None
+    requests_per_second: float | None = None
+    burst: int | None = None
+    storage_bytes: int | None = None
+    model_tokens_per_day: int | None = None
+    open_sessions: int | None = None
 
 
 class Limits(_Model):
     """A tenant's limits in force; ``None`` is unlimited."""
 
-    requests_per_second: Optional[float] = None
-    burst: Optional[int] = None
-    storage_bytes: Optional[int] = None
-    model_tokens_per_day: Optional[int] = None
-    open_sessions: Optional[int] = None
+    requests_per_second: float | None = None
+    burst: int | None = None
+    storage_bytes: int | None = None
+    model_tokens_per_day: int | None = None
+    open_sessions: int | None = None
 
 
 class ModelUse(_Model):
@@ -125,7 +123,7 @@ class RedactionPattern(_Model):
 class RedactionConfig(_Model):
     """``LayoutConfig.redaction``: secrets kept from the model and the memory."""
 
-    rules: Union[str, list[str]] = "default"
+    rules: str | list[str] = "default"
     patterns: list[RedactionPattern] = []
     at_ingest: bool = False
 
@@ -136,15 +134,15 @@ Redactions = dict[str, int]
 class LayoutConfig(_Model):
     memories_dir: str
     sessions_dir: str
-    generate: Optional[GenerateConfig] = Field(default_factory=GenerateConfig)
-    read: Optional[ReadConfig] = Field(default_factory=ReadConfig)
-    retention: Optional[RetentionConfig] = None
-    redaction: Optional[RedactionConfig] = None
+    generate: GenerateConfig | None = Field(default_factory=GenerateConfig)
+    read: ReadConfig | None = Field(default_factory=ReadConfig)
+    retention: RetentionConfig | None = None
+    redaction: RedactionConfig | None = None
 
 
 class Layout(LayoutConfig):
-    name: Optional[str] = None
-    etag: Optional[str] = None
+    name: str | None = None
+    etag: str | None = None
 
 
 class LayoutList(_Model):
@@ -153,99 +151,99 @@ class LayoutList(_Model):
 
 class TerminalMetadata(_Model):
     terminal_state: TerminalState
-    exception_type: Optional[str] = None
-    exception_message: Optional[str] = None
+    exception_type: str | None = None
+    exception_message: str | None = None
     has_final_output: bool = False
 
 
 class Segment(_Model):
     """One agent run, as the SDK's ``build_rollout_payload`` makes it."""
 
-    rollout_id: Optional[str] = None
-    updated_at: Optional[str] = None
-    input: Union[str, list[dict[str, Any]], None] = None
-    generated_items: Optional[list[dict[str, Any]]] = None
-    interruptions: Optional[list[dict[str, Any]]] = None
-    terminal_metadata: Optional[TerminalMetadata] = None
+    rollout_id: str | None = None
+    updated_at: str | None = None
+    input: str | list[dict[str, Any]] | None = None
+    generated_items: list[dict[str, Any]] | None = None
+    interruptions: list[dict[str, Any]] | None = None
+    terminal_metadata: TerminalMetadata | None = None
     final_output: Any = None
 
 
 class AppendedSegment(_Model):
-    session_id: Optional[str] = None
-    layout: Optional[str] = None
-    rollout_id: Optional[str] = None
-    segment_index: Optional[int] = None
-    rollout_path: Optional[str] = None
+    session_id: str | None = None
+    layout: str | None = None
+    rollout_id: str | None = None
+    segment_index: int | None = None
+    rollout_path: str | None = None
 
 
 class NewSession(_Model):
-    session_id: Optional[FileSafeId] = None
-    workspace: Optional[FileSafeId] = None
-    metadata: Optional[dict[str, Any]] = None
+    session_id: FileSafeId | None = None
+    workspace: FileSafeId | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class SessionRollout(_Model):
-    layout: Optional[str] = None
-    rollout_id: Optional[str] = None
-    segment_count: Optional[int] = None
+    layout: str | None = None
+    rollout_id: str | None = None
+    segment_count: int | None = None
 
 
 class ForgetSpec(_Model):
     """``Job.forget``: what a forget job removes, and how."""
 
-    scope: Optional[Literal["rollouts", "workspace", "tenant"]] = None
-    mode: Optional[Literal["scrub", "rebuild"]] = None
+    scope: Literal["rollouts", "workspace", "tenant"] | None = None
+    mode: Literal["scrub", "rebuild"] | None = None
     rollout_ids: list[str] = []
 
 
 class Job(_Model):
-    job_id: Optional[str] = None
-    kind: Optional[JobKind] = None
-    state: Optional[JobState] = None
-    session_id: Optional[str] = None
-    workspace: Optional[str] = None
-    layout: Optional[str] = None
-    rollout_id: Optional[str] = None
-    attempts: Optional[int] = None
-    run_after: Optional[datetime] = None
-    last_error: Optional[str] = None
-    usage: Optional[dict[str, Any]] = None
-    created_at: Optional[datetime] = None
-    started_at: Optional[datetime] = None
-    finished_at: Optional[datetime] = None
+    job_id: str | None = None
+    kind: JobKind | None = None
+    state: JobState | None = None
+    session_id: str | None = None
+    workspace: str | None = None
+    layout: str | None = None
+    rollout_id: str | None = None
+    attempts: int | None = None
+    run_after: datetime | None = None
+    last_error: str | None = None
+    usage: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     sessions: list[str] = []
-    restore_run_id: Optional[str] = None
+    restore_run_id: str | None = None
     eager: bool = False
-    forget: Optional[ForgetSpec] = None
+    forget: ForgetSpec | None = None
     redactions: dict[str, int] = {}
 
 
 class JobList(_Model):
     jobs: list[Job] = []
-    next_cursor: Optional[str] = None
+    next_cursor: str | None = None
 
 
 class SessionSummary(_Model):
-    session_id: Optional[str] = None
-    workspace: Optional[str] = None
-    state: Optional[SessionState] = None
-    created_at: Optional[datetime] = None
-    closed_at: Optional[datetime] = None
-    segments: Optional[int] = None
-    rollouts: Optional[int] = None
-    memory_status: Optional[dict[str, Any]] = None
+    session_id: str | None = None
+    workspace: str | None = None
+    state: SessionState | None = None
+    created_at: datetime | None = None
+    closed_at: datetime | None = None
+    segments: int | None = None
+    rollouts: int | None = None
+    memory_status: dict[str, Any] | None = None
 
 
 class SessionPage(_Model):
     sessions: list[SessionSummary] = []
-    next_cursor: Optional[str] = None
+    next_cursor: str | None = None
 
 
 class WorkspaceSummary(_Model):
-    name: Optional[str] = None
+    name: str | None = None
     layouts: list[str] = []
-    sessions: Optional[int] = None
-    updated_at: Optional[datetime] = None
+    sessions: int | None = None
+    updated_at: datetime | None = None
 
 
 class WorkspaceList(_Model):
@@ -253,9 +251,9 @@ class WorkspaceList(_Model):
 
 
 class MemoryFile(_Model):
-    path: Optional[str] = None
-    bytes: Optional[int] = None
-    modified_at: Optional[datetime] = None
+    path: str | None = None
+    bytes: int | None = None
+    modified_at: datetime | None = None
 
 
 class FileList(_Model):
@@ -263,60 +261,60 @@ class FileList(_Model):
 
 
 class TenantSummary(_Model):
-    tenant_id: Optional[str] = None
-    name: Optional[str] = None
-    created_at: Optional[datetime] = None
-    keys: Optional[int] = None
-    sessions: Optional[int] = None
-    state: Optional[Literal["active", "deleting"]] = None
+    tenant_id: str | None = None
+    name: str | None = None
+    created_at: datetime | None = None
+    keys: int | None = None
+    sessions: int | None = None
+    state: Literal["active", "deleting"] | None = None
 
 
 class TenantList(_Model):
     tenants: list[TenantSummary] = []
-    next_cursor: Optional[str] = None
+    next_cursor: str | None = None
 
 
 class Session(_Model):
-    session_id: Optional[str] = None
-    workspace: Optional[str] = None
-    state: Optional[SessionState] = None
-    metadata: Optional[dict[str, Any]] = None
-    memory_status: Optional[dict[str, Any]] = None
-    created_at: Optional[datetime] = None
-    closed_at: Optional[datetime] = None
-    waiting: Optional[str] = None
+    session_id: str | None = None
+    workspace: str | None = None
+    state: SessionState | None = None
+    metadata: dict[str, Any] | None = None
+    memory_status: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    closed_at: datetime | None = None
+    waiting: str | None = None
     """``"model_budget"`` while a closing session's jobs wait for its tenant's token budget."""
     rollouts: list[SessionRollout] = []
     jobs: list[Job] = []
 
 
 class QueuedJob(_Model):
-    job_id: Optional[str] = None
-    kind: Optional[JobKind] = None
-    layout: Optional[str] = None
-    rollout_id: Optional[str] = None
-    state: Optional[JobState] = None
+    job_id: str | None = None
+    kind: JobKind | None = None
+    layout: str | None = None
+    rollout_id: str | None = None
+    state: JobState | None = None
 
 
 class CloseResult(_Model):
-    session_id: Optional[str] = None
-    state: Optional[SessionState] = None
-    memory_status: Optional[dict[str, Any]] = None
+    session_id: str | None = None
+    state: SessionState | None = None
+    memory_status: dict[str, Any] | None = None
     jobs: list[QueuedJob] = []
 
 
 class SelectionItem(_Model):
-    rollout_id: Optional[str] = None
-    updated_at: Optional[str] = None
-    rollout_path: Optional[str] = None
-    rollout_summary_file: Optional[str] = None
-    terminal_state: Optional[str] = None
+    rollout_id: str | None = None
+    updated_at: str | None = None
+    rollout_path: str | None = None
+    rollout_summary_file: str | None = None
+    terminal_state: str | None = None
 
 
 class PhaseTwoSelection(_Model):
-    version: Optional[int] = None
-    updated_at: Optional[str] = None
-    run_id: Optional[str] = None
+    version: int | None = None
+    updated_at: str | None = None
+    run_id: str | None = None
     selected: list[SelectionItem] = []
     added_rollout_ids: list[str] = []
     retained_rollout_ids: list[str] = []
@@ -324,47 +322,47 @@ class PhaseTwoSelection(_Model):
 
 
 class PhaseTwoRun(_Model):
-    run_id: Optional[str] = None
-    kind: Optional[Literal["phase_two", "restore", "forget"]] = None
-    job_id: Optional[str] = None
-    session_id: Optional[str] = None
-    state: Optional[Literal["succeeded", "skipped", "failed"]] = None
-    selected: Optional[int] = None
-    added: Optional[int] = None
-    retained: Optional[int] = None
-    removed: Optional[int] = None
+    run_id: str | None = None
+    kind: Literal["phase_two", "restore", "forget"] | None = None
+    job_id: str | None = None
+    session_id: str | None = None
+    state: Literal["succeeded", "skipped", "failed"] | None = None
+    selected: int | None = None
+    added: int | None = None
+    retained: int | None = None
+    removed: int | None = None
     files_changed: list[str] = []
     sessions: list[str] = []
-    restored_from: Optional[str] = None
+    restored_from: str | None = None
     redactions: dict[str, int] = {}
-    usage: Optional[dict[str, Any]] = None
-    turns: Optional[int] = None
-    error: Optional[str] = None
-    started_at: Optional[datetime] = None
-    finished_at: Optional[datetime] = None
+    usage: dict[str, Any] | None = None
+    turns: int | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 class FileChange(_Model):
-    path: Optional[str] = None
-    change: Optional[Literal["added", "modified", "deleted"]] = None
-    diff: Optional[str] = None
-    before_bytes: Optional[int] = None
-    after_bytes: Optional[int] = None
+    path: str | None = None
+    change: Literal["added", "modified", "deleted"] | None = None
+    diff: str | None = None
+    before_bytes: int | None = None
+    after_bytes: int | None = None
 
 
 class RunDetail(PhaseTwoRun):
     history_kept: bool = False
-    changes: Optional[list[FileChange]] = None
+    changes: list[FileChange] | None = None
 
 
 class RunList(_Model):
     runs: list[PhaseTwoRun] = []
-    next_cursor: Optional[str] = None
+    next_cursor: str | None = None
 
 
 class Instructions(_Model):
     instructions: str
-    memory_dir: Optional[str] = None
+    memory_dir: str | None = None
     truncated: bool = False
 
 
@@ -373,18 +371,18 @@ EventType = Literal["session.closed", "run.succeeded", "run.failed", "job.failed
 
 class WebhookBody(_Model):
     url: str
-    events: Optional[list[str]] = None
-    description: Optional[str] = None
+    events: list[str] | None = None
+    description: str | None = None
 
 
 class Webhook(_Model):
     webhook_id: str
     url: str
     events: list[str]
-    description: Optional[str] = None
+    description: str | None = None
     state: Literal["enabled", "disabled"]
-    disabled_reason: Optional[str] = None
-    previous_secret_until: Optional[datetime] = None
+    disabled_reason: str | None = None
+    previous_secret_until: datetime | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -398,11 +396,11 @@ class Delivery(_Model):
     event_type: str
     state: Literal["pending", "succeeded", "failed", "dropped"]
     attempts: int
-    last_status: Optional[int] = None
-    last_error: Optional[str] = None
-    last_response: Optional[str] = None
-    last_attempt_at: Optional[datetime] = None
-    next_attempt_at: Optional[datetime] = None
+    last_status: int | None = None
+    last_error: str | None = None
+    last_response: str | None = None
+    last_attempt_at: datetime | None = None
+    next_attempt_at: datetime | None = None
     created_at: datetime
 
 
@@ -421,7 +419,7 @@ class RunFinishedData(_Model):
     added: int
     retained: int
     removed: int
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class JobFailedData(_Model):

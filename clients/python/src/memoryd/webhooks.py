@@ -13,7 +13,8 @@ import hashlib
 import hmac
 import json
 import time
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 from .models import Event, StreamedEvent
 
@@ -32,10 +33,10 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 def verify_webhook(
     secret: str,
     headers: Mapping[str, str],
-    body: Union[bytes, str],
+    body: bytes | str,
     *,
     tolerance: float = 300.0,
-    now: Optional[float] = None,
+    now: float | None = None,
 ) -> Event:
     """The event of a delivery whose signature verifies under ``secret``
     (``whsec_…``) and whose timestamp is within ``tolerance`` seconds of
@@ -71,7 +72,7 @@ class EventStreamParser:
         self._id = ""
         self._data: list[str] = []
 
-    def feed(self, line: str) -> Optional[StreamedEvent]:
+    def feed(self, line: str) -> StreamedEvent | None:
         """The event a blank line completes, if any."""
         line = line.rstrip("\r\n")
         if not line:

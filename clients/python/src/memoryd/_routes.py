@@ -1,0 +1,402 @@
+"""Every route of memoryd's API, described once as a :class:`Call`: its
+request, whether a retry is safe, and what the answer becomes. The clients
+(:mod:`memoryd.client`) only send these."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from . import models as m
+from ._transport import Call, new_idempotency_key, segment
+
+SegmentBody = Mapping[str, Any] | m.Segment
+LayoutBody = Mapping[str, Any] | m.LayoutConfig
+DateLike = datetime.date | str | None
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _date_range(from_date: DateLike, to_date: DateLike) -> dict[str, str | None]:
+    """``from``/``to`` as the API takes them: UTC dates, ``YYYY-MM-DD``."""
+
+    def text(d: DateLike) -> str | None:
+        return d.isoformat() if isinstance(d, datetime.date) else d
+
+    return {"from": text(from_date), "to": text(to_date)}
+
+
+def as_model(cls: type[M]) -> Callable[[httpx.Response], M]:
+    def parse(response: httpx.Response) -> M:
+        return cls.model_validate(response.json())
+
+    return parse
+
+
+def _list(cls: type[M], key: str) -> Callable[[httpx.Response], list[M]]:
+    """The items of the answer's list ``key``."""
+
+    def parse(response: httpx.Response) -> list[M]:
+        return [cls.model_validate(item) for item in response.json().get(key, [])]
+
+    return parse
+
+
+def _event_id(response: httpx.Response) -> str:
+    return str(response.json()["event_id"])
+
+
+def nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _layout(response: httpx.Response) -> m.Layout:
+    layout = m.Layout.model_validate(response.json())
+    if layout.etag is None and response.headers.get("etag"):
+        layout.etag = response.headers["etag"]
+    return layout
+
+
+def _instructions(response: httpx.Response) -> m.Instructions | None:
+    if response.status_code == 204:
+        return None
+    return m.Instructions.model_validate(response.json())
+
+
+def _dump(body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    if isinstance(body, BaseModel):
+        return body.model_dump(mode="json", exclude_unset=True)
+    return dict(body)
+
+
+# -- service -----------------------------------------------------------
+def health() -> Call[None]:
+    """``GET /healthz``: memoryd's process answers."""
+    return Call("GET", "/healthz", nothing)
+
+
+def ready() -> Call[None]:
+    """``GET /readyz``: the database answers and the data volume has room (raises otherwise)."""
+    return Call("GET", "/readyz", nothing)
+
+
+def openapi() -> Call[str]:
+    """``GET /openapi.yaml``: the API description this memoryd serves."""
+    return Call("GET", "/openapi.yaml", _text)
+
+
+def metrics() -> Call[str]:
+    """``GET /metrics``: Prometheus text."""
+    return Call("GET", "/metrics", _text)
+
+
+# -- admin (needs the admin token) -------------------------------------
+def create_tenant(name: str) -> Call[m.IssuedKey]:
+    """``POST /v1/admin/tenants``: a tenant and its first API key (shown once). Not retried."""
+    body = m.NewTenant(name=name).model_dump()
+    return Call("POST", "/v1/admin/tenants", as_model(m.IssuedKey), json=body, idempotent=False, admin=True)
+
+
+def issue_key(tenant_id: str) -> Call[m.IssuedKey]:
+    """``POST /v1/admin/tenants/{tenant_id}/keys``: another API key. Not retried."""
+    path = f"/v1/admin/tenants/{segment(tenant_id)}/keys"
+    return Call("POST", path, as_model(m.IssuedKey), idempotent=False, admin=True)
+
+
+def list_tenants(*, limit: int | None = None, cursor: str | None = None) -> Call[m.TenantList]:
+    """``GET /v1/admin/tenants``: one page of tenants, oldest first, with their
+    live keys and sessions counted; pass the page's ``next_cursor`` as
+    ``cursor`` for the next."""
+    params = {"limit": limit, "cursor": cursor}
+    return Call("GET", "/v1/admin/tenants", as_model(m.TenantList), params=params, admin=True)
+
+
+def revoke_key(key_id: str) -> Call[None]:
+    """``DELETE /v1/admin/keys/{key_id}``."""
+    return Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", nothing, admin=True)
+
+
+def tenant_limits(tenant_id: str) -> Call[m.Limits]:
+    """``GET /v1/admin/tenants/{tenant_id}/limits``: the tenant's limits in force."""
+    return Call("GET", f"/v1/admin/tenants/{segment(tenant_id)}/limits", as_model(m.Limits), admin=True)
+
+
+def set_limits(tenant_id: str, **limits: Any) -> Call[m.Limits]:
+    """``PUT /v1/admin/tenants/{tenant_id}/limits``: ``requests_per_second=``, ``burst=``,
+    ``storage_bytes=``, ``model_tokens_per_day=``, ``open_sessions=`` (left out: the
+    server's default; 0: unlimited)."""
+    body = m.LimitsBody(**limits).model_dump(exclude_none=True)
+    path = f"/v1/admin/tenants/{segment(tenant_id)}/limits"
+    return Call("PUT", path, as_model(m.Limits), json=body, admin=True)
+
+
+def limits() -> Call[m.Limits]:
+    """``GET /v1/limits``: this tenant's limits in force (``None``: unlimited)."""
+    return Call("GET", "/v1/limits", as_model(m.Limits))
+
+
+def tenant_usage(tenant_id: str, from_date: DateLike = None, to_date: DateLike = None) -> Call[m.Usage]:
+    """``GET /v1/admin/tenants/{tenant_id}/usage``: a tenant's usage, as :meth:`usage`."""
+    path = f"/v1/admin/tenants/{segment(tenant_id)}/usage"
+    return Call("GET", path, as_model(m.Usage), params=_date_range(from_date, to_date), admin=True)
+
+
+def usage(from_date: DateLike = None, to_date: DateLike = None) -> Call[m.Usage]:
+    """``GET /v1/usage``: what this tenant used per UTC day from ``from_date`` to
+    ``to_date`` (inclusive; default the last 30 days), oldest first, and the bytes
+    it keeps now."""
+    return Call("GET", "/v1/usage", as_model(m.Usage), params=_date_range(from_date, to_date))
+
+
+def delete_tenant(tenant_id: str) -> Call[m.Job]:
+    """``DELETE /v1/admin/tenants/{tenant_id}``: forget a tenant. Its keys stop
+    working at once; returns the ``forget`` job that removes its data."""
+    return Call("DELETE", f"/v1/admin/tenants/{segment(tenant_id)}", as_model(m.Job), admin=True)
+
+
+# -- layouts -------------------------------------------------------------
+def list_layouts() -> Call[list[m.Layout]]:
+    """``GET /v1/layouts``: every layout, the implicit ``default`` included."""
+    return Call("GET", "/v1/layouts", _list(m.Layout, "layouts"))
+
+
+def get_layout(layout: str = "default") -> Call[m.Layout]:
+    """``GET /v1/layouts/{layout}``: the layout with its etag."""
+    return Call("GET", f"/v1/layouts/{segment(layout)}", _layout)
+
+
+def put_layout(layout: str, config: LayoutBody, *, if_match: str | None = None) -> Call[m.Layout]:
+    """``PUT /v1/layouts/{layout}``: create it, or replace it given its current etag."""
+    headers = {"if-match": if_match} if if_match else {}
+    return Call("PUT", f"/v1/layouts/{segment(layout)}", _layout, json=_dump(config), headers=headers)
+
+
+# -- sessions --------------------------------------------------------------
+def open_session(
+    session_id: str | None = None,
+    *,
+    workspace: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Call[m.Session]:
+    """``POST /v1/sessions``: open a session (idempotent when ``session_id`` is given)."""
+    body = {
+        k: v for k, v in (("session_id", session_id), ("workspace", workspace), ("metadata", metadata)) if v is not None
+    }
+    return Call("POST", "/v1/sessions", as_model(m.Session), json=body, idempotent=session_id is not None)
+
+
+def list_sessions(
+    *,
+    state: str | None = None,
+    workspace: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[m.SessionPage]:
+    """``GET /v1/sessions``: one page of sessions, newest first; pass the
+    page's ``next_cursor`` as ``cursor`` for the next."""
+    params = {"state": state, "workspace": workspace, "limit": limit, "cursor": cursor}
+    return Call("GET", "/v1/sessions", as_model(m.SessionPage), params=params)
+
+
+def list_workspaces() -> Call[list[m.WorkspaceSummary]]:
+    """``GET /v1/workspaces``: the tenant's workspaces and their layouts with data."""
+    return Call("GET", "/v1/workspaces", _list(m.WorkspaceSummary, "workspaces"))
+
+
+def get_session(session_id: str) -> Call[m.Session]:
+    """``GET /v1/sessions/{session_id}``: state, rollouts and jobs."""
+    return Call("GET", f"/v1/sessions/{segment(session_id)}", as_model(m.Session))
+
+
+def append_segment(
+    session_id: str,
+    segment_body: SegmentBody,
+    *,
+    layout: str = "default",
+    workspace: str | None = None,
+    idempotency_key: str | None = None,
+) -> Call[m.AppendedSegment]:
+    """``POST /v1/sessions/{session_id}/layouts/{layout}/segments``: append one run.
+
+    Always sends an ``Idempotency-Key`` (``idempotency_key``, or one made
+    for this call), the same on every retry, so a retry never appends the
+    line twice. The session is created in ``workspace`` if it is new.
+    """
+    path = f"/v1/sessions/{segment(session_id)}/layouts/{segment(layout)}/segments"
+    key = idempotency_key or new_idempotency_key()
+    return Call(
+        "POST",
+        path,
+        as_model(m.AppendedSegment),
+        params={"workspace": workspace},
+        json=_dump(segment_body),
+        headers={"idempotency-key": key},
+    )
+
+
+def close_session(session_id: str, *, wait: int | None = None) -> Call[m.CloseResult]:
+    """``POST /v1/sessions/{session_id}/close``: queue its memory jobs; with
+    ``wait`` (0-300 s) hold until it is closed or the time passes."""
+    return Call(
+        "POST",
+        f"/v1/sessions/{segment(session_id)}/close",
+        as_model(m.CloseResult),
+        params={"wait": wait},
+        extra_time=float(wait or 0),
+    )
+
+
+# -- jobs ------------------------------------------------------------------
+def list_jobs(
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    session_id: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[m.JobList]:
+    """``GET /v1/jobs``: one page of the tenant's jobs, newest first."""
+    params = {"state": state, "kind": kind, "session_id": session_id, "limit": limit, "cursor": cursor}
+    return Call("GET", "/v1/jobs", as_model(m.JobList), params=params)
+
+
+def get_job(job_id: str) -> Call[m.Job]:
+    """``GET /v1/jobs/{job_id}``."""
+    return Call("GET", f"/v1/jobs/{segment(job_id)}", as_model(m.Job))
+
+
+def retry_job(job_id: str) -> Call[m.Job]:
+    """``POST /v1/jobs/{job_id}/retry``: queue a failed job again."""
+    return Call("POST", f"/v1/jobs/{segment(job_id)}/retry", as_model(m.Job))
+
+
+# -- memory ----------------------------------------------------------------
+def _memory_path(workspace: str, layout: str, rest: str) -> str:
+    return f"/v1/workspaces/{segment(workspace)}/layouts/{segment(layout)}/{rest}"
+
+
+def get_selection(workspace: str = "default", layout: str = "default") -> Call[m.PhaseTwoSelection]:
+    """``GET …/phase_two_selection``: the last successful consolidation's selection."""
+    path = _memory_path(workspace, layout, "phase_two_selection")
+    return Call("GET", path, as_model(m.PhaseTwoSelection))
+
+
+def list_runs(
+    workspace: str = "default",
+    layout: str = "default",
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[m.RunList]:
+    """``GET …/runs``: one page of consolidation runs, newest first."""
+    path = _memory_path(workspace, layout, "runs")
+    return Call("GET", path, as_model(m.RunList), params={"limit": limit, "cursor": cursor})
+
+
+def get_run(run_id: str, *, workspace: str = "default", layout: str = "default") -> Call[m.RunDetail]:
+    """``GET …/runs/{run_id}``: one run and the diff of every file it changed."""
+    path = _memory_path(workspace, layout, f"runs/{segment(run_id)}")
+    return Call("GET", path, as_model(m.RunDetail))
+
+
+def restore_run(run_id: str, *, workspace: str = "default", layout: str = "default") -> Call[m.Job]:
+    """``POST …/runs/{run_id}/restore``: queue a restore of the memory to what
+    the run left; returns the ``restore`` job."""
+    path = _memory_path(workspace, layout, f"runs/{segment(run_id)}/restore")
+    return Call("POST", path, as_model(m.Job))
+
+
+def forget_rollout(
+    rollout_id: str, *, workspace: str = "default", layout: str = "default", mode: str | None = None
+) -> Call[m.Job]:
+    """``DELETE …/rollouts/{rollout_id}``: forget one conversation (``mode``
+    ``scrub``, the default, or ``rebuild``); returns the ``forget`` job."""
+    path = _memory_path(workspace, layout, f"rollouts/{segment(rollout_id)}")
+    return Call("DELETE", path, as_model(m.Job), params={"mode": mode})
+
+
+def forget_workspace(workspace: str) -> Call[m.Job]:
+    """``DELETE /v1/workspaces/{workspace}``: forget a workspace; returns the ``forget`` job."""
+    return Call("DELETE", f"/v1/workspaces/{segment(workspace)}", as_model(m.Job))
+
+
+def list_files(workspace: str = "default", layout: str = "default") -> Call[list[m.MemoryFile]]:
+    """``GET …/files``: every file of the layout's memory folder."""
+    return Call("GET", _memory_path(workspace, layout, "files"), _list(m.MemoryFile, "files"))
+
+
+def get_file(path: str, *, workspace: str = "default", layout: str = "default", run_id: str | None = None) -> Call[str]:
+    """``GET …/files/{path}``: a file of the layout's memory folder, as text;
+    with ``run_id``, as it was right after that run."""
+    encoded = "/".join(segment(part) for part in path.split("/"))
+    call = Call("GET", _memory_path(workspace, layout, f"files/{encoded}"), _text, params={"run_id": run_id})
+    return call
+
+
+def get_instructions(
+    workspace: str = "default",
+    layout: str = "default",
+    *,
+    live_update: bool | None = None,
+    timeout: float | None = None,
+) -> Call[m.Instructions | None]:
+    """``GET …/instructions``: the memory instructions for the next run, or
+    ``None`` when there are none yet (204). ``timeout``: seconds for the
+    whole call, its retries included."""
+    path = _memory_path(workspace, layout, "instructions")
+    return Call("GET", path, _instructions, params={"live_update": live_update}, budget=timeout)
+
+
+# -- webhooks and events ---------------------------------------------------
+def create_webhook(
+    url: str, *, events: Sequence[str] | None = None, description: str | None = None
+) -> Call[m.WebhookWithSecret]:
+    """``POST /v1/webhooks``: an endpoint for ``events`` (default all); the
+    answer's ``secret`` is shown this once. Not retried."""
+    body = m.WebhookBody(url=url, events=list(events) if events is not None else None, description=description)
+    return Call(
+        "POST", "/v1/webhooks", as_model(m.WebhookWithSecret), json=body.model_dump(exclude_none=True), idempotent=False
+    )
+
+
+def list_webhooks() -> Call[list[m.Webhook]]:
+    """``GET /v1/webhooks``: this tenant's endpoints (never their secrets)."""
+    return Call("GET", "/v1/webhooks", _list(m.Webhook, "webhooks"))
+
+
+def get_webhook(webhook_id: str) -> Call[m.Webhook]:
+    """``GET /v1/webhooks/{webhook_id}``."""
+    return Call("GET", f"/v1/webhooks/{segment(webhook_id)}", as_model(m.Webhook))
+
+
+def delete_webhook(webhook_id: str) -> Call[None]:
+    """``DELETE /v1/webhooks/{webhook_id}``: the endpoint; its pending deliveries are dropped."""
+    return Call("DELETE", f"/v1/webhooks/{segment(webhook_id)}", nothing)
+
+
+def rotate_webhook(webhook_id: str) -> Call[m.WebhookWithSecret]:
+    """``POST /v1/webhooks/{webhook_id}/rotate``: a new secret (shown this
+    once); the old one keeps signing for 24 hours. Not retried."""
+    path = f"/v1/webhooks/{segment(webhook_id)}/rotate"
+    return Call("POST", path, as_model(m.WebhookWithSecret), idempotent=False)
+
+
+def test_webhook(webhook_id: str) -> Call[str]:
+    """``POST /v1/webhooks/{webhook_id}/test``: a ``webhook.test`` event to this
+    endpoint alone; returns the event's id. Not retried."""
+    path = f"/v1/webhooks/{segment(webhook_id)}/test"
+    return Call("POST", path, _event_id, idempotent=False)
+
+
+def webhook_deliveries(webhook_id: str, *, limit: int | None = None) -> Call[list[m.Delivery]]:
+    """``GET /v1/webhooks/{webhook_id}/deliveries``: newest first."""
+    path = f"/v1/webhooks/{segment(webhook_id)}/deliveries"
+    return Call("GET", path, _list(m.Delivery, "deliveries"), params={"limit": limit})
