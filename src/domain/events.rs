@@ -2,6 +2,7 @@
 //! ids, Standard Webhooks signatures, endpoint secrets, which addresses an
 //! endpoint may not reach, and when a failed delivery is tried again.
 
+use super::memory_status::MemoryStatus;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -73,7 +74,7 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
 }
 
 /// `session.closed`: the session settled, with its memory's status.
-pub fn session_closed(session_id: &str, workspace: &str, memory_status: &Value) -> NewEvent {
+pub fn session_closed(session_id: &str, workspace: &str, memory_status: &MemoryStatus) -> NewEvent {
     NewEvent::new(
         EventType::SessionClosed,
         json!({"session_id": session_id, "workspace": workspace, "memory_status": memory_status}),
@@ -419,7 +420,7 @@ mod tests {
     #[test]
     fn payloads_carry_type_timestamp_and_data() {
         let at = DateTime::parse_from_rfc3339("2026-12-02T10:00:00.5Z").unwrap().with_timezone(&Utc);
-        let event = session_closed("s1", "default", &json!({"status": "complete", "failures": []}));
+        let event = session_closed("s1", "default", &MemoryStatus::settled(vec![]));
         assert_eq!(
             event.payload(at),
             r#"{"type":"session.closed","timestamp":"2026-12-02T10:00:00.500Z","data":{"session_id":"s1","workspace":"default","memory_status":{"status":"complete","failures":[]}}}"#

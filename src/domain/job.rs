@@ -2,9 +2,9 @@
 //! the jobs a close queues.
 
 use super::ids::{LayoutName, RolloutId};
+use super::memory_status::MemoryStatus;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -15,6 +15,8 @@ pub enum SessionState {
 }
 
 impl SessionState {
+    pub const ALL: [Self; 3] = [Self::Open, Self::Closing, Self::Closed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Open => "open",
@@ -33,7 +35,7 @@ impl SessionState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     PhaseOne,
@@ -215,15 +217,11 @@ pub struct ForgetSpec {
 
 /// The status of a session whose workspace or tenant was forgotten while
 /// it was open or closing: it ended without memory.
-pub fn forgotten_memory_status() -> Value {
-    serde_json::json!({"status": "forgotten", "failures": []})
-}
-
 /// Where a close leaves a session: closed at once when it touched nothing,
 /// otherwise closing until its jobs finish.
 pub struct CloseTransition {
     pub state: SessionState,
-    pub memory_status: Option<Value>,
+    pub memory_status: Option<MemoryStatus>,
     pub closed_at: Option<DateTime<Utc>>,
 }
 
@@ -231,18 +229,12 @@ pub fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> CloseTrans
     if touched_nothing {
         CloseTransition {
             state: SessionState::Closed,
-            memory_status: Some(settled_memory_status(Vec::new())),
+            memory_status: Some(MemoryStatus::settled(Vec::new())),
             closed_at: Some(now),
         }
     } else {
         CloseTransition { state: SessionState::Closing, memory_status: None, closed_at: None }
     }
-}
-
-/// A session's state once none of its jobs is left to run (SPEC §2.3).
-pub fn settled_memory_status(failures: Vec<Value>) -> Value {
-    let status = if failures.is_empty() { "complete" } else { "partial" };
-    serde_json::json!({"status": status, "failures": failures})
 }
 
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
@@ -307,8 +299,10 @@ mod tests {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str(), "the API shows what the database stores");
         }
         assert_eq!(RunState::parse("running"), None, "a run is recorded when it has ended");
-        for k in [JobKind::PhaseOne, JobKind::PhaseTwo, JobKind::Restore, JobKind::Forget] {
+        for k in JobKind::ALL {
             assert_eq!(JobKind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert_eq!(serde_json::from_value::<JobKind>(k.as_str().into()).unwrap(), k);
         }
         for s in [ForgetScope::Rollouts, ForgetScope::Workspace, ForgetScope::Tenant] {
             assert_eq!(ForgetScope::parse(s.as_str()), Some(s));
@@ -316,10 +310,7 @@ mod tests {
         assert_eq!(ForgetMode::parse("scrub"), Some(ForgetMode::Scrub));
         assert_eq!(ForgetMode::parse("rebuild"), Some(ForgetMode::Rebuild));
         assert_eq!(ForgetMode::parse("erase"), None);
-        assert_eq!(forgotten_memory_status()["status"], "forgotten");
         assert_eq!(JobKind::parse("phase_three"), None);
-        assert_eq!(settled_memory_status(vec![])["status"], "complete");
-        assert_eq!(settled_memory_status(vec![serde_json::json!({})])["status"], "partial");
         let now = Utc::now();
         assert_eq!(close_transition(true, now).state, SessionState::Closed);
         assert_eq!(close_transition(false, now).closed_at, None);

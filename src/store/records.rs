@@ -4,6 +4,7 @@ use super::{StoreResult, TenantId};
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::job::{ForgetSpec, JobKind, JobState, RunState, SessionState};
 use crate::domain::layout::ValidLayout;
+use crate::domain::memory_status::MemoryStatus;
 use crate::domain::segment::Segment;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -39,7 +40,7 @@ pub struct SessionRecord {
     pub workspace: WorkspaceName,
     pub state: SessionState,
     pub metadata: Value,
-    pub memory_status: Option<Value>,
+    pub memory_status: Option<MemoryStatus>,
     pub created_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
 }
@@ -55,7 +56,7 @@ pub struct TouchedRollout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantJobCounts {
     /// `(kind, state, count)`, by kind then state.
-    pub by_kind_and_state: Vec<(String, String, i64)>,
+    pub by_kind_and_state: Vec<(JobKind, JobState, i64)>,
     pub failed_recently: i64,
 }
 
@@ -183,7 +184,7 @@ pub struct SessionSummary {
     pub segments: i64,
     /// Rollouts (per layout) the session touched.
     pub rollouts: i64,
-    pub memory_status: Option<Value>,
+    pub memory_status: Option<MemoryStatus>,
 }
 
 #[derive(Debug, Clone, Default)]

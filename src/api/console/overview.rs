@@ -8,8 +8,8 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
     };
     let day_ago = chrono::Utc::now() - chrono::Duration::hours(24);
     let jobs = state.store.tenant_job_counts(tenant, day_ago).await?;
-    let in_state = |wanted: &str| -> i64 {
-        jobs.by_kind_and_state.iter().filter(|(_, s, _)| s == wanted).map(|(_, _, n)| n).sum()
+    let in_state = |wanted: JobState| -> i64 {
+        jobs.by_kind_and_state.iter().filter(|(_, s, _)| *s == wanted).map(|(_, _, n)| n).sum()
     };
     let sessions =
         state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
@@ -28,8 +28,8 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
         "Overview",
         html! {
             div class="cards" {
-                div class="card" { div class="n" { (in_state("queued")) } "jobs queued" }
-                div class="card" { div class="n" { (in_state("running")) } "jobs running" }
+                div class="card" { div class="n" { (in_state(JobState::Queued)) } "jobs queued" }
+                div class="card" { div class="n" { (in_state(JobState::Running)) } "jobs running" }
                 div class="card" { div class="n" { (jobs.failed_recently) } a href="/console/jobs?state=failed" { "jobs failed in 24 h" } }
                 div class="card" { div class="n" { (format!("{ingest_rate:.1}")) } "segments per minute (last 10 min, this replica)" }
             }
@@ -37,7 +37,7 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
             table {
                 tr { th { "Kind" } th { "State" } th { "Jobs" } }
                 @for (kind, job_state, n) in &jobs.by_kind_and_state {
-                    tr { td { (kind) } td { (state_badge(job_state)) } td { a href={"/console/jobs" (query(&[("kind", Some(kind)), ("state", Some(job_state))]))} { (n) } } }
+                    tr { td { (kind.as_str()) } td { (state_badge(job_state.as_str())) } td { a href={"/console/jobs" (query(&[("kind", Some(kind.as_str())), ("state", Some(job_state.as_str()))]))} { (n) } } }
                 }
             }
             h2 { "Recent sessions" }

@@ -2,6 +2,7 @@
 //! are written by users and models, so Markdown renders with raw HTML
 //! escaped and only plain links kept, and conversations are escaped text.
 
+use crate::domain::memory_status::MemoryStatus;
 use maud::{Markup, PreEscaped, html};
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd, html as cmark_html};
 use serde_json::Value;
@@ -235,20 +236,19 @@ pub fn usage(usage: &Value) -> Markup {
 }
 
 /// A session's `memory_status`: its outcome, and each failure with its job.
-pub fn memory_status(status: &Value) -> Markup {
-    let outcome = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
-    let failures = status.get("failures").and_then(Value::as_array).cloned().unwrap_or_default();
+pub fn memory_status(status: &MemoryStatus) -> Markup {
+    let outcome = status.status.as_str();
     html! {
         p { "Memory: " span class={"state " (outcome)} { (outcome) } }
-        @if !failures.is_empty() {
+        @if !status.failures.is_empty() {
             table {
                 tr { th { "Failed job" } th { "Kind" } th { "Layout" } th { "Rollout" } th { "Error" } }
-                @for f in &failures {
-                    @let text = |key: &str| f.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+                @for f in &status.failures {
+                    @let job = f.job_id.to_string();
                     tr {
-                        td { a href={"/console/jobs/" (text("job_id"))} { code { (text("job_id").chars().take(8).collect::<String>()) } } }
-                        td { (text("kind")) } td { (text("layout")) } td { code { (text("rollout_id")) } }
-                        td class="error" { (text("error")) }
+                        td { a href={"/console/jobs/" (job)} { code { (job[..8]) } } }
+                        td { (f.kind.as_str()) } td { (f.layout) } td { code { (f.rollout_id.as_deref().unwrap_or("")) } }
+                        td class="error" { (f.error.as_deref().unwrap_or("")) }
                     }
                 }
             }
@@ -316,9 +316,10 @@ mod tests {
     fn usage_and_status_are_words_not_json() {
         let used = usage(&serde_json::json!({"input_tokens": 120, "output_tokens": 30, "calls": 1})).into_string();
         assert_eq!(used, "120 input and 30 output tokens in 1 model call");
-        let status = serde_json::json!({"status": "partial", "failures": [
+        let status: MemoryStatus = serde_json::from_value(serde_json::json!({"status": "partial", "failures": [
             {"job_id": "0b8f6c1e-0000-4000-8000-000000000000", "kind": "phase_one", "layout": "default", "rollout_id": "r", "error": "boom"}
-        ]});
+        ]}))
+        .unwrap();
         let html = memory_status(&status).into_string();
         assert!(html.contains("partial") && html.contains("boom") && !html.contains("{&quot;"), "{html}");
     }

@@ -12,7 +12,7 @@ pub(super) fn session_table(sessions: &[crate::store::SessionSummary]) -> Markup
                     td { (s.workspace.as_str()) }
                     td { (state_badge(s.state.as_str())) }
                     td { (s.rollouts) } td { (s.segments) }
-                    td { @if let Some(status) = s.memory_status.as_ref().and_then(|m| m.get("status")).and_then(|v| v.as_str()) { (status) } }
+                    td { @if let Some(status) = &s.memory_status { (status.status.as_str()) } }
                     td { (when(&s.created_at)) } td { (maybe_when(s.closed_at.as_ref())) }
                 }
             }
@@ -55,7 +55,7 @@ pub(super) async fn sessions(State(state): State<AppState>, signed: Signed, Quer
             form class="filters" method="get" action="/console/sessions" {
                 label { "State " select name="state" {
                     option value="" { "any" }
-                    @for s in ["open", "closing", "closed"] { option value=(s) selected[state_filter == Some(s)] { (s) } }
+                    @for s in SessionState::ALL.map(SessionState::as_str) { option value=(s) selected[state_filter == Some(s)] { (s) } }
                 } }
                 label { "Workspace " input name="workspace" value=[workspace]; }
                 button type="submit" class="secondary" { "Filter" }

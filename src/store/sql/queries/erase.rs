@@ -4,8 +4,8 @@
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId};
 use crate::domain::job::ForgetScope;
+use crate::domain::memory_status::MemoryStatus;
 use crate::store::*;
-use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -144,8 +144,8 @@ impl SqlStore<DB> {
             if !mentions_any(&text, ids) {
                 continue;
             }
-            let status: Value = serde_json::from_str(&text).map_err(corrupt)?;
-            if let Some(cleaned) = status_without(&status, layout, ids) {
+            let status: MemoryStatus = serde_json::from_str(&text).map_err(corrupt)?;
+            if let Some(cleaned) = status.without_rollouts(layout, ids) {
                 sqlx::query("UPDATE sessions SET memory_status = $3 WHERE tenant_id = $1 AND session_id = $2")
                     .bind(tenant)
                     .bind(row.try_get::<String, _>("session_id")?)

@@ -4,8 +4,9 @@
 
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
-use crate::domain::job::{ForgetMode, ForgetScope, forgotten_memory_status};
+use crate::domain::job::{ForgetMode, ForgetScope};
 use crate::domain::layout::{ValidLayout, default_layout, with_implicit_default};
+use crate::domain::memory_status::MemoryStatus;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -129,7 +130,7 @@ impl SqlStore<DB> {
         )
         .bind(tenant)
         .bind(workspace)
-        .bind(forgotten_memory_status().to_string())
+        .bind(MemoryStatus::forgotten().to_string())
         .bind(now)
         .execute(&mut *conn)
         .await?;

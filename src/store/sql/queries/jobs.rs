@@ -417,7 +417,7 @@ impl JobQueue for SqlStore<DB> {
         if row.try_get::<Option<Uuid>, _>("publish_id")? == Some(publish_id) {
             return Ok(PublishDecision::Committed);
         }
-        let leased = row.try_get::<String, _>("state")? == "running"
+        let leased = JobState::parse(&row.try_get::<String, _>("state")?) == Some(JobState::Running)
             && row.try_get::<Option<DateTime<Utc>>, _>("lease_expires_at")?.is_some_and(|until| until > now);
         Ok(if leased { PublishDecision::Pending } else { PublishDecision::Abandoned })
     }
@@ -512,7 +512,10 @@ impl JobQueue for SqlStore<DB> {
         .await?;
         let mut counts = TenantJobCounts { by_kind_and_state: Vec::with_capacity(rows.len()), failed_recently: 0 };
         for row in &rows {
-            counts.by_kind_and_state.push((row.try_get("kind")?, row.try_get("state")?, row.try_get("n")?));
+            let (kind, state): (String, String) = (row.try_get("kind")?, row.try_get("state")?);
+            let kind = JobKind::parse(&kind).ok_or_else(|| corrupt(format!("job kind {kind:?}")))?;
+            let state = JobState::parse(&state).ok_or_else(|| corrupt(format!("job state {state:?}")))?;
+            counts.by_kind_and_state.push((kind, state, row.try_get("n")?));
             counts.failed_recently += row.try_get::<i64, _>("failed_recently")?;
         }
         Ok(counts)

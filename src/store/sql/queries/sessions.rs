@@ -4,10 +4,10 @@ use super::rows::*;
 use super::*;
 use crate::domain::events::session_closed;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{close_transition, jobs_for_close, settled_memory_status};
+use crate::domain::job::{JobKind, close_transition, jobs_for_close};
+use crate::domain::memory_status::{MemoryFailure, MemoryStatus};
 use crate::store::*;
 use chrono::Utc;
-use serde_json::Value;
 use sqlx::{Executor, Row};
 use uuid::Uuid;
 impl SqlStore<DB> {
@@ -171,16 +171,17 @@ impl SqlStore<DB> {
         let failures = failed
             .iter()
             .map(|r| {
-                Ok(serde_json::json!({
-                    "job_id": r.try_get::<Uuid, _>("id")?,
-                    "kind": r.try_get::<String, _>("kind")?,
-                    "layout": r.try_get::<String, _>("layout")?,
-                    "rollout_id": r.try_get::<Option<String>, _>("rollout_id")?,
-                    "error": r.try_get::<Option<String>, _>("last_error")?,
-                }))
+                let kind: String = r.try_get("kind")?;
+                Ok(MemoryFailure {
+                    job_id: r.try_get("id")?,
+                    kind: JobKind::parse(&kind).ok_or_else(|| corrupt(format!("job kind {kind:?}")))?,
+                    layout: r.try_get("layout")?,
+                    rollout_id: r.try_get("rollout_id")?,
+                    error: r.try_get("last_error")?,
+                })
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        let memory_status = settled_memory_status(failures);
+        let memory_status = MemoryStatus::settled(failures);
         let now = Utc::now();
         let settled = sqlx::query(
             "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
@@ -333,7 +334,8 @@ impl SessionStore for SqlStore<DB> {
                 // committed length needs no new extraction: its job succeeds at once.
                 let extracted =
                     rollout.as_ref().is_some_and(|r| already_extracted.contains(&(layout_name.clone(), r.clone())));
-                let (state, finished_at) = if extracted { ("succeeded", Some(now)) } else { ("queued", None) };
+                let (state, finished_at) =
+                    if extracted { (JobState::Succeeded, Some(now)) } else { (JobState::Queued, None) };
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
                                        state, attempts, run_after, created_at, started_at, finished_at)
@@ -349,7 +351,7 @@ impl SessionStore for SqlStore<DB> {
                 .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
                 .bind(run_after)
                 .bind(now)
-                .bind(state)
+                .bind(state.as_str())
                 .bind(finished_at)
                 .execute(&mut *tx)
                 .await?;
@@ -364,7 +366,7 @@ impl SessionStore for SqlStore<DB> {
             .bind(tenant)
             .bind(id.as_str())
             .bind(transition.state.as_str())
-            .bind(transition.memory_status.as_ref().map(Value::to_string))
+            .bind(transition.memory_status.as_ref().map(MemoryStatus::to_string))
             .bind(transition.closed_at)
             .execute(&mut *tx)
             .await?;
@@ -374,9 +376,10 @@ impl SessionStore for SqlStore<DB> {
             Self::hold_new_model_jobs_in(&mut tx, tenant, now).await?;
             let closes = std::collections::BTreeMap::from([(tenant, usage::Tally { closes: 1, ..Default::default() })]);
             Self::count_usage_in(&mut tx, &closes, now).await?;
-            if session.state == SessionState::Closed {
-                let memory_status = session.memory_status.clone().unwrap_or(Value::Null);
-                let closed = session_closed(id.as_str(), session.workspace.as_str(), &memory_status);
+            if let Some(memory_status) =
+                session.memory_status.as_ref().filter(|_| session.state == SessionState::Closed)
+            {
+                let closed = session_closed(id.as_str(), session.workspace.as_str(), memory_status);
                 Self::record_events_in(&mut tx, tenant, &[closed], now).await?;
             }
         }
