@@ -277,14 +277,14 @@ impl JobQueue for SqlStore<DB> {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        let mut served = sqlx::QueryBuilder::<DB>::new("INSERT INTO tenant_turns (tenant_id, last_claimed_at) ");
         let tenants: std::collections::BTreeSet<Uuid> =
             rows.iter().map(|row| row.try_get::<Uuid, _>("tenant_id")).collect::<Result<_, _>>()?;
-        served.push_values(&tenants, |mut values, tenant| {
-            values.push_bind(*tenant).push_bind(req.now);
-        });
-        served.push(" ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at");
         if !tenants.is_empty() {
+            let mut served = sqlx::QueryBuilder::<DB>::new("INSERT INTO tenant_turns (tenant_id, last_claimed_at) ");
+            served.push_values(&tenants, |mut values, tenant| {
+                values.push_bind(*tenant).push_bind(req.now);
+            });
+            served.push(" ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at");
             served.build().execute(&mut *tx).await?;
         }
         let mut claimed = Vec::with_capacity(rows.len());
