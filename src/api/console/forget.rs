@@ -34,14 +34,13 @@ pub(super) async fn forget_rollout(
     signed: Signed,
     Form(form): Form<ForgetRolloutForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     let mode = crate::api::forget::forget_mode(empty_to_none(&form.mode))?;
     let job =
         crate::api::forget::queue_forget_rollout(&state, tenant, &form.workspace, &form.layout, &form.rollout_id, mode)
             .await?;
     state.wake.notify_waiters();
-    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+    Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
 }
 
 #[derive(Deserialize)]
@@ -55,11 +54,10 @@ pub(super) async fn forget_workspace(
     signed: Signed,
     Form(form): Form<ForgetWorkspaceForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     let job = crate::api::forget::queue_forget_workspace(&state, tenant, &form.workspace).await?;
     state.wake.notify_waiters();
-    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+    Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
 }
 
 pub(super) async fn forget_tenant(
@@ -69,10 +67,8 @@ pub(super) async fn forget_tenant(
     Form(form): Form<CsrfForm>,
 ) -> Page {
     signed.check_csrf(&form.csrf, &state.console)?;
-    if !signed.session.principal.is_admin() {
-        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
-    }
+    signed.require_admin()?;
     crate::api::forget::queue_forget_tenant(&state, &raw_tenant).await?;
     state.wake.notify_waiters();
-    Ok(page::harden(Redirect::to("/console/tenants").into_response()))
+    Ok(page::redirect("/console/tenants"))
 }

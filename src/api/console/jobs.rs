@@ -126,8 +126,7 @@ pub(super) async fn retry(
     Path(raw_id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     let job = crate::api::jobs::retry(&state, tenant, &raw_id).await?;
-    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+    Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
 }

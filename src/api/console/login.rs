@@ -98,7 +98,7 @@ pub(super) async fn login(
         session_id: random_hex(16),
     };
     let sealed = state.console.seal(&session);
-    let mut response = page::harden(Redirect::to(next).into_response());
+    let mut response = page::redirect(next);
     for cookie in [
         state.console.cookie(SESSION_COOKIE, &sealed, SESSION_SECS, client.https),
         state.console.cookie(LOGIN_COOKIE, "", 0, client.https),
@@ -121,7 +121,7 @@ pub(super) async fn logout(
     // Ended here for every replica: the cookie, even kept by someone, opens nothing.
     let expires_at = chrono::DateTime::from_timestamp(signed.session.expires_at, 0).unwrap_or_else(chrono::Utc::now);
     state.store.end_console_session(&signed.session.session_id, expires_at).await?;
-    let mut response = page::harden(Redirect::to("/console/login").into_response());
+    let mut response = page::redirect("/console/login");
     if let Ok(value) = HeaderValue::from_str(&state.console.cookie(SESSION_COOKIE, "", 0, client.https)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
@@ -134,9 +134,7 @@ pub struct TenantsQuery {
 }
 
 pub(super) async fn tenants(State(state): State<AppState>, signed: Signed, Query(q): Query<TenantsQuery>) -> Page {
-    if !signed.session.principal.is_admin() {
-        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
-    }
+    signed.require_admin()?;
     let page_request =
         PageRequest::parse(Listing::Tenants, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
     let rows = state.store.list_tenants(&page_request).await?;
@@ -185,14 +183,12 @@ pub(super) async fn pick_tenant(
     Form(form): Form<PickForm>,
 ) -> Page {
     signed.check_csrf(&form.csrf, &state.console)?;
-    if !signed.session.principal.is_admin() {
-        return Err(ConsoleError(ApiError::NotFound("No such page.".into())));
-    }
+    signed.require_admin()?;
     if !state.store.tenant_exists(form.tenant_id).await? {
         return Err(ConsoleError(ApiError::NotFound(format!("No tenant {}.", form.tenant_id))));
     }
     let session = ConsoleSession { principal: Principal::Admin(Some(form.tenant_id)), ..signed.session };
-    let mut response = page::harden(Redirect::to("/console").into_response());
+    let mut response = page::redirect("/console");
     let cookie = state.console.cookie(SESSION_COOKIE, &state.console.seal(&session), SESSION_SECS, client.https);
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().append(header::SET_COOKIE, value);

@@ -38,7 +38,7 @@ use axum::Router;
 use axum::extract::{Form, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::{Markup, html};
 use page::{Frame, html_page, maybe_when, post_button, query, state as state_badge, when};
@@ -156,6 +156,21 @@ impl Signed {
             Err(ConsoleError(ApiError::InvalidRequest("The form is stale or forged; reload the page.".into())))
         }
     }
+
+    /// The tenant a form acts on, once its CSRF token is checked.
+    fn acting_tenant(&self, token: &str, keys: &ConsoleKeys) -> Result<Uuid, ConsoleError> {
+        self.check_csrf(token, keys)?;
+        self.tenant()
+    }
+
+    /// Admin pages do not exist for a tenant's session.
+    fn require_admin(&self) -> Result<(), ConsoleError> {
+        if self.session.principal.is_admin() {
+            Ok(())
+        } else {
+            Err(ConsoleError(ApiError::NotFound("No such page.".into())))
+        }
+    }
 }
 
 fn now_secs() -> i64 {
@@ -166,7 +181,7 @@ impl FromRequestParts<AppState> for Signed {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let to_login = || page::harden(Redirect::to("/console/login").into_response());
+        let to_login = || page::redirect("/console/login");
         let cookies = parts.headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("");
         let Some(cookie) = cookie_value(cookies, SESSION_COOKIE) else { return Err(to_login()) };
         let Some(session) = state.console.open(cookie, now_secs()) else { return Err(to_login()) };

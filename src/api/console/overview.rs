@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> Page {
     let Some(tenant) = signed.session.principal.tenant() else {
-        return Ok(page::harden(Redirect::to("/console/tenants").into_response()));
+        return Ok(page::redirect("/console/tenants"));
     };
     let day_ago = chrono::Utc::now() - chrono::Duration::hours(24);
     let jobs = state.store.tenant_job_counts(tenant, day_ago).await?;

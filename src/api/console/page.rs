@@ -12,6 +12,11 @@ use maud::{DOCTYPE, Markup, html};
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
      form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
+/// A redirect to `to`, hardened like every console response.
+pub fn redirect(to: &str) -> Response {
+    harden(axum::response::Redirect::to(to).into_response())
+}
+
 /// The security headers of every console response.
 pub fn harden(mut response: Response) -> Response {
     let headers = response.headers_mut();

@@ -115,8 +115,7 @@ pub(super) async fn restore(
     Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     let job = crate::api::history::queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
-    Ok(page::harden(Redirect::to(&format!("/console/jobs/{}", job.job_id)).into_response()))
+    Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
 }

@@ -35,9 +35,7 @@ pub(super) fn empty_to_none(value: &Option<String>) -> Option<&str> {
 pub(super) async fn sessions(State(state): State<AppState>, signed: Signed, Query(q): Query<SessionsQuery>) -> Page {
     let tenant = signed.tenant()?;
     if let Some(id) = empty_to_none(&q.q) {
-        return Ok(page::harden(
-            Redirect::to(&format!("/console/sessions/{}", page::percent_encode(id))).into_response(),
-        ));
+        return Ok(page::redirect(&format!("/console/sessions/{}", page::percent_encode(id))));
     }
     let (state_filter, workspace) = (empty_to_none(&q.state), empty_to_none(&q.workspace));
     let filter = SessionFilter {
@@ -145,8 +143,7 @@ pub(super) async fn close(
     Path(raw_id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     crate::api::sessions::close_and_wait(&state, tenant, &raw_id, Some(CLOSE_WAIT)).await?;
-    Ok(page::harden(Redirect::to(&format!("/console/sessions/{}", page::percent_encode(&raw_id))).into_response()))
+    Ok(page::redirect(&format!("/console/sessions/{}", page::percent_encode(&raw_id))))
 }

@@ -5,7 +5,6 @@ use super::page::{self, maybe_when, post_button, state as state_badge, when};
 use super::{CsrfForm, Page, Signed};
 use crate::api::AppState;
 use axum::extract::{Form, Path, State};
-use axum::response::{IntoResponse, Redirect};
 use maud::html;
 
 /// Deliveries shown per endpoint.
@@ -72,8 +71,7 @@ pub(super) async fn send_test(
     Path(raw_id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    signed.check_csrf(&form.csrf, &state.console)?;
-    let tenant = signed.tenant()?;
+    let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
     crate::api::webhooks::send_test_event(&state, tenant, &raw_id).await?;
-    Ok(page::harden(Redirect::to("/console/webhooks").into_response()))
+    Ok(page::redirect("/console/webhooks"))
 }
