@@ -60,6 +60,7 @@ pub struct Recorded {
     pub path: String,
     pub body: Value,
     pub authorization: Option<String>,
+    pub received_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Recorded {
@@ -136,6 +137,13 @@ impl FakeLlm {
         self.state.lock().unwrap().agent_default = Some(scripted);
     }
 
+    /// Starts recording afresh (forgetting what was recorded), or stops.
+    pub fn set_recording(&self, on: bool) {
+        let mut state = self.state.lock().unwrap();
+        state.recording = on;
+        state.requests.clear();
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
@@ -160,6 +168,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, uri: Uri, headers: H
                 path: uri.path().to_owned(),
                 body: body.clone(),
                 authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+                received_at: chrono::Utc::now(),
             });
         }
         let agent_turn = body.get("tools").is_some();

@@ -89,6 +89,9 @@ struct Bench {
     runs: usize,
     /// Closes wait, before they are timed, for every rollout's eager phase one.
     eager: bool,
+    /// The model memoryd calls (unless `extractive`); it records requests only when asked.
+    fake: FakeLlm,
+    extractive: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -240,7 +243,7 @@ impl Bench {
         ])
     }
 
-    async fn selection(&self, count: usize) -> BenchResult<Figure> {
+    async fn selection(&self, count: usize) -> BenchResult<Vec<Figure>> {
         let state = &self.server.state;
         let workspace = WorkspaceName::parse(&format!("selection-{count}")).ok_or("bad workspace name")?;
         let layout_name = LayoutName::default_layout();
@@ -287,14 +290,52 @@ impl Bench {
                 return Err("the selection came out wrong".into());
             }
         }
-        Ok(figure(
+        let mut figures = vec![figure(
             "selection",
             self.backend,
             format!("R={count}"),
             "select and rebuild raw_memories.md (cap 256)",
             "ms",
             times,
-        ))
+        )];
+        if !self.extractive {
+            let waits = self.phase_two_first_requests(&workspace).await?;
+            figures.push(figure(
+                "selection",
+                self.backend,
+                format!("R={count}"),
+                "phase two: started_at to first model request",
+                "ms",
+                waits,
+            ));
+        }
+        Ok(figures)
+    }
+
+    /// Closes a one-rollout session in `workspace` per run and measures, from
+    /// the outside, how long its phase two took from its `started_at` to its
+    /// first request to the model.
+    async fn phase_two_first_requests(&self, workspace: &WorkspaceName) -> BenchResult<Vec<f64>> {
+        let mut waits = Vec::new();
+        for run in 0..self.runs {
+            let session = format!("{workspace}-close-{run}");
+            self.segment(&session, workspace.as_str(), &format!("fresh-{run}"), "a new lesson").await?;
+            self.fake.set_recording(true);
+            let closed = self.post(&format!("/v1/sessions/{session}/close?wait=300"), &json!({})).await;
+            let requests = self.fake.phase_two_requests();
+            self.fake.set_recording(false);
+            let (status, body) = closed?;
+            if status != 200 || body["memory_status"]["status"] != "complete" {
+                return Err(format!("the close answered {status}: {body}").into());
+            }
+            let path = format!("{}/v1/jobs?kind=phase_two&session_id={session}", self.base);
+            let jobs: Value = self.http.get(path).bearer_auth(&self.key).send().await?.json().await?;
+            let started = jobs["jobs"][0]["started_at"].as_str().ok_or("the phase-two job has no started_at")?;
+            let started = chrono::DateTime::parse_from_rfc3339(started)?;
+            let first = requests.iter().map(|r| r.received_at).min().ok_or("phase two made no model request")?;
+            waits.push((first - started.to_utc()).num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0);
+        }
+        Ok(waits)
     }
 }
 
@@ -391,7 +432,8 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     }
     let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
     let runs = args.runs.max(1);
-    Ok(Bench { server, base, http, key, tenant, admin, backend, runs, eager: args.eager, _dir: dir })
+    let extractive = args.extractive;
+    Ok(Bench { server, base, http, key, tenant, admin, backend, runs, eager: args.eager, fake, extractive, _dir: dir })
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
@@ -478,9 +520,10 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
     }
     if wants(Workload::Selection) {
         for r in if args.quick { vec![100] } else { vec![100, 1000, 10_000] } {
-            let f = bench.selection(r).await?;
-            progress(&f);
-            out.push(f);
+            for f in bench.selection(r).await? {
+                progress(&f);
+                out.push(f);
+            }
         }
     }
     Ok(())
