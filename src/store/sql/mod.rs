@@ -143,26 +143,3 @@ fn parameter_count(sql: &str) -> usize {
     }
     highest
 }
-
-/// `($first, …), (…), …`: `rows` tuples of `width` numbered parameters,
-/// each ending with `constants`.
-fn placeholders(rows: usize, width: usize, first: usize, constants: &str) -> String {
-    (0..rows)
-        .map(|r| {
-            let params: Vec<String> = (0..width).map(|c| format!("${}", first + r * width + c)).collect();
-            format!("({}{constants})", params.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::placeholders;
-
-    #[test]
-    fn placeholders_number_rows_after_the_leading_parameters() {
-        assert_eq!(placeholders(1, 2, 1, ""), "($1, $2)");
-        assert_eq!(placeholders(2, 3, 2, ", 1"), "($2, $3, $4, 1), ($5, $6, $7, 1)");
-    }
-}

@@ -151,20 +151,16 @@ impl SqlStore<DB> {
         } else {
             String::new()
         };
-        let sessions_sql = format!(
-            "SELECT locked.*{storage_column} FROM sessions locked
-                 JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.session_id = v.column2
-                 ORDER BY locked.tenant_id, locked.session_id{}",
-            placeholders(reqs.len(), 2, 1, ""),
-            DB::LOCK_JOINED_ROWS
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sessions_sql));
-        for req in reqs {
-            query = query.bind(req.tenant_id).bind(req.session_id.as_str());
-        }
+        let mut query =
+            sqlx::QueryBuilder::<DB>::new(format!("SELECT locked.*{storage_column} FROM sessions locked JOIN ("));
+        query.push_values(reqs, |mut v, req| {
+            v.push_bind(req.tenant_id).push_bind(req.session_id.as_str());
+        });
+        query.push(") AS v ON locked.tenant_id = v.column1 AND locked.session_id = v.column2");
+        query.push(" ORDER BY locked.tenant_id, locked.session_id").push(DB::LOCK_JOINED_ROWS);
         let mut sessions: HashMap<(TenantId, String), SessionRecord> = HashMap::new();
         let mut storage = HashMap::new();
-        for row in query.fetch_all(&mut **tx).await? {
+        for row in query.build().fetch_all(&mut **tx).await? {
             let session = Self::record::<SessionRow, SessionRecord>(&row)?;
             let tenant: TenantId = row.try_get("tenant_id")?;
             if limited {
@@ -183,26 +179,25 @@ impl SqlStore<DB> {
         if targets.is_empty() {
             return Ok((known, storage));
         }
-        let rollouts_sql = format!(
+        let mut query = sqlx::QueryBuilder::<DB>::new(
             "SELECT locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id,
-                        locked.committed_len, locked.segment_count, locked.forgetting
-                 FROM rollouts locked
-                 JOIN (VALUES {}) AS v ON locked.tenant_id = v.column1 AND locked.workspace = v.column2
-                                      AND locked.layout = v.column3 AND locked.rollout_id = v.column4
-                 ORDER BY locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id{}",
-            placeholders(targets.len(), 4, 1, ""),
-            DB::LOCK_JOINED_ROWS
+                    locked.committed_len, locked.segment_count, locked.forgetting
+             FROM rollouts locked JOIN (",
         );
-        let mut query = sqlx::query(AssertSqlSafe(rollouts_sql));
-        for (req, session) in &targets {
-            query = query
-                .bind(req.tenant_id)
-                .bind(session.workspace.as_str())
-                .bind(req.layout_name.as_str())
-                .bind(req.segment.rollout_id.as_str());
-        }
+        query.push_values(&targets, |mut v, (req, session)| {
+            v.push_bind(req.tenant_id)
+                .push_bind(session.workspace.as_str())
+                .push_bind(req.layout_name.as_str())
+                .push_bind(req.segment.rollout_id.as_str());
+        });
+        query.push(
+            ") AS v ON locked.tenant_id = v.column1 AND locked.workspace = v.column2
+                 AND locked.layout = v.column3 AND locked.rollout_id = v.column4
+             ORDER BY locked.tenant_id, locked.workspace, locked.layout, locked.rollout_id",
+        );
+        query.push(DB::LOCK_JOINED_ROWS);
         let mut positions: HashMap<(TenantId, String, String, String), RolloutPosition> = HashMap::new();
-        for row in query.fetch_all(&mut **tx).await? {
+        for row in query.build().fetch_all(&mut **tx).await? {
             let rollout = (
                 row.try_get("tenant_id")?,
                 row.try_get("workspace")?,
@@ -469,43 +464,41 @@ impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
         }
         // One statement per table for the whole batch: the round trips, not
         // the rows, are what an append costs.
-        let update = format!(
+        let mut update = sqlx::QueryBuilder::<DB>::new(
             "UPDATE rollouts SET committed_len = v.column5, segment_count = rollouts.segment_count + 1,
-                    last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = $1
-             FROM (VALUES {}) AS v
-             WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
+                    last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = ",
+        );
+        update.push_bind(self.now).push(" FROM (");
+        update.push_values(&lines, |mut v, (row, segment)| {
+            v.push_bind(row.tenant)
+                .push_bind(row.workspace.as_str())
+                .push_bind(row.layout.as_str())
+                .push_bind(row.rollout_id.as_str())
+                .push_bind(segment.new_len as i64)
+                .push_bind(row.updated_at.as_str())
+                .push_bind(row.terminal_state.as_str());
+        });
+        update.push(
+            ") AS v WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
                AND rollouts.layout = v.column3 AND rollouts.rollout_id = v.column4",
-            placeholders(lines.len(), 7, 2, "")
         );
-        let mut query = sqlx::query(AssertSqlSafe(update)).bind(self.now);
-        for (row, segment) in &lines {
-            query = query
-                .bind(row.tenant)
-                .bind(row.workspace.as_str())
-                .bind(row.layout.as_str())
-                .bind(row.rollout_id.as_str())
-                .bind(segment.new_len as i64)
-                .bind(row.updated_at.as_str())
-                .bind(row.terminal_state.as_str());
-        }
-        query.execute(&mut *self.tx).await?;
-        let upsert = format!(
-            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count)
-             VALUES {}
-             ON CONFLICT (tenant_id, session_id, layout, rollout_id)
+        update.build().execute(&mut *self.tx).await?;
+        let mut upsert = sqlx::QueryBuilder::<DB>::new(
+            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count) ",
+        );
+        upsert.push_values(&lines, |mut v, (row, _)| {
+            v.push_bind(row.tenant)
+                .push_bind(row.session_id.as_str())
+                .push_bind(row.layout.as_str())
+                .push_bind(row.rollout_id.as_str())
+                .push_bind(self.now)
+                .push_unseparated(", 1");
+        });
+        upsert.push(
+            " ON CONFLICT (tenant_id, session_id, layout, rollout_id)
              DO UPDATE SET segment_count = session_rollouts.segment_count + 1",
-            placeholders(lines.len(), 5, 1, ", 1")
         );
-        let mut query = sqlx::query(AssertSqlSafe(upsert));
-        for (row, _) in &lines {
-            query = query
-                .bind(row.tenant)
-                .bind(row.session_id.as_str())
-                .bind(row.layout.as_str())
-                .bind(row.rollout_id.as_str())
-                .bind(self.now);
-        }
-        query.execute(&mut *self.tx).await?;
+        upsert.build().execute(&mut *self.tx).await?;
         for (row, segment) in &lines {
             if let Some(key) = &row.idempotency_key {
                 // Where the append went, so that a forget finds its key.
