@@ -2,6 +2,7 @@
 //! its files staged, the fenced finish, then the files made visible and the
 //! session settled; and the recovery of publishes their writers left behind.
 
+use super::finisher::Recorded;
 use super::{AttemptError, Completion, FinishedAttempt, Imported, WorkerContext, WorkerSettings, backoff};
 use crate::domain::redact::{Counts, add_counts};
 use crate::llm::TokenUsage;
@@ -345,17 +346,19 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
     let stage_started = std::time::Instant::now();
     match (staged, &recorded) {
-        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, *recorded).await,
+        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, recorded.kept).await,
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
     }
     crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
-    if finished && matches!(recorded, Ok(true)) {
+    if let Ok(Recorded { kept: true, settleable }) = &recorded
+        && finished
+    {
         let stage_started = std::time::Instant::now();
         let mut closed_any = false;
-        for session in served_sessions(&claimed) {
-            match ctx.store.settle_session(claimed.tenant_id, &session).await {
+        for session in settleable {
+            match ctx.store.settle_session(claimed.tenant_id, session).await {
                 Ok(closed) => closed_any |= closed,
                 Err(e) => {
                     tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will")
@@ -370,6 +373,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
             ctx.events.committed();
         }
     }
+    let recorded = recorded.map(|r| r.kept);
     if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
         // Done with, whatever the outcome.
         let archive = ctx.volumes.import_archive(job_id);

@@ -207,6 +207,13 @@ pub trait SessionStore: Send + Sync {
     /// finished; `settle_finished_sessions` covers a process that died between.
     /// Whether it closed the session now (and so recorded its event).
     async fn settle_session(&self, tenant: TenantId, session_id: &SessionId) -> StoreResult<bool>;
+    /// Of `sessions`, those none of whose jobs is queued or running: the
+    /// ones a batch of finishes, once committed, may settle (one query for
+    /// the batch, where asking `settle_session` of each would cost one each).
+    async fn sessions_without_open_jobs(
+        &self,
+        sessions: &[(TenantId, SessionId)],
+    ) -> StoreResult<Vec<(TenantId, SessionId)>>;
     /// Closes `closing` sessions whose jobs have all finished but which were
     /// not settled (their last worker died between commit and settle).
     async fn settle_finished_sessions(&self) -> StoreResult<usize>;

@@ -10,6 +10,7 @@ use std::time::Duration;
 both_backends!(
     a_worker_that_lost_its_lease_cannot_record_its_result,
     finishes_recorded_together_keep_each_ones_fence,
+    a_batch_of_finishes_records_each_as_alone,
     equal_turns_go_to_the_tenant_served_longest_ago,
     one_tenants_backlog_does_not_starve_another,
     a_claim_takes_jobs_in_turn_order_across_tenants,
@@ -184,12 +185,109 @@ async fn finishes_recorded_together_keep_each_ones_fence(backend: Backend) {
     let mut owned = taken;
     owned.push(claimed[0].clone());
     let answers = futures_util::future::join_all(owned.iter().map(|job| recorder.finish(job, skipped()))).await;
-    let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap().kept).collect();
     let expected: Vec<bool> = owned.iter().map(|j| j.job.job_id != done).collect();
     assert_eq!(answers, expected);
     for job in owned.iter().filter(|j| j.job.job_id != done) {
         assert_eq!(state(job.job.job_id).await, "skipped");
     }
+}
+
+/// A batch of finishes of several tenants — phase ones written together,
+/// one with a retry, one failed (recorded on its own) — leaves each job, raw
+/// memory, counter and event as finishing one at a time would.
+async fn a_batch_of_finishes_records_each_as_alone(backend: Backend) {
+    use memoryd::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+    use memoryd::store::{JobAccounting, RawMemoryRecord};
+    let app = TestApp::start_with(backend, |c| c.no_workers = true).await;
+    let (a, b) = (app.tenant().await, app.tenant().await);
+    queue_phase_ones(&app, &a.key, 2).await;
+    queue_phase_ones(&app, &b.key, 2).await;
+    let usage_of = |key: String| {
+        let app = &app;
+        async move {
+            let usage = app.json(Method::GET, "/v1/usage", &key).await;
+            (usage["days"].as_array().unwrap().last().unwrap().clone(), usage["storage_bytes"].as_i64().unwrap())
+        }
+    };
+    let (a_before, b_before) = (usage_of(a.key.clone()).await, usage_of(b.key.clone()).await);
+    let store = &app.server.as_ref().unwrap().state.store;
+    let claimed = store.claim_jobs(&phase_one_claim(), 4).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    let (tenant_a, tenant_b) = (uuid::Uuid::parse_str(&a.id).unwrap(), uuid::Uuid::parse_str(&b.id).unwrap());
+    let raw = |rollout: &str| RawMemoryRecord {
+        rollout_id: RolloutId::parse(rollout).unwrap(),
+        updated_at: "2026-12-01T00:00:00Z".into(),
+        rollout_path: format!("sessions/s/{rollout}.jsonl"),
+        rollout_summary_file: format!("rollout_summaries/{rollout}_batch.md"),
+        terminal_state: "completed".into(),
+        extracted_len: 42,
+    };
+    let used = |input, output| memoryd::llm::TokenUsage { input_tokens: input, output_tokens: output, calls: 1 };
+    let finish_of = |job: &memoryd::store::ClaimedJob| {
+        let rollout = job.job.rollout_id.as_ref().unwrap().as_str().to_owned();
+        match (job.tenant_id == tenant_a, rollout.as_str()) {
+            (true, "r0") => JobFinish {
+                outcome: JobOutcome::Succeeded { raw_memory: Some(raw("r0")) },
+                usage: json!({"input_tokens": 7, "output_tokens": 3, "calls": 1}),
+                accounting: JobAccounting { attempt_usage: used(7, 3), storage_delta: 100, model_tokens_per_day: None },
+                ..skipped()
+            },
+            (true, _) => JobFinish {
+                outcome: JobOutcome::RetryAt {
+                    at: Utc::now() + chrono::Duration::hours(1),
+                    error: "try later".into(),
+                    token_limit: Some(5),
+                },
+                ..skipped()
+            },
+            (false, "r0") => JobFinish { outcome: JobOutcome::Failed { error: "broken".into() }, ..skipped() },
+            (false, _) => JobFinish {
+                outcome: JobOutcome::Succeeded { raw_memory: Some(raw("r1")) },
+                accounting: JobAccounting { attempt_usage: used(2, 1), storage_delta: 50, model_tokens_per_day: None },
+                ..skipped()
+            },
+        }
+    };
+    let finishes: Vec<JobFinish> = claimed.iter().map(finish_of).collect();
+    let batch: Vec<_> = claimed.iter().zip(&finishes).collect();
+    assert_eq!(store.finish_jobs(&batch).await.unwrap(), [true; 4]);
+
+    for job in &claimed {
+        let key = if job.tenant_id == tenant_a { &a.key } else { &b.key };
+        let view = app.json(Method::GET, &format!("/v1/jobs/{}", job.job.job_id), key).await;
+        let rollout = job.job.rollout_id.as_ref().unwrap().as_str();
+        let expected = match (job.tenant_id == tenant_a, rollout) {
+            (true, "r0") | (false, "r1") => ("succeeded", Value::Null),
+            (true, _) => ("queued", json!("try later")),
+            (false, _) => ("failed", json!("broken")),
+        };
+        assert_eq!((view["state"].as_str().unwrap(), view["last_error"].clone()), expected, "{view}");
+    }
+    let (ws, layout) = (WorkspaceName::default_workspace(), LayoutName::default_layout());
+    let indexed = |tenant, rollout: &str| {
+        let rollout = RolloutId::parse(rollout).unwrap();
+        let (ws, layout) = (ws.clone(), layout.clone());
+        async move { store.raw_memory(tenant, &ws, &layout, &rollout).await.unwrap() }
+    };
+    assert_eq!(indexed(tenant_a, "r0").await, Some(raw("r0")));
+    assert_eq!(indexed(tenant_a, "r1").await, None, "a retry indexes nothing");
+    assert_eq!(indexed(tenant_b, "r0").await, None, "a failure indexes nothing");
+    assert_eq!(indexed(tenant_b, "r1").await, Some(raw("r1")));
+
+    let (a_after, b_after) = (usage_of(a.key.clone()).await, usage_of(b.key.clone()).await);
+    assert_eq!(a_after.1 - a_before.1, 100, "A's storage");
+    assert_eq!(b_after.1 - b_before.1, 50, "B's storage");
+    let tokens =
+        |day: &Value| (day["model_calls"].as_i64(), day["input_tokens"].as_i64(), day["output_tokens"].as_i64());
+    assert_eq!(tokens(&a_after.0), (Some(1), Some(7), Some(3)), "{}", a_after.0);
+    assert_eq!(tokens(&b_after.0), (Some(1), Some(2), Some(1)), "{}", b_after.0);
+    assert_eq!(a_after.0["by_kind"]["phase_one"]["input_tokens"], 7, "{}", a_after.0);
+    let failed = store.events_after(tenant_b, 0, 100).await.unwrap();
+    let failed: Vec<_> = failed.iter().filter(|e| e.event_type == "job.failed").collect();
+    assert_eq!(failed.len(), 1, "B's failure is an event: {failed:?}");
+    let of_a = store.events_after(tenant_a, 0, 100).await.unwrap();
+    assert!(of_a.iter().all(|e| e.event_type != "job.failed"), "{of_a:?}");
 }
 
 /// Among tenants with nothing running, the one served longest ago goes

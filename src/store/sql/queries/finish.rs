@@ -1,32 +1,61 @@
-//! A job's finish: the fenced write of its outcome, with what the outcome
-//! brings along (the raw-memory row, an import's rows, a forget's erasure, a
-//! phase-two run and its history, the tenant's usage and events).
+//! A batch of job finishes, recorded in one transaction: the fenced write of
+//! each outcome, with what it brings along (the raw-memory row, an import's
+//! rows, a forget's erasure, a phase-two run and its history), then every
+//! tenant's usage and events once for the whole batch.
 
 use super::*;
 use crate::domain::events;
 use crate::store::*;
 use chrono::{DateTime, Utc};
+use sqlx::Row;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use uuid::Uuid;
 
-impl SqlStore<DB> {
-    /// A job's finish, within the transaction `tx` (its caller commits):
-    /// `false` when the worker no longer owns the job.
-    pub(super) async fn finish_in(
-        tx: &mut DbConnection,
-        claimed: &ClaimedJob,
-        finish: &JobFinish,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        let job = &claimed.job;
-        let owned =
-            sqlx::query(locking::<DB>("SELECT id FROM jobs WHERE id = $1 AND lease_token = $2 AND state = 'running'"))
-                .bind(job.job_id)
-                .bind(claimed.token)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if owned.is_none() {
-            return Ok(false);
-        }
-        let usage = finish.usage.to_string();
+/// What a batch's finishes add to each tenant's counters and events: written
+/// after every finish, tenants in order, as every transaction takes the
+/// counter rows (see `usage`).
+#[derive(Default)]
+struct BatchNews {
+    tenants: BTreeMap<TenantId, (usage::Tally, Vec<events::NewEvent>)>,
+    /// Tenants a forget erased: nothing of theirs is counted any more.
+    gone: BTreeSet<TenantId>,
+    /// Tokens each tenant's finishes of the batch used so far, not yet counted.
+    tokens: BTreeMap<TenantId, u64>,
+}
+
+impl BatchNews {
+    fn add(&mut self, tenant: TenantId, tally: usage::Tally, news: Vec<events::NewEvent>) {
+        let (counted, recorded) = self.tenants.entry(tenant).or_default();
+        counted.merge(tally);
+        recorded.extend(news);
+    }
+}
+
+/// A finish that touches only its job row, the raw-memory index and the
+/// usage counters: a phase one that did not fail, with no token budget to
+/// enforce. A batch of them is written with one statement per table.
+fn is_plain(claimed: &ClaimedJob, finish: &JobFinish) -> bool {
+    let used = finish.accounting.attempt_usage;
+    claimed.job.kind == JobKind::PhaseOne
+        && finish.phase_two.is_none()
+        && finish.import.is_none()
+        && !matches!(finish.outcome, JobOutcome::Failed { .. })
+        && (finish.accounting.model_tokens_per_day.is_none() || used.input_tokens + used.output_tokens == 0)
+}
+
+/// The job row's columns an outcome sets.
+struct OutcomeColumns<'f> {
+    state: JobState,
+    run_after: DateTime<Utc>,
+    error: Option<&'f str>,
+    token_limit: Option<i64>,
+    finished_at: Option<DateTime<Utc>>,
+    usage: String,
+    redactions: Option<String>,
+}
+
+impl<'f> OutcomeColumns<'f> {
+    fn of(job: &JobRecord, finish: &'f JobFinish, now: DateTime<Utc>) -> Self {
         let (state, run_after, error, token_limit, finished_at) = match &finish.outcome {
             JobOutcome::Succeeded { .. } => (JobState::Succeeded, job.run_after, None, None, Some(now)),
             JobOutcome::Skipped => (JobState::Skipped, job.run_after, None, None, Some(now)),
@@ -35,6 +64,135 @@ impl SqlStore<DB> {
             }
             JobOutcome::Failed { error } => (JobState::Failed, job.run_after, Some(error.as_str()), None, Some(now)),
         };
+        let redactions = (!finish.redactions.is_empty())
+            .then(|| serde_json::to_string(&finish.redactions).expect("counts serialise"));
+        Self { state, run_after, error, token_limit, finished_at, usage: finish.usage.to_string(), redactions }
+    }
+}
+
+impl SqlStore<DB> {
+    /// Records a batch of finishes within `tx` (its caller commits): for
+    /// each, `false` when the worker no longer owns the job (or an import
+    /// was refused).
+    pub(super) async fn finish_batch_in(
+        tx: &mut DbConnection,
+        batch: &[(&ClaimedJob, &JobFinish)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<bool>> {
+        let owned = Self::lock_owned_jobs(&mut *tx, batch).await?;
+        let mut recorded: Vec<bool> = batch.iter().map(|(claimed, _)| owned.contains(&claimed.job.job_id)).collect();
+        let mut news = BatchNews::default();
+        let plain: Vec<_> =
+            batch.iter().zip(&recorded).filter(|((c, f), owned)| **owned && is_plain(c, f)).map(|(b, _)| *b).collect();
+        Self::finish_plain_in(&mut *tx, &plain, now, &mut news).await?;
+        for ((claimed, finish), recorded) in batch.iter().zip(recorded.iter_mut()) {
+            if *recorded && !is_plain(claimed, finish) {
+                *recorded = Self::finish_owned_in(&mut *tx, claimed, finish, now, &mut news).await?;
+            }
+        }
+        for tenant in &news.gone {
+            news.tenants.remove(tenant);
+        }
+        let tallies: BTreeMap<TenantId, usage::Tally> =
+            news.tenants.iter_mut().map(|(tenant, (tally, _))| (*tenant, std::mem::take(tally))).collect();
+        Self::count_usage_in(&mut *tx, &tallies, now).await?;
+        for (tenant, (_, recorded_news)) in &news.tenants {
+            Self::record_events_in(&mut *tx, *tenant, recorded_news, now).await?;
+        }
+        Ok(recorded)
+    }
+
+    /// The batch's jobs this worker still owns (running, under its lease
+    /// token), their rows locked in id order.
+    async fn lock_owned_jobs(tx: &mut DbConnection, batch: &[(&ClaimedJob, &JobFinish)]) -> StoreResult<HashSet<Uuid>> {
+        if batch.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let mut owned = sqlx::QueryBuilder::<DB>::new("SELECT id FROM jobs WHERE state = 'running' AND (");
+        let mut leases = owned.separated(" OR ");
+        for (claimed, _) in batch {
+            leases.push("(id = ").push_bind_unseparated(claimed.job.job_id);
+            leases.push_unseparated(" AND lease_token = ").push_bind_unseparated(claimed.token).push_unseparated(")");
+        }
+        owned.push(") ORDER BY id").push(DB::LOCK_ROWS);
+        let rows = owned.build().fetch_all(&mut *tx).await?;
+        Ok(rows.iter().map(|row| row.try_get::<Uuid, _>("id")).collect::<Result<_, _>>()?)
+    }
+
+    /// Plain finishes (see [`is_plain`]), owned and locked: one `UPDATE` of
+    /// their jobs, one upsert of their raw memories.
+    async fn finish_plain_in(
+        tx: &mut DbConnection,
+        plain: &[(&ClaimedJob, &JobFinish)],
+        now: DateTime<Utc>,
+        news: &mut BatchNews,
+    ) -> StoreResult<()> {
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let mut update = sqlx::QueryBuilder::<DB>::new(
+            "WITH finished (id, state, run_after, last_error, token_limit, finished_at, usage, redactions, publish_id) AS (",
+        );
+        update.push_values(plain, |mut row, (claimed, finish)| {
+            let columns = OutcomeColumns::of(&claimed.job, finish, now);
+            row.push_bind(claimed.job.job_id)
+                .push_bind(columns.state.as_str())
+                .push_bind(columns.run_after)
+                .push_bind(columns.error.map(str::to_owned))
+                .push_bind(columns.token_limit)
+                .push_bind(columns.finished_at)
+                .push_bind(columns.usage)
+                .push_bind(columns.redactions)
+                .push_bind(finish.publish_id);
+        });
+        update.push(
+            ") UPDATE jobs SET state = finished.state, run_after = finished.run_after,
+                    last_error = finished.last_error, token_limit = COALESCE(finished.token_limit, jobs.token_limit),
+                    finished_at = finished.finished_at, usage = finished.usage, lease_owner = NULL,
+                    lease_token = NULL, lease_expires_at = NULL,
+                    publish_id = COALESCE(finished.publish_id, jobs.publish_id),
+                    redactions = COALESCE(finished.redactions, jobs.redactions)
+             FROM finished WHERE jobs.id = finished.id",
+        );
+        update.build().execute(&mut *tx).await?;
+        // Two finishes of one rollout in a batch: the later one's row stands,
+        // as it would have, one after the other.
+        let mut made = BTreeMap::new();
+        for (claimed, finish) in plain {
+            if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
+                let job = &claimed.job;
+                let key = (claimed.tenant_id, job.workspace.as_str(), job.layout.as_str(), raw.rollout_id.as_str());
+                made.insert(key, (raw, job.job_id));
+            }
+            let mut tally = usage::Tally::default();
+            tally.add_model_use(claimed.job.kind, finish.accounting.attempt_usage);
+            tally.add_storage(claimed.job.workspace.as_str(), finish.accounting.storage_delta);
+            news.add(claimed.tenant_id, tally, Vec::new());
+        }
+        let made: Vec<_> = made
+            .into_iter()
+            .map(|((tenant, workspace, layout, _), (raw, job_id))| memory::IndexedRawMemory {
+                tenant,
+                workspace,
+                layout,
+                raw,
+                job_id,
+            })
+            .collect();
+        Self::upsert_raw_memories(&mut *tx, &made, now).await
+    }
+
+    /// A finish of a job this worker owns (its row locked); its counters and
+    /// events are added to `news`.
+    async fn finish_owned_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        finish: &JobFinish,
+        now: DateTime<Utc>,
+        news: &mut BatchNews,
+    ) -> StoreResult<bool> {
+        let job = &claimed.job;
+        let columns = OutcomeColumns::of(job, finish, now);
         sqlx::query(
             "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
                     finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
@@ -42,17 +200,14 @@ impl SqlStore<DB> {
              WHERE id = $1",
         )
         .bind(job.job_id)
-        .bind(state.as_str())
-        .bind(run_after)
-        .bind(error)
-        .bind(token_limit)
-        .bind(finished_at)
-        .bind(usage)
+        .bind(columns.state.as_str())
+        .bind(columns.run_after)
+        .bind(columns.error)
+        .bind(columns.token_limit)
+        .bind(columns.finished_at)
+        .bind(columns.usage)
         .bind(finish.publish_id)
-        .bind(
-            (!finish.redactions.is_empty())
-                .then(|| serde_json::to_string(&finish.redactions).expect("counts serialise")),
-        )
+        .bind(columns.redactions)
         .execute(&mut *tx)
         .await?;
         if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
@@ -83,10 +238,11 @@ impl SqlStore<DB> {
             Self::record_events_in(&mut *tx, claimed.tenant_id, &[failed], now).await?;
             return Ok(false);
         }
-        let mut tally = usage::Tally { model: Some((job.kind, finish.accounting.attempt_usage)), ..Default::default() };
-        let mut news = Vec::new();
+        let mut tally = usage::Tally::default();
+        tally.add_model_use(job.kind, finish.accounting.attempt_usage);
+        let mut recorded_news = Vec::new();
         if let JobOutcome::Failed { error } = &finish.outcome {
-            news.push(events::job_failed(
+            recorded_news.push(events::job_failed(
                 job.job_id,
                 job.kind.as_str(),
                 job.workspace.as_str(),
@@ -95,7 +251,6 @@ impl SqlStore<DB> {
             ));
         }
         tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
-        let mut tenant_gone = false;
         if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
             match Self::erase_forgotten(&mut *tx, claimed).await? {
                 Freed::RolloutBytes(bytes) => tally.add_storage(job.workspace.as_str(), -bytes),
@@ -103,10 +258,13 @@ impl SqlStore<DB> {
                     tally.dropped_scopes.push(job.workspace.as_str().to_owned());
                     tally.recount_history = true;
                 }
-                Freed::Tenant => tenant_gone = true,
+                Freed::Tenant => {
+                    news.gone.insert(claimed.tenant_id);
+                    return Ok(true);
+                }
             }
             let spec = job.forget.as_ref().map(|f| serde_json::to_value(f).expect("a forget spec serialises"));
-            news.push(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default()));
+            recorded_news.push(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default()));
         }
         if let Some(report) = &finish.phase_two {
             let run = &report.run;
@@ -161,7 +319,7 @@ impl SqlStore<DB> {
                 tally.recount_history = true;
             }
             tally.runs += 1;
-            news.push(events::run_finished(&events::RunSummary {
+            recorded_news.push(events::run_finished(&events::RunSummary {
                 run_id: run.run_id,
                 workspace: job.workspace.as_str(),
                 layout: job.layout.as_str(),
@@ -174,18 +332,16 @@ impl SqlStore<DB> {
                 error: run.error.as_deref(),
             }));
         }
-        if !tenant_gone {
-            let used = finish.accounting.attempt_usage;
-            let tokens = used.input_tokens + used.output_tokens;
-            if let Some(limit) = finish.accounting.model_tokens_per_day
-                && tokens > 0
-            {
-                Self::enforce_token_budget_in(&mut *tx, claimed.tenant_id, Some(limit), tokens, now).await?;
-            }
-            let tallies = std::collections::BTreeMap::from([(claimed.tenant_id, tally)]);
-            Self::count_usage_in(&mut *tx, &tallies, now).await?;
-            Self::record_events_in(&mut *tx, claimed.tenant_id, &news, now).await?;
+        let used = finish.accounting.attempt_usage;
+        let tokens = used.input_tokens + used.output_tokens;
+        let uncounted = news.tokens.entry(claimed.tenant_id).or_default();
+        *uncounted += tokens;
+        if let Some(limit) = finish.accounting.model_tokens_per_day
+            && tokens > 0
+        {
+            Self::enforce_token_budget_in(&mut *tx, claimed.tenant_id, Some(limit), *uncounted, now).await?;
         }
+        news.add(claimed.tenant_id, tally, recorded_news);
         Ok(true)
     }
 }

@@ -320,10 +320,7 @@ impl JobQueue for SqlStore<DB> {
     async fn finish_jobs(&self, batch: &[(&ClaimedJob, &JobFinish)]) -> StoreResult<Vec<bool>> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
-        let mut recorded = Vec::with_capacity(batch.len());
-        for (claimed, finish) in batch {
-            recorded.push(Self::finish_in(&mut tx, claimed, finish, now).await?);
-        }
+        let recorded = Self::finish_batch_in(&mut tx, batch, now).await?;
         tx.commit().await?;
         Ok(recorded)
     }

@@ -8,6 +8,15 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
+/// A raw memory as the index records it: whose, and which job made it.
+pub(super) struct IndexedRawMemory<'a> {
+    pub tenant: TenantId,
+    pub workspace: &'a str,
+    pub layout: &'a str,
+    pub raw: &'a RawMemoryRecord,
+    pub job_id: Uuid,
+}
+
 impl SqlStore<DB> {
     pub(super) async fn upsert_raw_memory(
         conn: &mut DbConnection,
@@ -18,31 +27,47 @@ impl SqlStore<DB> {
         job_id: Uuid,
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
-        sqlx::query(
+        let indexed = IndexedRawMemory { tenant, workspace: workspace.as_str(), layout: layout.as_str(), raw, job_id };
+        Self::upsert_raw_memories(conn, &[indexed], now).await
+    }
+
+    /// Adds or replaces index rows, one statement for all of them; no two
+    /// may share a rollout (one statement cannot update a row twice).
+    pub(super) async fn upsert_raw_memories(
+        conn: &mut DbConnection,
+        made: &[IndexedRawMemory<'_>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        if made.is_empty() {
+            return Ok(());
+        }
+        let mut upsert = sqlx::QueryBuilder::<DB>::new(
             "INSERT INTO raw_memories (tenant_id, workspace, layout, rollout_id, updated_at, rollout_path,
                                        rollout_summary_file, terminal_state, extracted_len, job_id, written_at,
-                                       updated_at_utc)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
+                                       updated_at_utc) ",
+        );
+        upsert.push_values(made, |mut row, m| {
+            row.push_bind(m.tenant)
+                .push_bind(m.workspace)
+                .push_bind(m.layout)
+                .push_bind(m.raw.rollout_id.as_str())
+                .push_bind(m.raw.updated_at.as_str())
+                .push_bind(m.raw.rollout_path.as_str())
+                .push_bind(m.raw.rollout_summary_file.as_str())
+                .push_bind(m.raw.terminal_state.as_str())
+                .push_bind(m.raw.extracted_len as i64)
+                .push_bind(m.job_id)
+                .push_bind(now)
+                .push_bind(sortable_instant(&m.raw.updated_at));
+        });
+        upsert.push(
+            " ON CONFLICT (tenant_id, workspace, layout, rollout_id) DO UPDATE SET
                 updated_at = excluded.updated_at, updated_at_utc = excluded.updated_at_utc,
                 rollout_path = excluded.rollout_path,
                 rollout_summary_file = excluded.rollout_summary_file, terminal_state = excluded.terminal_state,
                 extracted_len = excluded.extracted_len, job_id = excluded.job_id, written_at = excluded.written_at",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .bind(layout.as_str())
-        .bind(raw.rollout_id.as_str())
-        .bind(raw.updated_at.as_str())
-        .bind(raw.rollout_path.as_str())
-        .bind(raw.rollout_summary_file.as_str())
-        .bind(raw.terminal_state.as_str())
-        .bind(raw.extracted_len as i64)
-        .bind(job_id)
-        .bind(now)
-        .bind(sortable_instant(&raw.updated_at))
-        .execute(&mut *conn)
-        .await?;
+        );
+        upsert.build().execute(&mut *conn).await?;
         Ok(())
     }
 }

@@ -455,6 +455,36 @@ impl SessionStore for SqlStore<DB> {
         self.settle_session_in(tenant, session_id.as_str()).await
     }
 
+    async fn sessions_without_open_jobs(
+        &self,
+        sessions: &[(TenantId, SessionId)],
+    ) -> StoreResult<Vec<(TenantId, SessionId)>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut settleable = sqlx::QueryBuilder::<DB>::new("WITH served (tenant_id, session_id) AS (");
+        settleable.push_values(sessions, |mut row, (tenant, session)| {
+            row.push_bind(*tenant).push_bind(session.as_str());
+        });
+        settleable.push(
+            ") SELECT DISTINCT s.tenant_id, s.session_id FROM served s
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
+                    AND j.kind = 'phase_one' AND j.state IN ('queued', 'running'))
+               AND NOT EXISTS (
+                 SELECT 1 FROM job_sessions js JOIN jobs j ON j.id = js.job_id
+                  WHERE js.tenant_id = s.tenant_id AND js.session_id = s.session_id AND j.state IN ('queued', 'running'))",
+        );
+        let rows = settleable.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let session: String = r.try_get("session_id")?;
+                let session = SessionId::parse(&session).ok_or_else(|| corrupt(format!("session id {session:?}")))?;
+                Ok((r.try_get("tenant_id")?, session))
+            })
+            .collect()
+    }
+
     async fn settle_finished_sessions(&self) -> StoreResult<usize> {
         let rows = sqlx::query(
             "SELECT s.tenant_id, s.session_id FROM sessions s

@@ -28,12 +28,39 @@ pub(super) struct Tally {
     pub dropped_scopes: Vec<String>,
     /// The history changed: its bytes are counted again.
     pub recount_history: bool,
-    pub model: Option<(JobKind, TokenUsage)>,
+    /// Model calls and tokens, by the kind of job that made them.
+    pub model: BTreeMap<JobKind, TokenUsage>,
 }
 
 impl Tally {
     pub fn add_storage(&mut self, scope: &str, delta: i64) {
         *self.storage.entry(scope.to_owned()).or_default() += delta;
+    }
+
+    pub fn add_model_use(&mut self, kind: JobKind, used: TokenUsage) {
+        if used != TokenUsage::default() {
+            self.model.entry(kind).or_default().add(used);
+        }
+    }
+
+    /// Another transaction's part of a batch written as one.
+    pub fn merge(&mut self, other: Tally) {
+        self.segments += other.segments;
+        self.bytes_ingested += other.bytes_ingested;
+        self.closes += other.closes;
+        self.runs += other.runs;
+        for (scope, delta) in other.storage {
+            self.add_storage(&scope, delta);
+        }
+        for scope in other.dropped_scopes {
+            if !self.dropped_scopes.contains(&scope) {
+                self.dropped_scopes.push(scope);
+            }
+        }
+        self.recount_history |= other.recount_history;
+        for (kind, used) in other.model {
+            self.add_model_use(kind, used);
+        }
     }
 }
 
@@ -45,14 +72,19 @@ const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
 
 impl SqlStore<DB> {
     /// Adds the tallies (by tenant, in order) to the counters of `now`'s
-    /// day; returns each tenant's storage after them.
+    /// day; returns each tenant's storage after them. Each counter table is
+    /// written by one statement for every tenant (its rows in tenant order),
+    /// tables always in the same order, so that a batch of finishes or
+    /// appends pays a round trip per table, not per tenant.
     pub(super) async fn count_usage_in(
         conn: &mut DbConnection,
         tallies: &BTreeMap<TenantId, Tally>,
         now: DateTime<Utc>,
     ) -> StoreResult<BTreeMap<TenantId, i64>> {
+        if tallies.is_empty() {
+            return Ok(BTreeMap::new());
+        }
         let day = day_of(now);
-        let mut storage = BTreeMap::new();
         for (tenant, tally) in tallies {
             for scope in &tally.dropped_scopes {
                 sqlx::query("DELETE FROM storage_usage WHERE tenant_id = $1 AND scope = $2")
@@ -61,65 +93,82 @@ impl SqlStore<DB> {
                     .execute(&mut *conn)
                     .await?;
             }
-            let mut changed: Vec<(&str, i64)> = tally
-                .storage
-                .iter()
-                .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
-                .map(|(scope, delta)| (scope.as_str(), *delta))
-                .collect();
-            changed.sort_unstable();
-            for (scope, delta) in changed {
-                sqlx::query(
-                    "INSERT INTO storage_usage (tenant_id, scope, bytes) VALUES ($1, $2, $3)
-                         ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes",
-                )
-                .bind(*tenant)
-                .bind(scope)
-                .bind(delta)
-                .execute(&mut *conn)
-                .await?;
-            }
+        }
+        let changed: Vec<(TenantId, &str, i64)> = tallies
+            .iter()
+            .flat_map(|(tenant, tally)| {
+                tally
+                    .storage
+                    .iter()
+                    .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
+                    .map(|(scope, delta)| (*tenant, scope.as_str(), *delta))
+            })
+            .collect();
+        if !changed.is_empty() {
+            let mut storage = sqlx::QueryBuilder::<DB>::new("INSERT INTO storage_usage (tenant_id, scope, bytes) ");
+            storage.push_values(&changed, |mut row, (tenant, scope, delta)| {
+                row.push_bind(*tenant).push_bind(*scope).push_bind(*delta);
+            });
+            storage.push(" ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes");
+            storage.build().execute(&mut *conn).await?;
+        }
+        for (tenant, tally) in tallies {
             if tally.recount_history {
                 Self::recount_history_in(&mut *conn, *tenant).await?;
             }
-            let row = sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
-                     VALUES ($1, $2, $3, $4, $5, $6, ({STORAGE_OF_TENANT}))
-                     ON CONFLICT (tenant_id, day) DO UPDATE SET
-                        segments = usage_days.segments + excluded.segments,
-                        bytes_ingested = usage_days.bytes_ingested + excluded.bytes_ingested,
-                        closes = usage_days.closes + excluded.closes,
-                        runs = usage_days.runs + excluded.runs,
-                        storage_bytes = excluded.storage_bytes
-                     RETURNING storage_bytes"
-            )))
-            .bind(*tenant)
-            .bind(day.as_str())
-            .bind(tally.segments)
-            .bind(tally.bytes_ingested)
-            .bind(tally.closes)
-            .bind(tally.runs)
-            .fetch_one(&mut *conn)
-            .await?;
-            storage.insert(*tenant, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
-            if let Some((kind, used)) = tally.model.filter(|(_, u)| *u != TokenUsage::default()) {
-                sqlx::query(
-                    "INSERT INTO model_usage_days (tenant_id, day, kind, model_calls, input_tokens, output_tokens)
-                         VALUES ($1, $2, $3, $4, $5, $6)
-                         ON CONFLICT (tenant_id, day, kind) DO UPDATE SET
-                            model_calls = model_usage_days.model_calls + excluded.model_calls,
-                            input_tokens = model_usage_days.input_tokens + excluded.input_tokens,
-                            output_tokens = model_usage_days.output_tokens + excluded.output_tokens",
-                )
-                .bind(*tenant)
-                .bind(day.as_str())
-                .bind(kind.as_str())
-                .bind(used.calls as i64)
-                .bind(used.input_tokens as i64)
-                .bind(used.output_tokens as i64)
-                .execute(&mut *conn)
-                .await?;
-            }
+        }
+        let mut days =
+            sqlx::QueryBuilder::<DB>::new("WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs) AS (");
+        days.push_values(tallies, |mut row, (tenant, tally)| {
+            row.push_bind(*tenant)
+                .push_bind(day.as_str())
+                .push_bind(tally.segments)
+                .push_bind(tally.bytes_ingested)
+                .push_bind(tally.closes)
+                .push_bind(tally.runs);
+        });
+        // `WHERE true`: SQLite would read the `ON` of `ON CONFLICT` as a join's.
+        days.push(
+            ") INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
+             SELECT tenant_id, day, segments, bytes_ingested, closes, runs,
+                    (SELECT CAST(COALESCE(SUM(s.bytes), 0) AS BIGINT) FROM storage_usage s
+                     WHERE s.tenant_id = counted.tenant_id)
+             FROM counted WHERE true ORDER BY tenant_id
+             ON CONFLICT (tenant_id, day) DO UPDATE SET
+                segments = usage_days.segments + excluded.segments,
+                bytes_ingested = usage_days.bytes_ingested + excluded.bytes_ingested,
+                closes = usage_days.closes + excluded.closes,
+                runs = usage_days.runs + excluded.runs,
+                storage_bytes = excluded.storage_bytes
+             RETURNING tenant_id, storage_bytes",
+        );
+        let mut storage = BTreeMap::new();
+        for row in days.build().fetch_all(&mut *conn).await? {
+            storage.insert(row.try_get("tenant_id")?, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
+        }
+        let used: Vec<(TenantId, JobKind, TokenUsage)> = tallies
+            .iter()
+            .flat_map(|(tenant, tally)| tally.model.iter().map(|(kind, used)| (*tenant, *kind, *used)))
+            .collect();
+        if !used.is_empty() {
+            let mut model = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO model_usage_days (tenant_id, day, kind, model_calls, input_tokens, output_tokens) ",
+            );
+            model.push_values(&used, |mut row, (tenant, kind, used)| {
+                row.push_bind(*tenant)
+                    .push_bind(day.as_str())
+                    .push_bind(kind.as_str())
+                    .push_bind(used.calls as i64)
+                    .push_bind(used.input_tokens as i64)
+                    .push_bind(used.output_tokens as i64);
+            });
+            model.push(
+                " ON CONFLICT (tenant_id, day, kind) DO UPDATE SET
+                    model_calls = model_usage_days.model_calls + excluded.model_calls,
+                    input_tokens = model_usage_days.input_tokens + excluded.input_tokens,
+                    output_tokens = model_usage_days.output_tokens + excluded.output_tokens",
+            );
+            model.build().execute(&mut *conn).await?;
         }
         Ok(storage)
     }
