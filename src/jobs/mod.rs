@@ -350,6 +350,9 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
     }
     let start_up = ctx.clone();
     set.spawn(async move {
+        if let Err(e) = start_up.publisher.clear_spares() {
+            tracing::warn!(error = %crate::error_chain(&e), "removing spare publish manifests failed");
+        }
         // Publishes first: the files a committed manifest names are not leftovers.
         recover_publishes(&start_up, None).await;
         leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;

@@ -459,7 +459,8 @@ async fn a_workspace_forget_fences_out_a_running_phase_two(backend: Backend) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let left = files_under(&app.workspace_dir(&t, "team"));
     assert_eq!(left, Vec::<PathBuf>::new());
-    assert!(files_under(&app.data_dir.join("publish")).is_empty());
+    let manifests = files_under(&app.data_dir.join("publish"));
+    assert!(manifests.iter().all(|f| f.metadata().unwrap().len() == 0), "only emptied spares: {manifests:?}");
     let jobs = app.json(Method::GET, "/v1/jobs?kind=phase_two", &t.key).await;
     assert_eq!(jobs["jobs"], json!([]), "the cancelled job's record went with the workspace");
 }
