@@ -248,11 +248,17 @@ async fn attempt_job(
     }
 }
 
+/// Batches claimed per worker slot: a claim costs about the same for one job
+/// or many (it visits every tenant with queued jobs, 6 ms at 300 tenants on
+/// Postgres), and a second batch's jobs wait locally only about as long as
+/// one job runs.
+const CLAIMED_PER_SLOT: usize = 2;
+
 /// Claims jobs for this process's worker slots and runs each on a task of
 /// its own (its attempt, then its recording). One claim takes a whole batch
-/// (as many jobs as there are slots), kept in a short local queue, so the
-/// claim's cost is shared by the jobs it takes and slots that free up never
-/// wait for a claim. A queued job whose lease has aged is renewed before it
+/// (twice as many jobs as there are slots), kept in a short local queue, so
+/// the claim's cost is shared by the jobs it takes and slots that free up
+/// never wait for a claim. A queued job whose lease has aged is renewed before it
 /// starts, and the queue is given back at shutdown.
 async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
     let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
@@ -292,7 +298,7 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: wa
         let kinds = if ctx.volumes.has_room() { kinds.as_slice() } else { &[JobKind::Forget][..] };
         let request = ClaimRequest { worker: &ctx.settings.worker_id, kinds, now: Utc::now(), lease };
         let claim_started = std::time::Instant::now();
-        match ctx.store.claim_jobs(&request, concurrency).await {
+        match ctx.store.claim_jobs(&request, concurrency * CLAIMED_PER_SLOT).await {
             Ok(batch) if !batch.is_empty() => {
                 let per_job = claim_started.elapsed() / batch.len() as u32;
                 let now = std::time::Instant::now();

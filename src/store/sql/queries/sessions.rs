@@ -467,13 +467,15 @@ impl SessionStore for SqlStore<DB> {
             row.push_bind(*tenant).push_bind(session.as_str());
         });
         settleable.push(
+            // Scalar subqueries, not `NOT EXISTS`: Postgres would turn those
+            // into an anti-join reading every unfinished job (3 ms a batch
+            // during a drain) instead of two index probes per session.
             ") SELECT DISTINCT s.tenant_id, s.session_id FROM served s
-             WHERE NOT EXISTS (
-                 SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
-                    AND j.kind = 'phase_one' AND j.state IN ('queued', 'running'))
-               AND NOT EXISTS (
-                 SELECT 1 FROM job_sessions js JOIN jobs j ON j.id = js.job_id
-                  WHERE js.tenant_id = s.tenant_id AND js.session_id = s.session_id AND j.state IN ('queued', 'running'))",
+             WHERE (SELECT 1 FROM jobs j WHERE j.tenant_id = s.tenant_id AND j.session_id = s.session_id
+                       AND j.kind = 'phase_one' AND j.state IN ('queued', 'running') LIMIT 1) IS NULL
+               AND (SELECT 1 FROM job_sessions js JOIN jobs j ON j.id = js.job_id
+                     WHERE js.tenant_id = s.tenant_id AND js.session_id = s.session_id
+                       AND j.state IN ('queued', 'running') LIMIT 1) IS NULL",
         );
         let rows = settleable.build().fetch_all(&self.pool).await?;
         rows.iter()
