@@ -66,7 +66,7 @@ impl Finisher {
         // The recording task is gone only while the runtime shuts down:
         // then the finish is recorded here, alone.
         if let Err(mpsc::error::SendError(pending)) = self.queue.send(pending) {
-            let kept = self.store.finish_job(&pending.claimed, pending.finish).await?;
+            let kept = self.store.finish_job(&pending.claimed, &pending.finish).await?;
             let settleable = if kept { super::served_sessions(&pending.claimed) } else { Vec::new() };
             return Ok(Recorded { kept, settleable });
         }
@@ -105,8 +105,7 @@ async fn record_finishes(store: &dyn Store, batch: &[PendingFinish]) -> Vec<Stor
     }
     let mut answers = Vec::with_capacity(batch.len());
     for pending in batch {
-        let alone = store.finish_jobs(&[(&pending.claimed, &pending.finish)]).await;
-        answers.push(alone.map(|recorded| recorded.first().copied().unwrap_or(false)));
+        answers.push(store.finish_job(&pending.claimed, &pending.finish).await);
     }
     answers
 }

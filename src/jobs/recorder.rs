@@ -413,7 +413,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 None,
                 &ctx.settings,
             );
-            if let Err(e) = ctx.store.finish_job(&claimed, retry).await {
+            if let Err(e) = ctx.store.finish_job(&claimed, &retry).await {
                 tracing::error!(%job_id, error = %crate::error_chain(&e), "the job stays running until its lease expires");
             }
         }

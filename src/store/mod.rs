@@ -240,8 +240,8 @@ pub trait JobQueue: Send + Sync {
     async fn renew_lease(&self, job_id: Uuid, token: Uuid, until: DateTime<Utc>) -> StoreResult<bool>;
     /// Records the outcome (and the publish it commits) only while `token`
     /// still owns the job; `false` means the result was discarded.
-    async fn finish_job(&self, claimed: &ClaimedJob, finish: JobFinish) -> StoreResult<bool> {
-        Ok(self.finish_jobs(&[(claimed, &finish)]).await?.pop().unwrap_or(false))
+    async fn finish_job(&self, claimed: &ClaimedJob, finish: &JobFinish) -> StoreResult<bool> {
+        Ok(self.finish_jobs(&[(claimed, finish)]).await?.pop().unwrap_or(false))
     }
     /// Several finishes in one transaction (a group commit): each recorded
     /// as [`JobQueue::finish_job`] records it, in order, or, on an error,

@@ -104,7 +104,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
     let (stale_publish, owner_publish) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     let stale_finish =
         JobFinish { outcome: JobOutcome::Succeeded { raw_memory: None }, publish_id: Some(stale_publish), ..skipped() };
-    assert!(!store.finish_job(&stale, stale_finish).await.unwrap(), "the stale result is refused");
+    assert!(!store.finish_job(&stale, &stale_finish).await.unwrap(), "the stale result is refused");
     let decide = |publish| store.publish_decision(owner.job.job_id, publish, Utc::now());
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Pending, "the live owner may still commit");
 
@@ -112,7 +112,7 @@ async fn a_worker_that_lost_its_lease_cannot_record_its_result(backend: Backend)
         store.renew_lease(owner.job.job_id, owner.token, Utc::now() + chrono::Duration::seconds(60)).await.unwrap()
     );
     let finish = JobFinish { publish_id: Some(owner_publish), ..skipped() };
-    assert!(store.finish_job(&owner, finish).await.unwrap());
+    assert!(store.finish_job(&owner, &finish).await.unwrap());
     assert_eq!(decide(owner_publish).await.unwrap(), PublishDecision::Committed);
     assert_eq!(decide(stale_publish).await.unwrap(), PublishDecision::Abandoned, "and its files are never shown");
     let job = app.json(Method::GET, &format!("/v1/jobs/{}", owner.job.job_id), &t.key).await;
@@ -303,7 +303,7 @@ async fn equal_turns_go_to_the_tenant_served_longest_ago(backend: Backend) {
     let request = phase_one_claim();
     let next_tenant = async |request: &ClaimRequest<'_>| {
         let job = store.claim_job(request).await.unwrap().expect("a queued job");
-        assert!(store.finish_job(&job, skipped()).await.unwrap());
+        assert!(store.finish_job(&job, &skipped()).await.unwrap());
         job.tenant_id.to_string()
     };
     assert_eq!(next_tenant(&request).await, a.id, "the oldest job first");
