@@ -136,13 +136,6 @@ impl SqlStore<DB> {
     }
 
     pub(super) async fn settle_session_in(&self, tenant: TenantId, session_id: &str) -> StoreResult<bool> {
-        // Its callers ask first, without a lock, which sessions have no job
-        // left; under the session's lock the question is asked again.
-        let open_jobs = || {
-            AssertSqlSafe(format!(
-                "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND {SESSION_JOBS} AND state IN ('queued', 'running')"
-            ))
-        };
         let mut tx = self.begin_write().await?;
         let Some(session) =
             sqlx::query(locking::<DB>("SELECT workspace FROM sessions WHERE tenant_id = $1 AND session_id = $2"))
@@ -153,7 +146,15 @@ impl SqlStore<DB> {
         else {
             return Ok(false);
         };
-        let open = sqlx::query(open_jobs()).bind(tenant).bind(session_id).fetch_one(&mut *tx).await?;
+        // Its callers ask first, without a lock, which sessions have no job
+        // left; under the session's lock the question is asked again.
+        let open = sqlx::query(AssertSqlSafe(format!(
+            "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND {SESSION_JOBS} AND state IN ('queued', 'running')"
+        )))
+        .bind(tenant)
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await?;
         if open.try_get::<i64, _>("n")? > 0 {
             return Ok(false);
         }
