@@ -283,7 +283,8 @@ impl Bench {
                 layout_name: &layout_name,
                 layout: &layout,
             };
-            let input = prepare_input(state.store.as_ref(), &place, 256, &[], true).await?;
+            let policy = crate::pipeline::selection::SelectionPolicy { cap: 256, by_usage: false, unused_since: None };
+            let input = prepare_input(state.store.as_ref(), &place, &policy, &[], true).await?;
             let text = raw_memories_md(&input.chunks);
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             if input.selection.selected.len() != count.min(256) || text.is_empty() {

@@ -19,17 +19,20 @@ pub enum EventType {
     RunFailed,
     JobFailed,
     ForgetCompleted,
+    /// A running agent's edit was published (SPEC §2.10).
+    MemoryEdited,
     /// Sent to one endpoint on request (`POST /v1/webhooks/{id}/test`).
     WebhookTest,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
         Self::SessionClosed,
         Self::RunSucceeded,
         Self::RunFailed,
         Self::JobFailed,
         Self::ForgetCompleted,
+        Self::MemoryEdited,
         Self::WebhookTest,
     ];
 
@@ -40,6 +43,7 @@ impl EventType {
             Self::RunFailed => "run.failed",
             Self::JobFailed => "job.failed",
             Self::ForgetCompleted => "forget.completed",
+            Self::MemoryEdited => "memory.edited",
             Self::WebhookTest => "webhook.test",
         }
     }
@@ -119,6 +123,15 @@ pub fn job_failed(job_id: Uuid, kind: &str, workspace: &str, layout: &str, error
 /// `forget.completed`: a forget job erased what it was asked to.
 pub fn forget_completed(job_id: Uuid, workspace: &str, forget: Value) -> NewEvent {
     NewEvent::new(EventType::ForgetCompleted, json!({"job_id": job_id, "workspace": workspace, "forget": forget}))
+}
+
+/// `memory.edited`: a running agent's edit was published; `paths` are the
+/// files it changed, relative to the workspace.
+pub fn memory_edited(run_id: Uuid, workspace: &str, layout: &str, paths: &[&str]) -> NewEvent {
+    NewEvent::new(
+        EventType::MemoryEdited,
+        json!({"run_id": run_id, "workspace": workspace, "layout": layout, "paths": paths}),
+    )
 }
 
 /// `webhook.test`: what the console's Send test event button sends.

@@ -14,3 +14,12 @@ pub struct RawMemoryRecord {
     pub terminal_state: String,
     pub extracted_len: u64,
 }
+
+/// How often running agents used one raw memory (SPEC §2.10): reads that
+/// named a session and citations, one per (session, rollout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryUsage {
+    pub rollout_id: String,
+    pub usage_count: i64,
+    pub last_usage: chrono::DateTime<chrono::Utc>,
+}

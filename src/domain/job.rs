@@ -48,10 +48,13 @@ pub enum JobKind {
     Forget,
     /// Places an archive's files in an empty workspace and registers them (SPEC §2.7).
     Import,
+    /// A running agent's change to its memory (SPEC §2.10); runs alone per
+    /// layout, like phase two.
+    Edit,
 }
 
 impl JobKind {
-    pub const ALL: [Self; 5] = [Self::PhaseOne, Self::PhaseTwo, Self::Restore, Self::Forget, Self::Import];
+    pub const ALL: [Self; 6] = [Self::PhaseOne, Self::PhaseTwo, Self::Restore, Self::Forget, Self::Import, Self::Edit];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -60,6 +63,7 @@ impl JobKind {
             Self::Restore => "restore",
             Self::Forget => "forget",
             Self::Import => "import",
+            Self::Edit => "edit",
         }
     }
 
@@ -70,6 +74,7 @@ impl JobKind {
             "restore" => Some(Self::Restore),
             "forget" => Some(Self::Forget),
             "import" => Some(Self::Import),
+            "edit" => Some(Self::Edit),
             _ => None,
         }
     }

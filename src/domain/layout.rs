@@ -58,7 +58,35 @@ pub struct GenerateConfig {
     pub phase_two_reasoning_effort: Option<String>,
     pub phase_two_max_turns: i64,
     pub extra_prompt: Option<String>,
+    /// Which raw memories phase two consolidates first (SPEC §2.10). Left
+    /// out while it is the default, so that older layouts keep their etag.
+    #[serde(skip_serializing_if = "SelectionMode::is_recent")]
+    pub selection: SelectionMode,
+    /// A raw memory neither used nor updated for this many days is not
+    /// selected; `None`: no window. Left out while unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_unused_days: Option<i64>,
 }
+
+/// The order phase two selects raw memories in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectionMode {
+    /// Newest `updated_at` first: the SDK's order.
+    #[default]
+    Recent,
+    /// Most used first, as Codex ranks them.
+    Usage,
+}
+
+impl SelectionMode {
+    fn is_recent(&self) -> bool {
+        *self == Self::Recent
+    }
+}
+
+/// `max_unused_days` may be at most a year.
+pub const MAX_UNUSED_DAYS: i64 = 365;
 
 impl Default for GenerateConfig {
     fn default() -> Self {
@@ -70,6 +98,8 @@ impl Default for GenerateConfig {
             phase_two_reasoning_effort: Some("medium".into()),
             phase_two_max_turns: 500,
             extra_prompt: None,
+            selection: SelectionMode::Recent,
+            max_unused_days: None,
         }
     }
 }
@@ -78,11 +108,15 @@ impl Default for GenerateConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ReadConfig {
     pub live_update: bool,
+    /// The instructions ask the agent to cite the memories it used (SPEC
+    /// §2.10). Left out while false, so that older layouts keep their etag.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub citations: bool,
 }
 
 impl Default for ReadConfig {
     fn default() -> Self {
-        Self { live_update: true }
+        Self { live_update: true, citations: false }
     }
 }
 
@@ -273,6 +307,13 @@ fn validate_generate(g: &GenerateConfig) -> Result<(), String> {
     }
     if g.phase_one_model.trim().is_empty() || g.phase_two_model.trim().is_empty() {
         return Err("MemoryGenerateConfig phase models must be non-empty.".into());
+    }
+    if let Some(days) = g.max_unused_days
+        && !(0..=MAX_UNUSED_DAYS).contains(&days)
+    {
+        return Err(format!(
+            "MemoryGenerateConfig.max_unused_days must be from 0 to {MAX_UNUSED_DAYS} days (or null), got: {days}"
+        ));
     }
     Ok(())
 }
@@ -466,7 +507,7 @@ mod tests {
     fn generate_and_read_default_when_absent_and_disable_when_null() {
         let c: LayoutConfig = serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s"}"#).unwrap();
         assert_eq!(c.generate, Some(GenerateConfig::default()));
-        assert_eq!(c.read, Some(ReadConfig { live_update: true }));
+        assert_eq!(c.read, Some(ReadConfig { live_update: true, citations: false }));
         let c: LayoutConfig =
             serde_json::from_str(r#"{"memories_dir":"m","sessions_dir":"s","generate":null,"read":null}"#).unwrap();
         assert_eq!((c.generate, c.read), (None, None));

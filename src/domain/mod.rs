@@ -7,6 +7,7 @@ pub mod index;
 pub mod job;
 pub mod layout;
 pub mod limits;
+pub mod memory_edit;
 pub mod memory_status;
 pub mod page;
 pub mod portability;

@@ -12,6 +12,7 @@ use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::RolloutId;
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
 use crate::llm::TokenUsage;
+use crate::pipeline::selection::SelectionPolicy;
 use crate::pipeline::selection::raw_memories_md;
 use crate::store::{ClaimedJob, JobOutcome, RunState};
 use crate::tools::MemoryTools;
@@ -183,12 +184,18 @@ async fn forget_and_consolidate(
     .await
     .map_err(|e| io_failure("listing the memory folder failed", e))?
     .map_err(|e| io_failure("listing the memory folder failed", e))?;
-    let cap =
-        layout.config.generate.as_ref().map_or(READ_ONLY_CAP, |g| g.max_raw_memories_for_consolidation.max(1) as usize);
+    let policy = layout
+        .config
+        .generate
+        .as_ref()
+        .map_or(SelectionPolicy { cap: READ_ONLY_CAP, by_usage: false, unused_since: None }, |g| {
+            SelectionPolicy::of(g, chrono::Utc::now())
+        });
     let place = LayoutPlace::of_job(claimed, &root);
-    let PhaseTwoInput { selection, chunks } = prepare_input(store, &place, cap, ids, spec.mode == ForgetMode::Scrub)
-        .await
-        .map_err(|e| io_failure("reading the selection failed", e))?;
+    let PhaseTwoInput { selection, chunks } =
+        prepare_input(store, &place, &policy, ids, spec.mode == ForgetMode::Scrub)
+            .await
+            .map_err(|e| io_failure("reading the selection failed", e))?;
     // Summaries that belong to the rollouts that stay are not this forget's.
     let others: Vec<String> = selection
         .selected

@@ -2,6 +2,7 @@
 //! renew while working, and record the outcome only while they still own the
 //! job. Retries back off exponentially with jitter and honour `Retry-After`.
 
+mod edit;
 mod finisher;
 mod forget;
 pub(crate) mod import;
@@ -170,6 +171,7 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
         JobKind::Restore => &restore::Restore,
         JobKind::Forget => &forget::Forget,
         JobKind::Import => &import::Import,
+        JobKind::Edit => &edit::Edit,
     }
 }
 

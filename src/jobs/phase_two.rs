@@ -13,8 +13,8 @@ use crate::llm::{AgentItem, AgentRequest, FailureClass, ModelError, Provider, To
 use crate::pipeline::extractive;
 use crate::pipeline::prompts::{PHASE_TWO, extra_prompt_section, render};
 use crate::pipeline::selection::{
-    PhaseTwoSelection, SelectionItem, build_selection, prior_from_document, raw_memories_md, render_selection_block,
-    selection_document, selection_file,
+    PhaseTwoSelection, SelectionItem, SelectionPolicy, build_selection, prior_from_document, raw_memories_md,
+    render_selection_block, selection_document, selection_file,
 };
 use crate::store::{
     ClaimedJob, JobFilter, JobKind, JobOutcome, JobState, PhaseTwoReport, PhaseTwoRun, RunState, Store, TenantId,
@@ -77,6 +77,8 @@ impl RunLog {
                 finished_at: Utc::now(),
                 sessions: claimed.job.sessions.clone(),
                 restored_from: None,
+                rollout_id: None,
+                reason: None,
                 redactions: Default::default(),
                 ledger: self.selection.as_ref().map(|s| {
                     json!({
@@ -173,9 +175,9 @@ async fn attempt(
         .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
-    let cap = generate.max_raw_memories_for_consolidation.max(1) as usize;
+    let policy = SelectionPolicy::of(&generate, Utc::now());
     let place = LayoutPlace::of_job(claimed, &root);
-    let PhaseTwoInput { selection, chunks } = prepare_input(ctx.store.as_ref(), &place, cap, &[], true)
+    let PhaseTwoInput { selection, chunks } = prepare_input(ctx.store.as_ref(), &place, &policy, &[], true)
         .await
         .map_err(|e| retryable(e, TokenUsage::default()))?;
     log.selection = Some(selection.clone());
@@ -256,29 +258,46 @@ impl<'a> LayoutPlace<'a> {
     }
 }
 
-/// R-P2-2..4 from the raw-memory index: order, cap, diff against the last
-/// successful selection (or against none, without `against_prior`), and read
-/// the selected files. The `excluded` rollouts (being forgotten) are left out.
+/// R-P2-2..4 from the raw-memory index: filter and order by the layout's
+/// policy, cap, diff against the last successful selection (or against
+/// none, without `against_prior`), and read the selected files. The
+/// `excluded` rollouts (being forgotten) are left out.
 pub async fn prepare_input(
     store: &dyn Store,
     place: &LayoutPlace<'_>,
-    cap: usize,
+    policy: &SelectionPolicy,
     excluded: &[RolloutId],
     against_prior: bool,
 ) -> Result<PhaseTwoInput, String> {
     let LayoutPlace { root, tenant, workspace, layout_name, layout } = *place;
-    let items: Vec<SelectionItem> = store
-        .newest_raw_memories(tenant, workspace, layout_name, cap + excluded.len())
+    let index_failed = |e: crate::store::StoreError| format!("reading the raw-memory index failed: {e}");
+    let rows = if policy.needs_only_newest() {
+        store.newest_raw_memories(tenant, workspace, layout_name, policy.cap + excluded.len()).await
+    } else {
+        store.all_raw_memories(tenant, workspace, layout_name).await
+    }
+    .map_err(index_failed)?;
+    let usage: std::collections::HashMap<String, crate::domain::index::MemoryUsage> = store
+        .memory_usage(tenant, workspace, layout_name)
         .await
-        .map_err(|e| format!("reading the raw-memory index failed: {e}"))?
+        .map_err(index_failed)?
+        .into_iter()
+        .map(|u| (u.rollout_id.clone(), u))
+        .collect();
+    let items: Vec<SelectionItem> = rows
         .into_iter()
         .filter(|r| !excluded.contains(&r.rollout_id))
-        .map(|r| SelectionItem {
-            rollout_id: r.rollout_id.as_str().to_owned(),
-            updated_at: r.updated_at,
-            rollout_path: r.rollout_path,
-            rollout_summary_file: r.rollout_summary_file,
-            terminal_state: r.terminal_state,
+        .map(|r| {
+            let used = usage.get(r.rollout_id.as_str());
+            SelectionItem {
+                rollout_id: r.rollout_id.as_str().to_owned(),
+                updated_at: r.updated_at,
+                rollout_path: r.rollout_path,
+                rollout_summary_file: r.rollout_summary_file,
+                terminal_state: r.terminal_state,
+                usage_count: used.map_or(0, |u| u.usage_count),
+                last_usage: used.map(|u| u.last_usage),
+            }
         })
         .collect();
     let prior = if against_prior {
@@ -291,7 +310,7 @@ pub async fn prepare_input(
     } else {
         Vec::new()
     };
-    let selection = build_selection(items, cap, &prior);
+    let selection = build_selection(items, policy, &prior);
     let memory_root =
         confine(root, &layout.memories_dir.normalized).map_err(|e| format!("memories path refused: {e}"))?;
     let mut chunks = Vec::with_capacity(selection.selected.len());

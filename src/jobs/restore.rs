@@ -46,6 +46,8 @@ impl super::JobRunner for Restore {
                 started_at,
                 finished_at: Utc::now(),
                 restored_from: claimed.job.restore_run_id,
+                rollout_id: None,
+                reason: None,
                 sessions: Vec::new(),
                 ledger: None,
                 redactions: Default::default(),

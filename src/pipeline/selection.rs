@@ -1,10 +1,11 @@
-//! Phase two's input (R-P2-1..5, R-P2-8): which raw memories are selected,
-//! what changed since the last successful run, `raw_memories.md`, the
-//! selection block of the prompt and `phase_two_selection.json`.
+//! Phase two's input (R-P2-1..5, R-P2-8): which raw memories are selected
+//! (newest first, or by usage as Codex ranks them, SPEC §2.10), what changed
+//! since the last successful run, `raw_memories.md`, the selection block of
+//! the prompt and `phase_two_selection.json`.
 
 use crate::domain::pyjson::{PyJsonStyle, dumps};
 use crate::domain::pytext::py_strip;
-use crate::domain::time::parse_rfc3339;
+use crate::domain::time::{parse_rfc3339, py_isoformat};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -19,6 +20,11 @@ pub struct SelectionItem {
     pub rollout_path: String,
     pub rollout_summary_file: String,
     pub terminal_state: String,
+    /// Sessions that used it (SPEC §2.10), and when one last did.
+    #[serde(default)]
+    pub usage_count: i64,
+    #[serde(default)]
+    pub last_usage: Option<DateTime<Utc>>,
 }
 
 /// `updated_at` as an instant; empty, `unknown` or unparseable text has none.
@@ -30,6 +36,49 @@ fn instant(updated_at: &str) -> Option<DateTime<Utc>> {
 /// string order here); unknown times last; ties by rollout id descending.
 pub fn order_newest_first(items: &mut [SelectionItem]) {
     items.sort_by_key(|item| Reverse((instant(&item.updated_at), item.rollout_id.clone())));
+}
+
+/// Codex's order (SPEC §2.10): most used first, then the latest use (or,
+/// never used, the latest update) newest first, then rollout id descending.
+pub fn order_by_usage(items: &mut [SelectionItem]) {
+    items.sort_by_key(|item| {
+        let recent = item.last_usage.or_else(|| instant(&item.updated_at));
+        Reverse((item.usage_count, recent, item.rollout_id.clone()))
+    });
+}
+
+/// How a layout chooses what phase two consolidates (its `generate` config).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SelectionPolicy {
+    /// `max_raw_memories_for_consolidation`.
+    pub cap: usize,
+    /// `selection: "usage"`; otherwise newest first.
+    pub by_usage: bool,
+    /// `max_unused_days`: what was neither used nor updated since then is left out.
+    pub unused_since: Option<DateTime<Utc>>,
+}
+
+impl SelectionPolicy {
+    /// The policy a layout's generate config sets, as of `now`.
+    pub fn of(generate: &crate::domain::layout::GenerateConfig, now: DateTime<Utc>) -> Self {
+        Self {
+            cap: generate.max_raw_memories_for_consolidation.max(1) as usize,
+            by_usage: generate.selection == crate::domain::layout::SelectionMode::Usage,
+            unused_since: generate.max_unused_days.map(|days| now - chrono::Duration::days(days)),
+        }
+    }
+
+    /// The newest `cap` raw memories are all it can choose from: the
+    /// index may be asked for those alone.
+    pub fn needs_only_newest(&self) -> bool {
+        !self.by_usage && self.unused_since.is_none()
+    }
+
+    /// Used or updated since the window's start (always, without a window).
+    fn keeps(&self, item: &SelectionItem) -> bool {
+        let Some(since) = self.unused_since else { return true };
+        item.last_usage.is_some_and(|used| used >= since) || instant(&item.updated_at).is_some_and(|at| at >= since)
+    }
 }
 
 /// What phase two works from, against the last successful selection.
@@ -54,15 +103,34 @@ impl PhaseTwoSelection {
     }
 }
 
-/// R-P2-2 and R-P2-3: order, cap, and compare with the prior selection.
-pub fn build_selection(mut items: Vec<SelectionItem>, cap: usize, prior: &[SelectionItem]) -> PhaseTwoSelection {
+/// R-P2-2 and R-P2-3: filter, order, cap, and compare with the prior
+/// selection. The removed entries carry the usage `items` knows of them.
+pub fn build_selection(
+    mut items: Vec<SelectionItem>,
+    policy: &SelectionPolicy,
+    prior: &[SelectionItem],
+) -> PhaseTwoSelection {
     items.retain(|i| !py_strip(&i.rollout_id).is_empty() && !py_strip(&i.rollout_summary_file).is_empty());
-    order_newest_first(&mut items);
-    items.truncate(cap);
+    let usage: std::collections::HashMap<String, (i64, Option<DateTime<Utc>>)> =
+        items.iter().map(|i| (i.rollout_id.clone(), (i.usage_count, i.last_usage))).collect();
+    items.retain(|i| policy.keeps(i));
+    if policy.by_usage {
+        order_by_usage(&mut items)
+    } else {
+        order_newest_first(&mut items)
+    }
+    items.truncate(policy.cap);
     let selected_ids: HashSet<&str> = items.iter().map(|i| i.rollout_id.as_str()).collect();
     let retained =
         prior.iter().filter(|p| selected_ids.contains(p.rollout_id.as_str())).map(|p| p.rollout_id.clone()).collect();
-    let removed = prior.iter().filter(|p| !selected_ids.contains(p.rollout_id.as_str())).cloned().collect();
+    let removed = prior
+        .iter()
+        .filter(|p| !selected_ids.contains(p.rollout_id.as_str()))
+        .map(|p| {
+            let (usage_count, last_usage) = usage.get(&p.rollout_id).copied().unwrap_or_default();
+            SelectionItem { usage_count, last_usage, ..p.clone() }
+        })
+        .collect();
     PhaseTwoSelection { selected: items, retained, removed }
 }
 
@@ -112,6 +180,7 @@ pub fn raw_memories_md(chunks: &[String]) -> String {
     chunks.iter().map(|c| c.trim_end_matches('\n')).collect::<Vec<_>>().join("\n\n")
 }
 
+/// An entry: the SDK's five keys, then the usage (keys the SDK's reader ignores).
 fn item_json(item: &SelectionItem) -> Value {
     json!({
         "rollout_id": item.rollout_id,
@@ -119,6 +188,8 @@ fn item_json(item: &SelectionItem) -> Value {
         "rollout_path": item.rollout_path,
         "rollout_summary_file": item.rollout_summary_file,
         "terminal_state": item.terminal_state,
+        "usage_count": item.usage_count,
+        "last_usage": item.last_usage.map(py_isoformat),
     })
 }
 
@@ -164,6 +235,8 @@ pub fn prior_from_document(document: &Value) -> Vec<SelectionItem> {
             rollout_path: text(&e["rollout_path"]),
             rollout_summary_file: text(&e["rollout_summary_file"]),
             terminal_state: text(&e["terminal_state"]),
+            usage_count: 0,
+            last_usage: None,
         })
         .filter(|e| !e.rollout_id.is_empty() && !e.rollout_summary_file.is_empty())
         .collect()
@@ -180,7 +253,23 @@ mod tests {
             rollout_path: format!("sessions/{id}.jsonl"),
             rollout_summary_file: format!("rollout_summaries/{id}_s.md"),
             terminal_state: "completed".into(),
+            usage_count: 0,
+            last_usage: None,
         }
+    }
+
+    fn recent(cap: usize) -> SelectionPolicy {
+        SelectionPolicy { cap, by_usage: false, unused_since: None }
+    }
+
+    fn at(text: &str) -> DateTime<Utc> {
+        parse_rfc3339(text).unwrap()
+    }
+
+    fn used(mut item: SelectionItem, count: i64, last: &str) -> SelectionItem {
+        item.usage_count = count;
+        item.last_usage = Some(at(last));
+        item
     }
 
     fn ids(items: &[SelectionItem]) -> Vec<&str> {
@@ -217,7 +306,7 @@ mod tests {
             item("new", "2026-01-03T00:00:00Z"),
             item("old", "2026-01-01T00:00:00Z"),
         ];
-        let s = build_selection(items, 2, &prior);
+        let s = build_selection(items, &recent(2), &prior);
         assert_eq!(ids(&s.selected), ["new", "kept"]);
         assert_eq!(s.added_ids(), ["new"]);
         assert_eq!(s.retained_ids(), ["kept"]);
@@ -229,8 +318,47 @@ mod tests {
     }
 
     #[test]
+    fn by_usage_most_used_first_then_latest_use_or_update() {
+        let items = vec![
+            item("never-new", "2026-03-01T00:00:00Z"),
+            used(item("once-old", "2026-01-01T00:00:00Z"), 1, "2026-02-01T00:00:00Z"),
+            used(item("twice", "2026-01-01T00:00:00Z"), 2, "2026-01-05T00:00:00Z"),
+            used(item("once-recent", "2026-01-01T00:00:00Z"), 1, "2026-03-05T00:00:00Z"),
+            item("never-old", "2025-12-01T00:00:00Z"),
+            item("never-tie-a", "2025-12-01T00:00:00Z"),
+        ];
+        let policy = SelectionPolicy { cap: 10, by_usage: true, unused_since: None };
+        let s = build_selection(items.clone(), &policy, &[]);
+        assert_eq!(ids(&s.selected), ["twice", "once-recent", "once-old", "never-new", "never-tie-a", "never-old"]);
+        // The default order is the SDK's, whatever the usage.
+        let s = build_selection(items, &recent(10), &[]);
+        assert_eq!(ids(&s.selected), ["never-new", "twice", "once-recent", "once-old", "never-tie-a", "never-old"]);
+    }
+
+    #[test]
+    fn a_window_leaves_out_what_was_neither_used_nor_updated_in_it() {
+        let items = vec![
+            item("fresh", "2026-03-01T00:00:00Z"),
+            item("stale", "2026-01-01T00:00:00Z"),
+            used(item("stale-but-used", "2026-01-01T00:00:00Z"), 1, "2026-02-25T00:00:00Z"),
+            used(item("used-long-ago", "2026-01-01T00:00:00Z"), 3, "2026-01-02T00:00:00Z"),
+            item("unknown", "unknown"),
+        ];
+        let since = Some(at("2026-02-20T00:00:00Z"));
+        let prior = vec![item("stale", "2026-01-01T00:00:00Z"), item("used-long-ago", "2026-01-01T00:00:00Z")];
+        for by_usage in [false, true] {
+            let s = build_selection(items.clone(), &SelectionPolicy { cap: 10, by_usage, unused_since: since }, &prior);
+            let mut kept = ids(&s.selected);
+            kept.sort();
+            assert_eq!(kept, ["fresh", "stale-but-used"]);
+            assert_eq!(ids(&s.removed), ["stale", "used-long-ago"]);
+            assert_eq!(s.removed[1].usage_count, 3, "removed entries carry their usage");
+        }
+    }
+
+    #[test]
     fn an_empty_selection_says_none() {
-        let s = build_selection(Vec::new(), 5, &[]);
+        let s = build_selection(Vec::new(), &recent(5), &[]);
         assert_eq!(
             render_selection_block(&s),
             "- selected inputs this run: 0\n- newly added since the last successful Phase 2 run: 0\n- retained from the last successful Phase 2 run: 0\n- removed from the last successful Phase 2 run: 0\n\nCurrent selected Phase 1 inputs:\n- none\n\nRemoved from the last successful Phase 2 selection:\n- none\n"
@@ -247,7 +375,7 @@ mod tests {
         let text = selection_file(&[item("chat-1", "2026-04-15T00:00:00+00:00")], "2026-04-15T12:34:56.789012+00:00");
         assert_eq!(
             text,
-            "{\n  \"version\": 1,\n  \"updated_at\": \"2026-04-15T12:34:56.789012+00:00\",\n  \"selected\": [\n    {\n      \"rollout_id\": \"chat-1\",\n      \"updated_at\": \"2026-04-15T00:00:00+00:00\",\n      \"rollout_path\": \"sessions/chat-1.jsonl\",\n      \"rollout_summary_file\": \"rollout_summaries/chat-1_s.md\",\n      \"terminal_state\": \"completed\"\n    }\n  ]\n}\n"
+            "{\n  \"version\": 1,\n  \"updated_at\": \"2026-04-15T12:34:56.789012+00:00\",\n  \"selected\": [\n    {\n      \"rollout_id\": \"chat-1\",\n      \"updated_at\": \"2026-04-15T00:00:00+00:00\",\n      \"rollout_path\": \"sessions/chat-1.jsonl\",\n      \"rollout_summary_file\": \"rollout_summaries/chat-1_s.md\",\n      \"terminal_state\": \"completed\",\n      \"usage_count\": 0,\n      \"last_usage\": null\n    }\n  ]\n}\n"
         );
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(prior_from_document(&back), vec![item("chat-1", "2026-04-15T00:00:00+00:00")]);

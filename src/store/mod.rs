@@ -501,6 +501,50 @@ pub trait EventStore: Send + Sync {
     async fn sweep_events(&self, cutoff: DateTime<Utc>) -> StoreResult<u64>;
 }
 
+/// The running agent's memory (SPEC §2.10): its edits, queued as jobs, and
+/// which raw memories it uses.
+#[async_trait]
+pub trait AgentMemoryStore: Send + Sync {
+    /// Queues an edit in the layout's one-at-a-time lane, with the layout's
+    /// config as it is now.
+    async fn queue_edit(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout_name: &LayoutName,
+        layout: &ValidLayout,
+        edit: &crate::domain::memory_edit::MemoryEdit,
+    ) -> StoreResult<JobRecord>;
+    /// The run a job recorded last, if any.
+    async fn run_of_job(&self, tenant: TenantId, job_id: Uuid) -> StoreResult<Option<PhaseTwoRun>>;
+    /// Counts a use by `session` of each rollout (once per pair, ever); ids
+    /// that are neither a rollout nor a raw memory of the layout are
+    /// ignored. How many pairs were new.
+    async fn record_memory_uses(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        session: &SessionId,
+        rollouts: &[RolloutId],
+        at: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+    /// The usage of every rollout of the layout that was used.
+    async fn memory_usage(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Vec<crate::domain::index::MemoryUsage>>;
+    /// Every raw memory of the layout in the workspace, in no order.
+    async fn all_raw_memories(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+    ) -> StoreResult<Vec<RawMemoryRecord>>;
+}
+
 /// The whole store.
 #[async_trait]
 pub trait Store:
@@ -514,6 +558,7 @@ pub trait Store:
     + UsageStore
     + PortabilityStore
     + EventStore
+    + AgentMemoryStore
     + 'static
 {
     async fn ping(&self) -> StoreResult<()>;

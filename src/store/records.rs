@@ -93,6 +93,10 @@ pub struct JobRecord {
     pub forget: Option<ForgetSpec>,
     /// Secrets redacted by the job (SPEC §4), by rule.
     pub redactions: crate::domain::redact::Counts,
+    /// For an edit job: the edit, until it is published (never shown: it
+    /// may be a megabyte of text).
+    #[serde(skip)]
+    pub edit: Option<Box<crate::domain::memory_edit::MemoryEdit>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -378,7 +382,7 @@ pub enum PublishDecision {
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseTwoRun {
     pub run_id: Uuid,
-    /// `phase_two`, `restore` or `forget`.
+    /// `phase_two`, `restore`, `forget` or `edit`.
     pub kind: String,
     pub job_id: Uuid,
     pub session_id: String,
@@ -396,6 +400,11 @@ pub struct PhaseTwoRun {
     /// For a restore's run: the run whose memory it put back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<Uuid>,
+    /// For an edit's run: the conversation the edit came from, and why it was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The sessions whose closes the run served.
     pub sessions: Vec<String>,
     /// The rollout ids the run added, retained and removed

@@ -7,13 +7,15 @@
 //! (SPEC §4: readers never see a consolidation half done).
 
 pub mod apply_patch;
+pub mod commands;
+pub mod edit;
 
 use crate::llm::ToolSpec;
 use crate::workspace::confine;
-use apply_patch::{DiffMode, OperationKind, apply_diff, parse_patch_input};
+use apply_patch::{DiffMode, OperationKind, PatchOperation, apply_diff, parse_patch_input};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 const READ_LIMIT_LINES: usize = 2000;
 const MAX_LISTED: usize = 1000;
@@ -46,19 +48,7 @@ pub fn tool_specs() -> Vec<ToolSpec> {
     ]
 }
 
-/// Normalised relative path: `a//b/./c` → `a/b/c`; `None` for absolute paths
-/// or any `..`.
-pub(crate) fn normalize(path: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for component in Path::new(path).components() {
-        match component {
-            Component::Normal(p) => parts.push(p.to_str()?.to_owned()),
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
-}
+pub(crate) use crate::domain::memory_edit::normalize;
 
 /// Whether the consolidation agent may write `path` (relative to the memory
 /// folder): anything there but the files memoryd maintains.
@@ -99,6 +89,23 @@ impl MemoryTools {
         self.edits
     }
 
+    /// The working copy's bytes of `rel` (relative to the workspace root),
+    /// confined like every read; `None` when absent.
+    pub fn content_of(&self, rel: &str) -> Result<Option<Vec<u8>>, String> {
+        let abs = confine(&self.root, rel).map_err(|_| format!("path must not escape root: {rel}"))?;
+        self.current(rel, &abs).map_err(|e| format!("cannot read {rel}: {e}"))
+    }
+
+    /// The working copy's changes, each shown to `visit` with what the disk
+    /// holds now (before) and what the change makes of it (after).
+    pub fn into_edits_with_disk(self, mut visit: impl FnMut(&str, Option<&[u8]>, Option<&str>)) -> Vec<FileEdit> {
+        for (rel, after) in &self.edits {
+            let before = confine(&self.root, rel).ok().and_then(|abs| std::fs::read(abs).ok());
+            visit(rel, before.as_deref(), after.as_deref());
+        }
+        self.edits
+    }
+
     /// Writes a file memoryd itself produces in this run (`raw_memories.md`,
     /// or the extractive provider's files), recorded like any edit.
     pub fn write_owned(&mut self, rel: &str, text: &str) {
@@ -135,19 +142,43 @@ impl MemoryTools {
     }
 
     /// A writable path: under the memory folder, not one memoryd maintains.
-    fn writable(&self, path: &str) -> Result<(String, PathBuf), String> {
+    /// `tool` names the tool in the error.
+    fn writable(&self, tool: &str, path: &str) -> Result<(String, PathBuf), String> {
         if path.is_empty() {
-            return Err("apply_patch path must be non-empty".into());
+            return Err(format!("{tool} path must be non-empty"));
         }
-        let rel = normalize(path).ok_or_else(|| format!("apply_patch path must not escape root: {path}"))?;
+        let rel = normalize(path).ok_or_else(|| format!("{tool} path must not escape root: {path}"))?;
         let Some(inside) = rel.strip_prefix(&self.memories).and_then(|r| r.strip_prefix('/')) else {
-            return Err(format!("apply_patch may only write under {}/: {path}", self.memories));
+            return Err(format!("{tool} may only write under {}/: {path}", self.memories));
         };
         if !agent_may_write(inside) {
-            return Err(format!("apply_patch may not write {path}: memoryd maintains it"));
+            return Err(format!("{tool} may not write {path}: memoryd maintains it"));
         }
-        let abs = confine(&self.root, &rel).map_err(|_| format!("apply_patch path must not escape root: {path}"))?;
+        let abs = confine(&self.root, &rel).map_err(|_| format!("{tool} path must not escape root: {path}"))?;
         Ok((rel, abs))
+    }
+
+    /// The working copy's text of a writable file (`None`: absent); `shown`
+    /// is how the caller named it, for errors.
+    fn current_text(
+        &self,
+        tool: &str,
+        overlay: &BTreeMap<String, Option<String>>,
+        rel: &str,
+        abs: &Path,
+        shown: &str,
+    ) -> Result<Option<String>, String> {
+        if let Some(content) = overlay.get(rel) {
+            return Ok(content.clone());
+        }
+        match self.current(rel, abs) {
+            Ok(Some(bytes)) => {
+                String::from_utf8(bytes).map(Some).map_err(|_| format!("{tool} could not decode file: {shown}"))
+            }
+            Ok(None) => Ok(None),
+            Err(_) if abs.is_dir() => Err(format!("{tool} could not decode file: {shown}")),
+            Err(e) => Err(format!("{tool} could not read {shown}: {e}")),
+        }
     }
 
     /// Runs one tool call; the answer is the tool output for the model.
@@ -187,47 +218,34 @@ impl MemoryTools {
         }
     }
 
+    fn try_apply_patch(&mut self, input: &str) -> Result<String, String> {
+        self.apply_patch_operations(&parse_patch_input(input)?)
+    }
+
     /// Validates every path, computes every result in memory, then writes:
     /// the whole patch or none of it.
-    fn try_apply_patch(&mut self, input: &str) -> Result<String, String> {
-        let ops = parse_patch_input(input)?;
+    pub fn apply_patch_operations(&mut self, ops: &[PatchOperation]) -> Result<String, String> {
+        const TOOL: &str = "apply_patch";
         let mut targets = BTreeMap::new();
-        for op in &ops {
+        for op in ops {
             for path in std::iter::once(&op.path).chain(op.move_to.as_ref()) {
-                let (rel, abs) = self.writable(path)?;
+                let (rel, abs) = self.writable(TOOL, path)?;
                 targets.insert(path.clone(), (rel, abs));
             }
         }
         let mut overlay: BTreeMap<String, Option<String>> = BTreeMap::new();
-        let current = |overlay: &BTreeMap<String, Option<String>>,
-                       rel: &str,
-                       abs: &Path,
-                       shown: &str|
-         -> Result<Option<String>, String> {
-            if let Some(content) = overlay.get(rel) {
-                return Ok(content.clone());
-            }
-            match self.current(rel, abs) {
-                Ok(Some(bytes)) => String::from_utf8(bytes)
-                    .map(Some)
-                    .map_err(|_| format!("apply_patch could not decode file: {shown}")),
-                Ok(None) => Ok(None),
-                Err(_) if abs.is_dir() => Err(format!("apply_patch could not decode file: {shown}")),
-                Err(e) => Err(format!("apply_patch could not read {shown}: {e}")),
-            }
-        };
         let mut outputs = Vec::new();
-        for op in &ops {
+        for op in ops {
             let (rel, abs) = &targets[&op.path];
+            let current = self.current_text(TOOL, &overlay, rel, abs, &op.path)?;
             match op.kind {
                 OperationKind::Delete => {
-                    current(&overlay, rel, abs, &op.path)?
-                        .ok_or_else(|| format!("apply_patch missing file: {}", op.path))?;
+                    current.ok_or_else(|| format!("apply_patch missing file: {}", op.path))?;
                     overlay.insert(rel.clone(), None);
                     outputs.push(format!("Deleted {}", op.path));
                 }
                 OperationKind::Create => {
-                    if current(&overlay, rel, abs, &op.path)?.is_some() {
+                    if current.is_some() {
                         return Err(format!(
                             "apply_patch cannot create {} because it already exists. Use an update_file operation to change an existing file.",
                             op.path
@@ -237,8 +255,7 @@ impl MemoryTools {
                     outputs.push(format!("Created {}", op.path));
                 }
                 OperationKind::Update => {
-                    let old = current(&overlay, rel, abs, &op.path)?
-                        .ok_or_else(|| format!("apply_patch missing file: {}", op.path))?;
+                    let old = current.ok_or_else(|| format!("apply_patch missing file: {}", op.path))?;
                     let new = apply_diff(&old, &op.diff, DiffMode::Update)?;
                     match &op.move_to {
                         Some(to) => {

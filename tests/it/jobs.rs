@@ -59,6 +59,8 @@ async fn the_database_orders_raw_memories_like_the_selection_rule(backend: Backe
             rollout_path: r.rollout_path.clone(),
             rollout_summary_file: r.rollout_summary_file.clone(),
             terminal_state: r.terminal_state.clone(),
+            usage_count: 0,
+            last_usage: None,
         })
         .collect();
     order_newest_first(&mut expected);

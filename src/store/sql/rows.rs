@@ -40,6 +40,8 @@ pub(super) struct JobRow {
     forget_rollouts: Option<String>,
     #[sqlx(default)]
     redactions: Option<String>,
+    #[sqlx(default)]
+    edit_spec: Option<String>,
 }
 
 /// A forget job's target from its columns.
@@ -81,6 +83,7 @@ impl TryFrom<JobRow> for JobRecord {
             eager: r.eager,
             forget: forget_spec(r.forget_scope.as_deref(), r.forget_mode.as_deref(), r.forget_rollouts.as_deref())?,
             redactions: counts(r.redactions.as_deref())?,
+            edit: r.edit_spec.map(|s| serde_json::from_str(&s).map(Box::new)).transpose().map_err(corrupt)?,
         })
     }
 }
@@ -224,6 +227,10 @@ pub(super) struct RunRow {
     ledger: Option<String>,
     #[sqlx(default)]
     redactions: Option<String>,
+    #[sqlx(default)]
+    rollout_id: Option<String>,
+    #[sqlx(default)]
+    reason: Option<String>,
 }
 
 impl TryFrom<RunRow> for PhaseTwoRun {
@@ -248,6 +255,8 @@ impl TryFrom<RunRow> for PhaseTwoRun {
             finished_at: r.finished_at,
             sessions: r.sessions.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?.unwrap_or_default(),
             restored_from: r.restored_from,
+            rollout_id: r.rollout_id,
+            reason: r.reason,
             ledger: r.ledger.map(|s| serde_json::from_str(&s)).transpose().map_err(corrupt)?,
             redactions: counts(r.redactions.as_deref())?,
         })

@@ -75,9 +75,12 @@ impl SqlStore<DB> {
                 freed += row.try_get::<i64, _>("committed_len")?;
             }
         }
-        const BY_ROLLOUT: [&str; 5] = [
+        const BY_ROLLOUT: [&str; 7] = [
             "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
             "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            "UPDATE phase_two_runs SET rollout_id = NULL
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
             "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
             "DELETE FROM session_rollouts WHERE tenant_id = $1 AND layout = $3 AND rollout_id = $4
                 AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
@@ -163,7 +166,8 @@ impl SqlStore<DB> {
         workspace: &WorkspaceName,
         own_job: Uuid,
     ) -> StoreResult<()> {
-        const BY_WORKSPACE: [&str; 12] = [
+        const BY_WORKSPACE: [&str; 13] = [
+            "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2",
             "DELETE FROM session_rollouts WHERE tenant_id = $1
                 AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
             "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",
@@ -188,7 +192,8 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 26] = [
+        const BY_TENANT: [&str; 27] = [
+            "DELETE FROM memory_uses WHERE tenant_id = $1",
             "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
             "DELETE FROM tenant_turns WHERE tenant_id = $1",
             "DELETE FROM webhooks WHERE tenant_id = $1",

@@ -71,6 +71,29 @@ impl<'f> OutcomeColumns<'f> {
 }
 
 impl SqlStore<DB> {
+    /// The event a finished run reports: `memory.edited` for an edit that
+    /// published (a failed one reports `job.failed`), `run.succeeded` or
+    /// `run.failed` for the others.
+    fn run_news(job: &JobRecord, run: &PhaseTwoRun) -> Option<events::NewEvent> {
+        if job.kind == JobKind::Edit {
+            let paths: Vec<&str> = run.files_changed.iter().map(String::as_str).collect();
+            return (run.state == RunState::Succeeded)
+                .then(|| events::memory_edited(run.run_id, job.workspace.as_str(), job.layout.as_str(), &paths));
+        }
+        Some(events::run_finished(&events::RunSummary {
+            run_id: run.run_id,
+            workspace: job.workspace.as_str(),
+            layout: job.layout.as_str(),
+            kind: &run.kind,
+            succeeded: run.state == RunState::Succeeded,
+            selected: run.selected,
+            added: run.added,
+            retained: run.retained,
+            removed: run.removed,
+            error: run.error.as_deref(),
+        }))
+    }
+
     /// Records a batch of finishes within `tx` (its caller commits): for
     /// each, `false` when the worker no longer owns the job (or an import
     /// was refused).
@@ -271,8 +294,9 @@ impl SqlStore<DB> {
             sqlx::query(
                 "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
                                              retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions, restored_from, kind, ledger, redactions)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                                             sessions, restored_from, kind, ledger, redactions, rollout_id, reason)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                         $23, $24)",
             )
             .bind(run.run_id)
             .bind(claimed.tenant_id)
@@ -296,6 +320,8 @@ impl SqlStore<DB> {
             .bind(run.kind.as_str())
             .bind(run.ledger.as_ref().map(serde_json::Value::to_string))
             .bind(serde_json::to_string(&run.redactions).expect("counts serialise"))
+            .bind(run.rollout_id.as_deref())
+            .bind(run.reason.as_deref())
             .execute(&mut *tx)
             .await?;
             if let Some(document) = &report.selection {
@@ -319,18 +345,11 @@ impl SqlStore<DB> {
                 tally.recount_history = true;
             }
             tally.runs += 1;
-            recorded_news.push(events::run_finished(&events::RunSummary {
-                run_id: run.run_id,
-                workspace: job.workspace.as_str(),
-                layout: job.layout.as_str(),
-                kind: &run.kind,
-                succeeded: run.state == RunState::Succeeded,
-                selected: run.selected,
-                added: run.added,
-                retained: run.retained,
-                removed: run.removed,
-                error: run.error.as_deref(),
-            }));
+            recorded_news.extend(Self::run_news(job, run));
+        }
+        if job.kind == JobKind::Edit && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
+            // Published: the request (up to a megabyte of text) is not kept.
+            sqlx::query("UPDATE jobs SET edit_spec = NULL WHERE id = $1").bind(job.job_id).execute(&mut *tx).await?;
         }
         let used = finish.accounting.attempt_usage;
         let tokens = used.input_tokens + used.output_tokens;

@@ -145,11 +145,14 @@ impl JobQueue for SqlStore<DB> {
         .bind(req.now)
         .execute(&mut *tx)
         .await?;
+        // A layout's lane runs one phase two, restore, forget or edit at a
+        // time, and a waiting edit goes before the layout's next other run
+        // (SPEC §2.10: it lands between them, and is quick).
         // A tenant's n-th due job takes its turn after the tenant's running
         // ones and its n - 1 before it: claiming in turn order is claiming
         // one job at a time, each to the tenant with the fewest running.
         const DUE: &str = "q.state = 'queued' AND q.run_after <= $3
-            AND ((q.kind = 'phase_one' AND $1 = 1) OR (q.kind IN ('phase_two', 'restore') AND $2 = 1)
+            AND ((q.kind = 'phase_one' AND $1 = 1) OR (q.kind IN ('phase_two', 'restore', 'edit') AND $2 = 1)
                  OR (q.kind = 'forget' AND $4 = 1) OR (q.kind = 'import' AND $5 = 1))
             AND (q.kind <> 'phase_two' OR EXISTS (
                   SELECT 1 FROM job_sessions js WHERE js.job_id = q.id AND NOT EXISTS (
@@ -159,7 +162,11 @@ impl JobQueue for SqlStore<DB> {
                   SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = q.tenant_id AND h.until > $3))
             AND (q.kind = 'phase_one' OR NOT EXISTS (
                   SELECT 1 FROM jobs o WHERE o.tenant_id = q.tenant_id AND o.workspace = q.workspace
-                     AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget') AND o.state = 'running'))";
+                     AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget', 'edit')
+                     AND o.state = 'running'))
+            AND (q.kind NOT IN ('phase_two', 'restore', 'forget') OR NOT EXISTS (
+                  SELECT 1 FROM jobs e WHERE e.tenant_id = q.tenant_id AND e.workspace = q.workspace
+                     AND e.layout = q.layout AND e.kind = 'edit' AND e.state = 'queued' AND e.run_after <= $3))";
         // Only each tenant's first `limit` jobs can be among the first
         // `limit` turns, and only they are read: the tenants with queued
         // jobs are found by skipping through the index, one probe per

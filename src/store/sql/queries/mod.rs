@@ -3,6 +3,7 @@
 //! and includes this directory, so every body here is ordinary code over a
 //! concrete type, with no bounds to repeat. One file per subject.
 
+mod agent_memory;
 mod erase;
 mod events;
 mod export;

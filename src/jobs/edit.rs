@@ -1,0 +1,97 @@
+//! Edit jobs (SPEC §2.10): a running agent's change to its memory, applied
+//! in the layout's one-at-a-time lane to the files as they are when it
+//! runs, then published like any run (redacted, staged, fenced, all at once)
+//! with a run record and history of its own.
+
+use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::llm::TokenUsage;
+use crate::store::{ClaimedJob, JobOutcome, PhaseTwoReport, PhaseTwoRun, RunState};
+use crate::tools::edit::apply_edit;
+use crate::workspace::confine;
+use crate::workspace::publish::FileChanges;
+use chrono::Utc;
+use serde_json::json;
+use uuid::Uuid;
+
+pub struct Edit;
+
+#[async_trait::async_trait]
+impl super::JobRunner for Edit {
+    async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+        let started_at = Utc::now();
+        let result = edit(ctx, claimed).await;
+        let (state, error, files_changed) = match &result {
+            Ok(completion) => {
+                (RunState::Succeeded, None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
+            }
+            Err(e) => (RunState::Failed, Some(super::phase_two::error_text(e)), Vec::new()),
+        };
+        let spec = claimed.job.edit.as_deref();
+        let report = PhaseTwoReport {
+            run: PhaseTwoRun {
+                run_id: Uuid::new_v4(),
+                kind: claimed.job.kind.as_str().to_owned(),
+                job_id: claimed.job.job_id,
+                session_id: spec.and_then(|e| e.session_id.clone()).unwrap_or_default(),
+                state,
+                selected: 0,
+                added: 0,
+                retained: 0,
+                removed: 0,
+                files_changed,
+                usage: json!({"input_tokens": 0, "output_tokens": 0, "calls": 0}),
+                turns: 0,
+                error,
+                started_at,
+                finished_at: Utc::now(),
+                restored_from: None,
+                rollout_id: spec.and_then(|e| e.rollout_id.clone()),
+                reason: spec.and_then(|e| e.reason.clone()),
+                sessions: Vec::new(),
+                ledger: None,
+                redactions: Default::default(),
+            },
+            selection: None,
+            history: None,
+        };
+        (result, Some(report))
+    }
+}
+
+async fn edit(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
+    let fatal = |message: String| AttemptError::Fatal { message };
+    let job = &claimed.job;
+    let spec = job.edit.clone().ok_or_else(|| fatal("an edit job without its edit".into()))?;
+    let root = ctx
+        .volumes
+        .workspace_root(claimed.tenant_id, &job.workspace)
+        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+    let memories = claimed.layout.memories_dir.normalized.clone();
+    let sessions = claimed.layout.sessions_dir.normalized.clone();
+    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    super::remove_earlier_leftovers(claimed, memory_root).await?;
+    let applied = tokio::task::spawn_blocking(move || apply_edit(&root, &memories, &sessions, &spec))
+        .await
+        .map_err(|e| AttemptError::Retryable {
+            message: format!("applying the edit failed: {e}"),
+            retry_after: None,
+            usage: TokenUsage::default(),
+            token_limit: None,
+        })?
+        // The files moved on since the edit was checked: it cannot succeed as asked.
+        .map_err(|refusal| fatal(refusal.to_job_error()))?;
+    let mut files = FileChanges::default();
+    for (path, text) in applied.edits {
+        match text {
+            Some(text) => files.write(path, text),
+            None => files.delete(path),
+        }
+    }
+    Ok(Completion {
+        outcome: JobOutcome::Succeeded { raw_memory: None },
+        files: Some(files),
+        usage: TokenUsage::default(),
+        redactions: Default::default(),
+        imported: None,
+    })
+}
