@@ -362,6 +362,7 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
             Err(err) => failures.push((pending[place], err.into())),
         }
         let receipt = SegmentReceipt {
+            workspace: position.workspace.clone(),
             session_id: req.session_id.clone(),
             layout: req.layout_name.clone(),
             rollout_id: req.segment.rollout_id.clone(),

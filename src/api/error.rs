@@ -51,6 +51,12 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidWebhook(String),
     #[error("{0}")]
+    InvalidPatch(String),
+    #[error("{0}")]
+    ReadOnly(String),
+    #[error("{0}")]
+    MemoryChanged(String),
+    #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
@@ -89,6 +95,9 @@ impl ApiError {
             Self::WorkspaceNotEmpty(_) => (StatusCode::CONFLICT, "workspace_not_empty"),
             Self::InvalidArchive(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_archive"),
             Self::InvalidWebhook(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_webhook"),
+            Self::InvalidPatch(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_patch"),
+            Self::ReadOnly(_) => (StatusCode::CONFLICT, "read_only"),
+            Self::MemoryChanged(_) => (StatusCode::CONFLICT, "memory_changed"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),

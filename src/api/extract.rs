@@ -87,9 +87,8 @@ impl JsonBody {
     }
 
     /// Reads the body within the body timeout, refusing at once one whose
-    /// `Content-Length` is over the limit. `None` for an empty body.
-    async fn read(req: Request, state: &AppState) -> Result<Option<Self>, ApiError> {
-        let limit = state.config.max_segment_bytes;
+    /// `Content-Length` is over `limit`. `None` for an empty body.
+    async fn read(req: Request, state: &AppState, limit: usize) -> Result<Option<Self>, ApiError> {
         let too_large = || ApiError::PayloadTooLarge(format!("The body exceeds the limit of {limit} bytes."));
         let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|len| len > limit as u64) {
@@ -121,7 +120,7 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        Self::read(req, state)
+        Self::read(req, state, state.config.max_segment_bytes)
             .await?
             .ok_or_else(|| ApiError::InvalidJson("The body is empty; it must be a JSON document.".into()))
     }
@@ -131,8 +130,23 @@ impl FromRequest<AppState> for OptionalJsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let body = JsonBody::read(req, state).await?;
+        let body = JsonBody::read(req, state, state.config.max_segment_bytes).await?;
         Ok(Self(body.unwrap_or_else(|| JsonBody { raw: Bytes::new(), value: Value::Object(Default::default()) })))
+    }
+}
+
+/// A JSON body of a memory edit: at most a mebibyte (SPEC §2.10).
+pub struct EditBody(pub JsonBody);
+
+impl FromRequest<AppState> for EditBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = crate::domain::memory_edit::MAX_EDIT_BYTES.min(state.config.max_segment_bytes);
+        JsonBody::read(req, state, limit)
+            .await?
+            .map(EditBody)
+            .ok_or_else(|| ApiError::InvalidJson("The body is empty; it must be a JSON document.".into()))
     }
 }
 

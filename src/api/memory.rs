@@ -10,7 +10,7 @@ use super::listings::page_of;
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::page::{Listing, PageCursor};
-use crate::pipeline::read::render_instructions;
+use crate::pipeline::read::{ReadAsks, render_instructions};
 use crate::store::FileAtRun;
 use crate::workspace::confine;
 use axum::Json;
@@ -207,7 +207,8 @@ pub async fn instructions(
         _ => summary,
     };
     let memory_dir = layout.config.memories_dir.as_str();
-    match render_instructions(memory_dir, &summary, live_update.unwrap_or(read.live_update)) {
+    let asks = ReadAsks { live_update: live_update.unwrap_or(read.live_update), citations: read.citations };
+    match render_instructions(memory_dir, &summary, asks) {
         Some(rendered) => Ok(Json(json!({
             "instructions": rendered.text,
             "memory_dir": memory_dir,

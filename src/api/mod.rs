@@ -2,6 +2,7 @@
 //! Handlers stay thin; rules live in `domain`, state in `store`.
 
 mod admin;
+mod agent_memory;
 mod cache;
 mod console;
 pub use console::{ConsoleKeys, SignInThrottle};
@@ -150,6 +151,11 @@ where
     Endpoint { method, path, handler: on(filter, handler) }
 }
 
+/// A route whose bodies may be at most `limit` bytes (below the segment limit).
+fn with_body_limit(endpoint: Endpoint, limit: usize) -> Endpoint {
+    Endpoint { handler: endpoint.handler.layer(DefaultBodyLimit::max(limit)), ..endpoint }
+}
+
 /// Every route memoryd serves; `openapi.yaml` is tested against this list.
 fn endpoints() -> Vec<Endpoint> {
     vec![
@@ -198,6 +204,13 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files", listings::list_files),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}", memory::file),
         endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/instructions", memory::instructions),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/list", agent_memory::list),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/read", agent_memory::read_file),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/search", agent_memory::search),
+        with_body_limit(
+            endpoint(Method::POST, "/v1/workspaces/{workspace}/layouts/{layout}/memory/edits", agent_memory::edit),
+            crate::domain::memory_edit::MAX_EDIT_BYTES,
+        ),
         endpoint(Method::POST, "/v1/webhooks", webhooks::create_webhook),
         endpoint(Method::GET, "/v1/webhooks", webhooks::list_webhooks),
         endpoint(Method::GET, "/v1/webhooks/{webhook_id}", webhooks::get_webhook),

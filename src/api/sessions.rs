@@ -153,6 +153,7 @@ pub async fn append_segment(
     )?;
     crate::metrics::redactions("ingest", &redacted);
     let bytes = segment.line.len();
+    let cited = segment.cited.clone();
     let limits = super::limits::effective_limits(&state, tenant).await?;
     let outcome = state
         .appends
@@ -179,6 +180,7 @@ pub async fn append_segment(
                 session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
                 segment_index = receipt.segment_index, bytes, "segment appended"
             );
+            count_citations(&state, tenant, &receipt, &cited).await;
             Ok((StatusCode::CREATED, Json(serde_json::to_value(receipt).map_err(ApiError::internal)?)))
         }
         AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first))),
@@ -198,6 +200,26 @@ pub async fn append_segment(
             "This tenant may keep {limit} bytes, and this segment of {bytes} bytes would pass that; \
              forget what is no longer needed or ask for a larger limit."
         ))),
+    }
+}
+
+/// The rollouts an appended segment cites count as used by its session
+/// (SPEC §2.10); best effort: the segment is already acknowledged.
+async fn count_citations(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    receipt: &crate::store::SegmentReceipt,
+    cited: &[crate::domain::ids::RolloutId],
+) {
+    if cited.is_empty() {
+        return;
+    }
+    let counted = state
+        .store
+        .record_memory_uses(tenant, &receipt.workspace, &receipt.layout, &receipt.session_id, cited, chrono::Utc::now())
+        .await;
+    if let Err(e) = counted {
+        tracing::warn!(error = %crate::error_chain(&e), "counting a segment's citations failed");
     }
 }
 

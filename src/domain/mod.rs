@@ -1,5 +1,6 @@
 //! Pure domain rules: no I/O, no database, unit-tested against the R-rules.
 
+pub mod citation;
 pub mod diff;
 pub mod events;
 pub mod ids;

@@ -79,6 +79,8 @@ pub struct Segment {
     /// The compact JSON line, with its final `\n`; shared, not copied, by
     /// each attempt of the group that writes it.
     pub line: Arc<str>,
+    /// The rollouts its answer cites as used memory (SPEC §2.10).
+    pub cited: Vec<RolloutId>,
 }
 
 fn sanitize_items(field: &str, value: Value) -> Result<Vec<Value>, SegmentError> {
@@ -223,6 +225,7 @@ pub fn build_segment_redacted(
         }
     };
     let final_output = body.shift_remove("final_output").unwrap_or(Value::Null);
+    let cited = super::citation::segment_citations(&final_output, &generated_items);
     let meta = terminal_metadata(body.shift_remove("terminal_metadata"), &final_output, &interruptions)?;
     let terminal_state = meta["terminal_state"].as_str().unwrap_or("unknown").to_owned();
 
@@ -245,7 +248,7 @@ pub fn build_segment_redacted(
     }
     let mut text = dumps(&line, PyJsonStyle::COMPACT);
     text.push('\n');
-    Ok(Segment { rollout_id, updated_at, terminal_state, line: text.into() })
+    Ok(Segment { rollout_id, updated_at, terminal_state, line: text.into(), cited })
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub const PHASE_TWO: &str = include_str!("prompts/phase_two.md");
 pub const READ: &str = include_str!("prompts/read.md");
 pub const READ_LIVE_UPDATE: &str = include_str!("prompts/read_live_update.md");
 pub const READ_ONLY: &str = include_str!("prompts/read_only.md");
+pub const READ_CITATIONS: &str = include_str!("prompts/read_citations.md");
 const EXTRA_PROMPT_SECTION: &str = include_str!("prompts/extra_prompt_section.md");
 
 /// Replaces each `{{ name }}` of `template` in one pass, so that text
@@ -71,6 +72,7 @@ mod tests {
             (PHASE_TWO, &["memory_root", "phase_two_input_selection", "extra_prompt_section"][..]),
             (READ, &["memory_dir", "memory_update_instructions", "memory_summary"][..]),
             (READ_LIVE_UPDATE, &["memory_dir"][..]),
+            (READ_CITATIONS, &["memory_dir"][..]),
         ] {
             let values: Vec<(&str, &str)> = names.iter().map(|n| (*n, "")).collect();
             assert!(!render(template, &values).contains("{{ "), "{names:?}");

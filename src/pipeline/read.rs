@@ -1,7 +1,7 @@
 //! The read side (R-READ-2..5): the memory instructions an agent runtime
 //! injects into its next run.
 
-use super::prompts::{READ, READ_LIVE_UPDATE, READ_ONLY, render};
+use super::prompts::{READ, READ_CITATIONS, READ_LIVE_UPDATE, READ_ONLY, render};
 use super::truncate::truncate_text;
 use crate::domain::pytext::py_strip;
 
@@ -14,17 +14,29 @@ pub struct MemoryInstructions {
     pub truncated: bool,
 }
 
+/// What the read prompt asks of the agent besides reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadAsks {
+    /// Fix stale memory in the same turn (else: never change it).
+    pub live_update: bool,
+    /// End an answer that used memory with Codex's citation block (SPEC §2.10).
+    pub citations: bool,
+}
+
 /// `None` when the summary is blank (nothing is injected). `memory_dir` is
 /// the layout's `memories_dir` as written (R-READ-4).
-pub fn render_instructions(memory_dir: &str, summary: &[u8], live_update: bool) -> Option<MemoryInstructions> {
+pub fn render_instructions(memory_dir: &str, summary: &[u8], asks: ReadAsks) -> Option<MemoryInstructions> {
     let decoded = String::from_utf8_lossy(summary);
     let stripped = py_strip(&decoded);
     let summary = truncate_text(stripped, MEMORY_SUMMARY_TOKEN_LIMIT);
     if summary.is_empty() {
         return None;
     }
-    let update =
-        if live_update { render(READ_LIVE_UPDATE, &[("memory_dir", memory_dir)]) } else { READ_ONLY.to_owned() };
+    let mut update =
+        if asks.live_update { render(READ_LIVE_UPDATE, &[("memory_dir", memory_dir)]) } else { READ_ONLY.to_owned() };
+    if asks.citations {
+        update = format!("{}\n\n{}", update.trim_end(), render(READ_CITATIONS, &[("memory_dir", memory_dir)]));
+    }
     let text = render(
         READ,
         &[("memory_dir", memory_dir), ("memory_update_instructions", update.trim_end()), ("memory_summary", &summary)],
@@ -36,15 +48,17 @@ pub fn render_instructions(memory_dir: &str, summary: &[u8], live_update: bool) 
 mod tests {
     use super::*;
 
+    const LIVE: ReadAsks = ReadAsks { live_update: true, citations: false };
+
     #[test]
     fn blank_summaries_inject_nothing() {
-        assert_eq!(render_instructions("memories", b"", true), None);
-        assert_eq!(render_instructions("memories", b" \n\t\n", true), None);
+        assert_eq!(render_instructions("memories", b"", LIVE), None);
+        assert_eq!(render_instructions("memories", b" \n\t\n", LIVE), None);
     }
 
     #[test]
     fn live_update_and_read_only_texts() {
-        let live = render_instructions("memories", b"\n  likes tea  \n", true).unwrap();
+        let live = render_instructions("memories", b"\n  likes tea  \n", LIVE).unwrap();
         assert!(
             live.text.contains(
                 "========= MEMORY_SUMMARY BEGINS =========\nlikes tea\n========= MEMORY_SUMMARY ENDS ========="
@@ -56,24 +70,39 @@ mod tests {
         assert!(live.text.contains("same turn"));
         assert!(!live.text.contains("Never update memories."));
         assert!(!live.truncated);
-        let read_only = render_instructions("memories", b"likes tea", false).unwrap();
+        let read_only =
+            render_instructions("memories", b"likes tea", ReadAsks { live_update: false, citations: false }).unwrap();
         assert!(read_only.text.contains("Never update memories. You can only read them."));
         assert!(!read_only.text.contains("Memory is writable."));
     }
 
     #[test]
     fn the_memory_dir_keeps_its_spelling_and_braces_stay() {
-        let text = render_instructions("team//memory", b"{memory_dir} {{ memory_dir }}", true).unwrap().text;
+        let text = render_instructions("team//memory", b"{memory_dir} {{ memory_dir }}", LIVE).unwrap().text;
         assert!(text.contains("team//memory/memory_summary.md"));
         assert!(text.contains("{memory_dir} {{ memory_dir }}"));
-        let text = render_instructions("team\\memory", b"x", true).unwrap().text;
+        let text = render_instructions("team\\memory", b"x", LIVE).unwrap().text;
         assert!(text.contains("team\\memory/MEMORY.md"));
+    }
+
+    #[test]
+    fn citations_add_a_section_with_codexs_block() {
+        let plain = render_instructions("memories", b"likes tea", LIVE).unwrap().text;
+        assert!(!plain.contains("oai-mem-citation"));
+        let cited = render_instructions("memories", b"likes tea", ReadAsks { live_update: true, citations: true })
+            .unwrap()
+            .text;
+        for tag in ["<oai-mem-citation>", "<rollout_ids>", "</rollout_ids>", "</oai-mem-citation>"] {
+            assert!(cited.contains(tag), "{tag}");
+        }
+        assert!(cited.contains("Memory is writable."));
+        assert!(cited.find("oai-mem-citation").unwrap() < cited.find("MEMORY_SUMMARY BEGINS").unwrap());
     }
 
     #[test]
     fn long_summaries_are_cut_to_15000_tokens() {
         let summary = format!("start{}end", "x".repeat(70_000));
-        let out = render_instructions("memories", summary.as_bytes(), true).unwrap();
+        let out = render_instructions("memories", summary.as_bytes(), LIVE).unwrap();
         assert!(out.truncated);
         assert!(out.text.contains("tokens truncated"));
         assert!(out.text.contains("startxxx") && out.text.contains("xxxend"));

@@ -247,6 +247,9 @@ pub struct AppendRequest {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SegmentReceipt {
+    /// The session's workspace (not part of the answer, which names the session).
+    #[serde(skip)]
+    pub workspace: WorkspaceName,
     pub session_id: SessionId,
     pub layout: LayoutName,
     pub rollout_id: RolloutId,

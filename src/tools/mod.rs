@@ -9,6 +9,7 @@
 pub mod apply_patch;
 pub mod commands;
 pub mod edit;
+pub mod read;
 
 use crate::llm::ToolSpec;
 use crate::workspace::confine;

@@ -5,6 +5,7 @@ use memoryd::fake_model as fake_llm;
 mod harness;
 
 mod admin;
+mod agent_memory;
 mod coalesce;
 mod connections;
 mod console;

@@ -1,0 +1,388 @@
+//! The running agent's memory over HTTP (SPEC §2.10): list, read and search
+//! a layout's memory folder, and edit it through a job in the layout's lane.
+//! Reads that name a session count as usage of the raw memory they open.
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{EditBody, QueryParams, TenantAuth};
+use super::memory::{locate, settle_publishes};
+use crate::domain::diff::Change;
+use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::layout::ValidLayout;
+use crate::domain::memory_edit::{EditRefusal, MemoryEdit, memory_relative, normalize};
+use crate::store::{JobRecord, JobState};
+use crate::tools::read::{self, ReadError, SearchQuery};
+use crate::workspace::confine;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The longest `?wait=` of an edit.
+const MAX_EDIT_WAIT_SECS: u64 = 60;
+const DEFAULT_EDIT_WAIT_SECS: u64 = 10;
+
+/// A layout's memory folder in a workspace, located for one request.
+struct MemoryFolder {
+    workspace: WorkspaceName,
+    layout_name: LayoutName,
+    layout: ValidLayout,
+    root: std::path::PathBuf,
+    memory_root: std::path::PathBuf,
+}
+
+impl MemoryFolder {
+    /// Locates the folder and completes a publish under way in it, so that
+    /// no read sees half a run.
+    async fn open(state: &AppState, tenant: uuid::Uuid, workspace: &str, layout: &str) -> Result<Self, ApiError> {
+        let (workspace, layout_name, layout) = locate(state, tenant, workspace, layout).await?;
+        let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+        let memory_root = confine(&root, &layout.memories_dir.normalized).map_err(ApiError::internal)?;
+        settle_publishes(state, tenant, &workspace, &layout_name).await;
+        Ok(Self { workspace, layout_name, layout, root, memory_root })
+    }
+
+    /// A `path` parameter as a path inside the folder (`""`: the folder
+    /// itself), given relative to it or as the instructions spell it.
+    fn path(&self, raw: Option<&str>) -> Result<String, ApiError> {
+        let raw = raw.unwrap_or("");
+        let memories = &self.layout.memories_dir.normalized;
+        let refused = || {
+            ApiError::InvalidRequest(format!(
+                "path must be relative to the memory folder and stay inside it, got: {raw:?}"
+            ))
+        };
+        if raw.chars().any(char::is_control) {
+            return Err(refused());
+        }
+        let whole = matches!(raw, "" | "." | "./") || normalize(raw).as_deref() == Some(memories.as_str());
+        let relative = if whole { String::new() } else { memory_relative(memories, raw).ok_or_else(refused)? };
+        if !relative.is_empty() {
+            confine(&self.memory_root, &relative).map_err(|_| refused())?;
+        }
+        Ok(relative)
+    }
+}
+
+fn read_problem(e: ReadError) -> ApiError {
+    match e {
+        ReadError::NotFound(m) => ApiError::NotFound(m),
+        ReadError::Invalid(m) => ApiError::InvalidRequest(m),
+        ReadError::Io(e) => ApiError::internal(e),
+    }
+}
+
+/// Runs blocking disk work off the runtime's threads.
+async fn on_disk<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ReadError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.map_err(ApiError::internal)?.map_err(read_problem)
+}
+
+/// An opaque cursor: URL-safe base64 of a JSON value.
+fn encode_cursor(value: Value) -> String {
+    URL_SAFE_NO_PAD.encode(value.to_string())
+}
+
+fn decode_cursor<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
+    URL_SAFE_NO_PAD
+        .decode(raw)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .ok_or_else(|| ApiError::InvalidRequest(format!("cursor is not one this listing gave: {raw}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    path: Option<String>,
+    cursor: Option<String>,
+}
+
+/// `GET …/memory/list`.
+pub async fn list(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((workspace, layout)): Path<(String, String)>,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let after: Option<String> = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let dir = folder.path(query.path.as_deref())?;
+    let memory_root = folder.memory_root.clone();
+    let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref())).await?;
+    Ok(Json(json!({"entries": page.entries, "next_cursor": page.next_after.map(|p| encode_cursor(json!(p)))})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    path: Option<String>,
+    offset: Option<u64>,
+    limit: Option<u64>,
+    session_id: Option<String>,
+}
+
+/// `GET …/memory/read`.
+pub async fn read_file(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((workspace, layout)): Path<(String, String)>,
+    QueryParams(query): QueryParams<ReadQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if query.offset == Some(0) || query.limit == Some(0) {
+        return Err(ApiError::InvalidRequest("offset and limit count from 1.".into()));
+    }
+    let session = query.session_id.as_deref().map(session_of).transpose()?;
+    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let path = folder.path(query.path.as_deref())?;
+    if path.is_empty() {
+        return Err(ApiError::InvalidRequest(
+            "path names a file of the memory folder (list the folder with memory/list).".into(),
+        ));
+    }
+    let (memory_root, at) = (folder.memory_root.clone(), path.clone());
+    let slice = on_disk(move || read::read(&memory_root, &at, query.offset.unwrap_or(1), query.limit)).await?;
+    if let Some(session) = session {
+        count_read(&state, tenant, &folder, &session, &path).await;
+    }
+    Ok(Json(serde_json::to_value(slice).map_err(ApiError::internal)?))
+}
+
+fn session_of(raw: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(raw)
+        .ok_or_else(|| ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw:?}")))
+}
+
+/// A read of a raw memory or rollout summary by a session counts as a use
+/// of that rollout (SPEC §2.10). Counting is best effort: a failure to
+/// count never fails the read.
+async fn count_read(state: &AppState, tenant: uuid::Uuid, folder: &MemoryFolder, session: &SessionId, path: &str) {
+    let Some(rollout) = read::rollout_of_memory_file(path).and_then(RolloutId::parse) else { return };
+    let counted = state
+        .store
+        .record_memory_uses(tenant, &folder.workspace, &folder.layout_name, session, &[rollout], chrono::Utc::now())
+        .await;
+    if let Err(e) = counted {
+        tracing::warn!(error = %crate::error_chain(&e), "counting a memory read failed");
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    query: Option<String>,
+    path: Option<String>,
+    regex: Option<bool>,
+    case_sensitive: Option<bool>,
+    context: Option<usize>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `GET …/memory/search`.
+pub async fn search(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((workspace, layout)): Path<(String, String)>,
+    QueryParams(params): QueryParams<SearchParams>,
+) -> Result<Json<Value>, ApiError> {
+    let text =
+        params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
+    let context = params.context.unwrap_or(0);
+    let limit = params.limit.unwrap_or(50);
+    if context > read::MAX_CONTEXT || !(1..=read::MAX_MATCHES).contains(&limit) {
+        return Err(ApiError::InvalidRequest(format!(
+            "context must be 0 to {} and limit 1 to {}.",
+            read::MAX_CONTEXT,
+            read::MAX_MATCHES
+        )));
+    }
+    let after: Option<(String, u64)> = params.cursor.as_deref().map(decode_cursor).transpose()?;
+    let (regex, case_sensitive) = (params.regex.unwrap_or(false), params.case_sensitive.unwrap_or(false));
+    // Checked before any file is opened: a bad pattern is the caller's, not the folder's.
+    read::matcher(&SearchQuery { query: &text, regex, case_sensitive, context, limit, after: None })
+        .map_err(read_problem)?;
+    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let dir = folder.path(params.path.as_deref())?;
+    let memory_root = folder.memory_root.clone();
+    let page = on_disk(move || {
+        read::search(&memory_root, &dir, &SearchQuery { query: &text, regex, case_sensitive, context, limit, after })
+    })
+    .await?;
+    Ok(Json(json!({
+        "matches": page.matches,
+        "next_cursor": page.next_after.map(|(path, line)| encode_cursor(json!([path, line]))),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditQuery {
+    wait: Option<String>,
+}
+
+fn edit_wait(raw: Option<&str>) -> Result<Duration, ApiError> {
+    match raw {
+        None => Ok(Duration::from_secs(DEFAULT_EDIT_WAIT_SECS)),
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(s) if s <= MAX_EDIT_WAIT_SECS => Ok(Duration::from_secs(s)),
+            _ => Err(ApiError::InvalidRequest(format!(
+                "wait must be a whole number of seconds from 0 to {MAX_EDIT_WAIT_SECS}, got: {raw}"
+            ))),
+        },
+    }
+}
+
+pub(crate) fn refusal_problem(refusal: EditRefusal) -> ApiError {
+    match refusal {
+        EditRefusal::InvalidRequest(m) => ApiError::InvalidRequest(m),
+        EditRefusal::InvalidPatch(m) => ApiError::InvalidPatch(m),
+        EditRefusal::MemoryChanged(m) => ApiError::MemoryChanged(m),
+    }
+}
+
+/// `POST …/memory/edits`.
+pub async fn edit(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((workspace, layout)): Path<(String, String)>,
+    QueryParams(query): QueryParams<EditQuery>,
+    EditBody(body): EditBody,
+) -> Result<Response, ApiError> {
+    let wait = edit_wait(query.wait.as_deref())?;
+    let edit = MemoryEdit::from_body(body.value).map_err(refusal_problem)?;
+    let job = queue_checked_edit(&state, tenant, &workspace, &layout, &edit).await?;
+    edit_answer(&state, tenant, job, wait).await
+}
+
+/// Checks an edit against the files as they are now and queues it: the
+/// one place the HTTP route and MCP's `memory_edit` go through.
+pub(crate) async fn queue_checked_edit(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+    edit: &MemoryEdit,
+) -> Result<JobRecord, ApiError> {
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
+    if !folder.layout.config.read.as_ref().is_some_and(|r| r.live_update) {
+        return Err(ApiError::ReadOnly(
+            "This layout's memory is read-only for running agents (its read config is null or live_update is false)."
+                .into(),
+        ));
+    }
+    if !state.volumes.has_room() {
+        return Err(ApiError::InsufficientStorage(super::error::STORAGE_FULL.into()));
+    }
+    let (root, memories) = (folder.root.clone(), folder.layout.memories_dir.normalized.clone());
+    let sessions = folder.layout.sessions_dir.normalized.clone();
+    let checked = edit.clone();
+    let applied =
+        tokio::task::spawn_blocking(move || crate::tools::edit::apply_edit(&root, &memories, &sessions, &checked))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(refusal_problem)?;
+    let growth: i64 = applied.changed.iter().map(|c| c.growth).sum();
+    check_storage(state, tenant, growth).await?;
+    let job = state.store.queue_edit(tenant, &folder.workspace, &folder.layout_name, &folder.layout, edit).await?;
+    state.wake.notify_waiters();
+    Ok(job)
+}
+
+async fn check_storage(state: &AppState, tenant: uuid::Uuid, growth: i64) -> Result<(), ApiError> {
+    if growth <= 0 {
+        return Ok(());
+    }
+    let Some(limit) = super::limits::effective_limits(state, tenant).await?.storage_bytes.filter(|l| *l > 0) else {
+        return Ok(());
+    };
+    let used = state.store.storage_bytes(tenant).await?.max(0) as u64;
+    if used + growth as u64 > limit {
+        return Err(ApiError::QuotaExceeded(format!(
+            "The edit would take the tenant's storage to {} bytes, past its limit of {limit}.",
+            used + growth as u64
+        )));
+    }
+    Ok(())
+}
+
+/// Waits up to `wait` for the edit's job, then answers: 200 with what it
+/// changed once published, its refusal if it could no longer apply, else
+/// 202 with the job.
+async fn edit_answer(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    job: JobRecord,
+    wait: Duration,
+) -> Result<Response, ApiError> {
+    let job = wait_for_job(state, tenant, job, wait).await?;
+    match job.state {
+        JobState::Succeeded => Ok(Json(published_edit(state, tenant, &job).await?).into_response()),
+        JobState::Failed => match job.last_error.as_deref().and_then(EditRefusal::from_job_error) {
+            Some(refusal) => Err(refusal_problem(refusal)),
+            None => Ok(accepted(&job)?),
+        },
+        _ => Ok(accepted(&job)?),
+    }
+}
+
+fn accepted(job: &JobRecord) -> Result<Response, ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)).into_response())
+}
+
+/// Until the job is neither queued nor running, or `wait` passes.
+pub(crate) async fn wait_for_job(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    mut job: JobRecord,
+    wait: Duration,
+) -> Result<JobRecord, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut shutdown = state.shutdown.clone();
+    // Registered before each read of the job, so that a finish in between is not missed.
+    let mut woken = Box::pin(state.wake.notified());
+    while matches!(job.state, JobState::Queued | JobState::Running) && tokio::time::Instant::now() < deadline {
+        // Jobs finished in this process wake us; another replica's are seen by polling.
+        let step = tokio::time::Instant::now() + Duration::from_millis(100);
+        tokio::select! {
+            _ = tokio::time::sleep_until(step.min(deadline)) => {}
+            _ = woken.as_mut() => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => break,
+        }
+        woken = Box::pin(state.wake.notified());
+        job = state
+            .store
+            .get_job(tenant, job.job_id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound("The job is gone.".into()))?;
+    }
+    Ok(job)
+}
+
+/// `{job_id, run_id, changes}` of a published edit.
+pub(crate) async fn published_edit(state: &AppState, tenant: uuid::Uuid, job: &JobRecord) -> Result<Value, ApiError> {
+    let run = state
+        .store
+        .run_of_job(tenant, job.job_id)
+        .await?
+        .ok_or_else(|| ApiError::internal("an edit without its run"))?;
+    let files = state.store.run_files(tenant, run.run_id).await?.unwrap_or_default();
+    let changes: Vec<Value> = files
+        .iter()
+        .map(|f| {
+            let change = match (&f.before_hash, &f.after_hash) {
+                (None, Some(_)) => Change::Added,
+                (_, None) => Change::Deleted,
+                _ => Change::Modified,
+            };
+            json!({"path": f.path, "change": change.as_str()})
+        })
+        .collect();
+    Ok(json!({"job_id": job.job_id, "run_id": run.run_id, "changes": changes}))
+}
