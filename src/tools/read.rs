@@ -382,7 +382,7 @@ mod tests {
             ]
         );
         assert_eq!(page.entries[2].kind, EntryKind::Dir);
-        assert_eq!(page.entries[0].bytes, Some(43));
+        assert_eq!(page.entries[0].bytes, Some(42));
         assert!(page.next_after.is_none());
         let after = list(&root, "skills", Some("skills/ci")).unwrap();
         assert_eq!(after.entries.len(), 1);

@@ -162,6 +162,14 @@ async fn edits_publish_through_a_run_of_their_own(backend: Backend) {
         .unwrap()
         .to_owned();
     assert!(diff.contains("+- The user switched to coffee."), "{diff}");
+    let mut browser = crate::console::Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let (_, _, page) = browser.get(&format!("/console/runs/default/default/{run_id}")).await;
+    assert!(
+        page.contains("<td>edit</td>") && page.contains("agent-run-7") && page.contains("stale preference"),
+        "{page}"
+    );
+    assert!(page.contains("The user switched to coffee."), "the diff is shown: {page}");
     let (_, _, job) = get(&app, &t.key, &format!("/v1/jobs/{}", done["job_id"].as_str().unwrap())).await;
     assert_eq!((job["kind"].as_str(), job["state"].as_str()), (Some("edit"), Some("succeeded")));
     let (_, _, read) = get(&app, &t.key, &format!("{MEMORY}/read?path=MEMORY.md")).await;
@@ -484,6 +492,10 @@ async fn reads_and_citations_rank_a_usage_layout(backend: Backend) {
     )
     .unwrap();
     assert_eq!(file["selected"][0]["usage_count"], 2, "the file carries the usage too");
+    let mut browser = crate::console::Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let (_, _, page) = browser.get("/console/memory").await;
+    assert!(page.contains("<th>Used</th>") && page.contains("<td>2</td>"), "usage next to the selection: {page}");
 }
 
 async fn max_unused_days_leaves_a_stale_memory_out(backend: Backend) {

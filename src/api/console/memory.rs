@@ -101,11 +101,13 @@ pub(super) async fn memory(State(state): State<AppState>, signed: Signed, Query(
             @match &selection {
                 Some(doc) => {
                     table {
-                        tr { th { "Rollout" } th { "Updated" } th { "Terminal state" } th { "Summary file" } }
+                        tr { th { "Rollout" } th { "Updated" } th { "Used" } th { "Last used" } th { "Terminal state" } th { "Summary file" } }
                         @for item in doc.get("selected").and_then(|v| v.as_array()).into_iter().flatten() {
                             tr {
                                 td { code { (item.get("rollout_id").and_then(|v| v.as_str()).unwrap_or("")) } }
                                 td { (item.get("updated_at").and_then(|v| v.as_str()).unwrap_or("")) }
+                                td { (item.get("usage_count").and_then(|v| v.as_i64()).unwrap_or(0)) }
+                                td { (item.get("last_usage").and_then(|v| v.as_str()).unwrap_or("never")) }
                                 td { (item.get("terminal_state").and_then(|v| v.as_str()).unwrap_or("")) }
                                 td { code { (item.get("rollout_summary_file").and_then(|v| v.as_str()).unwrap_or("")) } }
                             }

@@ -17,10 +17,11 @@ pub(super) async fn runs(State(state): State<AppState>, signed: Signed, Query(q)
         html! {
             (picker)
             table {
-                tr { th { "Run" } th { "State" } th { "Selected" } th { "Added" } th { "Retained" } th { "Removed" } th { "Sessions" } th { "Turns" } th { "Finished" } }
+                tr { th { "Run" } th { "Kind" } th { "State" } th { "Selected" } th { "Added" } th { "Retained" } th { "Removed" } th { "Sessions" } th { "Turns" } th { "Finished" } }
                 @for r in &rows {
                     tr {
-                        td { (run_link(ws, ln, &r.run_id)) @if r.restored_from.is_some() { " (restore)" } }
+                        td { (run_link(ws, ln, &r.run_id)) }
+                        td { (r.kind) }
                         td { (state_badge(r.state.as_str())) } td { (r.selected) } td { (r.added) } td { (r.retained) } td { (r.removed) }
                         td { @for s in &r.sessions { (session_link(s)) " " } }
                         td { (r.turns) } td { (when(&r.finished_at)) }
@@ -67,7 +68,15 @@ pub(super) async fn run(
             table {
                 tr { th { "Memory" } td { (memory_link(ws, ln)) } }
                 tr { th { "State" } td { (state_badge(r.state.as_str())) @if let Some(e) = &r.error { " " span class="error" { (e) } } } }
+                tr { th { "Kind" } td { (r.kind) } }
                 tr { th { "Job" } td { (job_link(&r.job_id)) } }
+                @if r.kind == "edit" {
+                    tr { th { "Edited by" } td {
+                        @if r.session_id.is_empty() { span class="muted" { "no session named" } } @else { "session " code { (r.session_id) } }
+                        @if let Some(rollout) = &r.rollout_id { ", in conversation " (rollout_link(ws, ln, rollout)) }
+                    } }
+                    tr { th { "Reason" } td { @match &r.reason { Some(reason) => { (reason) } None => { span class="muted" { "none given" } } } } }
+                }
                 @if let Some(from) = &r.restored_from { tr { th { "Restored" } td { "the memory as " (run_link(ws, ln, from)) " left it" } } }
                 tr { th { "Sessions served" } td { @for s in &r.sessions { (session_link(s)) " " } } }
                 tr { th { "Selected / added / retained / removed" } td { (r.selected) " / " (r.added) " / " (r.retained) " / " (r.removed) } }
