@@ -206,3 +206,62 @@ async fn a_read_never_sees_half_a_run(backend: Backend) {
     let selection = std::fs::read_to_string(memories.join("phase_two_selection.json")).unwrap();
     assert!(selection.contains("chat-2"), "the whole run is in place: {selection}");
 }
+
+crate::both_backends!(a_kill_during_an_edit_leaves_all_of_it_or_none);
+
+/// Kill -9 moments after an edit that writes twelve files was accepted: at
+/// the next start a read sees all twelve or none, and once the job has run
+/// again all twelve are there, once.
+async fn a_kill_during_an_edit_leaves_all_of_it_or_none(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = database_env(backend).await;
+    env.push(("MEMORYD_JOB_LEASE_SECS", "1".into()));
+    env.push(("MEMORYD_RETRY_BASE_MS", "50".into()));
+    let http = reqwest::Client::new();
+    let mut tenant: Option<(String, String)> = None;
+    let mut seen = [0usize; 2];
+    for round in 0..6u64 {
+        let (mut memoryd, _, key) = spawn_round(dir.path(), round, &env, &http, &mut tenant).await;
+        let listed = |memoryd_base: String, key: String, round: u64| {
+            let http = http.clone();
+            async move {
+                let path = format!("/v1/workspaces/default/layouts/default/memory/list?path=edits/r{round}");
+                let res = http.get(format!("{memoryd_base}{path}")).bearer_auth(&key).send().await.unwrap();
+                if res.status() == 404 {
+                    0
+                } else {
+                    res.json::<Value>().await.unwrap()["entries"].as_array().unwrap().len()
+                }
+            }
+        };
+        if round > 0 {
+            let at_start = listed(memoryd.base.clone(), key.clone(), round - 1).await;
+            assert!(at_start == 0 || at_start == 12, "round {}'s edit at restart: {at_start} of 12 files", round - 1);
+            seen[usize::from(at_start == 12)] += 1;
+            wait_for("the edit's job", Duration::from_secs(30), async || {
+                jobs_of_kind(&http, &memoryd.base, &key, "edit").await.iter().all(|j| j["state"] == "succeeded")
+            })
+            .await;
+            assert_eq!(
+                listed(memoryd.base.clone(), key.clone(), round - 1).await,
+                12,
+                "the edit completed after the kill"
+            );
+        }
+        let operations: Vec<Value> = (0..12)
+            .map(|i| json!({"command": "create", "path": format!("edits/r{round}/f{i}.md"), "file_text": format!("round {round}\n")}))
+            .collect();
+        let res = http
+            .post(format!("{}/v1/workspaces/default/layouts/default/memory/edits?wait=0", memoryd.base))
+            .bearer_auth(&key)
+            .json(&json!({"operations": operations}))
+            .send()
+            .await
+            .unwrap();
+        assert!(matches!(res.status().as_u16(), 200 | 202), "{}", res.text().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(round * 3)).await;
+        memoryd.signal("-KILL");
+        memoryd.exit().await;
+    }
+    eprintln!("at restart: {} edits not yet published, {} published", seen[0], seen[1]);
+}
