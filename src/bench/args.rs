@@ -14,6 +14,8 @@ pub enum Workload {
     Redaction,
     /// Export and import of a workspace of 1,000 conversations (about 100 MiB).
     Portability,
+    /// A running agent's search, read and edit of its memory over HTTP.
+    Tools,
     /// Many tenants' closes at once: how fast the job engine drains them
     /// (not part of `all`).
     Drain,

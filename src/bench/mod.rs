@@ -21,6 +21,7 @@ mod forget;
 mod portability;
 mod scale;
 mod soak;
+mod tools;
 
 pub use args::{BackendChoice, BenchArgs, Workload};
 
@@ -518,6 +519,13 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         let f = bench.redaction(if args.quick { 1 } else { 30 });
         progress(&f);
         out.push(f);
+    }
+    if wants(Workload::Tools) {
+        let (memory, summaries, requests) = if args.quick { (64 << 10, 50, 20) } else { (1 << 20, 1000, 200) };
+        for f in bench.tools(memory, summaries, requests).await? {
+            progress(&f);
+            out.push(f);
+        }
     }
     if wants(Workload::Selection) {
         for r in if args.quick { vec![100] } else { vec![100, 1000, 10_000] } {

@@ -64,8 +64,10 @@ fn walk_error(e: std::io::Error, shown: &str) -> ReadError {
 }
 
 /// Every entry under `dir` (relative to `memory_root`, `""` for all of it),
-/// recursively: the file itself when `dir` is a file.
-fn entries_under(memory_root: &Path, dir: &str) -> Result<Vec<MemoryEntry>, ReadError> {
+/// recursively: the file itself when `dir` is a file. Without `sizes`, no
+/// file is stat'ed (a search needs only the names: the kind comes from the
+/// directory listing itself).
+fn entries_under(memory_root: &Path, dir: &str, sizes: bool) -> Result<Vec<MemoryEntry>, ReadError> {
     let start = if dir.is_empty() { memory_root.to_path_buf() } else { memory_root.join(dir) };
     let meta = std::fs::symlink_metadata(&start).map_err(|e| walk_error(e, dir))?;
     if meta.is_file() {
@@ -84,17 +86,23 @@ fn entries_under(memory_root: &Path, dir: &str) -> Result<Vec<MemoryEntry>, Read
         };
         for item in listed {
             let item = item?;
-            let Ok(meta) = std::fs::symlink_metadata(item.path()) else { continue };
-            if is_temporary_file(&item.file_name()) || !(meta.is_file() || meta.is_dir()) {
+            let Ok(kind) = item.file_type() else { continue };
+            if is_temporary_file(&item.file_name()) || !(kind.is_file() || kind.is_dir()) {
                 continue;
             }
             let Ok(relative) = item.path().strip_prefix(memory_root).map(|p| p.to_string_lossy().into_owned()) else {
                 continue;
             };
-            if meta.is_dir() {
+            if kind.is_dir() {
                 pending.push(item.path());
             }
-            found.push(entry(relative, &meta));
+            if sizes {
+                let Ok(meta) = item.metadata() else { continue };
+                found.push(entry(relative, &meta));
+            } else {
+                let kind = if kind.is_dir() { EntryKind::Dir } else { EntryKind::File };
+                found.push(MemoryEntry { path: relative, kind, bytes: None, modified_at: None });
+            }
         }
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));
@@ -113,7 +121,7 @@ fn entry(path: String, meta: &std::fs::Metadata) -> MemoryEntry {
 
 /// `memory/list`: a page of the entries under `dir`.
 pub fn list(memory_root: &Path, dir: &str, after: Option<&str>) -> Result<ListPage, ReadError> {
-    let mut entries: Vec<MemoryEntry> = entries_under(memory_root, dir)?
+    let mut entries: Vec<MemoryEntry> = entries_under(memory_root, dir, true)?
         .into_iter()
         .filter(|e| after.is_none_or(|after| e.path.as_str() > after))
         .take(MAX_LISTED + 1)
@@ -139,7 +147,7 @@ pub struct FileSlice {
     pub sha256: String,
 }
 
-fn read_file(memory_root: &Path, path: &str) -> Result<Vec<u8>, ReadError> {
+fn read_file(memory_root: &Path, path: &str) -> Result<(Vec<u8>, std::fs::Metadata), ReadError> {
     let abs = memory_root.join(path);
     let meta = std::fs::symlink_metadata(&abs).map_err(|e| walk_error(e, path))?;
     if meta.is_dir() {
@@ -148,37 +156,81 @@ fn read_file(memory_root: &Path, path: &str) -> Result<Vec<u8>, ReadError> {
     if !meta.is_file() || abs.file_name().is_some_and(is_temporary_file) {
         return Err(ReadError::NotFound(format!("No file {path} in the memory folder.")));
     }
-    std::fs::read(&abs).map_err(|e| walk_error(e, path))
+    let bytes = std::fs::read(&abs).map_err(|e| walk_error(e, path))?;
+    Ok((bytes, meta))
+}
+
+/// The SHA-256 of a file's bytes, remembered by the file's identity: memory
+/// files are replaced by a rename (a new inode) and never written in place,
+/// so an inode with the same length and modification time holds the same
+/// bytes. A megabyte's digest costs most of a read otherwise.
+fn file_sha256(meta: &std::fs::Metadata, bytes: &[u8]) -> String {
+    use std::os::unix::fs::MetadataExt;
+    static DIGESTS: std::sync::LazyLock<moka::sync::Cache<(u64, u64, i64, i64, u64), String>> =
+        std::sync::LazyLock::new(|| moka::sync::Cache::new(10_000));
+    let identity = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec(), meta.len());
+    if meta.len() != bytes.len() as u64 {
+        return sha256_hex(bytes);
+    }
+    DIGESTS.get_with(identity, || sha256_hex(bytes))
+}
+
+/// Where line `number` (1-based) of `text` starts; `None` past its end.
+fn line_start(text: &str, number: u64) -> Option<usize> {
+    let mut at = 0;
+    for _ in 1..number {
+        at += text[at..].find('\n')? + 1;
+        if at >= text.len() {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+fn count_lines(text: &str) -> u64 {
+    let newlines = memchr::memchr_iter(b'\n', text.as_bytes()).count() as u64;
+    newlines + u64::from(!text.is_empty() && !text.ends_with('\n'))
+}
+
+/// The file's text; invalid UTF-8 replaced (the check alone is far faster
+/// than the replacing decoder, and almost every file passes it).
+fn decoded(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// `memory/read`: lines `offset` (1-based) onward, at most `limit` of them
 /// and at most [`MAX_READ_BYTES`], cut at a line end.
 pub fn read(memory_root: &Path, path: &str, offset: u64, limit: Option<u64>) -> Result<FileSlice, ReadError> {
-    let bytes = read_file(memory_root, path)?;
-    let sha256 = sha256_hex(&bytes);
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.split_inclusive('\n').collect();
-    let total_lines = all.len() as u64;
+    let (bytes, meta) = read_file(memory_root, path)?;
+    let sha256 = file_sha256(&meta, &bytes);
+    let text = decoded(&bytes);
+    let total_lines = count_lines(&text);
     let offset = offset.max(1);
+    let past_end = || ReadError::Invalid(format!("offset {offset} is past the end: {path} has {total_lines} lines."));
     if offset > total_lines.max(1) {
-        return Err(ReadError::Invalid(format!("offset {offset} is past the end: {path} has {total_lines} lines.")));
+        return Err(past_end());
     }
-    let wanted = all.iter().skip(offset as usize - 1).take(limit.map_or(usize::MAX, |l| l as usize));
-    let (mut out, mut lines, mut truncated) = (String::new(), 0u64, false);
+    let start = line_start(&text, offset).unwrap_or(text.len());
+    let wanted = text[start..].split_inclusive('\n').take(limit.map_or(usize::MAX, |l| l as usize));
+    let (mut end, mut lines, mut truncated) = (start, 0u64, false);
     for line in wanted {
-        if out.len() + line.len() > MAX_READ_BYTES {
+        if end - start + line.len() > MAX_READ_BYTES {
             truncated = true;
             if lines == 0 {
                 // One line longer than the cap: as much of it as fits.
-                out.push_str(cut_at_char(line, MAX_READ_BYTES));
+                end += cut_at_char(line, MAX_READ_BYTES).len();
                 lines = 1;
             }
             break;
         }
-        out.push_str(line);
+        end += line.len();
         lines += 1;
     }
-    Ok(FileSlice { path: path.to_owned(), text: out, offset, lines, total_lines, truncated, sha256 })
+    let text = text[start..end].to_owned();
+    Ok(FileSlice { path: path.to_owned(), text, offset, lines, total_lines, truncated, sha256 })
 }
 
 fn cut_at_char(text: &str, max: usize) -> &str {
@@ -246,8 +298,11 @@ fn search_order(path: &str) -> (u8, &str) {
 /// order, one match per line.
 pub fn search(memory_root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<SearchPage, ReadError> {
     let matcher = matcher(query)?;
-    let mut files: Vec<String> =
-        entries_under(memory_root, dir)?.into_iter().filter(|e| e.kind == EntryKind::File).map(|e| e.path).collect();
+    let mut files: Vec<String> = entries_under(memory_root, dir, false)?
+        .into_iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .map(|e| e.path)
+        .collect();
     files.sort_by(|a, b| search_order(a).cmp(&search_order(b)));
     let limit = query.limit.clamp(1, MAX_MATCHES);
     let mut matches = Vec::new();
@@ -258,7 +313,7 @@ pub fn search(memory_root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<
             _ => 0,
         };
         let Ok(bytes) = std::fs::read(memory_root.join(&path)) else { continue };
-        let text = String::from_utf8_lossy(&bytes);
+        let text = decoded(&bytes);
         search_text(&path, &text, &matcher, query.context, skip_through, limit + 1 - matches.len(), &mut matches);
         if matches.len() > limit {
             break;
@@ -308,7 +363,7 @@ fn search_text(
 /// Where each line starts (a final empty line after a last newline is none).
 fn line_starts(text: &str) -> Vec<usize> {
     let mut starts = vec![0];
-    starts.extend(text.match_indices('\n').map(|(i, _)| i + 1).filter(|i| *i < text.len()));
+    starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1).filter(|i| *i < text.len()));
     starts
 }
 

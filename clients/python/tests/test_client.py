@@ -25,6 +25,7 @@ from memoryd import (
     RetryPolicy,
     UnavailableError,
 )
+from memoryd import models as m
 from memoryd.models import LayoutConfig
 
 FAST = RetryPolicy(max_retries=3, base_delay=0.05, max_delay=0.2)
@@ -79,6 +80,47 @@ def test_the_main_job_through_the_sync_client(server, tenant):
         assert "MEMORY_SUMMARY BEGINS" in instructions.instructions and "green tea" in instructions.instructions
         assert instructions.memory_dir == "memories"
         assert "memoryd_" in client.metrics()
+
+
+def test_the_running_agents_memory_routes(server, tenant):
+    _, key = tenant
+    with Memoryd(server.base_url, key, retry=FAST) as client:
+        client.append_segment("py-agent", segment("chat-7", "I prefer green tea."))
+        assert client.close_session("py-agent", wait=30).state == "closed"
+        listed = client.list_memory()
+        assert "MEMORY.md" in [e.path for e in listed.entries]
+        memory = client.read_memory("memories/MEMORY.md")
+        assert "green tea" in memory.text and len(memory.sha256) == 64
+        found = client.search_memory("GREEN TEA")
+        assert found.matches[0].path == "MEMORY.md"
+        done = client.edit_memory(
+            operations=[
+                {"command": "insert", "path": "MEMORY.md", "insert_line": 0, "insert_text": "- likes oat milk"}
+            ],
+            expect={"MEMORY.md": memory.sha256},
+            session_id="py-agent-run",
+            reason="learned today",
+        )
+        assert isinstance(done, m.PublishedEdit)
+        assert [(c.path, c.change) for c in done.changes] == [("MEMORY.md", "modified")]
+        assert client.read_memory("MEMORY.md", limit=1).text == "- likes oat milk\n"
+        with pytest.raises(ConflictError) as stale:
+            delete = "*** Begin Patch\n*** Delete File: MEMORY.md\n*** End Patch"
+            client.edit_memory(patch=delete, expect={"MEMORY.md": memory.sha256})
+        assert stale.value.code == "memory_changed"
+        run = client.get_run(done.run_id)
+        assert (run.kind, run.session_id, run.reason) == ("edit", "py-agent-run", "learned today")
+
+
+async def test_the_async_client_reaches_memory_too(server, tenant):
+    _, key = tenant
+    async with AsyncMemoryd(server.base_url, key, retry=FAST) as client:
+        await client.append_segment("py-async-agent", segment("chat-8", "I use vim."))
+        await client.close_session("py-async-agent", wait=30)
+        found = await client.search_memory("vim", context=1)
+        assert found.matches and found.matches[0].text
+        done = await client.edit_memory(patch="*** Begin Patch\n*** Add File: notes.md\n+vim keys\n*** End Patch")
+        assert isinstance(done, m.PublishedEdit) and done.changes[0].change == "added"
 
 
 def test_history_diffs_and_restores(server, tenant):

@@ -432,6 +432,71 @@ export class Memoryd {
     return this.send({ method: "GET", path, query: { live_update: where.liveUpdate } }, parse, options);
   }
 
+  // -- the running agent's memory (SPEC §2.10) ----------------------------------------
+  /** The files and folders under `path` (default: the whole memory folder), sorted, at most 2,000 a page. */
+  listMemory(
+    where: { workspace?: string; layout?: string; path?: string; cursor?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["MemoryListing"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "memory/list");
+    return this.send({ method: "GET", path, query: { path: where.path, cursor: where.cursor } }, json<S["MemoryListing"]>, options);
+  }
+
+  /** Lines of a memory file from `offset` (1-based); with `sessionId`, a read of a rollout summary or raw memory counts as a use of it. */
+  readMemory(
+    path: string,
+    where: { workspace?: string; layout?: string; offset?: number; limit?: number; sessionId?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["MemoryRead"]> {
+    const full = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "memory/read");
+    const query = { path, offset: where.offset, limit: where.limit, session_id: where.sessionId };
+    return this.send({ method: "GET", path: full, query }, json<S["MemoryRead"]>, options);
+  }
+
+  /** Matching lines of the memory files, MEMORY.md first. */
+  searchMemory(
+    query: string,
+    where: {
+      workspace?: string;
+      layout?: string;
+      path?: string;
+      regex?: boolean;
+      caseSensitive?: boolean;
+      context?: number;
+      limit?: number;
+      cursor?: string;
+    } = {},
+    options?: CallOptions,
+  ): Promise<S["MemorySearch"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "memory/search");
+    const params = {
+      query,
+      path: where.path,
+      regex: where.regex,
+      case_sensitive: where.caseSensitive,
+      context: where.context,
+      limit: where.limit,
+      cursor: where.cursor,
+    };
+    return this.send({ method: "GET", path, query: params }, json<S["MemorySearch"]>, options);
+  }
+
+  /**
+   * A V4A `patch` or memory-tool `operations`, all or none: the published edit, or its job when it
+   * did not publish within `wait` seconds (default 10). Never retried: an edit applied twice is two edits.
+   */
+  editMemory(
+    edit: S["MemoryEdit"],
+    where: { workspace?: string; layout?: string; wait?: number } = {},
+    options?: CallOptions,
+  ): Promise<S["PublishedEdit"] | S["Job"]> {
+    const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "memory/edits");
+    const parse = async (response: Response) =>
+      (await response.json()) as S["PublishedEdit"] | S["Job"];
+    const call: Call = { method: "POST", path, query: { wait: where.wait }, json: edit, idempotent: false, extraTimeMs: (where.wait ?? 10) * 1000 };
+    return this.send(call, parse, options);
+  }
+
   // -- moving memory in and out ---------------------------------------------------
   /** The workspace as a gzip tar, streamed: the response body, never whole in memory. */
   exportWorkspace(workspace: string, options?: CallOptions): Promise<ReadableStream<Uint8Array>> {

@@ -1571,6 +1571,220 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/workspaces/{workspace}/layouts/{layout}/memory/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The running agent's view of its memory folder (SPEC §2.10): every file and folder under `path` (default: the whole folder), recursively, sorted by path, at most 2,000 a page. `path` is relative to memories_dir (`skills`) or spelled as the instructions do (`memories/skills`). */
+        get: {
+            parameters: {
+                query?: {
+                    path?: string;
+                    /** @description the `next_cursor` of the page before (opaque; one that is not is 400 `invalid_request`) */
+                    cursor?: components["parameters"]["Cursor"];
+                };
+                header?: never;
+                path: {
+                    workspace: components["parameters"]["Workspace"];
+                    layout: components["parameters"]["Layout"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of entries */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["MemoryListing"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{workspace}/layouts/{layout}/memory/read": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lines of a memory file: from `offset` (1-based, default 1), at most `limit` lines (default all) and at most 80,000 bytes (20,000 tokens), cut at a line end (`truncated`). `sha256` is the whole file's, for an edit's `expect`. Invalid UTF-8 is replaced. With `session_id`, a read of a rollout summary or a raw memory counts as a use of that rollout (once per session and rollout). */
+        get: {
+            parameters: {
+                query: {
+                    path: string;
+                    offset?: number;
+                    limit?: number;
+                    session_id?: components["schemas"]["FileSafeId"];
+                };
+                header?: never;
+                path: {
+                    workspace: components["parameters"]["Workspace"];
+                    layout: components["parameters"]["Layout"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the lines */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["MemoryRead"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{workspace}/layouts/{layout}/memory/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lines of the memory files under `path` that contain `query` (case-insensitive unless `case_sensitive`), or match it as a regex (linear-time syntax, at most 1,000 bytes): MEMORY.md first, then memory_summary.md, then the rest by path; one match per line, a line longer than 1,000 bytes cut around the match, with `context` lines before and after. */
+        get: {
+            parameters: {
+                query: {
+                    query: string;
+                    path?: string;
+                    regex?: boolean;
+                    case_sensitive?: boolean;
+                    context?: number;
+                    limit?: number;
+                    /** @description the `next_cursor` of the page before (opaque; one that is not is 400 `invalid_request`) */
+                    cursor?: components["parameters"]["Cursor"];
+                };
+                header?: never;
+                path: {
+                    workspace: components["parameters"]["Workspace"];
+                    layout: components["parameters"]["Layout"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of matches */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["MemorySearch"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{workspace}/layouts/{layout}/memory/edits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Change memory as the agent would with its shell: a V4A patch (`patch`) or the commands of Anthropic's memory tool (`operations`), all or none, with optional `expect` preconditions (path → SHA-256 of the content it must have, null: must not exist; else 409 `memory_changed`). Never raw_memories/, raw_memories.md or phase_two_selection.json (422 `invalid_patch`). A patch that cannot apply to the files as they are now is 422 `invalid_patch` at once. The edit runs as an `edit` job in the layout's one-at-a-time lane, is redacted, published atomically, recorded as a run of kind `edit` and announced as `memory.edited`. 200 once published within `wait` seconds, else 202 with the job. 409 `read_only` when the layout's read config is null or live_update is false. */
+        post: {
+            parameters: {
+                query?: {
+                    wait?: number;
+                };
+                header?: never;
+                path: {
+                    workspace: components["parameters"]["Workspace"];
+                    layout: components["parameters"]["Layout"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["MemoryEdit"];
+                };
+            };
+            responses: {
+                /** @description published */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PublishedEdit"];
+                    };
+                };
+                /** @description queued or running (or failed for a reason of its own) */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                409: components["responses"]["Problem"];
+                413: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+                507: components["responses"]["InsufficientStorage"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;
@@ -1898,7 +2112,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
+            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
         };
         NewTenant: {
             name: string;
@@ -1929,10 +2143,26 @@ export interface components {
                 phase_two_max_turns: number;
                 /** @default null */
                 extra_prompt: string | null;
+                /**
+                 * @description recent: newest updated_at first (the SDK's order); usage: most used first, then the latest use (or update, never used) newest first, then rollout id descending
+                 * @default recent
+                 * @enum {string}
+                 */
+                selection: "recent" | "usage";
+                /**
+                 * @description a raw memory neither used nor updated within this many days is not selected
+                 * @default null
+                 */
+                max_unused_days: number | null;
             } | null;
             read?: {
                 /** @default true */
                 live_update: boolean;
+                /**
+                 * @description the instructions ask the agent to end an answer that used memory with Codex's citation block
+                 * @default false
+                 */
+                citations: boolean;
             } | null;
             /** @description SPEC §4: secrets become `[REDACTED:<rule>]` in what phase one sends to the model and in every file published under memories_dir (and, with at_ingest, in the stored segment line). Left out of answers while it holds only defaults. */
             redaction?: {
@@ -2036,6 +2266,10 @@ export interface components {
             rollout_path?: string;
             rollout_summary_file?: string;
             terminal_state?: string;
+            /** @description sessions that read it or cited it */
+            usage_count?: number;
+            /** @description when one last did */
+            last_usage?: string | null;
         };
         PhaseTwoSelection: {
             version?: number;
@@ -2054,7 +2288,7 @@ export interface components {
              * @description the kind of job that made the run
              * @enum {string}
              */
-            kind?: "phase_two" | "restore" | "forget";
+            kind?: "phase_two" | "restore" | "forget" | "edit";
             /** Format: uuid */
             job_id?: string;
             session_id?: string;
@@ -2072,6 +2306,10 @@ export interface components {
              * @description a restore's run: the run whose memory it put back
              */
             restored_from?: string;
+            /** @description an edit's run: the conversation the edit came from */
+            rollout_id?: string;
+            /** @description an edit's run: why it was made */
+            reason?: string;
             redactions?: components["schemas"]["Redactions"];
             usage?: Record<string, never>;
             turns?: number;
@@ -2092,7 +2330,81 @@ export interface components {
             truncated?: boolean;
         };
         /** @enum {string} */
-        JobKind: "phase_one" | "phase_two" | "restore" | "forget" | "import";
+        JobKind: "phase_one" | "phase_two" | "restore" | "forget" | "import" | "edit";
+        MemoryEntry: {
+            /** @description relative to memories_dir */
+            path?: string;
+            /** @enum {string} */
+            kind?: "file" | "dir";
+            /** @description null for a folder */
+            bytes?: number | null;
+            /** Format: date-time */
+            modified_at?: string | null;
+        };
+        MemoryListing: {
+            entries?: components["schemas"]["MemoryEntry"][];
+            next_cursor?: string | null;
+        };
+        MemoryRead: {
+            path?: string;
+            text?: string;
+            offset?: number;
+            lines?: number;
+            total_lines?: number;
+            /** @description the 80 */
+            truncated?: boolean;
+            /** @description of the whole file */
+            sha256?: string;
+        };
+        MemoryMatch: {
+            path?: string;
+            line?: number;
+            text?: string;
+            before?: string[];
+            after?: string[];
+        };
+        MemorySearch: {
+            matches?: components["schemas"]["MemoryMatch"][];
+            next_cursor?: string | null;
+        };
+        /** @description One command of Anthropic's memory tool: create {path, file_text} (writes or overwrites), str_replace {path, old_str, new_str} (old_str must occur exactly once), insert {path, insert_line, insert_text} (after line insert_line; 0: at the top), delete {path} (a file or a folder), rename {old_path, new_path} (the new path must be free) */
+        MemoryCommand: {
+            /** @enum {string} */
+            command: "create" | "str_replace" | "insert" | "delete" | "rename";
+            path?: string;
+            file_text?: string;
+            old_str?: string;
+            new_str?: string;
+            insert_line?: number;
+            insert_text?: string;
+            old_path?: string;
+            new_path?: string;
+        };
+        /** @description either patch or operations */
+        MemoryEdit: {
+            /** @description *** Begin Patch … *** End Patch (V4A); paths relative to memories_dir or as the instructions spell them */
+            patch?: string;
+            operations?: components["schemas"]["MemoryCommand"][];
+            /** @description path → the SHA-256 (hex) of the content it must have; null, it must not exist */
+            expect?: {
+                [key: string]: string | null;
+            };
+            session_id?: components["schemas"]["FileSafeId"];
+            rollout_id?: components["schemas"]["FileSafeId"];
+            reason?: string;
+        };
+        PublishedEdit: {
+            /** Format: uuid */
+            job_id?: string;
+            /** Format: uuid */
+            run_id?: string;
+            changes?: {
+                /** @description relative to memories_dir */
+                path?: string;
+                /** @enum {string} */
+                change?: "added" | "modified" | "deleted";
+            }[];
+        };
         /** @enum {string} */
         JobState: "queued" | "running" | "succeeded" | "skipped" | "failed" | "cancelled";
         LimitsBody: {
@@ -2132,7 +2444,7 @@ export interface components {
         WebhookBody: {
             /** Format: uri */
             url: string;
-            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "webhook.test")[];
+            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[];
             description?: string;
         };
         Webhook: {
@@ -2180,7 +2492,7 @@ export interface components {
         /** @description What a webhook receives (POST, with webhook-id, webhook-timestamp and webhook-signature per the Standard Webhooks specification) and what the stream's data lines carry. */
         Event: {
             /** @enum {string} */
-            type: "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "webhook.test";
+            type: "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test";
             /** Format: date-time */
             timestamp: string;
             data: components["schemas"]["SessionClosedData"] | components["schemas"]["RunFinishedData"] | components["schemas"]["JobFailedData"] | components["schemas"]["ForgetCompletedData"] | components["schemas"]["WebhookTestData"];

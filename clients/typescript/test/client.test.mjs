@@ -50,6 +50,36 @@ for (const backend of backends) {
     }
   });
 
+  test(`the running agent's memory routes (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const { apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey, retry: fast });
+      await client.appendSegment("ts-agent", segmentOf("ts-chat-7", "I prefer green tea."));
+      assert.equal((await client.closeSession("ts-agent", { wait: 30 })).state, "closed");
+      const listed = await client.listMemory();
+      assert.ok(listed.entries.some((e) => e.path === "MEMORY.md"), JSON.stringify(listed));
+      const memory = await client.readMemory("memories/MEMORY.md");
+      assert.ok(memory.text.includes("green tea"));
+      assert.equal(memory.sha256.length, 64);
+      const found = await client.searchMemory("GREEN TEA", { context: 1 });
+      assert.equal(found.matches[0].path, "MEMORY.md");
+      const done = await client.editMemory({
+        operations: [{ command: "insert", path: "MEMORY.md", insert_line: 0, insert_text: "- likes oat milk" }],
+        expect: { "MEMORY.md": memory.sha256 },
+        session_id: "ts-agent-run",
+      });
+      assert.deepEqual(done.changes, [{ path: "MEMORY.md", change: "modified" }]);
+      assert.equal((await client.readMemory("MEMORY.md", { limit: 1 })).text, "- likes oat milk\n");
+      await assert.rejects(
+        client.editMemory({ patch: "*** Begin Patch\n*** Delete File: MEMORY.md\n*** End Patch", expect: { "MEMORY.md": memory.sha256 } }),
+        (e) => e instanceof ConflictError && e.code === "memory_changed",
+      );
+    } finally {
+      await server.stop();
+    }
+  });
+
   test(`errors carry status, code and request id (${backend})`, async () => {
     const server = await startMemoryd(backend);
     try {

@@ -355,6 +355,98 @@ def get_instructions(
     return Call("GET", path, _instructions, params={"live_update": live_update}, budget=timeout)
 
 
+# -- the running agent's memory (SPEC §2.10) -------------------------------
+def list_memory(
+    path: str | None = None, *, workspace: str = "default", layout: str = "default", cursor: str | None = None
+) -> Call[m.MemoryListing]:
+    """``GET …/memory/list``: the files and folders under ``path`` (default: the
+    whole memory folder), sorted, at most 2,000 a page."""
+    params = {"path": path, "cursor": cursor}
+    return Call("GET", _memory_path(workspace, layout, "memory/list"), as_model(m.MemoryListing), params=params)
+
+
+def read_memory(
+    path: str,
+    *,
+    workspace: str = "default",
+    layout: str = "default",
+    offset: int | None = None,
+    limit: int | None = None,
+    session_id: str | None = None,
+) -> Call[m.MemoryRead]:
+    """``GET …/memory/read``: lines of a memory file from ``offset`` (1-based), at
+    most ``limit`` and 80,000 bytes; with ``session_id`` a read of a rollout
+    summary or raw memory counts as a use of it."""
+    params = {"path": path, "offset": offset, "limit": limit, "session_id": session_id}
+    return Call("GET", _memory_path(workspace, layout, "memory/read"), as_model(m.MemoryRead), params=params)
+
+
+def search_memory(
+    query: str,
+    *,
+    workspace: str = "default",
+    layout: str = "default",
+    path: str | None = None,
+    regex: bool | None = None,
+    case_sensitive: bool | None = None,
+    context: int | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[m.MemorySearch]:
+    """``GET …/memory/search``: matching lines, MEMORY.md first."""
+    params = {
+        "query": query,
+        "path": path,
+        "regex": regex,
+        "case_sensitive": case_sensitive,
+        "context": context,
+        "limit": limit,
+        "cursor": cursor,
+    }
+    return Call("GET", _memory_path(workspace, layout, "memory/search"), as_model(m.MemorySearch), params=params)
+
+
+def _published_or_job(response: httpx.Response) -> m.PublishedEdit | m.Job:
+    if response.status_code == 202:
+        return m.Job.model_validate(response.json())
+    return m.PublishedEdit.model_validate(response.json())
+
+
+def edit_memory(
+    *,
+    patch: str | None = None,
+    operations: Sequence[Mapping[str, Any] | m.MemoryCommand] | None = None,
+    expect: Mapping[str, str | None] | None = None,
+    session_id: str | None = None,
+    rollout_id: str | None = None,
+    reason: str | None = None,
+    workspace: str = "default",
+    layout: str = "default",
+    wait: int | None = None,
+) -> Call[m.PublishedEdit | m.Job]:
+    """``POST …/memory/edits``: a V4A ``patch`` or memory-tool ``operations``,
+    all or none; the published edit, or its job when it did not publish within
+    ``wait`` seconds (default 10). Not retried: an edit applied twice is two edits."""
+    body: dict[str, Any] = {}
+    if patch is not None:
+        body["patch"] = patch
+    if operations is not None:
+        body["operations"] = [_dump(op) for op in operations]
+    for name, value in (("expect", expect), ("session_id", session_id), ("rollout_id", rollout_id), ("reason", reason)):
+        if value is not None:
+            body[name] = dict(value) if isinstance(value, Mapping) else value
+    path = _memory_path(workspace, layout, "memory/edits")
+    return Call(
+        "POST",
+        path,
+        _published_or_job,
+        params={"wait": wait},
+        json=body,
+        idempotent=False,
+        extra_time=float(wait if wait is not None else 10),
+    )
+
+
 # -- webhooks and events ---------------------------------------------------
 def create_webhook(
     url: str, *, events: Sequence[str] | None = None, description: str | None = None

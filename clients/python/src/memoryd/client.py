@@ -229,6 +229,12 @@ class _Routes:
     get_file = _Route(routes.get_file)
     get_instructions = _Route(routes.get_instructions)
 
+    # the running agent's memory
+    list_memory = _Route(routes.list_memory)
+    read_memory = _Route(routes.read_memory)
+    search_memory = _Route(routes.search_memory)
+    edit_memory = _Route(routes.edit_memory)
+
     # -- webhooks ------------------------------------------------------------
     create_webhook = _Route(routes.create_webhook)
     list_webhooks = _Route(routes.list_webhooks)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 FileSafeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 SessionState = Literal["open", "closing", "closed"]
-JobKind = Literal["phase_one", "phase_two", "restore", "forget", "import"]
+JobKind = Literal["phase_one", "phase_two", "restore", "forget", "import", "edit"]
 JobState = Literal["queued", "running", "succeeded", "skipped", "failed", "cancelled"]
 TerminalState = Literal["completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"]
 
@@ -54,12 +54,15 @@ class GenerateConfig(_Model):
     phase_two_reasoning_effort: str | None = "medium"
     phase_two_max_turns: int = 500
     extra_prompt: str | None = None
+    selection: Literal["recent", "usage"] = "recent"
+    max_unused_days: int | None = None
 
 
 class ReadConfig(_Model):
     """``LayoutConfig.read``: runs read the layout's memory."""
 
     live_update: bool = True
+    citations: bool = False
 
 
 class RetentionConfig(_Model):
@@ -309,6 +312,8 @@ class SelectionItem(_Model):
     rollout_path: str | None = None
     rollout_summary_file: str | None = None
     terminal_state: str | None = None
+    usage_count: int = 0
+    last_usage: str | None = None
 
 
 class PhaseTwoSelection(_Model):
@@ -323,7 +328,7 @@ class PhaseTwoSelection(_Model):
 
 class PhaseTwoRun(_Model):
     run_id: str | None = None
-    kind: Literal["phase_two", "restore", "forget"] | None = None
+    kind: Literal["phase_two", "restore", "forget", "edit"] | None = None
     job_id: str | None = None
     session_id: str | None = None
     state: Literal["succeeded", "skipped", "failed"] | None = None
@@ -334,6 +339,8 @@ class PhaseTwoRun(_Model):
     files_changed: list[str] = []
     sessions: list[str] = []
     restored_from: str | None = None
+    rollout_id: str | None = None
+    reason: str | None = None
     redactions: dict[str, int] = {}
     usage: dict[str, Any] | None = None
     turns: int | None = None
@@ -366,7 +373,86 @@ class Instructions(_Model):
     truncated: bool = False
 
 
-EventType = Literal["session.closed", "run.succeeded", "run.failed", "job.failed", "forget.completed", "webhook.test"]
+EventType = Literal[
+    "session.closed", "run.succeeded", "run.failed", "job.failed", "forget.completed", "memory.edited", "webhook.test"
+]
+
+
+class MemoryEntry(_Model):
+    """A file or folder of a layout's memory folder (path relative to it)."""
+
+    path: str
+    kind: Literal["file", "dir"]
+    bytes: int | None = None
+    modified_at: datetime | None = None
+
+
+class MemoryListing(_Model):
+    entries: list[MemoryEntry] = []
+    next_cursor: str | None = None
+
+
+class MemoryRead(_Model):
+    """Lines of a memory file; ``sha256`` is the whole file's (an edit's ``expect``)."""
+
+    path: str
+    text: str
+    offset: int
+    lines: int
+    total_lines: int
+    truncated: bool = False
+    sha256: str
+
+
+class MemoryMatch(_Model):
+    path: str
+    line: int
+    text: str
+    before: list[str] = []
+    after: list[str] = []
+
+
+class MemorySearch(_Model):
+    matches: list[MemoryMatch] = []
+    next_cursor: str | None = None
+
+
+class MemoryCommand(_Model):
+    """One command of Anthropic's memory tool, as an edit takes it."""
+
+    command: Literal["create", "str_replace", "insert", "delete", "rename"]
+    path: str | None = None
+    file_text: str | None = None
+    old_str: str | None = None
+    new_str: str | None = None
+    insert_line: int | None = None
+    insert_text: str | None = None
+    old_path: str | None = None
+    new_path: str | None = None
+
+
+class MemoryEdit(_Model):
+    """An edit: ``patch`` (V4A) or ``operations``, with optional preconditions."""
+
+    patch: str | None = None
+    operations: list[MemoryCommand] | None = None
+    expect: dict[str, str | None] | None = None
+    session_id: str | None = None
+    rollout_id: str | None = None
+    reason: str | None = None
+
+
+class EditedFile(_Model):
+    path: str
+    change: Literal["added", "modified", "deleted"]
+
+
+class PublishedEdit(_Model):
+    """An edit that was published: its job, its run and what it changed."""
+
+    job_id: str
+    run_id: str
+    changes: list[EditedFile] = []
 
 
 class WebhookBody(_Model):
@@ -434,6 +520,13 @@ class ForgetCompletedData(_Model):
     job_id: str
     workspace: str
     forget: dict[str, Any]
+
+
+class MemoryEditedData(_Model):
+    run_id: str
+    workspace: str
+    layout: str
+    paths: list[str]
 
 
 class WebhookTestData(_Model):

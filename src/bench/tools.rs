@@ -1,0 +1,122 @@
+//! The tools workload (SPEC §2.10): what a running agent waits for when it
+//! reaches its memory over HTTP — a search over a 1 MiB `MEMORY.md` and
+//! 1,000 rollout summaries, a read, and an edit on an idle lane, from the
+//! request to the published files.
+
+use super::{Bench, BenchResult, Figure, figure, percentile};
+use serde_json::json;
+use std::time::Instant;
+
+const WORKSPACE: &str = "tools";
+
+impl Bench {
+    /// Writes the folder the searches run over: `MEMORY.md` of about
+    /// `memory_bytes` and `summaries` rollout summaries of about 1 KiB.
+    fn seed_memory_folder(&self, memory_bytes: usize, summaries: usize) -> BenchResult<()> {
+        let workspace = crate::domain::ids::WorkspaceName::parse(WORKSPACE).ok_or("bad workspace name")?;
+        let root = self.server.state.volumes.workspace_root(self.tenant, &workspace)?;
+        let memories = root.join("memories");
+        std::fs::create_dir_all(memories.join("rollout_summaries"))?;
+        let mut memory = String::with_capacity(memory_bytes + 200);
+        let mut task = 0;
+        while memory.len() < memory_bytes {
+            memory.push_str(&format!(
+                "## Task {task}: deploy service-{task} with the pinned runner image\n- keywords: ci, runner, cache-{task}\n- learned: bump the cache key after a lockfile change; rerun flaky tests once\n\n"
+            ));
+            task += 1;
+        }
+        std::fs::write(memories.join("MEMORY.md"), memory)?;
+        let body = "The user asked for a deploy. The agent pinned the runner image, bumped the cache key and reran the tests; ".repeat(9);
+        for i in 0..summaries {
+            let text = format!(
+                "thread_id: r{i:05}\nupdated_at: 2026-11-01T00:00:00+00:00\n\n# Summary {i}\n{body}\nticket TOOLS-{i}\n"
+            );
+            std::fs::write(memories.join(format!("rollout_summaries/r{i:05}_deploy.md")), text)?;
+        }
+        Ok(())
+    }
+
+    /// `requests` GETs of `path`: `(p50, p99)` latency in ms.
+    async fn timed_gets(&self, paths: &[String]) -> BenchResult<(f64, f64)> {
+        let mut times = Vec::with_capacity(paths.len());
+        for path in paths {
+            let started = Instant::now();
+            let res = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.key).send().await?;
+            let status = res.status();
+            res.bytes().await?;
+            if status != 200 {
+                return Err(format!("{path} answered {status}").into());
+            }
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
+    }
+
+    pub(super) async fn tools(
+        &self,
+        memory_bytes: usize,
+        summaries: usize,
+        requests: usize,
+    ) -> BenchResult<Vec<Figure>> {
+        self.segment("tools-seed", WORKSPACE, "seed", "seed").await?;
+        self.seed_memory_folder(memory_bytes, summaries)?;
+        let base = format!("/v1/workspaces/{WORKSPACE}/layouts/default/memory");
+        let case = format!("{} KiB MEMORY.md + {summaries} summaries", memory_bytes / 1024);
+        let mut figures = Vec::new();
+        let probes: [(&str, Box<dyn Fn(usize) -> String>); 4] = [
+            ("search, a plain word", Box::new(|i| format!("{base}/search?query=cache-{}", i * 7 % 500))),
+            (
+                "search, a regex",
+                Box::new(|i| format!("{base}/search?query=TOOLS-{}%5Cb&regex=true", i % summaries.max(1))),
+            ),
+            (
+                "read MEMORY.md, 100 lines",
+                Box::new(|i| format!("{base}/read?path=MEMORY.md&offset={}&limit=100", 1 + i * 13 % 2000)),
+            ),
+            (
+                "read a rollout summary",
+                Box::new(|i| format!("{base}/read?path=rollout_summaries/r{:05}_deploy.md", i % summaries.max(1))),
+            ),
+        ];
+        for (what, path) in &probes {
+            let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+            for _ in 0..self.runs {
+                let paths: Vec<String> = (0..requests).map(path).collect();
+                let (p50, p99) = self.timed_gets(&paths).await?;
+                p50s.push(p50);
+                p99s.push(p99);
+            }
+            figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p50", "ms", p50s));
+            figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p99", "ms", p99s));
+        }
+        figures.extend(self.edit_latency(&base, requests).await?);
+        Ok(figures)
+    }
+
+    /// Edits on an idle lane, each from the request to its 200 (published).
+    async fn edit_latency(&self, base: &str, requests: usize) -> BenchResult<Vec<Figure>> {
+        let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+        for run in 0..self.runs {
+            let mut times = Vec::with_capacity(requests);
+            for i in 0..requests {
+                let body = json!({"operations": [
+                    {"command": "create", "path": format!("notes/{run}-{i}.md"), "file_text": "a fact the agent learned\n"},
+                ], "session_id": "bench-agent"});
+                let started = Instant::now();
+                let (status, answer) = self.post(&format!("{base}/edits"), &body).await?;
+                if status != 200 {
+                    return Err(format!("an edit answered {status}: {answer}").into());
+                }
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            times.sort_by(f64::total_cmp);
+            p50s.push(percentile(&times, 0.5));
+            p99s.push(percentile(&times, 0.99));
+        }
+        Ok(vec![
+            figure("tools", self.backend, "edit, idle lane".into(), "request to published p50", "ms", p50s),
+            figure("tools", self.backend, "edit, idle lane".into(), "request to published p99", "ms", p99s),
+        ])
+    }
+}
