@@ -179,6 +179,18 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     let memory = std::fs::read_to_string(&memory_path).unwrap();
     assert!(memory.contains(&secret) && memory.contains("green tea"), "{memory}");
     assert!(database_holds(&app, backend, &secret), "the history holds it before the forget");
+    // A running agent used it: a read naming a session, an edit naming the conversation.
+    let read = app.request(
+        Method::GET,
+        &format!("{MEMORY}/memory/read?path=raw_memories/chat-canary.md&session_id=canary-reader"),
+        &t.key,
+    );
+    assert_eq!(read.send().await.unwrap().status(), 200);
+    assert!(database_holds(&app, backend, "canary-reader"), "the use is recorded");
+    let edit = app
+        .request(Method::POST, &format!("{MEMORY}/memory/edits"), &t.key)
+        .json(&json!({"operations": [{"command": "create", "path": "notes/locker.md", "file_text": "ask again\n"}], "rollout_id": "chat-canary"}));
+    assert_eq!(edit.send().await.unwrap().status(), 200);
     let runs_before = app.json(Method::GET, &format!("{MEMORY}/runs"), &t.key).await;
     let older_run = runs_before["runs"][0]["run_id"].as_str().unwrap().to_owned();
 
@@ -193,6 +205,7 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     assert_eq!(volume_mentions(&app, &t, "chat-canary"), Vec::<PathBuf>::new());
     let answers = api_answers(&app, &t.key).await;
     assert!(!answers.contains(&secret) && !answers.contains("chat-canary"), "{answers}");
+    assert!(!database_holds(&app, backend, "canary-reader"), "its uses are forgotten with it");
     let jobs = app.json(Method::GET, "/v1/jobs?limit=1000", &t.key).await;
     let naming: Vec<&Value> =
         jobs["jobs"].as_array().unwrap().iter().filter(|j| j.to_string().contains("chat-canary")).collect();
