@@ -64,7 +64,8 @@ impl Bench {
         let base = format!("/v1/workspaces/{WORKSPACE}/layouts/default/memory");
         let case = format!("{} KiB MEMORY.md + {summaries} summaries", memory_bytes / 1024);
         let mut figures = Vec::new();
-        let probes: [(&str, Box<dyn Fn(usize) -> String>); 4] = [
+        type Probe<'a> = (&'a str, Box<dyn Fn(usize) -> String + 'a>);
+        let probes: [Probe; 4] = [
             ("search, a plain word", Box::new(|i| format!("{base}/search?query=cache-{}", i * 7 % 500))),
             (
                 "search, a regex",

@@ -114,7 +114,7 @@ fn entry(path: String, meta: &std::fs::Metadata) -> MemoryEntry {
     MemoryEntry {
         path,
         kind,
-        bytes: (kind == EntryKind::File).then(|| meta.len()),
+        bytes: (kind == EntryKind::File).then_some(meta.len()),
         modified_at: meta.modified().ok().map(DateTime::<Utc>::from),
     }
 }
@@ -166,7 +166,9 @@ fn read_file(memory_root: &Path, path: &str) -> Result<(Vec<u8>, std::fs::Metada
 /// bytes. A megabyte's digest costs most of a read otherwise.
 fn file_sha256(meta: &std::fs::Metadata, bytes: &[u8]) -> String {
     use std::os::unix::fs::MetadataExt;
-    static DIGESTS: std::sync::LazyLock<moka::sync::Cache<(u64, u64, i64, i64, u64), String>> =
+    /// A file's device, inode, modification time (s, ns) and length.
+    type Identity = (u64, u64, i64, i64, u64);
+    static DIGESTS: std::sync::LazyLock<moka::sync::Cache<Identity, String>> =
         std::sync::LazyLock::new(|| moka::sync::Cache::new(10_000));
     let identity = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec(), meta.len());
     if meta.len() != bytes.len() as u64 {
