@@ -111,12 +111,23 @@ pub async fn list(
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    list_memory(&state, tenant, &workspace, &layout, query).await.map(Json)
+}
+
+/// What `memory/list` answers (the route's and MCP's `memory_list`).
+pub(crate) async fn list_memory(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+    query: ListQuery,
+) -> Result<Value, ApiError> {
     let after: Option<String> = query.cursor.as_deref().map(decode_cursor).transpose()?;
-    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(query.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
     let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref())).await?;
-    Ok(Json(json!({"entries": page.entries, "next_cursor": page.next_after.map(|p| encode_cursor(json!(p)))})))
+    Ok(json!({"entries": page.entries, "next_cursor": page.next_after.map(|p| encode_cursor(json!(p)))}))
 }
 
 #[derive(Deserialize)]
@@ -125,7 +136,7 @@ pub struct ReadQuery {
     path: Option<String>,
     offset: Option<u64>,
     limit: Option<u64>,
-    session_id: Option<String>,
+    pub(crate) session_id: Option<String>,
 }
 
 /// `GET …/memory/read`.
@@ -135,11 +146,22 @@ pub async fn read_file(
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ReadQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    read_memory(&state, tenant, &workspace, &layout, query).await.map(Json)
+}
+
+/// What `memory/read` answers (the route's and MCP's `memory_read`).
+pub(crate) async fn read_memory(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+    query: ReadQuery,
+) -> Result<Value, ApiError> {
     if query.offset == Some(0) || query.limit == Some(0) {
         return Err(ApiError::InvalidRequest("offset and limit count from 1.".into()));
     }
     let session = query.session_id.as_deref().map(session_of).transpose()?;
-    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let path = folder.path(query.path.as_deref())?;
     if path.is_empty() {
         return Err(ApiError::InvalidRequest(
@@ -149,9 +171,9 @@ pub async fn read_file(
     let (memory_root, at) = (folder.memory_root.clone(), path.clone());
     let slice = on_disk(move || read::read(&memory_root, &at, query.offset.unwrap_or(1), query.limit)).await?;
     if let Some(session) = session {
-        count_read(&state, tenant, &folder, &session, &path).await;
+        count_read(state, tenant, &folder, &session, &path).await;
     }
-    Ok(Json(serde_json::to_value(slice).map_err(ApiError::internal)?))
+    serde_json::to_value(slice).map_err(ApiError::internal)
 }
 
 fn session_of(raw: &str) -> Result<SessionId, ApiError> {
@@ -192,6 +214,17 @@ pub async fn search(
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(params): QueryParams<SearchParams>,
 ) -> Result<Json<Value>, ApiError> {
+    search_memory(&state, tenant, &workspace, &layout, params).await.map(Json)
+}
+
+/// What `memory/search` answers (the route's and MCP's `memory_search`).
+pub(crate) async fn search_memory(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+    params: SearchParams,
+) -> Result<Value, ApiError> {
     let text =
         params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
     let context = params.context.unwrap_or(0);
@@ -208,17 +241,17 @@ pub async fn search(
     // Checked before any file is opened: a bad pattern is the caller's, not the folder's.
     read::matcher(&SearchQuery { query: &text, regex, case_sensitive, context, limit, after: None })
         .map_err(read_problem)?;
-    let folder = MemoryFolder::open(&state, tenant, &workspace, &layout).await?;
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(params.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
     let page = on_disk(move || {
         read::search(&memory_root, &dir, &SearchQuery { query: &text, regex, case_sensitive, context, limit, after })
     })
     .await?;
-    Ok(Json(json!({
+    Ok(json!({
         "matches": page.matches,
         "next_cursor": page.next_after.map(|(path, line)| encode_cursor(json!([path, line]))),
-    })))
+    }))
 }
 
 #[derive(Deserialize)]
@@ -312,28 +345,46 @@ async fn check_storage(state: &AppState, tenant: uuid::Uuid, growth: i64) -> Res
     Ok(())
 }
 
-/// Waits up to `wait` for the edit's job, then answers: 200 with what it
-/// changed once published, its refusal if it could no longer apply, else
-/// 202 with the job.
+/// What became of an edit within the wait.
+pub(crate) enum EditOutcome {
+    /// `{job_id, run_id, changes}`.
+    Published(Value),
+    /// Still queued or running, or failed for a reason of its own.
+    Pending(JobRecord),
+}
+
+/// Waits up to `wait` for the edit's job: published, still under way, or
+/// the refusal it failed with if it could no longer apply.
+pub(crate) async fn edit_outcome(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    job: JobRecord,
+    wait: Duration,
+) -> Result<EditOutcome, ApiError> {
+    let job = wait_for_job(state, tenant, job, wait).await?;
+    match job.state {
+        JobState::Succeeded => Ok(EditOutcome::Published(published_edit(state, tenant, &job).await?)),
+        JobState::Failed => match job.last_error.as_deref().and_then(EditRefusal::from_job_error) {
+            Some(refusal) => Err(refusal_problem(refusal)),
+            None => Ok(EditOutcome::Pending(job)),
+        },
+        _ => Ok(EditOutcome::Pending(job)),
+    }
+}
+
+/// 200 with what the edit changed once published, else 202 with the job.
 async fn edit_answer(
     state: &AppState,
     tenant: uuid::Uuid,
     job: JobRecord,
     wait: Duration,
 ) -> Result<Response, ApiError> {
-    let job = wait_for_job(state, tenant, job, wait).await?;
-    match job.state {
-        JobState::Succeeded => Ok(Json(published_edit(state, tenant, &job).await?).into_response()),
-        JobState::Failed => match job.last_error.as_deref().and_then(EditRefusal::from_job_error) {
-            Some(refusal) => Err(refusal_problem(refusal)),
-            None => Ok(accepted(&job)?),
-        },
-        _ => Ok(accepted(&job)?),
+    match edit_outcome(state, tenant, job, wait).await? {
+        EditOutcome::Published(published) => Ok(Json(published).into_response()),
+        EditOutcome::Pending(job) => {
+            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(&job).map_err(ApiError::internal)?)).into_response())
+        }
     }
-}
-
-fn accepted(job: &JobRecord) -> Result<Response, ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)).into_response())
 }
 
 /// Until the job is neither queued nor running, or `wait` passes.

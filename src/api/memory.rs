@@ -185,18 +185,34 @@ pub async fn instructions(
             return Err(ApiError::InvalidRequest(format!("live_update must be true or false, got: {other}")));
         }
     };
-    let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
+    match memory_instructions(&state, tenant, &raw_workspace, &raw_layout, live_update).await? {
+        Some(body) => Ok(Json(body).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// `{instructions, memory_dir, truncated}` for the next run (SPEC §2.5);
+/// `None` when the layout does not read memory or its summary is missing or
+/// blank. The route's and MCP's `memory_instructions` prompt.
+pub(crate) async fn memory_instructions(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    raw_workspace: &str,
+    raw_layout: &str,
+    live_update: Option<bool>,
+) -> Result<Option<Value>, ApiError> {
+    let (workspace, layout_name, layout) = locate(state, tenant, raw_workspace, raw_layout).await?;
     let Some(read) = &layout.config.read else {
-        return Ok(StatusCode::NO_CONTENT.into_response());
+        return Ok(None);
     };
-    settle_publishes(&state, tenant, &workspace, &layout_name).await;
+    settle_publishes(state, tenant, &workspace, &layout_name).await;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
     let Some(path) = memory_file(&root, &layout.memories_dir.normalized, "memory_summary.md") else {
-        return Ok(StatusCode::NO_CONTENT.into_response());
+        return Ok(None);
     };
     let summary = match tokio::fs::read(&path).await {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(ApiError::internal(e)),
     };
     // Published files are redacted already; a summary written before the
@@ -208,13 +224,7 @@ pub async fn instructions(
     };
     let memory_dir = layout.config.memories_dir.as_str();
     let asks = ReadAsks { live_update: live_update.unwrap_or(read.live_update), citations: read.citations };
-    match render_instructions(memory_dir, &summary, asks) {
-        Some(rendered) => Ok(Json(json!({
-            "instructions": rendered.text,
-            "memory_dir": memory_dir,
-            "truncated": rendered.truncated,
-        }))
-        .into_response()),
-        None => Ok(StatusCode::NO_CONTENT.into_response()),
-    }
+    Ok(render_instructions(memory_dir, &summary, asks).map(
+        |rendered| json!({"instructions": rendered.text, "memory_dir": memory_dir, "truncated": rendered.truncated}),
+    ))
 }

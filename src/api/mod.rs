@@ -17,6 +17,7 @@ mod jobs;
 mod layouts;
 mod limits;
 mod listings;
+mod mcp;
 mod memory;
 mod rate;
 pub mod serve;
@@ -219,6 +220,9 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::POST, "/v1/webhooks/{webhook_id}/test", webhooks::test_webhook),
         endpoint(Method::GET, "/v1/webhooks/{webhook_id}/deliveries", webhooks::webhook_deliveries),
         endpoint(Method::GET, "/v1/events", webhooks::stream_events),
+        endpoint(Method::POST, "/v1/mcp", mcp::serve),
+        endpoint(Method::GET, "/v1/mcp", mcp::serve),
+        endpoint(Method::DELETE, "/v1/mcp", mcp::serve),
     ]
 }
 

@@ -91,7 +91,57 @@ impl Bench {
             figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p50", "ms", p50s));
             figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p99", "ms", p99s));
         }
+        figures.extend(self.mcp_latency(&base, summaries, requests).await?);
         figures.extend(self.edit_latency(&base, requests).await?);
+        Ok(figures)
+    }
+
+    /// The same read of a rollout summary as a plain GET and as an MCP
+    /// `tools/call` of `memory_read`, alternating, each from the request to
+    /// its whole answer.
+    async fn mcp_latency(&self, base: &str, summaries: usize, requests: usize) -> BenchResult<Vec<Figure>> {
+        let mcp = format!("{}/v1/mcp?workspace={WORKSPACE}", self.base);
+        let (mut plain, mut over_mcp) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
+        for i in 0..requests * self.runs {
+            let path = format!("rollout_summaries/r{:05}_deploy.md", i % summaries.max(1));
+            let started = Instant::now();
+            let res =
+                self.http.get(format!("{}{base}/read?path={path}", self.base)).bearer_auth(&self.key).send().await?;
+            let ok = res.status() == 200;
+            res.bytes().await?;
+            plain.push(started.elapsed().as_secs_f64() * 1000.0);
+            let message = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                "params": {"name": "memory_read", "arguments": {"path": path}}});
+            let started = Instant::now();
+            let res = self
+                .http
+                .post(&mcp)
+                .bearer_auth(&self.key)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .json(&message)
+                .send()
+                .await?;
+            let answered = res.status() == 200 && !res.text().await?.contains("\"isError\":true");
+            over_mcp.push(started.elapsed().as_secs_f64() * 1000.0);
+            if !ok || !answered {
+                return Err(format!("a read of {path} failed (plain ok: {ok}, over MCP ok: {answered})").into());
+            }
+        }
+        let mut figures = Vec::new();
+        for (how, mut times) in [("plain route", plain), ("MCP tools/call", over_mcp)] {
+            times.sort_by(f64::total_cmp);
+            let case = format!("read a rollout summary, {how}");
+            figures.push(figure(
+                "tools",
+                self.backend,
+                case.clone(),
+                "round trip p50",
+                "ms",
+                vec![percentile(&times, 0.5)],
+            ));
+            figures.push(figure("tools", self.backend, case, "round trip p99", "ms", vec![percentile(&times, 0.99)]));
+        }
         Ok(figures)
     }
 

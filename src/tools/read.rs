@@ -69,7 +69,11 @@ fn walk_error(e: std::io::Error, shown: &str) -> ReadError {
 /// directory listing itself).
 fn entries_under(memory_root: &Path, dir: &str, sizes: bool) -> Result<Vec<MemoryEntry>, ReadError> {
     let start = if dir.is_empty() { memory_root.to_path_buf() } else { memory_root.join(dir) };
-    let meta = std::fs::symlink_metadata(&start).map_err(|e| walk_error(e, dir))?;
+    let meta = match std::fs::symlink_metadata(&start) {
+        // A layout's memory folder appears with its first segment: until then it is empty.
+        Err(e) if dir.is_empty() && e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.map_err(|e| walk_error(e, dir))?,
+    };
     if meta.is_file() {
         return Ok(vec![entry(dir.to_owned(), &meta)]);
     }
@@ -369,8 +373,9 @@ fn line_starts(text: &str) -> Vec<usize> {
     starts
 }
 
+/// Where line `index` ends, its newline left out.
 fn line_end(text: &str, starts: &[usize], index: usize) -> usize {
-    starts.get(index + 1).map_or(text.len(), |next| next - 1)
+    starts.get(index + 1).map_or_else(|| text.strip_suffix('\n').map_or(text.len(), str::len), |next| next - 1)
 }
 
 /// A line cut to [`MAX_LINE_BYTES`] around the match at byte `at`.
@@ -411,6 +416,7 @@ mod tests {
         std::fs::create_dir_all(root.join("skills/ci")).unwrap();
         std::fs::write(root.join("MEMORY.md"), "# Memory\n- green tea\n- ci: pin the runner\n").unwrap();
         std::fs::write(root.join("memory_summary.md"), "likes tea\n").unwrap();
+        // A last line with its newline, as most memory files end.
         std::fs::write(root.join("rollout_summaries/chat-1_tea.md"), "Tea talk\nTEA again\n").unwrap();
         std::fs::write(root.join("skills/ci/SKILL.md"), "pin the runner image\n").unwrap();
         std::fs::write(root.join("skills/.memoryd-00000000-0000-0000-0000-000000000000-x.tmp"), "staged").unwrap();
@@ -444,6 +450,7 @@ mod tests {
         let after = list(&root, "skills", Some("skills/ci")).unwrap();
         assert_eq!(after.entries.len(), 1);
         assert!(matches!(list(&root, "nothing", None), Err(ReadError::NotFound(_))));
+        assert!(list(&root.join("not-yet"), "", None).unwrap().entries.is_empty(), "a folder not made yet is empty");
         assert_eq!(list(&root, "MEMORY.md", None).unwrap().entries.len(), 1);
     }
 
@@ -484,6 +491,7 @@ mod tests {
                 ("rollout_summaries/chat-1_tea.md", 2)
             ]
         );
+        assert_eq!(page.matches[1].text, "likes tea", "a last line's newline is not part of it");
         let sensitive = SearchQuery { case_sensitive: true, ..query("TEA") };
         assert_eq!(search(&root, "", &sensitive).unwrap().matches.len(), 1);
         let regex = SearchQuery { regex: true, context: 1, ..query(r"pin\s+the") };

@@ -497,6 +497,19 @@ export class Memoryd {
     return this.send(call, parse, options);
   }
 
+  /**
+   * memoryd's MCP endpoint (`/v1/mcp`) for an MCP client such as `@openai/agents`'
+   * `MCPServerStreamableHttp`: its URL, with the defaults a tool call takes, and the headers that carry the key.
+   */
+  mcpEndpoint(where: { workspace?: string; layout?: string; sessionId?: string } = {}): { url: string; headers: Record<string, string> } {
+    const endpoint: Call = {
+      method: "POST",
+      path: "/v1/mcp",
+      query: { workspace: where.workspace, layout: where.layout, session_id: where.sessionId },
+    };
+    return { url: this.url(endpoint), headers: { authorization: this.headers(endpoint).authorization ?? "" } };
+  }
+
   // -- moving memory in and out ---------------------------------------------------
   /** The workspace as a gzip tar, streamed: the response body, never whole in memory. */
   exportWorkspace(workspace: string, options?: CallOptions): Promise<ReadableStream<Uint8Array>> {

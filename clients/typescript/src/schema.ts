@@ -1785,6 +1785,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Not served (the transport is stateless and has no stream of its own); 405. */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                401: components["responses"]["Problem"];
+                405: components["responses"]["Problem"];
+            };
+        };
+        put?: never;
+        /** The Model Context Protocol over Streamable HTTP (stateless: any replica answers any message). Tools memory_list, memory_read, memory_search and — while the layout's read.live_update is true — memory_edit, with the arguments of the memory routes plus workspace and layout; the prompt memory_instructions. `workspace`, `layout` and `session_id` in the query string are the defaults (a read with a session counts as usage). A tool's failure is a result with isError and the problem's detail. The key is checked before any MCP handling. */
+        post: {
+            parameters: {
+                query?: {
+                    workspace?: components["schemas"]["FileSafeId"];
+                    layout?: components["schemas"]["FileSafeId"];
+                    session_id?: components["schemas"]["FileSafeId"];
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            responses: {
+                /** @description the JSON-RPC answer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": Record<string, never>;
+                        "text/event-stream": string;
+                    };
+                };
+                /** @description a notification or response was accepted */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                406: components["responses"]["Problem"];
+                413: components["responses"]["Problem"];
+                415: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        /** Not served (no session to end); 405. */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                401: components["responses"]["Problem"];
+                405: components["responses"]["Problem"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;

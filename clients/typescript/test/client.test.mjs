@@ -80,6 +80,31 @@ for (const backend of backends) {
     }
   });
 
+  test(`the MCP endpoint answers an MCP client (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const { apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey, retry: fast });
+      const { url, headers } = client.mcpEndpoint({ sessionId: "ts-run" });
+      assert.equal(url, `${server.baseUrl}/v1/mcp?session_id=ts-run`);
+      const message = (id, method, params) =>
+        fetch(url, {
+          method: "POST",
+          headers: { ...headers, "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18" },
+          body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+        });
+      const init = await message(1, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "ts", version: "1" } });
+      assert.equal(init.status, 200);
+      assert.equal((await init.json()).result.serverInfo.name, "memoryd");
+      const tools = await (await message(2, "tools/list", {})).json();
+      assert.deepEqual(tools.result.tools.map((t) => t.name), ["memory_list", "memory_read", "memory_search", "memory_edit"]);
+      const unauthorized = await fetch(url, { method: "POST", body: "{}" });
+      assert.equal(unauthorized.status, 401);
+    } finally {
+      await server.stop();
+    }
+  });
+
   test(`errors carry status, code and request id (${backend})`, async () => {
     const server = await startMemoryd(backend);
     try {

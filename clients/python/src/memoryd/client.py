@@ -267,6 +267,18 @@ class _Client(_Routes):
     def base_url(self) -> str:
         return self._settings.base_url
 
+    def mcp_params(
+        self, *, workspace: str | None = None, layout: str | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """memoryd's MCP endpoint (``/v1/mcp``) for an MCP client: ``{"url",
+        "headers"}``, as openai-agents' ``MCPServerStreamableHttp(params=...)``
+        takes them. ``workspace``, ``layout`` and ``session_id`` are the
+        defaults of its tool calls (a read with a session counts as usage)."""
+        query = {k: v for k, v in (("workspace", workspace), ("layout", layout), ("session_id", session_id)) if v}
+        url = str(httpx.URL(f"{self._settings.base_url}/v1/mcp", params=query))
+        headers = {"Authorization": f"Bearer {self._settings.api_key}"} if self._settings.api_key else {}
+        return {"url": url, "headers": headers}
+
 
 class Memoryd(_Client):
     """The synchronous client.
