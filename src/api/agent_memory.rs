@@ -350,7 +350,7 @@ pub(crate) enum EditOutcome {
     /// `{job_id, run_id, changes}`.
     Published(Value),
     /// Still queued or running, or failed for a reason of its own.
-    Pending(JobRecord),
+    Pending(Box<JobRecord>),
 }
 
 /// Waits up to `wait` for the edit's job: published, still under way, or
@@ -366,9 +366,9 @@ pub(crate) async fn edit_outcome(
         JobState::Succeeded => Ok(EditOutcome::Published(published_edit(state, tenant, &job).await?)),
         JobState::Failed => match job.last_error.as_deref().and_then(EditRefusal::from_job_error) {
             Some(refusal) => Err(refusal_problem(refusal)),
-            None => Ok(EditOutcome::Pending(job)),
+            None => Ok(EditOutcome::Pending(Box::new(job))),
         },
-        _ => Ok(EditOutcome::Pending(job)),
+        _ => Ok(EditOutcome::Pending(Box::new(job))),
     }
 }
 
