@@ -94,9 +94,13 @@ pub fn model_call(phase: &str, api: &str, outcome: &str, elapsed: Duration, inpu
 }
 
 /// Secrets redacted, by rule, at one stage (`model_input`, `memory_files`, `ingest`).
+/// Secrets redacted, by rule and stage; a layout's own patterns count as
+/// `custom` (a tenant's rule names are not metric labels: they would let one
+/// tenant grow the server's series without bound).
 pub fn redactions(stage: &'static str, counts: &crate::domain::redact::Counts) {
     for (rule, n) in counts {
-        counter!("memoryd_redactions_total", &[("rule", rule.clone()), ("stage", stage.to_owned())]).increment(*n);
+        let rule = crate::domain::redact::built_in_rules().find(|known| known == rule).unwrap_or("custom");
+        counter!("memoryd_redactions_total", &[("rule", rule), ("stage", stage)]).increment(*n);
     }
 }
 

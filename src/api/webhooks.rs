@@ -202,7 +202,10 @@ struct StreamState {
     types: Vec<EventType>,
     receiver: broadcast::Receiver<Arc<EventRecord>>,
     sent_through: i64,
-    pending: VecDeque<Arc<EventRecord>>,
+    /// Events to send, each with whether it was read from the outbox.
+    pending: VecDeque<(Arc<EventRecord>, bool)>,
+    /// The last outbox read filled its page: there may be more to read.
+    outbox_behind: bool,
     _gauge: StreamGauge,
 }
 
@@ -224,10 +227,11 @@ impl Drop for StreamGauge {
 
 impl StreamState {
     /// Reads what the broadcast cannot give (a resume, a stream that fell
-    /// behind) from the outbox.
+    /// behind) from the outbox, a page at a time.
     async fn catch_up(&mut self) -> Result<(), crate::store::StoreError> {
         let events = self.state.store.events_after(self.tenant, self.sent_through, PAGE).await?;
-        self.pending.extend(events.into_iter().map(Arc::new));
+        self.outbox_behind = events.len() as i64 == PAGE;
+        self.pending.extend(events.into_iter().map(|e| (Arc::new(e), true)));
         Ok(())
     }
 
@@ -238,12 +242,14 @@ impl StreamState {
             if stopping {
                 return None;
             }
-            if let Some(event) = self.pending.pop_front() {
+            if let Some((event, from_outbox)) = self.pending.pop_front() {
                 if event.seq <= self.sent_through {
                     continue;
                 }
-                if event.seq > self.sent_through + 1 {
-                    // A gap: the broadcast started later than this stream's place.
+                // The outbox may have holes (events swept or forgotten): what
+                // it holds next is next. A gap in the broadcast means the
+                // stream fell behind it, and the outbox has the rest.
+                if !from_outbox && event.seq > self.sent_through + 1 {
                     self.pending.clear();
                     if self.catch_up().await.is_err() {
                         return None;
@@ -261,6 +267,12 @@ impl StreamState {
                         .data(event.payload.clone()),
                 );
             }
+            if self.outbox_behind {
+                if self.catch_up().await.is_err() {
+                    return None;
+                }
+                continue;
+            }
             let received = tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
@@ -271,7 +283,7 @@ impl StreamState {
                 received = self.receiver.recv() => received,
             };
             match received {
-                Ok(event) => self.pending.push_back(event),
+                Ok(event) => self.pending.push_back((event, false)),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if self.catch_up().await.is_err() {
                         return None;
@@ -314,6 +326,7 @@ pub async fn stream_events(
         receiver,
         sent_through: resume.unwrap_or(latest),
         pending: VecDeque::new(),
+        outbox_behind: false,
         _gauge: StreamGauge::open(),
     };
     if resume.is_some() {

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 impl Bench {
     /// The default rules over a rollout of `mib` MiB (segments of about
-    /// 8 KiB, one in four holding a credential): MB/s of one pass.
-    pub(super) fn redaction(&self, mib: usize) -> Figure {
+    /// 8 KiB whose text has escaped newlines, one in four holding a
+    /// credential): MB/s of one pass as plain text, and as JSON lines whose
+    /// escaped strings are matched decoded (what phase one sends).
+    pub(super) fn redaction(&self, mib: usize) -> Vec<Figure> {
         let redactor = crate::domain::layout::default_layout().redactor();
         let credentials = [
             "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f",
@@ -23,22 +25,31 @@ impl Bench {
         let mut n = 0;
         while text.len() < mib << 20 {
             let secret = if n % 4 == 0 { credentials[(n / 4) % credentials.len()] } else { "" };
-            let filler = "the user asked about the deploy and the agent ran the tests again; ".repeat(120);
+            let filler = "the user asked about the deploy and the agent ran the tests again;\\n".repeat(120);
             text.push_str(&format!(
                 "{{\"updated_at\":\"2026-12-01T08:00:00+00:00\",\"rollout_id\":\"big\",\"input\":[{{\"content\":\"{filler} {secret}\",\"role\":\"user\"}}]}}\n"
             ));
             n += 1;
         }
-        let mut rates = Vec::new();
-        for _ in 0..self.runs {
-            let mut counts = crate::domain::redact::Counts::new();
-            let started = Instant::now();
-            let out = redactor.redact_text(&text, &mut counts);
-            let secs = started.elapsed().as_secs_f64();
-            assert!(out.len() < text.len() + (n << 5) && !counts.is_empty());
-            rates.push(text.len() as f64 / 1e6 / secs);
+        let mut figures = Vec::new();
+        for (how, as_jsonl) in [("as plain text", false), ("as JSON lines, escaped strings decoded", true)] {
+            let mut rates = Vec::new();
+            for _ in 0..self.runs {
+                let mut counts = crate::domain::redact::Counts::new();
+                let started = Instant::now();
+                let out = if as_jsonl {
+                    redactor.redact_jsonl(&text, &mut counts)
+                } else {
+                    redactor.redact_text(&text, &mut counts)
+                };
+                let secs = started.elapsed().as_secs_f64();
+                assert!(out.len() < text.len() + (n << 5) && !counts.is_empty());
+                rates.push(text.len() as f64 / 1e6 / secs);
+            }
+            let case = format!("{mib} MiB rollout, default rules, {how}");
+            figures.push(figure("redaction", self.backend, case, "throughput", "MB/s", rates));
         }
-        figure("redaction", self.backend, format!("{mib} MiB rollout, default rules"), "throughput", "MB/s", rates)
+        figures
     }
 
     /// `rollouts` conversations of one layout in one workspace, extracted

@@ -516,9 +516,10 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         }
     }
     if wants(Workload::Redaction) {
-        let f = bench.redaction(if args.quick { 1 } else { 30 });
-        progress(&f);
-        out.push(f);
+        for f in bench.redaction(if args.quick { 1 } else { 30 }) {
+            progress(&f);
+            out.push(f);
+        }
     }
     if wants(Workload::Tools) {
         let (memory, summaries, requests) = if args.quick { (64 << 10, 50, 20) } else { (1 << 20, 1000, 200) };

@@ -15,6 +15,7 @@ pub mod portability;
 pub mod pyjson;
 pub mod pytext;
 pub mod redact;
+pub mod redact_jsonl;
 pub mod segment;
 pub mod time;
 pub mod usage;

@@ -102,6 +102,12 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 /// `\uXXXX` (lower-case hex, surrogate pairs above the BMP).
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
+    write_string_content(out, s);
+    out.push('"');
+}
+
+/// A string's escaped content, without its quotes, as [`write_string`] writes it.
+pub fn write_string_content(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -120,7 +126,6 @@ fn write_string(out: &mut String, s: &str) {
             }
         }
     }
-    out.push('"');
 }
 
 /// A JSON line as Python's `json.loads` reads it: besides JSON, the bare

@@ -202,7 +202,8 @@ async fn forget_and_consolidate(
         .iter()
         .map(|s| s.rollout_summary_file.trim_start_matches("rollout_summaries/").to_owned())
         .collect();
-    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized);
+    let mut tools =
+        MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized).redacting(layout.redactor());
     // Their paths name them: the run record lists the files it changed without these.
     let mut forgotten_paths = Vec::new();
     for id in ids {

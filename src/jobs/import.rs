@@ -12,6 +12,7 @@ use crate::domain::portability::{
     MANIFEST_NAME, MAX_ENTRIES, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
     raw_memory_header, read_manifest,
 };
+use crate::domain::redact::{Counts, Redactor};
 use crate::llm::TokenUsage;
 use crate::store::{ClaimedJob, ImportRecord, ImportedRollout, JobOutcome, with_implicit_default};
 use crate::workspace::publish::{Manifest, PublishScope, Publisher};
@@ -86,13 +87,13 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
     };
     let publisher = ctx.publisher.clone();
     let planned = tokio::task::spawn_blocking(move || {
-        let plan = plan(&archive, &root, &layouts, room, quota_left)?;
-        let staged = stage(&archive, &root, &plan, &publisher, scope)?;
+        let mut plan = plan(&archive, &root, &layouts, room, quota_left)?;
+        let staged = stage(&archive, &root, &mut plan, &publisher, scope)?;
         Ok::<_, ImportError>((plan, staged))
     })
     .await
     .map_err(|e| retryable(format!("the import panicked: {e}")))?;
-    let (plan, staged) = match planned {
+    let (plan, (staged, redactions)) = match planned {
         Ok(done) => done,
         Err(ImportError::Refused(message)) => return Err(fatal(message)),
         Err(ImportError::Io(e)) => {
@@ -103,11 +104,12 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         job_id = %claimed.job.job_id, rollouts = plan.record.rollouts.len(), raw_memories = plan.record.raw_memories.len(),
         files = plan.files.len(), "import staged"
     );
+    crate::metrics::redactions("import", &redactions);
     Ok(Completion {
         outcome: JobOutcome::Succeeded { raw_memory: None },
         files: None,
         usage: TokenUsage::default(),
-        redactions: Default::default(),
+        redactions,
         imported: Some(Box::new(Imported { staged, record: plan.record })),
     })
 }
@@ -116,6 +118,8 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
 struct Plan {
     files: HashSet<String>,
     record: ImportRecord,
+    /// Every layout the files go to (the tenant's and the archive's new ones).
+    layouts: Vec<StoredLayout>,
 }
 
 fn open_entries(archive: &Path) -> io::Result<tar::Archive<flate2::read::GzDecoder<BufReader<File>>>> {
@@ -279,7 +283,7 @@ fn plan(
         row.extracted_len = from_manifest.or(whole).unwrap_or(0);
         record.raw_memories.push((layout, row));
     }
-    Ok(Plan { files, record })
+    Ok(Plan { files, record, layouts })
 }
 
 /// Every line of a rollout is whole JSON, ended by a newline, as the SDK
@@ -303,29 +307,116 @@ fn check_rollout(path: &str, content: &mut dyn Read) -> Result<i64, ImportError>
     }
 }
 
-/// The second pass: each planned file staged beside its place.
+/// The second pass: each planned file staged beside its place, redacted
+/// with its layout's rules where it is memory (SPEC §2.7, §4) and, for a
+/// layout that redacts at ingest, where it is a conversation; the secrets
+/// taken out, by rule.
 fn stage(
     archive: &Path,
     root: &Path,
-    plan: &Plan,
+    plan: &mut Plan,
     publisher: &Publisher,
     scope: PublishScope,
-) -> Result<Manifest, ImportError> {
+) -> Result<(Manifest, Counts), ImportError> {
     let mut entries = open_entries(archive)?;
     let mut staging = publisher.begin(scope, root);
+    let mut counts = Counts::new();
     let mut placed = 0;
     for entry in entries.entries()? {
         let mut entry = entry?;
         let Ok(path) = archive_path(&entry.path_bytes()) else { continue };
-        if entry.header().entry_type().is_file() && plan.files.contains(&path) {
-            staging.add(&path, &mut entry)?;
-            placed += 1;
+        if !entry.header().entry_type().is_file() || !plan.files.contains(&path) {
+            continue;
         }
+        let written = match redaction_of(&path, &plan.layouts) {
+            None => staging.add(&path, &mut entry)?,
+            Some((redactor, Lines::Json)) => {
+                staging.add(&path, &mut LineRedactor::new(&mut entry, &redactor, true, &mut counts))?
+            }
+            Some((redactor, Lines::Text)) if entry.size() <= MAX_RAW_MEMORY_BYTES => {
+                let mut bytes = Vec::with_capacity(entry.size() as usize);
+                entry.read_to_end(&mut bytes)?;
+                let bytes = match String::from_utf8(bytes) {
+                    Ok(text) => redactor.redact_text(&text, &mut counts).into_bytes(),
+                    Err(not_text) => not_text.into_bytes(),
+                };
+                staging.add(&path, &mut bytes.as_slice())?
+            }
+            Some((redactor, Lines::Text)) => {
+                staging.add(&path, &mut LineRedactor::new(&mut entry, &redactor, false, &mut counts))?
+            }
+        };
+        // A conversation redacted at ingest is registered at the length placed.
+        if let Some(rollout) = plan.record.rollouts.iter_mut().find(|r| r.rollout_path == path) {
+            rollout.len = written;
+        }
+        placed += 1;
     }
     if placed != plan.files.len() {
         return Err(ImportError::Io(io::Error::other("the archive changed between its two readings")));
     }
-    Ok(staging.finish()?)
+    Ok((staging.finish()?, counts))
+}
+
+/// How an entry's text is matched.
+enum Lines {
+    /// JSON lines: escaped strings matched decoded.
+    Json,
+    Text,
+}
+
+/// The rules a placed file is redacted with, if any: a memory file's
+/// layout's, a conversation's only where its layout redacts at ingest.
+fn redaction_of(path: &str, layouts: &[StoredLayout]) -> Option<(std::sync::Arc<Redactor>, Lines)> {
+    let owner = |dir: fn(&ValidLayout) -> &str| {
+        layouts.iter().find(|l| path.strip_prefix(dir(&l.layout)).is_some_and(|rest| rest.starts_with('/')))
+    };
+    let (redactor, lines) = match placement(path, layouts) {
+        Placement::Rollout { .. } => {
+            let layout = owner(|l| l.sessions_dir.normalized.as_str())?;
+            (layout.layout.config.redaction.at_ingest.then(|| layout.layout.redactor())?, Lines::Json)
+        }
+        _ => (owner(|l| l.memories_dir.normalized.as_str())?.layout.redactor(), Lines::Text),
+    };
+    (!redactor.is_off()).then_some((redactor, lines))
+}
+
+/// A reader that yields its source's lines redacted, one at a time: a file
+/// too large to hold, or JSON lines, each redacted on its own.
+struct LineRedactor<'a, R: Read> {
+    source: BufReader<&'a mut R>,
+    redactor: &'a Redactor,
+    json: bool,
+    counts: &'a mut Counts,
+    pending: Vec<u8>,
+    at: usize,
+}
+
+impl<'a, R: Read> LineRedactor<'a, R> {
+    fn new(source: &'a mut R, redactor: &'a Redactor, json: bool, counts: &'a mut Counts) -> Self {
+        Self { source: BufReader::new(source), redactor, json, counts, pending: Vec::new(), at: 0 }
+    }
+}
+
+impl<R: Read> Read for LineRedactor<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.pending.len() {
+            let mut line = Vec::new();
+            if self.source.read_until(b'\n', &mut line)? == 0 {
+                return Ok(0);
+            }
+            self.pending = match String::from_utf8(line) {
+                Ok(text) if self.json => self.redactor.redact_jsonl(&text, self.counts).into_bytes(),
+                Ok(text) => self.redactor.redact_text(&text, self.counts).into_bytes(),
+                Err(not_text) => not_text.into_bytes(),
+            };
+            self.at = 0;
+        }
+        let n = buf.len().min(self.pending.len() - self.at);
+        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// What can be told of an archive before its job starts: gzip bytes, a tar,

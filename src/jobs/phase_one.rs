@@ -7,7 +7,7 @@ use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsa
 use crate::pipeline::extractive;
 use crate::pipeline::phase_one::{
     Extraction, PHASE_ONE_TOKEN_LIMIT, RolloutArtifacts, SCHEMA_NAME, check_artifacts, format_raw_memory,
-    format_rollout_summary, render_phase_one, rollout_extraction_schema, rollout_summary_file,
+    format_rollout_summary, redact_slug, render_phase_one, rollout_extraction_schema, rollout_summary_file,
 };
 use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
 use crate::workspace::publish::FileChanges;
@@ -92,7 +92,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     // SPEC §4: the model sees the rollout with its secrets taken out.
     let mut sent_redacted = Counts::new();
     let redactor = layout.redactor();
-    let redact = |text: &str, counts: &mut Counts| redactor.redact_text(text, counts);
+    let redact = |text: &str, counts: &mut Counts| redactor.redact_jsonl(text, counts);
     let (prompt, facts) = render_phase_one(&contents, token_limit, generate.extra_prompt.as_deref(), &mut |t| {
         redact(t, &mut sent_redacted)
     })
@@ -105,8 +105,11 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     if ctx.settings.log_content {
         tracing::debug!(job_id = %job.job_id, instructions = %prompt.instructions, user_message = %prompt.user_message, "phase-one prompt");
     }
-    let (artifacts, usage) = match &ctx.provider {
-        Provider::Extractive => (extractive::extract(&contents), TokenUsage::default()),
+    let (mut artifacts, usage) = match &ctx.provider {
+        // Slugs, keywords and titles come from the text with its secrets out.
+        Provider::Extractive => {
+            (extractive::extract(&redactor.redact_jsonl(&contents, &mut Counts::new())), TokenUsage::default())
+        }
         Provider::Model(model) => {
             let request = StructuredRequest {
                 model: generate.phase_one_model.clone(),
@@ -125,6 +128,8 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
             (artifacts, reply.usage)
         }
     };
+    artifacts.rollout_slug =
+        redact_slug(&artifacts.rollout_slug, |slug| redactor.redact_text(slug, &mut Counts::new()));
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
         Extraction::Empty => {
             return Ok(Completion {

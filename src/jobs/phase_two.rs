@@ -187,7 +187,8 @@ async fn attempt(
     }
     super::remove_earlier_leftovers(claimed, memory_root).await?;
 
-    let mut tools = MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized);
+    let mut tools =
+        MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized).redacting(layout.redactor());
     let result = consolidate(ctx, claimed, &mut tools, &selection, &chunks, log).await;
     log.files_changed = tools.changed_files();
     if let Err(e) = result {

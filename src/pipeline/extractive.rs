@@ -177,13 +177,33 @@ struct RawMemoryDigest {
     task: String,
     outcome: String,
     keywords: String,
+    /// The bullets of the body (follow-ups, failures): the summary's sources.
     lessons: Vec<String>,
+    /// Every line of the body but the title, clipped: what `MEMORY.md` keeps.
+    body: Vec<String>,
+}
+
+/// A body line longer than this is clipped; a body keeps this many lines.
+const MAX_BODY_LINE_CHARS: usize = 400;
+const MAX_BODY_LINES: usize = 120;
+
+fn clipped(line: &str) -> String {
+    match line.char_indices().nth(MAX_BODY_LINE_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
 }
 
 fn digest_raw_memory(text: &str) -> RawMemoryDigest {
     let mut d = RawMemoryDigest::default();
     let mut in_front_matter = false;
+    // The header lines (R-P1-12) end at the first empty line; the body follows.
+    let mut in_header = true;
     for line in text.lines() {
+        if in_header && line.trim().is_empty() {
+            in_header = false;
+            continue;
+        }
         let field = |prefix: &str| line.strip_prefix(prefix).map(|v| py_strip(v).to_owned());
         if line == "---" {
             in_front_matter = !in_front_matter;
@@ -205,8 +225,14 @@ fn digest_raw_memory(text: &str) -> RawMemoryDigest {
             } else if let Some(v) = field("description:").filter(|_| d.task.is_empty()) {
                 d.task = v;
             }
-        } else if let Some(bullet) = line.strip_prefix("- ") {
-            d.lessons.push(bullet.to_owned());
+        } else if !in_header && !line.trim().is_empty() {
+            if let Some(bullet) = line.strip_prefix("- ") {
+                d.lessons.push(bullet.to_owned());
+            }
+            let title = line.strip_prefix("### ").is_some_and(|t| py_strip(t) == d.task);
+            if !title && d.body.len() < MAX_BODY_LINES {
+                d.body.push(clipped(line));
+            }
         }
     }
     if d.task.is_empty() {
@@ -233,8 +259,11 @@ pub fn consolidate(raw_memories: &[String]) -> (String, String) {
         if !d.outcome.is_empty() {
             memory.push_str(&format!("- outcome: {} (updated {})\n", d.outcome, d.updated_at));
         }
-        for lesson in &d.lessons {
-            memory.push_str(&format!("- {lesson}\n"));
+        // Every line a raw memory's writer wrote stays (a model's prose
+        // too, not only the bullets this provider makes).
+        for line in &d.body {
+            memory.push_str(line);
+            memory.push('\n');
         }
     }
     let mut summary =
@@ -311,5 +340,23 @@ mod tests {
         assert_eq!(slug_from("Ünïcode only ???"), "n-code-only");
         assert_eq!(slug_from("!!!"), "rollout");
         assert!(crate::pipeline::phase_one::normalize_slug(&slug_from(&"word ".repeat(40))).is_ok());
+    }
+
+    #[test]
+    fn a_models_prose_stays_in_memory() {
+        let raw = "rollout_id: sdk-1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/sdk-1.jsonl\nrollout_summary_file: rollout_summaries/sdk-1_ci.md\nterminal_state: completed\n\nThe user runs CI on GitHub Actions.\nPin the runner image; the cache key follows the lockfile.\n\n## Steps\n1. bump the key\n".to_owned();
+        let (memory, _) = consolidate(&[raw]);
+        for kept in [
+            "The user runs CI on GitHub Actions.",
+            "Pin the runner image; the cache key follows the lockfile.",
+            "## Steps",
+            "1. bump the key",
+        ] {
+            assert!(memory.contains(kept), "{kept} in {memory}");
+        }
+        assert!(!memory.contains("terminal_state: completed"), "header lines are not the body: {memory}");
+        let long = format!("rollout_id: x\n\n{}\n", "y".repeat(5000));
+        let (memory, _) = consolidate(&[long]);
+        assert!(memory.contains(&format!("{}…", "y".repeat(400))) && !memory.contains(&"y".repeat(401)));
     }
 }

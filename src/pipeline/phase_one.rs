@@ -179,6 +179,32 @@ pub fn normalize_slug(value: &str) -> Result<String, String> {
     if valid { Ok(slug.to_owned()) } else { Err(format!("Invalid rollout_slug: {}", py_repr(value))) }
 }
 
+/// A slug made of any text, R-P1-10 safe: lower-case ASCII letters and
+/// digits, every other run of characters one `-`, at most 80 bytes.
+pub fn sanitize_slug(text: &str) -> String {
+    let mut slug = String::with_capacity(text.len().min(80));
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    slug.truncate(80);
+    let slug = slug.trim_matches(|c| c == '-' || c == '_').to_owned();
+    if slug.is_empty() { "rollout".into() } else { slug }
+}
+
+/// The model's slug as a file name may carry it: redacted first, so that no
+/// secret it repeats becomes a name (lower-casing would hide it from the
+/// rules after); only a slug that held one is rewritten, any other must
+/// pass R-P1-10 as it is.
+pub fn redact_slug(slug: &str, redact: impl FnOnce(&str) -> String) -> String {
+    let redacted = redact(slug);
+    if redacted == slug { slug.to_owned() } else { sanitize_slug(&redacted) }
+}
+
 /// R-P1-8 and R-P1-10.
 pub fn check_artifacts(a: &RolloutArtifacts) -> Result<Extraction, String> {
     let blank = [&a.rollout_slug, &a.rollout_summary, &a.raw_memory].map(|f| py_strip(f).is_empty());
@@ -300,6 +326,16 @@ mod tests {
     fn unknown_facts_fall_back_to_unknown() {
         let (_, facts) = render_phase_one("{\"terminal_metadata\":\"x\"}\n", 10, None, &mut str::to_owned).unwrap();
         assert_eq!((facts.updated_at.as_str(), facts.terminal_state.as_str()), ("unknown", "unknown"));
+    }
+
+    #[test]
+    fn a_slug_that_holds_a_secret_is_redacted_then_made_safe() {
+        let redact = |s: &str| s.replace("AKIAIOSFODNN7EXAMPLE", "[REDACTED:aws_access_key]");
+        assert_eq!(redact_slug("aws-AKIAIOSFODNN7EXAMPLE-rotate", redact), "aws-redacted-aws_access_key-rotate");
+        assert_eq!(redact_slug("fix-ci", redact), "fix-ci");
+        assert_eq!(redact_slug("Fix CI", redact), "Fix CI", "any other slug is checked as it is");
+        assert_eq!(sanitize_slug("--!!--"), "rollout");
+        assert!(normalize_slug(&sanitize_slug(&"Ab ".repeat(60))).is_ok());
     }
 
     #[test]

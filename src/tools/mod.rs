@@ -72,12 +72,35 @@ pub struct MemoryTools {
     sessions: String,
     /// The run's edits, in the order the files were first changed.
     edits: Vec<FileEdit>,
+    /// What the read tools answer is redacted with the layout's rules: the
+    /// model must not read a secret from a rollout or an unredacted file.
+    redactor: Option<std::sync::Arc<crate::domain::redact::Redactor>>,
 }
 
 impl MemoryTools {
     /// `memories` and `sessions` are the layout's normalised directories.
     pub fn new(root: PathBuf, memories: &str, sessions: &str) -> Self {
-        Self { root, memories: memories.to_owned(), sessions: sessions.to_owned(), edits: Vec::new() }
+        Self { root, memories: memories.to_owned(), sessions: sessions.to_owned(), edits: Vec::new(), redactor: None }
+    }
+
+    /// The same tools, their read answers redacted with `redactor`.
+    pub fn redacting(mut self, redactor: std::sync::Arc<crate::domain::redact::Redactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
+    }
+
+    /// A read tool's answer as the model may see it: redacted, rollout
+    /// lines (JSON) with their escaped strings matched decoded.
+    fn redacted(&self, answer: String, reads_sessions: bool) -> String {
+        let Some(redactor) = self.redactor.as_ref().filter(|r| !r.is_off()) else { return answer };
+        let mut counts = crate::domain::redact::Counts::new();
+        let out = if reads_sessions {
+            redactor.redact_jsonl(&answer, &mut counts)
+        } else {
+            redactor.redact_text(&answer, &mut counts)
+        };
+        crate::metrics::redactions("tool_output", &counts);
+        out
     }
 
     /// The files this run wrote or deleted, relative to the workspace root.
@@ -129,6 +152,11 @@ impl MemoryTools {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether a read of `path` (default: the memory folder) reaches rollout files.
+    fn names_sessions(&self, path: Option<&str>) -> bool {
+        path.and_then(normalize).is_some_and(|rel| is_under(&rel, &self.sessions) || is_under(&self.sessions, &rel))
     }
 
     /// A readable path: under the memory or the sessions folder.
@@ -196,16 +224,20 @@ impl MemoryTools {
                 None => Ok(self.apply_patch(arguments)),
             },
             "read_file" => match text("path") {
-                Some(path) => self.read_file(
-                    path,
-                    args.get("offset").and_then(Value::as_u64),
-                    args.get("limit").and_then(Value::as_u64),
-                ),
+                Some(path) => self
+                    .read_file(
+                        path,
+                        args.get("offset").and_then(Value::as_u64),
+                        args.get("limit").and_then(Value::as_u64),
+                    )
+                    .map(|answer| self.redacted(answer, self.names_sessions(Some(path)))),
                 None => Err("read_file needs a path".into()),
             },
             "list_files" => self.list_files(text("path")),
             "search_files" => match text("pattern") {
-                Some(pattern) => self.search_files(pattern, text("path")),
+                Some(pattern) => self
+                    .search_files(pattern, text("path"))
+                    .map(|answer| self.redacted(answer, self.names_sessions(text("path")))),
                 None => Err("search_files needs a pattern".into()),
             },
             other => Err(format!("unknown tool: {other}")),

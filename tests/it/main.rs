@@ -20,6 +20,7 @@ mod history;
 mod ingest;
 mod jobs;
 mod layouts;
+mod leaks;
 mod limits;
 mod listings;
 mod migrations;

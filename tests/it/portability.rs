@@ -235,7 +235,7 @@ async fn import(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) ->
 }
 
 /// Imports an archive and waits for its job; the job as it ended.
-async fn imported(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> Value {
+pub(crate) async fn imported(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> Value {
     let (status, _, job) = import(app, t, workspace, archive).await;
     assert_eq!(status, 202, "{job}");
     assert_eq!(job["kind"], "import", "{job}");
@@ -288,7 +288,7 @@ async fn an_export_imported_elsewhere_is_the_same_memory_and_carries_on(backend:
 }
 
 /// A gzip tar of `files` (path, content), as any tool would write it.
-fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()));
     for (path, content) in files {
         let mut header = tar::Header::new_gnu();

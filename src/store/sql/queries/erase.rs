@@ -134,6 +134,7 @@ impl SqlStore<DB> {
                 }
             }
         }
+        Self::erase_events_naming(conn, tenant, workspace, ids).await?;
         let statuses = sqlx::query(
             "SELECT session_id, memory_status FROM sessions
              WHERE tenant_id = $1 AND workspace = $2 AND memory_status IS NOT NULL",
@@ -160,14 +161,47 @@ impl SqlStore<DB> {
         Ok(freed)
     }
 
+    /// The workspace's events (and their deliveries) that name one of
+    /// `ids`: a closed session's failures, a failed job's error.
+    async fn erase_events_naming(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        ids: &[RolloutId],
+    ) -> StoreResult<()> {
+        let rows = sqlx::query("SELECT seq, payload FROM events WHERE tenant_id = $1 AND workspace = $2")
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .fetch_all(&mut *conn)
+            .await?;
+        for row in rows {
+            if !mentions_any(row.try_get("payload")?, ids) {
+                continue;
+            }
+            let seq: i64 = row.try_get("seq")?;
+            for sql in [
+                "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq = $2",
+                "DELETE FROM events WHERE tenant_id = $1 AND seq = $2",
+            ] {
+                sqlx::query(sql).bind(tenant).bind(seq).execute(&mut *conn).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn erase_workspace(
         conn: &mut DbConnection,
         tenant: TenantId,
         workspace: &WorkspaceName,
         own_job: Uuid,
     ) -> StoreResult<()> {
-        const BY_WORKSPACE: [&str; 13] = [
+        const BY_WORKSPACE: [&str; 15] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2",
+            // Its events, and their deliveries, leave the outbox (the
+            // forget's own `forget.completed` is recorded after this).
+            "DELETE FROM webhook_deliveries WHERE tenant_id = $1
+                AND event_seq IN (SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2)",
+            "DELETE FROM events WHERE tenant_id = $1 AND workspace = $2",
             "DELETE FROM session_rollouts WHERE tenant_id = $1
                 AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
             "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",

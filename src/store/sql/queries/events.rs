@@ -42,13 +42,15 @@ impl SqlStore<DB> {
         let mut seqs = Vec::with_capacity(events.len());
         for (event, seq) in events.iter().zip(last - count + 1..) {
             sqlx::query(
-                "INSERT INTO events (tenant_id, seq, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO events (tenant_id, seq, event_type, payload, created_at, workspace)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(tenant)
             .bind(seq)
             .bind(event.event_type.as_str())
             .bind(event.payload(now))
             .bind(now)
+            .bind(event.data.get("workspace").and_then(serde_json::Value::as_str))
             .execute(&mut *conn)
             .await?;
             let fan_out =
