@@ -119,7 +119,7 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
     log "creating the Python tests' virtual environment in $VENV"
     python3 -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,test,check]" playwright
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "clients/python[agents,anthropic,test,check]" playwright
     touch "$VENV/bin/pytest"
   fi
   (cd clients/python && "$VENV/bin/mypy" && "$VENV/bin/ruff" check src tests &&

@@ -6,6 +6,10 @@ Three lines give an agent long-term memory::
     agent = Agent(name="assistant", instructions=memory.instructions("You are helpful."))
     result = await memory.run(agent, "I prefer green tea.")
 
+``run`` also hands the agent its memory tools (``memory_list``,
+``memory_read``, ``memory_search``, ``memory_edit``: see :func:`memory_tools`),
+so it can open the files its instructions name and fix what is stale.
+
 In synchronous code, ``SyncMemorydMemory(Memoryd())`` does the same with
 ``Runner.run_sync``. ``run`` records every run (also one that raised) as a
 rollout segment,
@@ -15,6 +19,9 @@ instructions carry what memoryd consolidated from earlier sessions.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -23,12 +30,14 @@ from typing import Any, Generic, TypeVar
 
 from typing_extensions import Self
 
+from . import _memory_tools as tools_
+from ._memory_tools import strip_citations
 from .client import AsyncMemoryd, Memoryd
 from .errors import MemorydError, NotFoundError
 from .models import AppendedSegment, CloseResult, Instructions
 
 try:
-    from agents import Runner
+    from agents import FunctionTool, Runner
     from agents.exceptions import RunErrorDetails
     from agents.sandbox.memory.rollouts import (
         build_rollout_payload,
@@ -76,6 +85,66 @@ def segment_from_result(
     return build_rollout_payload_from_result(result, exception=exception, input_override=input_override)
 
 
+__all__ = [
+    "MemorydMemory",
+    "SyncMemorydMemory",
+    "memory_tools",
+    "segment_from_result",
+    "strip_citations",
+]
+
+
+def memory_tools(
+    client: Memoryd | AsyncMemoryd,
+    *,
+    workspace: str = "default",
+    layout: str = "default",
+    session_id: str | None = None,
+    edit: bool = True,
+) -> list[FunctionTool]:
+    """openai-agents function tools over a layout's memory, named as memoryd's
+    MCP tools: ``memory_list``, ``memory_read``, ``memory_search`` and (with
+    ``edit``) ``memory_edit``, with strict schemas. A read with ``session_id``
+    counts as a use of that memory; an edit records it. A refusal comes back to
+    the model as text (memoryd's detail), never as an exception that ends the
+    run. Works with :class:`~memoryd.Memoryd` (its calls run on a thread) and
+    :class:`~memoryd.AsyncMemoryd`."""
+    schemas = tools_.tool_schemas(tools_.paths_note(layout))
+    names = tools_.TOOL_NAMES if edit else tools_.TOOL_NAMES[:3]
+
+    def invoker(name: str) -> Callable[[Any, str], Awaitable[str]]:
+        async def invoke(_context: Any, raw: str) -> str:
+            try:
+                args = tools_.call_arguments(name, json.loads(raw or "{}"), session_id)
+            except (ValueError, AttributeError, KeyError) as exc:
+                return f"Error: the arguments are not the tool's: {exc}"
+            method = getattr(client, tools_.method_of(name))
+            try:
+                if isinstance(client, AsyncMemoryd):
+                    answer = await method(workspace=workspace, layout=layout, **args)
+                else:
+                    answer = await asyncio.to_thread(method, workspace=workspace, layout=layout, **args)
+            except MemorydError as exc:
+                return tools_.failure(exc)
+            return tools_.render(name, answer)
+
+        return invoke
+
+    made = []
+    for name in names:
+        description, parameters = schemas[name]
+        made.append(
+            FunctionTool(
+                name=name,
+                description=description,
+                params_json_schema=parameters,
+                on_invoke_tool=invoker(name),
+                strict_json_schema=True,
+            )
+        )
+    return made
+
+
 InstructionsFn = Callable[[Any, Any], Awaitable[str]]
 SyncInstructionsFn = Callable[[Any, Any], str]
 
@@ -98,8 +167,10 @@ class _Conversation(Generic[ClientT]):
         instructions_ttl: float = 5.0,
         instructions_timeout: float = 2.0,
         close_wait: int | None = None,
+        tools: bool = True,
     ) -> None:
         self.client: ClientT = client
+        self.tools = tools
         self._explicit_session = session_id is not None
         self.session_id = session_id or f"agent-{uuid.uuid4().hex}"
         self.layout = layout
@@ -142,6 +213,27 @@ class _Conversation(Generic[ClientT]):
         payload = segment_from_result(result, exception=exception, input_override=input_override)
         payload["rollout_id"] = rollout_id or self.rollout_id
         return payload
+
+    def _with_tools(self, agent: Any) -> Any:
+        """A copy of ``agent`` that also holds this conversation's memory tools
+        (the caller's agent is left as it is); ``agent`` itself without ``tools``."""
+        if not self.tools:
+            return agent
+        mine: list[Any] = memory_tools(
+            self.client, workspace=self.workspace, layout=self.layout, session_id=self.session_id
+        )
+        taken = {t.name for t in mine}
+        kept: list[Any] = [t for t in agent.tools if getattr(t, "name", None) not in taken]
+        return agent.clone(tools=[*kept, *mine])
+
+    @staticmethod
+    def _stripped(result: Any) -> Any:
+        """``result`` with its final output's citation block taken out (the
+        recorded segment keeps it: memoryd counts it)."""
+        if isinstance(result.final_output, str):
+            text, _ = strip_citations(result.final_output)
+            return dataclasses.replace(result, final_output=text)
+        return result
 
     def _recording_failed(self, exc: Exception) -> None:
         logger.error("memoryd could not record the run of session %s: %s", self.session_id, exc)
@@ -203,20 +295,31 @@ class MemorydMemory(_Conversation[AsyncMemoryd]):
         self._recorded += 1
         return appended
 
-    async def run(self, agent: Any, input: RunInput, *, rollout_id: str | None = None, **runner_kwargs: Any) -> Any:
-        """``Runner.run(agent, input, **runner_kwargs)``, recorded.
+    async def run(
+        self,
+        agent: Any,
+        input: RunInput,
+        *,
+        rollout_id: str | None = None,
+        strip_citations: bool = False,
+        **runner_kwargs: Any,
+    ) -> Any:
+        """``Runner.run(agent, input, **runner_kwargs)``, recorded; the agent
+        runs with its memory tools (unless ``tools=False``).
 
         A run that raises is recorded with its terminal state, then the
         exception is re-raised. A recording that fails is logged, and the
-        run's own result or exception goes to the caller unchanged.
+        run's own result or exception goes to the caller unchanged. With
+        ``strip_citations`` the result's final output loses Codex's citation
+        block (the recorded segment keeps it).
         """
         try:
-            result = await Runner.run(agent, input, **runner_kwargs)
+            result = await Runner.run(self._with_tools(agent), input, **runner_kwargs)
         except Exception as exc:
             await self._record_quietly(None, exception=exc, input_override=input, rollout_id=rollout_id)
             raise
         await self._record_quietly(result, input_override=input, rollout_id=rollout_id)
-        return result
+        return self._stripped(result) if strip_citations else result
 
     async def _record_quietly(self, result: Any, **kwargs: Any) -> None:
         try:
@@ -283,16 +386,24 @@ class SyncMemorydMemory(_Conversation[Memoryd]):
         self._recorded += 1
         return appended
 
-    def run(self, agent: Any, input: RunInput, *, rollout_id: str | None = None, **runner_kwargs: Any) -> Any:
-        """``Runner.run_sync(agent, input, **runner_kwargs)``, recorded as
-        :meth:`MemorydMemory.run` records."""
+    def run(
+        self,
+        agent: Any,
+        input: RunInput,
+        *,
+        rollout_id: str | None = None,
+        strip_citations: bool = False,
+        **runner_kwargs: Any,
+    ) -> Any:
+        """``Runner.run_sync(agent, input, **runner_kwargs)``, recorded and
+        with the memory tools as :meth:`MemorydMemory.run`."""
         try:
-            result = Runner.run_sync(agent, input, **runner_kwargs)
+            result = Runner.run_sync(self._with_tools(agent), input, **runner_kwargs)
         except Exception as exc:
             self._record_quietly(None, exception=exc, input_override=input, rollout_id=rollout_id)
             raise
         self._record_quietly(result, input_override=input, rollout_id=rollout_id)
-        return result
+        return self._stripped(result) if strip_citations else result
 
     def _record_quietly(self, result: Any, **kwargs: Any) -> None:
         try:
