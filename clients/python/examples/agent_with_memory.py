@@ -1,4 +1,6 @@
-"""An agent that learns a preference in one session and uses it in the next.
+"""An agent that learns a preference in one session and, in the next, looks
+it up with its memory tools (``memory_search``, which ``MemorydMemory.run``
+gives it) before it answers.
 
 Run memoryd, make a tenant, then:
 
@@ -18,25 +20,39 @@ import os
 import re
 import uuid
 
+import json
+
 from agents import Agent, ModelResponse, Usage, set_tracing_disabled
 from agents.models.interface import Model
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from memoryd import AsyncMemoryd
 from memoryd.agents import MemorydMemory
 
 
 class OfflineModel(Model):
-    """A stand-in for an LLM: acknowledges what it is told, and answers from
-    the memory block of its instructions when there is one."""
+    """A stand-in for an LLM: acknowledges what it is told; asked a question,
+    it searches its memory with the ``memory_search`` tool and answers from
+    the lines it found."""
 
-    async def get_response(self, system_instructions, input, *args, **kwargs) -> ModelResponse:
-        memory = re.search(
-            r"MEMORY_SUMMARY BEGINS =+\n(.*?)\n=+ MEMORY_SUMMARY ENDS", system_instructions or "", re.S
-        )
-        if memory:
-            remembered = [l.strip("-* ").strip() for l in memory.group(1).splitlines() if "prefer" in l.lower()]
-            text = f"From memory: {remembered[0]}" if remembered else "I remember nothing about that."
+    async def get_response(self, system_instructions, input, model_settings, tools, *args, **kwargs) -> ModelResponse:
+        items = input if isinstance(input, list) else [{"role": "user", "content": input}]
+        found = [str(i.get("output")) for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        asked = any("?" in str(i.get("content", "")) for i in items if isinstance(i, dict) and i.get("role") == "user")
+        if asked and not found and any(t.name == "memory_search" for t in tools):
+            arguments = {"query": "prefer", "path": None, "regex": None, "context": None}
+            call = ResponseFunctionToolCall(
+                id=f"fc_{uuid.uuid4().hex[:8]}",
+                call_id=f"call_{uuid.uuid4().hex[:8]}",
+                type="function_call",
+                name="memory_search",
+                arguments=json.dumps(arguments),
+                status="completed",
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        if found:
+            hits = [line.split(": ", 1)[1].strip("#-* ") for line in found[0].splitlines() if ": " in line]
+            text = f"From memory: {hits[0]}" if hits else "I remember nothing about that."
         else:
             text = "Noted, I will remember that."
         message = ResponseOutputMessage(
@@ -64,7 +80,8 @@ async def main() -> None:
             agent = Agent(name="barista", instructions=memory.instructions("You are a barista."), model=model)
             result = await memory.run(agent, "I prefer my coffee black, no sugar.")
             print("session 1:", result.final_output)
-        # Session 2: a new conversation; the instructions carry the memory.
+        # Session 2: a new conversation; the instructions carry the memory, and
+        # the agent searches its memory folder with the tools run() gives it.
         memory = MemorydMemory(client)
         agent = Agent(name="barista", instructions=memory.instructions("You are a barista."), model=model)
         result = await memory.run(agent, "How do I take my coffee?")

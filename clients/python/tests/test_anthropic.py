@@ -55,7 +55,10 @@ def test_every_command_of_the_memory_tool(server, tenant):
             assert said in str(refused.value), (command, refused.value)
         run(tool, command="create", path="/memories/a.md", file_text="one one\n")
         for command, said in [
-            ({"command": "create", "path": "/memories/a.md", "file_text": "again"}, "File /memories/a.md already exists"),
+            (
+                {"command": "create", "path": "/memories/a.md", "file_text": "again"},
+                "File /memories/a.md already exists",
+            ),
             ({"command": "str_replace", "path": "/memories/a.md", "old_str": "two", "new_str": "x"}, "did not appear"),
             ({"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "x"}, "Multiple"),
         ]:

@@ -9,6 +9,10 @@
  * await memory.close({ wait: 30 });
  * ```
  *
+ * `run` also gives the agent its memory tools (`memory_list`, `memory_read`,
+ * `memory_search`, `memory_edit`: see `memoryTools`), so it can open the files
+ * its instructions name and fix what is stale.
+ *
  * Each run is recorded as the segment the SDK's own sandbox memory would
  * write for it (`buildMemoryRolloutPayload`), so memoryd reads a TypeScript
  * run as the SDK's in-process memory would; the instructions carry what
@@ -26,6 +30,10 @@ import {
 import type { Agent, AgentInputItem, NonStreamRunOptions, RunResult, RunState, Runner } from "@openai/agents";
 import type { CallOptions, Memoryd, Schemas } from "./client.js";
 import { MemorydError, NotFoundError } from "./errors.js";
+import { memoryTools, stripCitations } from "./agentTools.js";
+
+export { memoryTools, stripCitations } from "./agentTools.js";
+export type { MemoryToolsOptions } from "./agentTools.js";
 
 // The SDK's own rule for which items a memory keeps (its `shouldIncludeMemoryItem`):
 // memoryd's server applies the same one (SPEC §2.2), so what is sent is what is kept.
@@ -270,6 +278,8 @@ export interface MemorydMemoryOptions {
   /** How long an agent waits for memoryd's instructions before running without them (default 2 s). */
   instructionsTimeoutMs?: number;
   logger?: MemoryLogger;
+  /** `run` gives the agent its memory tools, with this session (default true). */
+  tools?: boolean;
 }
 
 export interface RecordOptions {
@@ -300,6 +310,7 @@ export class MemorydMemory {
   private readonly ttlMs: number;
   private readonly timeoutMs: number;
   private readonly logger: MemoryLogger;
+  private readonly tools: boolean;
   private cached: { at: number; text: string | null } | undefined;
   private recorded = 0;
 
@@ -313,6 +324,15 @@ export class MemorydMemory {
     this.ttlMs = options.instructionsTtlMs ?? 5000;
     this.timeoutMs = options.instructionsTimeoutMs ?? 2000;
     this.logger = options.logger ?? console;
+    this.tools = options.tools ?? true;
+  }
+
+  /** A copy of `agent` that also holds this conversation's memory tools (the caller's agent is left as it is). */
+  private withTools<TAgent extends Agent<any, any>>(agent: TAgent): TAgent {
+    if (!this.tools) return agent;
+    const mine = memoryTools(this.client, { workspace: this.workspace, layout: this.layout, sessionId: this.sessionId });
+    const names = new Set(mine.map((t) => t.name));
+    return agent.clone({ tools: [...agent.tools.filter((t) => !names.has(t.name)), ...mine] }) as TAgent;
   }
 
   /**
@@ -382,9 +402,10 @@ export class MemorydMemory {
   async run<TAgent extends Agent<any, any>>(
     agent: TAgent,
     input: RunInput,
-    options: NonStreamRunOptions<any> & { rolloutId?: string; runner?: Runner } = {},
+    options: NonStreamRunOptions<any> & { rolloutId?: string; runner?: Runner; stripCitations?: boolean } = {},
   ): Promise<RunResult<any, TAgent>> {
-    const { rolloutId, runner, ...runOptions } = options;
+    const { rolloutId, runner, stripCitations: strip, ...runOptions } = options;
+    const withMemory = this.withTools(agent);
     const groupId = runner?.config.groupId;
     const sdkSessionId = runOptions.session ? await runOptions.session.getSessionId() : undefined;
     // With an SDK session the state's input holds the history too; the SDK then records the run's own input.
@@ -396,7 +417,7 @@ export class MemorydMemory {
     };
     let result: RunResult<any, TAgent>;
     try {
-      result = runner ? await runner.run(agent, input, runOptions) : await runAgent(agent, input, runOptions);
+      result = runner ? await runner.run(withMemory, input, runOptions) : await runAgent(withMemory, input, runOptions);
     } catch (error) {
       if ((error as { state?: unknown } | null)?.state !== undefined) {
         await this.recordQuietly(undefined, { ...recordOptions, exception: error });
@@ -404,7 +425,7 @@ export class MemorydMemory {
       throw error;
     }
     await this.recordQuietly(result, recordOptions);
-    return result;
+    return strip ? withoutCitations(result) : result;
   }
 
   private async recordQuietly(result: RunResult<any, any> | undefined, options: RecordOptions): Promise<void> {
@@ -428,6 +449,23 @@ export class MemorydMemory {
       throw error;
     }
   }
+}
+
+/**
+ * `result` whose `finalOutput` has lost Codex's citation block (the recorded
+ * segment keeps it: memoryd counts it). The result's other fields are its own.
+ */
+function withoutCitations<T extends RunResult<any, any>>(result: T): T {
+  const output: unknown = result.finalOutput;
+  if (typeof output !== "string") return result;
+  const { text } = stripCitations(output);
+  return new Proxy(result, {
+    get: (target, key) => {
+      if (key === "finalOutput") return text;
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }
 
 function describe(error: unknown): string {

@@ -164,3 +164,76 @@ test("rollout ids follow the SDK's rule and its validation", () => {
   assert.throws(() => resolveRolloutId({ conversationId: "../etc" }), /file-safe ID/);
   assert.throws(() => resolveRolloutId({ fallbackId: "x".repeat(129) }), /file-safe ID/);
 });
+
+const CITED =
+  "Green tea, in the morning.\n<oai-mem-citation>\n<citation_entries>\nMEMORY.md:3-4|note=[tea]\n</citation_entries>\n<rollout_ids>\ntea-chat\nother\n</rollout_ids>\n</oai-mem-citation>";
+
+test("stripCitations takes the block out and names its rollouts", async () => {
+  const { stripCitations } = await import("../dist/agents.js");
+  assert.deepEqual(stripCitations(CITED), { text: "Green tea, in the morning.", rolloutIds: ["tea-chat", "other"] });
+  assert.deepEqual(stripCitations("no block"), { text: "no block", rolloutIds: [] });
+});
+
+const nulls = (fields) => Object.fromEntries(fields.map((f) => [f, null]));
+
+for (const backend of backends) {
+  test(`an agent searches, reads and edits its memory with its tools (${backend})`, async () => {
+    const { memoryTools } = await import("../dist/agents.js");
+    const server = await startMemoryd(backend);
+    try {
+      const { tenantId, apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey, retry: fast });
+      await client.appendSegment("tea-chat", { rollout_id: "tea-chat", input: "I prefer green tea in the morning.", final_output: "noted" });
+      assert.equal((await client.closeSession("tea-chat", { wait: 30 })).state, "closed");
+      const summary = (await client.listMemory({ path: "rollout_summaries" })).entries.find((e) => e.path.includes("tea-chat")).path;
+      const seen = [];
+      const model = new ScriptedModel([
+        [functionCall("memory_search", { query: "green tea", ...nulls(["path", "regex", "context"]) }, { callId: "c1" })],
+        modelResponder((call) => {
+          seen.push(JSON.stringify(call.request.input));
+          return [functionCall("memory_read", { path: summary, offset: null, limit: null }, { callId: "c2" })];
+        }),
+        modelResponder((call) => {
+          seen.push(JSON.stringify(call.request.input));
+          return [assistantMessage(CITED)];
+        }),
+      ]);
+      const memory = new MemorydMemory(client, { sessionId: "ts-tools-1" });
+      const agent = new Agent({ name: "assistant", instructions: "Use your memory.", model });
+      const result = await memory.run(agent, "What do I drink in the morning?", { stripCitations: true });
+      assert.equal(result.finalOutput, "Green tea, in the morning.");
+      assert.equal(agent.tools.length, 0, "the caller's agent is left as it was");
+      assert.match(seen[0], /MEMORY\.md:\d+:/);
+      assert.match(seen[1], /     1\\t/);
+      assert.match(readFileSync(server.rolloutFile(tenantId, "sessions/ts-tools-1.jsonl"), "utf8"), /oai-mem-citation/);
+      await memory.close({ wait: 30 });
+      const used = Object.fromEntries((await client.getSelection()).selected.map((s) => [s.rollout_id, s.usage_count]));
+      assert.equal(used["tea-chat"], 1, JSON.stringify(used));
+
+      // An edit through the tool changes the server's file; a refusal is text the model reads.
+      const sha = (await client.readMemory("MEMORY.md")).sha256;
+      const operation = { command: "insert", path: "MEMORY.md", insert_line: 0, insert_text: "- oat milk too", ...nulls(["file_text", "old_str", "new_str", "old_path", "new_path"]) };
+      const outputs = [];
+      const editor = new ScriptedModel([
+        [functionCall("memory_read", { path: "../sessions/x.jsonl", offset: null, limit: null }, { callId: "e1" })],
+        modelResponder((call) => {
+          outputs.push(JSON.stringify(call.request.input));
+          return [functionCall("memory_edit", { patch: null, operations: [operation], expect: [{ path: "MEMORY.md", sha256: sha }], reason: "said so" }, { callId: "e2" })];
+        }),
+        modelResponder((call) => {
+          outputs.push(JSON.stringify(call.request.input));
+          return [assistantMessage("Noted.")];
+        }),
+      ]);
+      const writer = new Agent({ name: "writer", instructions: "Keep memory current.", model: editor, tools: memoryTools(client, { sessionId: "ts-tools-2" }) });
+      const { run } = await import("@openai/agents");
+      assert.equal((await run(writer, "Oat milk too.")).finalOutput, "Noted.");
+      assert.match(outputs[0], /Error \(invalid_request\)/);
+      assert.match(outputs[1], /The edit is published: modified MEMORY\.md/);
+      assert.equal((await client.readMemory("MEMORY.md", { limit: 1 })).text, "- oat milk too\n");
+      assert.deepEqual(memoryTools(client, { edit: false }).map((t) => t.name), ["memory_list", "memory_read", "memory_search"]);
+    } finally {
+      await server.stop();
+    }
+  });
+}
