@@ -5,6 +5,8 @@
 use crate::domain::ids::{LayoutName, RolloutId};
 use crate::domain::index::RawMemoryRecord;
 use crate::domain::layout::StoredLayout;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -125,8 +127,9 @@ pub const MAX_ENTRIES: u64 = 100_000;
 /// The most an archive to import may expand to, as a multiple of its
 /// compressed size (SPEC §2.7).
 pub const MAX_EXPANSION: u64 = 10;
-/// The most bytes a memoryd manifest may have.
-pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// The most bytes a memoryd manifest may have: the index of as many
+/// rollouts as an archive's entry limit can hold.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 /// An entry's name, checked: a relative path of UTF-8 components without
 /// `.` or `..`, NUL or control characters; a trailing `/` (a folder) is
@@ -216,41 +219,59 @@ pub fn raw_memory_header(text: &str) -> Option<RawMemoryRecord> {
 }
 
 /// A layout a memoryd manifest names, with what its export held.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ManifestLayout {
     pub name: LayoutName,
-    pub config: Value,
-    pub selection: Option<Value>,
+    /// The layout's config as the archive spells it, for the layout rules to read.
+    pub config: Box<RawValue>,
     /// `rollout_id` → the length its raw memory was extracted from.
     pub extracted: HashMap<String, u64>,
+}
+
+/// The parts of a manifest an import reads; everything else in it is
+/// skipped as it is parsed, never held (SPEC §2.7: an archive's JSON is bounded).
+#[derive(Deserialize)]
+struct ManifestDocument {
+    format: Option<String>,
+    version: Option<u64>,
+    layouts: Option<Vec<ManifestLayoutEntry>>,
+}
+
+#[derive(Deserialize)]
+struct ManifestLayoutEntry {
+    name: String,
+    config: Box<RawValue>,
+    #[serde(default)]
+    raw_memories: Vec<ManifestRawMemory>,
+}
+
+#[derive(Deserialize)]
+struct ManifestRawMemory {
+    rollout_id: Option<String>,
+    extracted_len: Option<u64>,
 }
 
 /// A memoryd manifest, read back; the error is the 422's detail.
 pub fn read_manifest(bytes: &[u8]) -> Result<Vec<ManifestLayout>, String> {
     let bad = |why: &str| format!("{MANIFEST_NAME}: {why}");
-    let document: Value = serde_json::from_slice(bytes).map_err(|e| bad(&format!("not JSON ({e})")))?;
-    if document["format"] != FORMAT {
+    let document: ManifestDocument =
+        serde_json::from_slice(bytes).map_err(|e| bad(&format!("not a manifest memoryd reads ({e})")))?;
+    if document.format.as_deref() != Some(FORMAT) {
         return Err(bad(&format!("format must be {FORMAT:?}")));
     }
-    match document["version"].as_u64() {
+    match document.version {
         Some(FORMAT_VERSION) => {}
         other => return Err(bad(&format!("version {other:?} is not one this memoryd reads ({FORMAT_VERSION})"))),
     }
-    let layouts = document["layouts"].as_array().ok_or_else(|| bad("layouts must be a list"))?;
+    let layouts = document.layouts.ok_or_else(|| bad("layouts must be a list"))?;
     layouts
-        .iter()
+        .into_iter()
         .map(|l| {
-            let raw_name = l["name"].as_str().unwrap_or_default();
             let name =
-                LayoutName::parse(raw_name).ok_or_else(|| bad(&format!("layout name {raw_name:?} is not valid")))?;
-            let extracted = l["raw_memories"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| Some((r["rollout_id"].as_str()?.to_owned(), r["extracted_len"].as_u64()?)))
-                .collect();
-            let selection = Some(l["selection"].clone()).filter(|s| !s.is_null());
-            Ok(ManifestLayout { name, config: l["config"].clone(), selection, extracted })
+                LayoutName::parse(&l.name).ok_or_else(|| bad(&format!("layout name {:?} is not valid", l.name)))?;
+            let extracted =
+                l.raw_memories.into_iter().filter_map(|r| Some((r.rollout_id?, r.extracted_len?))).collect();
+            Ok(ManifestLayout { name, config: l.config, extracted })
         })
         .collect()
 }
@@ -400,9 +421,12 @@ mod tests {
         let read = read_manifest(&bytes).unwrap();
         assert_eq!(read.len(), 2);
         assert_eq!((read[0].name.as_str(), read[0].extracted.get("chat-1")), ("default", Some(&12)));
-        assert_eq!(read[1].config["memories_dir"], "team/mem");
-        assert!(read[1].selection.is_none());
-        assert!(read_manifest(b"{").unwrap_err().contains("not JSON"));
+        let config: Value = serde_json::from_str(read[1].config.get()).unwrap();
+        assert_eq!(config["memories_dir"], "team/mem");
+        assert!(read_manifest(b"{").unwrap_err().contains("not a manifest memoryd reads"));
+        let padded =
+            format!(r#"{{"format": "memoryd-export", "pad": [{}0], "version": 1, "layouts": []}}"#, "0,".repeat(1000));
+        assert!(read_manifest(padded.as_bytes()).unwrap().is_empty(), "what it does not read is skipped");
         assert!(
             read_manifest(br#"{"format": "memoryd-export", "version": 2, "layouts": []}"#)
                 .unwrap_err()

@@ -9,17 +9,20 @@ use super::{Attempt, AttemptError, Completion, Imported, WorkerContext};
 use crate::domain::ids::LayoutName;
 use crate::domain::layout::{StoredLayout, ValidLayout};
 use crate::domain::portability::{
-    MANIFEST_NAME, MAX_ENTRIES, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
+    MANIFEST_NAME, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
     raw_memory_header, read_manifest,
 };
 use crate::domain::redact::{Counts, Redactor};
 use crate::llm::TokenUsage;
 use crate::store::{ClaimedJob, ImportRecord, ImportedRollout, JobOutcome, with_implicit_default};
 use crate::workspace::publish::{Manifest, PublishScope, Publisher};
+use serde::de::IgnoredAny;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
+
+mod entries;
 
 pub struct Import;
 
@@ -86,8 +89,9 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         layout: claimed.job.layout.as_str().to_owned(),
     };
     let publisher = ctx.publisher.clone();
+    let bounds = Bounds { room, quota_left, max_line: ctx.settings.max_segment_bytes as u64 };
     let planned = tokio::task::spawn_blocking(move || {
-        let mut plan = plan(&archive, &root, &layouts, room, quota_left)?;
+        let mut plan = plan(&archive, &root, &layouts, bounds)?;
         let staged = stage(&archive, &root, &mut plan, &publisher, scope)?;
         Ok::<_, ImportError>((plan, staged))
     })
@@ -122,8 +126,14 @@ struct Plan {
     layouts: Vec<StoredLayout>,
 }
 
-fn open_entries(archive: &Path) -> io::Result<tar::Archive<flate2::read::GzDecoder<BufReader<File>>>> {
-    Ok(tar::Archive::new(flate2::read::GzDecoder::new(BufReader::new(File::open(archive)?))))
+/// What an archive must fit in.
+struct Bounds {
+    /// The bytes the disk can spare.
+    room: u64,
+    /// The bytes left under the tenant's storage limit, if it has one.
+    quota_left: Option<u64>,
+    /// `MEMORYD_MAX_SEGMENT_BYTES`: the longest line a file read line by line may have.
+    max_line: u64,
 }
 
 /// Every layout an archive's files may go to, and those of them to create.
@@ -139,7 +149,7 @@ pub(crate) fn merged_layouts(
     let mut all = tenant.to_vec();
     let mut created = Vec::new();
     for layout in manifest {
-        let config = serde_json::from_value(layout.config.clone())
+        let config = serde_json::from_str(layout.config.get())
             .map_err(|e| invalid(format!("{MANIFEST_NAME}: layout {}: {e}", layout.name)))?;
         let valid =
             ValidLayout::new(config).map_err(|e| invalid(format!("{MANIFEST_NAME}: layout {}: {e}", layout.name)))?;
@@ -161,13 +171,7 @@ pub(crate) fn merged_layouts(
 }
 
 /// The first pass: every entry checked, nothing written.
-fn plan(
-    archive: &Path,
-    root: &Path,
-    layouts: &[StoredLayout],
-    room: u64,
-    quota_left: Option<u64>,
-) -> Result<Plan, ImportError> {
+fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -> Result<Plan, ImportError> {
     if crate::workspace::files_under(root)?
         .iter()
         .any(|(p, _)| !p.file_name().is_some_and(crate::workspace::is_temporary_file))
@@ -180,20 +184,17 @@ fn plan(
     if read < 2 || magic != [0x1f, 0x8b] {
         return Err(invalid("the body is not gzip"));
     }
-    let mut entries = open_entries(archive)?;
+    let mut reader = entries::open(archive)?;
     let mut layouts = layouts.to_vec();
     let mut manifest: Option<Vec<ManifestLayout>> = None;
     let mut record = ImportRecord::default();
     let mut files = HashSet::new();
     let mut raw_memories = Vec::new();
-    let (mut count, mut expanded) = (0u64, 0u64);
-    for entry in entries.entries().map_err(|e| invalid(format!("not a tar archive ({e})")))? {
-        let mut entry = entry.map_err(|e| invalid(format!("not a tar archive ({e})")))?;
-        count += 1;
-        if count > MAX_ENTRIES {
-            return Err(invalid(format!("more than {MAX_ENTRIES} entries")));
-        }
-        let path = archive_path(&entry.path_bytes()).map_err(invalid)?;
+    let (mut first, mut expanded) = (true, 0u64);
+    for entry in entries::checked(&mut reader)? {
+        let (name, mut entry) = entry?;
+        let path = archive_path(&name).map_err(invalid)?;
+        let is_first = std::mem::replace(&mut first, false);
         let kind = entry.header().entry_type();
         if kind.is_dir() {
             continue;
@@ -204,27 +205,27 @@ fn plan(
         let size = entry.size();
         expanded += size;
         if expanded > compressed.saturating_mul(MAX_EXPANSION) {
-            return Err(invalid(format!("the archive expands past {MAX_EXPANSION} times its compressed size")));
+            return Err(invalid(entries::EXPANDED));
         }
-        if expanded > room {
+        if expanded > bounds.room {
             return Err(ImportError::Refused(format!(
                 "insufficient_storage: the archive's {expanded}+ bytes do not fit in the space the disk can spare"
             )));
         }
-        if quota_left.is_some_and(|left| expanded > left) {
+        if bounds.quota_left.is_some_and(|left| expanded > left) {
             return Err(ImportError::Refused(format!(
                 "quota_exceeded: the archive's {expanded}+ bytes would take the tenant past its storage limit"
             )));
         }
         if path == MANIFEST_NAME {
-            if count != 1 {
+            if !is_first {
                 return Err(invalid(format!("{MANIFEST_NAME} must be the archive's first entry")));
             }
             if size > MAX_MANIFEST_BYTES {
                 return Err(invalid(format!("{MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")));
             }
             let mut bytes = Vec::with_capacity(size as usize);
-            entry.read_to_end(&mut bytes)?;
+            entry.read_to_end(&mut bytes).map_err(entries::unreadable)?;
             let read = read_manifest(&bytes).map_err(invalid)?;
             let (all, created) = merged_layouts(&layouts, &read)?;
             layouts = all;
@@ -247,7 +248,7 @@ fn plan(
                 )));
             }
             Placement::Rollout { layout, rollout_id } => {
-                let lines = check_rollout(&path, &mut entry)?;
+                let lines = check_lines(&path, &mut entry, bounds.max_line, true)?;
                 let layout = LayoutName::parse(&layout).expect("a layout's own name");
                 record.rollouts.push(ImportedRollout {
                     layout,
@@ -257,17 +258,20 @@ fn plan(
                     lines,
                 });
             }
-            Placement::RawMemory { layout } => {
-                if size <= MAX_RAW_MEMORY_BYTES {
-                    let mut text = String::new();
-                    if entry.read_to_string(&mut text).is_ok()
-                        && let Some(row) = raw_memory_header(&text)
-                    {
-                        raw_memories.push((LayoutName::parse(&layout).expect("a layout's own name"), row));
-                    }
+            Placement::RawMemory { layout } if size <= MAX_RAW_MEMORY_BYTES => {
+                let mut text = String::new();
+                if entry.read_to_string(&mut text).is_ok()
+                    && let Some(row) = raw_memory_header(&text)
+                {
+                    raw_memories.push((LayoutName::parse(&layout).expect("a layout's own name"), row));
                 }
             }
-            Placement::Other => {}
+            Placement::RawMemory { .. } | Placement::Other => {
+                // Staged a line at a time: each line must fit in memory.
+                if size > MAX_RAW_MEMORY_BYTES && redaction_of(&path, &layouts).is_some() {
+                    check_lines(&path, &mut entry, bounds.max_line, false)?;
+                }
+            }
         }
     }
     // A raw memory was extracted from what its manifest says, or else from
@@ -286,22 +290,36 @@ fn plan(
     Ok(Plan { files, record, layouts })
 }
 
-/// Every line of a rollout is whole JSON, ended by a newline, as the SDK
-/// wrote it; the lines counted.
-fn check_rollout(path: &str, content: &mut dyn Read) -> Result<i64, ImportError> {
+/// Every line of `content` at most `max_line` bytes and, for a rollout
+/// (`json`), whole JSON ended by a newline as the SDK wrote it — checked
+/// without building it; the lines counted.
+fn check_lines(path: &str, content: &mut dyn Read, max_line: u64, json: bool) -> Result<i64, ImportError> {
     let mut reader = BufReader::new(content);
     let mut line = Vec::new();
     let mut number = 0i64;
     loop {
         line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
+        let read = (&mut reader).take(max_line + 1).read_until(b'\n', &mut line).map_err(entries::unreadable)?;
+        if read == 0 {
             return Ok(number);
         }
         number += 1;
-        if line.last() != Some(&b'\n') {
+        let ended = line.last() == Some(&b'\n');
+        if line.len() as u64 - u64::from(ended) > max_line {
+            return Err(invalid(format!(
+                "{path} line {number}: longer than {max_line} bytes (MEMORYD_MAX_SEGMENT_BYTES)"
+            )));
+        }
+        if !json {
+            continue;
+        }
+        if !ended {
             return Err(invalid(format!("{path} line {number}: the last line has no newline (cut short?)")));
         }
-        if let Err(e) = serde_json::from_slice::<serde_json::Value>(&line) {
+        let parsed = std::str::from_utf8(&line)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<IgnoredAny>(text).map_err(|e| e.to_string()));
+        if let Err(e) = parsed {
             return Err(invalid(format!("{path} line {number}: not JSON ({e})")));
         }
     }
@@ -318,13 +336,13 @@ fn stage(
     publisher: &Publisher,
     scope: PublishScope,
 ) -> Result<(Manifest, Counts), ImportError> {
-    let mut entries = open_entries(archive)?;
+    let mut reader = entries::open(archive)?;
     let mut staging = publisher.begin(scope, root);
     let mut counts = Counts::new();
     let mut placed = 0;
-    for entry in entries.entries()? {
-        let mut entry = entry?;
-        let Ok(path) = archive_path(&entry.path_bytes()) else { continue };
+    for entry in entries::checked(&mut reader)? {
+        let (name, mut entry) = entry?;
+        let Ok(path) = archive_path(&name) else { continue };
         if !entry.header().entry_type().is_file() || !plan.files.contains(&path) {
             continue;
         }
@@ -428,17 +446,19 @@ pub(crate) fn precheck(archive: &Path, layouts: &[StoredLayout]) -> Result<(), I
     if read < 2 || magic != [0x1f, 0x8b] {
         return Err(invalid("the body is not gzip"));
     }
-    let mut entries = open_entries(archive)?;
-    let mut all = entries.entries().map_err(|e| invalid(format!("not a tar archive ({e})")))?;
-    let Some(first) = all.next() else { return Ok(()) };
-    let mut first = first.map_err(|e| invalid(format!("not a tar archive ({e})")))?;
-    let path = archive_path(&first.path_bytes()).map_err(invalid)?;
+    let mut reader = entries::open(archive)?;
+    let Some(first) = entries::checked(&mut reader)?.next() else { return Ok(()) };
+    let (name, mut first) = first?;
+    let path = archive_path(&name).map_err(invalid)?;
     if path == MANIFEST_NAME {
         if first.size() > MAX_MANIFEST_BYTES {
             return Err(invalid(format!("{MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")));
         }
-        let mut bytes = Vec::new();
-        first.read_to_end(&mut bytes).map_err(|e| invalid(format!("not a gzip tar archive ({e})")))?;
+        if first.size() > std::fs::metadata(archive)?.len().saturating_mul(MAX_EXPANSION) {
+            return Err(invalid(entries::EXPANDED));
+        }
+        let mut bytes = Vec::with_capacity(first.size() as usize);
+        first.read_to_end(&mut bytes).map_err(entries::unreadable)?;
         merged_layouts(layouts, &read_manifest(&bytes).map_err(invalid)?)?;
     }
     Ok(())
@@ -450,13 +470,19 @@ mod tests {
 
     #[test]
     fn rollout_lines_must_be_whole_json() {
-        assert_eq!(check_rollout("s.jsonl", &mut &b"{\"a\":1}\n{\"b\":2}\n"[..]).ok(), Some(2));
-        assert_eq!(check_rollout("s.jsonl", &mut &b""[..]).ok(), Some(0));
-        let refused = |bytes: &[u8]| match check_rollout("sessions/s.jsonl", &mut &bytes[..]) {
+        let check = |bytes: &[u8], json: bool| check_lines("sessions/s.jsonl", &mut &bytes[..], 8, json);
+        assert_eq!(check(b"{\"a\":1}\n{\"b\":2}\n", true).ok(), Some(2));
+        assert_eq!(check(b"", true).ok(), Some(0));
+        assert_eq!(check(b"[1,2,34]\n", true).ok(), Some(1), "a line of the longest length");
+        assert_eq!(check(b"12345678", false).ok(), Some(1), "text needs no last newline");
+        let refused = |bytes: &[u8], json: bool| match check(bytes, json) {
             Err(ImportError::Refused(m)) => m,
             _ => panic!("accepted"),
         };
-        assert!(refused(b"{\"a\":1}\n{\"b\"").contains("sessions/s.jsonl line 2: the last line has no newline"));
-        assert!(refused(b"{\"a\":1}\nnot json\n").contains("sessions/s.jsonl line 2: not JSON"));
+        assert!(refused(b"{\"a\":1}\n{\"b\"", true).contains("sessions/s.jsonl line 2: the last line has no newline"));
+        assert!(refused(b"{\"a\":1}\nnot json\n", true).contains("sessions/s.jsonl line 2: not JSON"));
+        assert!(refused(b"\"\xff\"\n", true).contains("line 1: not JSON"), "not UTF-8");
+        assert!(refused(b"[1,2,345]\n", true).contains("line 1: longer than 8 bytes"));
+        assert!(refused(b"1\n123456789", false).contains("line 2: longer than 8 bytes"));
     }
 }

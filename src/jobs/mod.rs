@@ -54,6 +54,8 @@ pub struct WorkerSettings {
     /// `MEMORYD_STORAGE_RECONCILE_SECS`: how often the volume is walked to
     /// correct the storage counters.
     pub storage_reconcile: Duration,
+    /// `MEMORYD_MAX_SEGMENT_BYTES`: also the longest line an imported file may have.
+    pub max_segment_bytes: usize,
 }
 
 /// What the retention sweeps remove, and how often they look (SPEC §2.7).

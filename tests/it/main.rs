@@ -17,6 +17,7 @@ mod forget;
 mod group_commit;
 mod hardening;
 mod history;
+mod hostile;
 mod ingest;
 mod jobs;
 mod layouts;
