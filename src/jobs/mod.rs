@@ -178,6 +178,14 @@ fn runner(kind: JobKind) -> &'static dyn JobRunner {
 }
 
 async fn run_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
+    // Attempts are counted at the claim: past the limit, the earlier ones
+    // all ended without a result (their worker died), and this one is not run.
+    if claimed.job.attempts > ctx.settings.max_attempts {
+        let last = claimed.job.last_error.as_deref().unwrap_or("none recorded");
+        let message =
+            format!("out of attempts: {} claims ended without a result; last error: {last}", ctx.settings.max_attempts);
+        return (Err(AttemptError::Fatal { message }), None);
+    }
     let kind = claimed.job.kind.as_str();
     let started = std::time::Instant::now();
     prepare_attempt(ctx, claimed).await;

@@ -204,7 +204,11 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     }
 }
 
-both_backends!(a_job_survives_sigkill_during_its_model_call, sigterm_gives_a_running_job_back);
+both_backends!(
+    a_job_survives_sigkill_during_its_model_call,
+    sigterm_gives_a_running_job_back,
+    a_job_that_kills_its_worker_runs_out_of_attempts
+);
 
 /// A first memoryd with one segment whose session is closed, once its
 /// phase-one model call is in flight; returns it with the tenant id and key.
@@ -280,6 +284,48 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     let summaries = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories/rollout_summaries"));
     assert!(summaries.join("r_after-restart.md").exists());
     assert!(!summaries.join("r_never-recorded.md").exists());
+}
+
+/// A job whose attempt kills its process every time (here: killed during
+/// every model call) is claimed `MEMORYD_MAX_ATTEMPTS` times, then fails
+/// with the reason, instead of being retried forever on every replica.
+async fn a_job_that_kills_its_worker_runs_out_of_attempts(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("never-recorded", "s", "m").after(Duration::from_secs(600)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = model_env(&fake);
+    env.extend(database_env(backend).await);
+    env.push(("MEMORYD_JOB_LEASE_SECS", "1".into()));
+    env.push(("MEMORYD_MAX_ATTEMPTS", "2".into()));
+    let http = reqwest::Client::new();
+    let (mut first, _, key) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
+    first.signal("-KILL");
+    first.exit().await;
+    let mut second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    let started = Instant::now();
+    while fake.phase_one_requests().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the job was not claimed again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    second.signal("-KILL");
+    second.exit().await;
+
+    let third = Memoryd::spawn(dir.path(), "third", &["serve"], &env);
+    third.ready(&http).await;
+    let jobs = settle(&http, &third.base, &key, 1, Duration::from_secs(30)).await;
+    assert_eq!(jobs[0]["state"], "failed", "{}", jobs[0]);
+    let error = jobs[0]["last_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("out of attempts") && error.contains("lease_expired"), "{error}");
+    assert_eq!(fake.phase_one_requests().len(), 2, "the third claim does not run it");
+    let started = Instant::now();
+    let mut status = get_json(&http, &third.base, &key, "/v1/sessions/s").await;
+    while status["state"] != "closed" {
+        assert!(started.elapsed() < Duration::from_secs(20), "the close never finished: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = get_json(&http, &third.base, &key, "/v1/sessions/s").await;
+    }
+    let failure = &status["memory_status"]["failures"][0];
+    assert!(failure["error"].as_str().unwrap_or_default().starts_with("out of attempts"), "{status}");
 }
 
 #[tokio::test]

@@ -137,9 +137,11 @@ impl JobQueue for SqlStore<DB> {
             };
         }
         // A job whose worker stopped renewing its lease is queued again,
-        // in its old place.
+        // in its old place; the attempt counted at its claim stays counted,
+        // so a job that kills its worker runs out of attempts.
         sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                    last_error = 'lease_expired: the worker stopped during the attempt (killed, crashed or cut off)'
              WHERE state = 'running' AND lease_expires_at <= $1",
         )
         .bind(req.now)
