@@ -1,8 +1,9 @@
-//! Webhook delivery workers. Each replica claims due deliveries as it claims
-//! jobs (leases, skip-locked rows), at most a few of one endpoint and none of
-//! an endpoint already being delivered to, and sends each endpoint's in
-//! order on a task of its own: a slow endpoint holds up only itself, and
-//! nothing here holds up the pipeline, which only writes the outbox.
+//! Webhook delivery workers. Each replica claims endpoints with deliveries
+//! due as it claims jobs (leases, skip-locked rows), and the first few
+//! deliveries of each, and sends each endpoint's in order on a task of its
+//! own: a slow endpoint holds up only itself, a failing one is paused until
+//! its retry, and nothing here holds up the pipeline, which only writes the
+//! outbox.
 
 use super::Events;
 use crate::domain::events::{
@@ -30,7 +31,6 @@ const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// Deliveries of one endpoint claimed at once, sent one after the other
 /// while the lease lasts.
 const PER_ENDPOINT: usize = 8;
-const CLAIM_BATCH: i64 = 256;
 /// Endpoints delivered to at once by one replica.
 const ENDPOINTS_AT_ONCE: usize = 32;
 const POLL: Duration = Duration::from_millis(250);
@@ -106,12 +106,17 @@ pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<
         }
         while running.try_join_next().is_some() {}
         let leased_until = tokio::time::Instant::now() + LEASE;
-        let claimed = match store.claim_deliveries(Utc::now(), LEASE, CLAIM_BATCH, PER_ENDPOINT).await {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                tracing::warn!(error = %crate::error_chain(&e), "could not claim webhook deliveries");
-                Vec::new()
-            }
+        // No more endpoints are claimed than can be delivered to now.
+        let free = slots.available_permits() as i64;
+        let claimed = match free {
+            0 => Vec::new(),
+            _ => match store.claim_deliveries(Utc::now(), LEASE, free, PER_ENDPOINT).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    tracing::warn!(error = %crate::error_chain(&e), "could not claim webhook deliveries");
+                    Vec::new()
+                }
+            },
         };
         let found = !claimed.is_empty();
         let mut by_endpoint: BTreeMap<uuid::Uuid, Vec<ClaimedDelivery>> = BTreeMap::new();
@@ -147,9 +152,9 @@ pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<
     while running.join_next().await.is_some() {}
 }
 
-/// One endpoint's claimed deliveries, oldest first. After a failed attempt
-/// the rest go back unattempted: the endpoint is not answering now; and so
-/// do those whose lease has too little left for a whole attempt.
+/// One endpoint's claimed deliveries, oldest first. A failed attempt ends
+/// the round (the store pauses the endpoint until its retry), and so does a
+/// lease with too little left for a whole attempt; the rest go back.
 async fn deliver_in_order(
     store: &DynStore,
     events: &Events,
@@ -157,17 +162,15 @@ async fn deliver_in_order(
     deliveries: Vec<ClaimedDelivery>,
     leased_until: tokio::time::Instant,
 ) {
-    let mut failing = false;
+    let Some(first) = deliveries.first() else { return };
+    let (webhook, token) = (first.webhook_id, first.token);
     for delivery in deliveries {
-        if failing || tokio::time::Instant::now() + ATTEMPT_TIMEOUT + LEASE_MARGIN > leased_until {
-            if let Err(e) = store.release_delivery(&delivery).await {
-                tracing::warn!(error = %crate::error_chain(&e), "could not give a delivery back");
-            }
-            continue;
+        if tokio::time::Instant::now() + ATTEMPT_TIMEOUT + LEASE_MARGIN > leased_until {
+            break;
         }
         let attempt = attempt(events, client, &delivery).await;
-        failing = attempt.answer != Answer::Delivered;
         crate::metrics::webhook_attempt(attempt.answer);
+        let delivered = attempt.answer == Answer::Delivered;
         match store.finish_delivery(&delivery, &attempt).await {
             Ok(true) => {}
             Ok(false) => {
@@ -175,6 +178,12 @@ async fn deliver_in_order(
             }
             Err(e) => tracing::warn!(error = %crate::error_chain(&e), "could not record a delivery attempt"),
         }
+        if !delivered {
+            break;
+        }
+    }
+    if let Err(e) = store.release_endpoint(webhook, token).await {
+        tracing::warn!(error = %crate::error_chain(&e), "could not give an endpoint's deliveries back");
     }
 }
 

@@ -479,8 +479,9 @@ pub trait EventStore: Send + Sync {
     -> StoreResult<Vec<DeliveryRecord>>;
     /// Writes `event` to the outbox with its deliveries; its sequence number.
     async fn record_event(&self, tenant: TenantId, event: &crate::domain::events::NewEvent) -> StoreResult<i64>;
-    /// Takes the leases of due deliveries, at most `per_endpoint` of an
-    /// endpoint and none of an endpoint with a delivery in flight.
+    /// Takes the leases of up to `limit` endpoints with deliveries due,
+    /// neither paused after a failure nor leased already, and of the first
+    /// `per_endpoint` pending deliveries of each, in order, if due.
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -490,8 +491,9 @@ pub trait EventStore: Send + Sync {
     ) -> StoreResult<Vec<ClaimedDelivery>>;
     /// Records an attempt if the lease is still `claimed`'s; `false` if not.
     async fn finish_delivery(&self, claimed: &ClaimedDelivery, attempt: &DeliveryAttempt) -> StoreResult<bool>;
-    /// Gives back leased deliveries that were not attempted.
-    async fn release_delivery(&self, claimed: &ClaimedDelivery) -> StoreResult<()>;
+    /// Gives back an endpoint's lease `token` and the deliveries under it
+    /// that were not attempted.
+    async fn release_endpoint(&self, webhook: Uuid, token: Uuid) -> StoreResult<()>;
     /// The tenant's events after `after`, oldest first.
     async fn events_after(&self, tenant: TenantId, after: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     /// The sequence number of each tenant's newest event (0: none).

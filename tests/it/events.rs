@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 both_backends!(
     a_close_is_delivered_as_signed_session_closed_and_run_succeeded,
     a_failed_delivery_is_retried_with_the_same_webhook_id,
+    a_failing_endpoint_is_paused_not_hammered,
     a_410_disables_the_endpoint_and_drops_its_deliveries,
     a_rotated_secret_signs_alongside_the_new_one_for_a_day,
     webhook_requests_are_checked,
@@ -227,6 +228,29 @@ async fn a_failed_delivery_is_retried_with_the_same_webhook_id(backend: Backend)
         (Some("succeeded"), Some(2), Some(200))
     );
     assert!(done["next_attempt_at"].is_null());
+}
+
+/// An endpoint that answers 500 with 20 events waiting gets its first
+/// event and that event's retry, not one request per event per cycle; the
+/// others wait, in order, untouched.
+async fn a_failing_endpoint_is_paused_not_hammered(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "events": ["webhook.test"]})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    receiver.answer_next(&[500; 100]);
+    let mut sent = Vec::new();
+    for _ in 0..20 {
+        sent.push(send_test_event(&app, &t, webhook).await);
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let got = receiver.received();
+    assert!((1..=3).contains(&got.len()), "{} requests in 12 s: {got:#?}", got.len());
+    assert!(got.iter().all(|r| r.id == sent[0]), "only the first event, retried: {got:#?}");
+    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries?limit=50"), &t.key).await;
+    let untouched = deliveries["deliveries"].as_array().unwrap().iter().filter(|d| d["attempts"] == 0).count();
+    assert_eq!(untouched, 19, "{deliveries}");
 }
 
 async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) {

@@ -252,38 +252,55 @@ impl EventStore for SqlStore<DB> {
         per_endpoint: usize,
     ) -> StoreResult<Vec<ClaimedDelivery>> {
         let mut tx = self.begin_write().await?;
-        let due = sqlx::query(AssertSqlSafe(format!(
-            "SELECT d.webhook_id, d.event_seq FROM webhook_deliveries d
-             WHERE d.state = 'pending' AND d.next_attempt_at <= $1
-               AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= $1)
-               AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o WHERE o.webhook_id = d.webhook_id
-                                  AND o.state = 'pending' AND o.lease_expires_at > $1)
-             ORDER BY d.next_attempt_at, d.event_seq LIMIT $2{}",
+        // Endpoints neither paused nor leased with a delivery due, the one
+        // served longest ago first; each probe reads one endpoint's first
+        // pending deliveries through the index, never a whole backlog.
+        let endpoints = sqlx::query(AssertSqlSafe(format!(
+            "SELECT w.id FROM webhooks w
+             WHERE w.state = 'enabled'
+               AND (w.paused_until IS NULL OR w.paused_until <= $1)
+               AND (w.lease_token IS NULL OR w.lease_expires_at <= $1)
+               AND EXISTS (SELECT 1 FROM webhook_deliveries d
+                           WHERE d.webhook_id = w.id AND d.state = 'pending' AND d.next_attempt_at <= $1)
+             ORDER BY w.lease_expires_at IS NOT NULL, w.lease_expires_at LIMIT $2{}",
             DB::SKIP_LOCKED
         )))
         .bind(now)
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let mut taken: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();
         let token = Uuid::new_v4();
         let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(300));
-        for row in &due {
-            let webhook: Uuid = row.try_get("webhook_id")?;
-            let count = taken.entry(webhook).or_default();
-            if *count >= per_endpoint {
-                continue;
-            }
-            *count += 1;
-            sqlx::query(
-                "UPDATE webhook_deliveries SET lease_token = $3, lease_expires_at = $4 WHERE webhook_id = $1 AND event_seq = $2",
+        for row in &endpoints {
+            let webhook: Uuid = row.try_get("id")?;
+            sqlx::query("UPDATE webhooks SET lease_token = $2, lease_expires_at = $3 WHERE id = $1")
+                .bind(webhook)
+                .bind(token)
+                .bind(until)
+                .execute(&mut *tx)
+                .await?;
+            // In order: a delivery waiting for its retry holds back the
+            // later ones, as the endpoint's pause does.
+            let leased = sqlx::query(
+                "UPDATE webhook_deliveries SET lease_token = $2, lease_expires_at = $3
+                 WHERE webhook_id = $1 AND event_seq IN (
+                     SELECT event_seq FROM webhook_deliveries WHERE webhook_id = $1 AND state = 'pending'
+                     ORDER BY event_seq LIMIT $4)
+                   AND next_attempt_at <= $5",
             )
             .bind(webhook)
-            .bind(row.try_get::<i64, _>("event_seq")?)
             .bind(token)
             .bind(until)
+            .bind(i64::try_from(per_endpoint).unwrap_or(i64::MAX))
+            .bind(now)
             .execute(&mut *tx)
             .await?;
+            if leased.rows_affected() == 0 {
+                sqlx::query("UPDATE webhooks SET lease_token = NULL WHERE id = $1")
+                    .bind(webhook)
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         let rows = sqlx::query(
             "SELECT d.tenant_id, d.webhook_id, d.event_seq, d.attempts, w.url, w.secret,
@@ -346,6 +363,13 @@ impl EventStore for SqlStore<DB> {
         .fetch_optional(&mut *tx)
         .await?
         .is_some();
+        if recorded && state == "pending" {
+            sqlx::query("UPDATE webhooks SET paused_until = $2 WHERE id = $1")
+                .bind(claimed.webhook_id)
+                .bind(next)
+                .execute(&mut *tx)
+                .await?;
+        }
         if recorded && attempt.answer == Answer::Gone {
             sqlx::query("UPDATE webhooks SET state = 'disabled', disabled_reason = $2, updated_at = $3 WHERE id = $1")
                 .bind(claimed.webhook_id)
@@ -365,17 +389,21 @@ impl EventStore for SqlStore<DB> {
         Ok(recorded)
     }
 
-    async fn release_delivery(&self, claimed: &ClaimedDelivery) -> StoreResult<()> {
+    async fn release_endpoint(&self, webhook: Uuid, token: Uuid) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "UPDATE webhook_deliveries SET lease_token = NULL, lease_expires_at = NULL
-             WHERE webhook_id = $1 AND event_seq = $2 AND lease_token = $3",
+             WHERE webhook_id = $1 AND lease_token = $2",
         )
-        .bind(claimed.webhook_id)
-        .bind(claimed.event_seq)
-        .bind(claimed.token)
+        .bind(webhook)
+        .bind(token)
         .execute(&mut *tx)
         .await?;
+        sqlx::query("UPDATE webhooks SET lease_token = NULL WHERE id = $1 AND lease_token = $2")
+            .bind(webhook)
+            .bind(token)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
