@@ -130,6 +130,7 @@ impl Core {
             publisher: self.publisher.clone(),
             default_limits: self.default_limits,
             events: self.events.clone(),
+            slots: Arc::new(crate::api::slots::Slots::new(self.config.max_exports, self.config.max_streams_per_tenant)),
         }
     }
 }

@@ -119,6 +119,15 @@ pub struct Config {
     /// The largest archive `POST /v1/workspaces/{w}/import` takes.
     #[arg(long = "max-import-bytes", env = "MEMORYD_MAX_IMPORT_BYTES", default_value_t = 1 << 30)]
     pub max_import_bytes: u64,
+    /// Exports streamed at once by this replica (SPEC §2.7; beyond: 429).
+    #[arg(long = "max-exports", env = "MEMORYD_MAX_EXPORTS", default_value_t = 8)]
+    pub max_exports: usize,
+    /// An export whose client reads nothing for this long is stopped.
+    #[arg(long = "export-stall-secs", env = "MEMORYD_EXPORT_STALL_SECS", default_value_t = 60)]
+    pub export_stall_secs: u64,
+    /// Live event streams one tenant may hold open on this replica (beyond: 429).
+    #[arg(long = "max-streams-per-tenant", env = "MEMORYD_MAX_STREAMS_PER_TENANT", default_value_t = 16)]
+    pub max_streams_per_tenant: usize,
     /// How often the workers walk the volume to correct the storage counters.
     #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
     pub storage_reconcile_secs: u64,
@@ -198,6 +207,9 @@ impl Config {
             default_limits: "{}".into(),
             storage_reconcile_secs: 3600,
             max_import_bytes: 1 << 30,
+            max_exports: 8,
+            export_stall_secs: 60,
+            max_streams_per_tenant: 16,
             webhook_allow_http: false,
             webhook_allow_private: false,
             events_retain_hours: 24,

@@ -60,6 +60,9 @@ pub enum ApiError {
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
+    /// This replica serves as many of these at once as it may.
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     InsufficientStorage(String),
     /// The cause goes to the log with its whole chain, never to the client.
@@ -100,6 +103,7 @@ impl ApiError {
             Self::MemoryChanged(_) => (StatusCode::CONFLICT, "memory_changed"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Busy(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -125,6 +129,10 @@ pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
         }
         StatusCode::INSUFFICIENT_STORAGE => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_STORAGE_SECS));
+        }
+        // The rate limiter sets its own wait over this one.
+        StatusCode::TOO_MANY_REQUESTS => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_UNAVAILABLE_SECS));
         }
         _ => {}
     }

@@ -17,6 +17,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 /// Chunks in flight between the archive's writer and the response.
@@ -42,6 +44,7 @@ pub(crate) async fn workspace_archive(
     if !state.store.workspace_known(tenant, &workspace).await? {
         return Err(not_found());
     }
+    let slot = state.slots.export()?;
     if state.store.workspace_forgetting(tenant, &workspace).await? {
         return Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten.")));
     }
@@ -84,20 +87,31 @@ pub(crate) async fn workspace_archive(
 
     let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
     let failures = sender.clone();
+    let finished = Arc::new(AtomicBool::new(false));
+    let written_whole = finished.clone();
+    let stall = std::time::Duration::from_secs(state.config.export_stall_secs.max(1));
+    let name = workspace.clone();
     tokio::task::spawn_blocking(move || {
-        // The snapshot's links live until the archive is written.
-        let _links = taken;
-        let written = write_archive(ChunkSender::new(sender), MANIFEST_NAME, &manifest_bytes, &entries)
+        // The snapshot's links and the export's slot live until the archive is written.
+        let (_links, _slot) = (taken, slot);
+        let written = write_archive(ChunkSender::new(sender, stall), MANIFEST_NAME, &manifest_bytes, &entries)
             .and_then(|mut out| std::io::Write::flush(&mut out));
-        if let Err(e) = written
-            && e.kind() != std::io::ErrorKind::BrokenPipe
-        {
-            tracing::error!(error = %e, "writing an export failed; the response is cut short");
-            let _ = failures.blocking_send(Err(e));
+        match written {
+            Ok(()) => written_whole.store(true, Ordering::Release),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                tracing::warn!(workspace = %name, "an export's client stopped reading; the export is stopped");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "writing an export failed; the response is cut short");
+                // Sent after what is in flight: the client sees the archive cut short.
+                let handle = tokio::runtime::Handle::current();
+                let _ = handle.block_on(tokio::time::timeout(stall, failures.send(Err(e))));
+            }
         }
     });
     let filename = format!("attachment; filename=\"{workspace}.tar.gz\"");
-    let mut response = (StatusCode::OK, Body::new(ChunkBody { receiver })).into_response();
+    let mut response = (StatusCode::OK, Body::new(ChunkBody { receiver, finished })).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/gzip"));
     if let Ok(value) = HeaderValue::from_str(&filename) {
@@ -106,10 +120,13 @@ pub(crate) async fn workspace_archive(
     Ok(response)
 }
 
-/// A response body fed by the archive's writer; an error ends it early, and
-/// the client sees an archive cut short rather than a complete-looking one.
+/// A response body fed by the archive's writer; an error, or a writer that
+/// stopped before the end, ends it early, and the client sees an archive cut
+/// short rather than a complete-looking one.
 struct ChunkBody {
     receiver: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    /// Set by the writer once the whole archive is in the channel.
+    finished: Arc<AtomicBool>,
 }
 
 impl http_body::Body for ChunkBody {
@@ -120,8 +137,12 @@ impl http_body::Body for ChunkBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.receiver
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| c.map(|bytes| http_body::Frame::data(Bytes::from(bytes)))))
+        // The writer marks the end before it lets go of the channel, so
+        // once the channel is closed the mark is there to see.
+        self.receiver.poll_recv(cx).map(|chunk| match chunk {
+            Some(c) => Some(c.map(|bytes| http_body::Frame::data(Bytes::from(bytes)))),
+            None if self.finished.load(Ordering::Acquire) => None,
+            None => Some(Err(std::io::Error::other("the export stopped before its end"))),
+        })
     }
 }

@@ -22,6 +22,7 @@ mod memory;
 mod rate;
 pub mod serve;
 mod sessions;
+pub mod slots;
 pub(crate) mod webhooks;
 
 use crate::config::Config;
@@ -68,6 +69,8 @@ pub struct AppState {
     pub default_limits: crate::domain::limits::Limits,
     /// Webhooks and the live stream (SPEC §2.8).
     pub events: crate::events::Events,
+    /// Exports and event streams under way on this replica.
+    pub slots: Arc<slots::Slots>,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another

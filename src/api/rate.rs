@@ -67,22 +67,58 @@ impl RateDecision {
 }
 
 /// A token bucket per tenant on this replica (governor's GCRA), made anew
-/// when the tenant's rate changes.
+/// when the tenant's rate changes. A bucket unused for longer than it takes
+/// to fill again is dropped (a new one is the same): the map holds the
+/// tenants making requests now, not every tenant ever seen or deleted.
 #[derive(Default)]
 pub struct RequestBuckets {
-    by_tenant: Mutex<HashMap<Uuid, (crate::domain::limits::RequestRate, std::sync::Arc<Bucket>)>>,
+    by_tenant: Mutex<TenantBuckets>,
+}
+
+#[derive(Default)]
+struct TenantBuckets {
+    buckets: HashMap<Uuid, TenantBucket>,
+    pruned_at: Option<std::time::Instant>,
+}
+
+struct TenantBucket {
+    rate: crate::domain::limits::RequestRate,
+    bucket: std::sync::Arc<Bucket>,
+    used_at: std::time::Instant,
+}
+
+/// How often idle buckets are looked for.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl TenantBuckets {
+    fn prune(&mut self, now: std::time::Instant) {
+        if self.pruned_at.is_some_and(|at| now.duration_since(at) < PRUNE_EVERY) {
+            return;
+        }
+        self.pruned_at = Some(now);
+        self.buckets.retain(|_, b| {
+            let refill = std::time::Duration::try_from_secs_f64(f64::from(b.rate.burst) / b.rate.per_second)
+                .unwrap_or(std::time::Duration::MAX);
+            now.duration_since(b.used_at) < refill.saturating_add(PRUNE_EVERY)
+        });
+    }
 }
 
 impl RequestBuckets {
     pub fn check(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate) -> RateDecision {
         use governor::clock::Clock;
+        let now = std::time::Instant::now();
         let bucket = {
             let mut by_tenant = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
-            match by_tenant.get(&tenant) {
-                Some((current, bucket)) if *current == rate => bucket.clone(),
+            by_tenant.prune(now);
+            match by_tenant.buckets.get_mut(&tenant) {
+                Some(current) if current.rate == rate => {
+                    current.used_at = now;
+                    current.bucket.clone()
+                }
                 _ => {
                     let bucket = std::sync::Arc::new(Self::bucket(rate));
-                    by_tenant.insert(tenant, (rate, bucket.clone()));
+                    by_tenant.buckets.insert(tenant, TenantBucket { rate, bucket: bucket.clone(), used_at: now });
                     bucket
                 }
             }
@@ -98,7 +134,11 @@ impl RequestBuckets {
 
     fn bucket(rate: crate::domain::limits::RequestRate) -> Bucket {
         let burst = std::num::NonZeroU32::new(rate.burst.max(1)).expect("at least one");
-        let period = std::time::Duration::from_secs_f64(1.0 / rate.per_second).max(std::time::Duration::from_nanos(1));
+        // Checked: a rate read from an older database may be below the validated range.
+        let day = std::time::Duration::from_secs(86_400);
+        let period = std::time::Duration::try_from_secs_f64(1.0 / rate.per_second)
+            .unwrap_or(day)
+            .clamp(std::time::Duration::from_nanos(1), day);
         let quota = governor::Quota::with_period(period).expect("a period over zero").allow_burst(burst);
         governor::RateLimiter::direct(quota).with_middleware::<governor::middleware::StateInformationMiddleware>()
     }
@@ -130,6 +170,28 @@ mod tests {
         // A new rate is a new bucket.
         let wider = crate::domain::limits::RequestRate { per_second: 1.0, burst: 10 };
         assert_eq!(buckets.check(a, wider).remaining, 9);
+    }
+
+    #[test]
+    fn idle_buckets_are_dropped_once_full_again_and_tiny_rates_do_not_panic() {
+        let buckets = RequestBuckets::default();
+        let (idle, busy) = (Uuid::new_v4(), Uuid::new_v4());
+        let rate = crate::domain::limits::RequestRate { per_second: 1.0, burst: 10 };
+        buckets.check(idle, rate);
+        buckets.check(busy, rate);
+        let mut inner = buckets.by_tenant.lock().unwrap();
+        let now = std::time::Instant::now();
+        inner.buckets.get_mut(&idle).unwrap().used_at = now - std::time::Duration::from_secs(71);
+        inner.prune(now);
+        assert_eq!(inner.buckets.len(), 2, "pruned at most once a minute");
+        inner.pruned_at = Some(now - PRUNE_EVERY);
+        inner.prune(now);
+        assert!(!inner.buckets.contains_key(&idle), "10 s to refill and a minute idle");
+        assert!(inner.buckets.contains_key(&busy));
+        drop(inner);
+        let tiny = crate::domain::limits::RequestRate { per_second: 1e-300, burst: 1 };
+        assert_eq!(buckets.check(idle, tiny).remaining, 0);
+        assert!(buckets.check(idle, tiny).retry_after.is_some());
     }
 
     #[test]

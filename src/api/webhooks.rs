@@ -2,8 +2,10 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, QueryParams, TenantAuth};
+use super::extract::{JsonBody, QueryParams, TenantAuth, bearer_token, tenant_of_key_hash};
+use super::slots::StreamSlot;
 use crate::domain::events::{EventType, new_secret, parse_event_id, subscription_text};
+use crate::domain::ids::sha256_hex;
 use crate::events::delivery::check_endpoint;
 use crate::events::stream::PAGE;
 use crate::store::{EventRecord, NewWebhook, TenantId, WebhookRecord};
@@ -27,6 +29,10 @@ const MAX_DESCRIPTION: usize = 500;
 /// How long a rotated-out secret still signs.
 const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often an open stream checks that its key still opens its tenant
+/// (SPEC §2.8: a stream ends within 30 s of a revocation or a forget; the
+/// key cache adds at most its 5 s).
+const KEY_RECHECK: Duration = Duration::from_secs(10);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -206,6 +212,10 @@ struct StreamState {
     pending: VecDeque<(Arc<EventRecord>, bool)>,
     /// The last outbox read filled its page: there may be more to read.
     outbox_behind: bool,
+    /// The SHA-256 of the key the stream was opened with, and when it was last checked.
+    key_hash: String,
+    key_checked: tokio::time::Instant,
+    _slot: StreamSlot,
     _gauge: StreamGauge,
 }
 
@@ -235,11 +245,24 @@ impl StreamState {
         Ok(())
     }
 
+    /// Whether the stream's key still opens its tenant (a failed lookup
+    /// is not a revocation: the stream goes on).
+    async fn key_still_opens(&mut self) -> bool {
+        self.key_checked = tokio::time::Instant::now();
+        match tenant_of_key_hash(&self.state, &self.key_hash).await {
+            Ok(found) => found == Some(self.tenant),
+            Err(_) => true,
+        }
+    }
+
     async fn next_event(&mut self) -> Option<Event> {
         let mut shutdown = self.state.shutdown.clone();
         loop {
             let stopping = *shutdown.borrow();
             if stopping {
+                return None;
+            }
+            if self.key_checked.elapsed() >= KEY_RECHECK && !self.key_still_opens().await {
                 return None;
             }
             if let Some((event, from_outbox)) = self.pending.pop_front() {
@@ -281,6 +304,7 @@ impl StreamState {
                     continue;
                 }
                 received = self.receiver.recv() => received,
+                _ = tokio::time::sleep_until(self.key_checked + KEY_RECHECK) => continue,
             };
             match received {
                 Ok(event) => self.pending.push_back((event, false)),
@@ -318,6 +342,8 @@ pub async fn stream_events(
             })?)
         }
     };
+    let key_hash = bearer_token(&headers).map(|key| sha256_hex(key.as_bytes())).ok_or(ApiError::Unauthorized)?;
+    let slot = state.slots.stream(tenant)?;
     let (receiver, latest) = state.events.hub.subscribe(tenant).await?;
     let mut stream = StreamState {
         state,
@@ -327,6 +353,9 @@ pub async fn stream_events(
         sent_through: resume.unwrap_or(latest),
         pending: VecDeque::new(),
         outbox_behind: false,
+        key_hash,
+        key_checked: tokio::time::Instant::now(),
+        _slot: slot,
         _gauge: StreamGauge::open(),
     };
     if resume.is_some() {

@@ -235,8 +235,8 @@ pub struct UrlPolicy {
 }
 
 /// The URL's scheme and shape; where it points is checked on its addresses.
-pub fn check_url_shape(url: &str, policy: UrlPolicy) -> Result<reqwest::Url, UrlRefusal> {
-    let parsed = reqwest::Url::parse(url).map_err(|_| UrlRefusal::NotAUrl)?;
+pub fn check_url_shape(url: &str, policy: UrlPolicy) -> Result<url::Url, UrlRefusal> {
+    let parsed = url::Url::parse(url).map_err(|_| UrlRefusal::NotAUrl)?;
     match parsed.scheme() {
         "https" => {}
         "http" if policy.allow_http => {}
@@ -255,34 +255,67 @@ pub fn check_url_shape(url: &str, policy: UrlPolicy) -> Result<reqwest::Url, Url
     Ok(parsed)
 }
 
+/// The address a URL names by itself (an IP literal), from the parsed
+/// host, never from its text; `None` for a name to resolve.
+pub fn literal_address(url: &url::Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    }
+}
+
 /// An address no endpoint may reach without `MEMORYD_WEBHOOK_ALLOW_PRIVATE`:
-/// loopback, private, link-local, unspecified (and their IPv4-mapped IPv6
-/// forms), shared address space, multicast and broadcast.
+/// loopback, private, link-local, unspecified, shared, benchmarking,
+/// protocol-assignment, documentation, reserved, multicast and broadcast
+/// ranges, and IPv6 that carries IPv4 (mapped, compatible, NAT64, 6to4)
+/// judged by the IPv4 inside.
 pub fn forbidden_address(addr: IpAddr) -> bool {
     match addr {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-        }
+        IpAddr::V4(v4) => forbidden_v4(v4),
         IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let low = std::net::Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
             if let Some(v4) = v6.to_ipv4_mapped() {
-                return forbidden_address(IpAddr::V4(v4));
+                return forbidden_v4(v4);
             }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
+            // IPv4-compatible `::a.b.c.d` (`::` and `::1` among them) and NAT64 `64:ff9b::/96`.
+            if s[..6] == [0; 6] || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return forbidden_v4(low);
+            }
+            // 6to4 `2002::/16`: the IPv4 is in the next 32 bits.
+            if s[0] == 0x2002 {
+                return forbidden_v4(std::net::Ipv4Addr::new(
+                    (s[1] >> 8) as u8,
+                    s[1] as u8,
+                    (s[2] >> 8) as u8,
+                    s[2] as u8,
+                ));
+            }
+            v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
+                || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (s[0] & 0xffc0) == 0xfec0 // site-local fec0::/10
+                || (s[0], s[1]) == (0x64, 0xff9b) // local-use NAT64 64:ff9b:1::/48
+                || (s[0], s[1]) == (0x2001, 0) // Teredo 2001::/32
+                || (s[0], s[1]) == (0x2001, 0xdb8) // documentation
+                || s[..4] == [0x100, 0, 0, 0] // discard-only 100::/64
         }
     }
+}
+
+fn forbidden_v4(v4: std::net::Ipv4Addr) -> bool {
+    let [a, b, c, _] = v4.octets();
+    v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_multicast()
+        || a == 0 // this network, 0.0.0.0/8
+        || a >= 240 // reserved and broadcast, 240.0.0.0/4
+        || (a == 100 && (64..128).contains(&b)) // shared, 100.64.0.0/10
+        || (a, b, c) == (192, 0, 0) // protocol assignments
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking, 198.18.0.0/15
+        || matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113)) // documentation
 }
 
 /// The wait before attempt `attempts + 1` after `attempts` failed ones, or
@@ -403,10 +436,39 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "0.1.2.3",
+            "100.127.255.255",
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.254",
+            "240.0.0.1",
+            "192.0.2.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::",
+            "::a9fe:a9fe",
+            "::7f00:1",
+            "fec0::1",
+            "2001:0:4136:e378::1",
+            "2001:db8::1",
+            "100::1",
         ] {
             assert!(forbidden_address(bad.parse().unwrap()), "{bad}");
         }
-        for good in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "172.32.0.1", "100.128.0.1"] {
+        for good in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "172.32.0.1",
+            "100.128.0.1",
+            "198.20.0.1",
+            "192.0.1.1",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:4860::8888",
+        ] {
             assert!(!forbidden_address(good.parse().unwrap()), "{good}");
         }
     }

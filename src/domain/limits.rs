@@ -30,15 +30,18 @@ pub struct RequestRate {
 const MAX_BURST: u64 = 1_000_000;
 /// The fastest refill a tenant may have (beyond it, the limit is none).
 const MAX_REQUESTS_PER_SECOND: f64 = 1e9;
+/// The slowest, above none at all: one request a day.
+const MIN_REQUESTS_PER_SECOND: f64 = 1.0 / 86_400.0;
 
 impl Limits {
     /// The 400's detail for a value no limit can have.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(rps) = self.requests_per_second
-            && !(rps.is_finite() && (0.0..=MAX_REQUESTS_PER_SECOND).contains(&rps))
+            && !(rps == 0.0 || (MIN_REQUESTS_PER_SECOND..=MAX_REQUESTS_PER_SECOND).contains(&rps))
         {
             return Err(format!(
-                "requests_per_second must be a number from 0 to {MAX_REQUESTS_PER_SECOND}, got: {rps}"
+                "requests_per_second must be 0 (no limit) or from one a day ({MIN_REQUESTS_PER_SECOND:.8}) \
+                 to {MAX_REQUESTS_PER_SECOND}, got: {rps}"
             ));
         }
         if let Some(burst) = self.burst
@@ -102,8 +105,13 @@ mod tests {
         assert_eq!(off.over(defaults).request_rate(), None, "0 is unlimited even over a default");
         assert!(serde_json::from_str::<Limits>(r#"{"rps": 1}"#).is_err());
         assert!(serde_json::from_str::<Limits>(r#"{"burst": -1}"#).is_err());
-        let bad = Limits { requests_per_second: Some(-1.0), ..Default::default() };
-        assert!(bad.validate().unwrap_err().contains("requests_per_second"));
+        for bad in [-1.0, 1e-300, f64::MIN_POSITIVE, 1e-6, f64::NAN, f64::INFINITY, 2e9] {
+            let limits = Limits { requests_per_second: Some(bad), ..Default::default() };
+            assert!(limits.validate().unwrap_err().contains("requests_per_second"), "{bad}");
+        }
+        for good in [0.0, 1.0 / 86_400.0, 0.5, 1e9] {
+            assert!(Limits { requests_per_second: Some(good), ..Default::default() }.validate().is_ok(), "{good}");
+        }
         assert!(Limits { burst: Some(MAX_BURST + 1), ..Default::default() }.validate().is_err());
     }
 }

@@ -7,8 +7,8 @@
 
 use super::Events;
 use crate::domain::events::{
-    Answer, UrlPolicy, UrlRefusal, check_url_shape, classify, event_id, forbidden_address, recorded_body,
-    signature_header,
+    Answer, UrlPolicy, UrlRefusal, check_url_shape, classify, event_id, forbidden_address, literal_address,
+    recorded_body, signature_header,
 };
 use crate::store::{ClaimedDelivery, DeliveryAttempt, DynStore};
 use chrono::Utc;
@@ -38,28 +38,29 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// Checks an endpoint's URL as at creation: its shape, then every address
 /// its host resolves to.
-pub async fn check_endpoint(url: &str, policy: UrlPolicy) -> Result<reqwest::Url, UrlRefusal> {
+pub async fn check_endpoint(url: &str, policy: UrlPolicy) -> Result<url::Url, UrlRefusal> {
     let parsed = check_url_shape(url, policy)?;
     if !policy.allow_private {
-        let host = parsed.host_str().unwrap_or_default();
-        let port = parsed.port_or_known_default().unwrap_or(443);
-        let addresses = resolve(host, port).await.map_err(|_| UrlRefusal::Unresolvable)?;
+        let addresses: Vec<IpAddr> = match (literal_address(&parsed), parsed.host()) {
+            (Some(ip), _) => vec![ip],
+            (None, Some(url::Host::Domain(name))) => {
+                resolve(name).await.map_err(|_| UrlRefusal::Unresolvable)?.iter().map(SocketAddr::ip).collect()
+            }
+            _ => return Err(UrlRefusal::NotAUrl),
+        };
         if addresses.is_empty() {
             return Err(UrlRefusal::Unresolvable);
         }
-        if addresses.iter().any(|a| forbidden_address(a.ip())) {
+        if addresses.into_iter().any(forbidden_address) {
             return Err(UrlRefusal::PrivateAddress);
         }
     }
     Ok(parsed)
 }
 
-async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    Ok(tokio::net::lookup_host((bare, port)).await?.collect())
+/// The addresses a host name resolves to (the port is the URL's business).
+async fn resolve(name: &str) -> std::io::Result<Vec<SocketAddr>> {
+    Ok(tokio::net::lookup_host((name, 0)).await?.collect())
 }
 
 /// The resolver of the delivery client: a name that resolves to any
@@ -71,7 +72,7 @@ impl reqwest::dns::Resolve for PublicOnly {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addresses = resolve(&host, 0).await?;
+            let addresses = resolve(&host).await?;
             if addresses.iter().any(|a| forbidden_address(a.ip())) {
                 return Err(Box::new(std::io::Error::other(UrlRefusal::PrivateAddress.to_string()))
                     as Box<dyn std::error::Error + Send + Sync>);
@@ -86,7 +87,10 @@ fn delivery_client(policy: UrlPolicy) -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .timeout(ATTEMPT_TIMEOUT)
         .connect_timeout(Duration::from_secs(10))
-        .user_agent(concat!("memoryd/", env!("CARGO_PKG_VERSION"), " (webhooks)"));
+        .user_agent(concat!("memoryd/", env!("CARGO_PKG_VERSION"), " (webhooks)"))
+        // A proxy from the environment would resolve names itself, past the
+        // resolver below that refuses forbidden addresses.
+        .no_proxy();
     if !policy.allow_private {
         builder = builder.dns_resolver(Arc::new(PublicOnly));
     }
@@ -209,8 +213,7 @@ async fn attempt(events: &Events, client: &reqwest::Client, delivery: &ClaimedDe
         Err(refused) => return failed(refused.to_string()),
     };
     if !events.policy.allow_private
-        && let Some(ip) =
-            url.host_str().and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok())
+        && let Some(ip) = literal_address(&url)
         && forbidden_address(ip)
     {
         return failed(UrlRefusal::PrivateAddress.to_string());

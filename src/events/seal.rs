@@ -56,13 +56,8 @@ impl SecretsKey {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut bytes = [0u8; 32];
                 getrandom::fill(&mut bytes).expect("the operating system's random source");
-                let made = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path);
-                match made {
-                    Ok(mut file) => {
-                        file.write_all(&bytes).map_err(failed)?;
-                        file.sync_all().map_err(failed)?;
-                        Self::from_bytes(&bytes)
-                    }
+                match Self::publish_key_file(&path, &bytes) {
+                    Ok(()) => Self::from_bytes(&bytes),
                     // Another replica made it first: use theirs.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         Self::from_bytes(&std::fs::read(&path).map_err(failed)?)
@@ -72,6 +67,24 @@ impl SecretsKey {
             }
             Err(e) => Err(failed(e)),
         }
+    }
+
+    /// Writes the key beside `path` and links it into place, which fails if
+    /// a key is there already: no replica ever reads half of a key.
+    fn publish_key_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let staged = path.with_extension(format!("key.{}.tmp", Uuid::new_v4().simple()));
+        let written = (|| {
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&staged)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+            std::fs::hard_link(&staged, path)
+        })();
+        let _ = std::fs::remove_file(&staged);
+        written?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     }
 
     pub fn seal(&self, webhook: Uuid, secret: &str) -> String {

@@ -194,14 +194,17 @@ fn file_header(len: u64, modified: u64) -> tar::Header {
 pub struct ChunkSender {
     sender: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>,
     buffer: Vec<u8>,
+    /// A client that takes no chunk for this long has stalled: the archive stops.
+    stall: std::time::Duration,
 }
 
 /// The size of the chunks a [`ChunkSender`] sends.
 const CHUNK: usize = 64 * 1024;
 
 impl ChunkSender {
-    pub fn new(sender: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>) -> Self {
-        Self { sender, buffer: Vec::with_capacity(CHUNK) }
+    /// Must be made on a blocking thread of the runtime (it waits on it).
+    pub fn new(sender: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>, stall: std::time::Duration) -> Self {
+        Self { sender, buffer: Vec::with_capacity(CHUNK), stall }
     }
 
     fn send(&mut self) -> io::Result<()> {
@@ -209,9 +212,15 @@ impl ChunkSender {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK));
-        self.sender
-            .blocking_send(Ok(chunk))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client stopped reading the export"))
+        let sent = tokio::runtime::Handle::current()
+            .block_on(async { tokio::time::timeout(self.stall, self.sender.send(Ok(chunk))).await });
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client stopped reading the export")),
+            Err(_) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, "the client read nothing of the export for too long"))
+            }
+        }
     }
 }
 

@@ -188,10 +188,18 @@ async fn a_close_is_delivered_as_signed_session_closed_and_run_succeeded(backend
     let ids: std::collections::HashSet<&str> = got.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids.len(), got.len(), "each event once: {got:?}");
 
-    let deliveries = app
-        .json(Method::GET, &format!("/v1/webhooks/{}/deliveries", hook["webhook_id"].as_str().unwrap()), &t.key)
-        .await;
-    let deliveries = deliveries["deliveries"].as_array().unwrap();
+    // The receiver has its request before memoryd records the answer.
+    let path = format!("/v1/webhooks/{}/deliveries", hook["webhook_id"].as_str().unwrap());
+    let started = Instant::now();
+    let deliveries = loop {
+        let listed = app.json(Method::GET, &path, &t.key).await;
+        let deliveries = listed["deliveries"].as_array().unwrap().clone();
+        if deliveries.iter().all(|d| d["state"] != "pending") {
+            break deliveries;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{listed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(deliveries.len(), got.len());
     assert!(deliveries.iter().all(|d| d["state"] == "succeeded" && d["attempts"] == 1 && d["last_status"] == 200));
     assert!(deliveries[0]["event_id"].as_str() > deliveries[1]["event_id"].as_str(), "newest first");
@@ -328,6 +336,17 @@ async fn webhook_requests_are_checked(backend: Backend) {
         (json!({"url": "https://[::1]/x"}), "private"),
         (json!({"url": "https://169.254.169.254/latest"}), "private"),
         (json!({"url": "https://localhost/x"}), "private"),
+        (json!({"url": "https://0.1.2.3/x"}), "private"),
+        (json!({"url": "https://100.64.0.1/x"}), "private"),
+        (json!({"url": "https://192.0.0.8/x"}), "private"),
+        (json!({"url": "https://198.18.0.1/x"}), "private"),
+        (json!({"url": "https://240.0.0.1/x"}), "private"),
+        (json!({"url": "https://[64:ff9b::7f00:1]/x"}), "private"),
+        (json!({"url": "https://[2002:a9fe:a9fe::1]/x"}), "private"),
+        (json!({"url": "https://[::a9fe:a9fe]/x"}), "private"),
+        (json!({"url": "https://[::7f00:1]/x"}), "private"),
+        (json!({"url": "https://[fec0::1]/x"}), "private"),
+        (json!({"url": "https://[::ffff:169.254.169.254]/x"}), "private"),
         (json!({"url": "https://93.184.216.34/x", "events": ["session.opened"]}), "unknown event type"),
         (json!({"url": "https://93.184.216.34/x", "events": ["*", "job.failed"]}), "stands alone"),
         (json!({"url": "ftp://93.184.216.34/x"}), "http(s)"),
@@ -538,6 +557,37 @@ async fn events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart(back
     for id in &ids {
         assert_eq!(got.iter().filter(|r| &r.id == id && r.answered == 200).count(), 1, "{id} delivered once");
     }
+}
+
+/// A proxy in the environment would resolve names past the resolver that
+/// refuses forbidden addresses: deliveries never use one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_ignore_the_environments_proxy() {
+    let proxy = Receiver::start().await;
+    let proxy_url = proxy.url.trim_end_matches("/hook").to_owned();
+    // SAFETY: nextest runs each test in a process of its own, and nothing
+    // else reads the environment while the app starts.
+    unsafe {
+        for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"] {
+            std::env::set_var(name, &proxy_url);
+        }
+        std::env::set_var("NO_PROXY", "127.0.0.1,localhost");
+    }
+    let app = TestApp::start_with(Backend::Sqlite, |c| c.webhook_allow_http = true).await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": "http://93.184.216.34/hook", "events": ["webhook.test"]})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    send_test_event(&app, &t, webhook).await;
+    let started = Instant::now();
+    loop {
+        let listed = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
+        if listed["deliveries"][0]["attempts"] == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no attempt: {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(proxy.received().is_empty(), "the delivery went through the proxy: {:?}", proxy.received());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ mod harness;
 
 mod admin;
 mod agent_memory;
+mod bounds;
 mod coalesce;
 mod connections;
 mod console;
