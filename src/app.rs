@@ -57,6 +57,7 @@ fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limit
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_secs),
             records: days(config.retain_records_days),
             rollout_days: config.retain_rollouts_days.max(0.0),
+            events: Duration::from_secs(config.events_retain_hours.saturating_mul(3600)),
         },
         default_limits,
         storage_reconcile: Duration::from_secs(config.storage_reconcile_secs.max(1)),
@@ -100,8 +101,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
         allow_http: config.webhook_allow_http,
         allow_private: config.webhook_allow_private,
     };
-    let retain = Duration::from_secs(config.events_retain_hours.saturating_mul(3600));
-    let events = crate::events::Events::new(store.clone(), key, policy, retain);
+    let events = crate::events::Events::new(store.clone(), key, policy);
     let config = Arc::new(config);
     let wake = Arc::new(Notify::new());
     let core = Core { store, volumes, appends, config, wake, shutdown, console, publisher, default_limits, events };

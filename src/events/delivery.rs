@@ -34,7 +34,6 @@ const PER_ENDPOINT: usize = 8;
 /// Endpoints delivered to at once by one replica.
 const ENDPOINTS_AT_ONCE: usize = 32;
 const POLL: Duration = Duration::from_millis(250);
-const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// Checks an endpoint's URL as at creation: its shape, then every address
 /// its host resolves to.
@@ -103,7 +102,6 @@ pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<
     let client = delivery_client(events.policy);
     let slots = Arc::new(Semaphore::new(ENDPOINTS_AT_ONCE));
     let mut running = JoinSet::new();
-    let mut last_sweep = tokio::time::Instant::now();
     loop {
         if *shutdown.borrow() {
             break;
@@ -136,13 +134,6 @@ pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<
                 // The endpoint may have more waiting: claim again now.
                 events.hub.deliveries.notify_one();
             });
-        }
-        if last_sweep.elapsed() >= SWEEP_EVERY {
-            last_sweep = tokio::time::Instant::now();
-            let cutoff = Utc::now() - chrono::Duration::from_std(events.retain).unwrap_or(chrono::Duration::hours(24));
-            if let Err(e) = store.sweep_events(cutoff).await {
-                tracing::warn!(error = %crate::error_chain(&e), "could not sweep old events");
-            }
         }
         if found {
             continue;

@@ -10,7 +10,6 @@ pub mod stream;
 use crate::domain::events::UrlPolicy;
 use crate::store::DynStore;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What the API and the workers of one process share of events.
 #[derive(Clone)]
@@ -18,12 +17,11 @@ pub struct Events {
     pub hub: Arc<stream::EventHub>,
     pub key: seal::SecretsKey,
     pub policy: UrlPolicy,
-    pub retain: Duration,
 }
 
 impl Events {
-    pub fn new(store: DynStore, key: seal::SecretsKey, policy: UrlPolicy, retain: Duration) -> Self {
-        Self { hub: Arc::new(stream::EventHub::new(store)), key, policy, retain }
+    pub fn new(store: DynStore, key: seal::SecretsKey, policy: UrlPolicy) -> Self {
+        Self { hub: Arc::new(stream::EventHub::new(store)), key, policy }
     }
 
     /// Events were committed in this process: the stream and the deliveries

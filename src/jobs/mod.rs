@@ -68,6 +68,8 @@ pub struct RetentionSettings {
     pub records: Option<Duration>,
     /// `MEMORYD_RETAIN_ROLLOUTS_DAYS`: the default of layouts that set none.
     pub rollout_days: f64,
+    /// `MEMORYD_EVENTS_RETAIN_HOURS`: how long the outbox keeps delivered events.
+    pub events: Duration,
 }
 
 pub struct WorkerContext {

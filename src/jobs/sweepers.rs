@@ -55,8 +55,8 @@ pub async fn expire_idempotency_keys(
     in_batches(|| store.expire_idempotency_keys(before, RETENTION_BATCH)).await
 }
 
-/// One retention sweep (SPEC §2.7): expired idempotency keys and records go,
-/// idle rollouts are queued for forgetting.
+/// One retention sweep (SPEC §2.7): expired idempotency keys, records and
+/// delivered events go, idle rollouts are queued for forgetting.
 pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<()> {
     let retention = &ctx.settings.retention;
     let now = Utc::now();
@@ -68,12 +68,14 @@ pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<(
         let before = now - to_chrono(keep);
         records = in_batches(|| ctx.store.expire_records(before, RETENTION_BATCH)).await?;
     }
+    let events_before = now - to_chrono(retention.events);
+    let events = in_batches(|| ctx.store.sweep_events(events_before, RETENTION_BATCH)).await?;
     let forgets = ctx.store.queue_retention_forgets(now, retention.rollout_days).await?;
     if !forgets.is_empty() {
         ctx.wake.notify_waiters();
     }
-    if keys + records > 0 || !forgets.is_empty() {
-        tracing::info!(idempotency_keys = keys, records, forget_jobs = forgets.len(), "retention sweep");
+    if keys + records + events > 0 || !forgets.is_empty() {
+        tracing::info!(idempotency_keys = keys, records, events, forget_jobs = forgets.len(), "retention sweep");
     }
     Ok(())
 }

@@ -500,7 +500,7 @@ pub trait EventStore: Send + Sync {
     async fn latest_event_seqs(&self, tenants: &[TenantId]) -> StoreResult<Vec<(TenantId, i64)>>;
     /// Deletes events made before `cutoff` that no pending delivery needs,
     /// with their finished deliveries.
-    async fn sweep_events(&self, cutoff: DateTime<Utc>) -> StoreResult<u64>;
+    async fn sweep_events(&self, cutoff: DateTime<Utc>, batch: i64) -> StoreResult<u64>;
 }
 
 /// The running agent's memory (SPEC §2.10): its edits, queued as jobs, and

@@ -131,7 +131,7 @@ pub(crate) async fn create_webhook(app: &TestApp, t: &Tenant, body: Value) -> Va
     body
 }
 
-async fn send_test_event(app: &TestApp, t: &Tenant, webhook: &str) -> String {
+pub(crate) async fn send_test_event(app: &TestApp, t: &Tenant, webhook: &str) -> String {
     let res = app.request(Method::POST, &format!("/v1/webhooks/{webhook}/test"), &t.key).send().await.unwrap();
     let (status, _, body) = status_code_body(res).await;
     assert_eq!(status, 202, "{body}");

@@ -182,7 +182,20 @@ async fn an_imported_workspaces_secrets_are_redacted(backend: Backend) {
 }
 
 /// The events of the stream from the first, until a keep-alive pause.
-async fn replayed_events(app: &TestApp, t: &Tenant) -> String {
+pub(crate) async fn replayed_events(app: &TestApp, t: &Tenant) -> String {
+    replayed_stream(app, t).await.0
+}
+
+/// CPU time this process (the tests and the app in it) has used, in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // utime and stime, the 14th and 15th fields, in clock ticks of 1/100 s.
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// As [`replayed_events`], with the stream still open.
+async fn replayed_stream(app: &TestApp, t: &Tenant) -> (String, reqwest::Response) {
     let mut res = app
         .request(Method::GET, "/v1/events", &t.key)
         .header("last-event-id", format!("evt_{:016}_{}", 0, &t.id.replace('-', "")[..12]))
@@ -196,7 +209,7 @@ async fn replayed_events(app: &TestApp, t: &Tenant) -> String {
     {
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
-    text
+    (text, res)
 }
 
 async fn a_forgotten_workspace_leaves_the_outbox(backend: Backend) {
@@ -223,6 +236,13 @@ async fn a_forgotten_workspace_leaves_the_outbox(backend: Backend) {
         }
     }
     assert!(!after.contains("alice-s"), "{after}");
+    // A stream resumed across the hole waits for the next event, idle.
+    let (_, open) = replayed_stream(&app, &t).await;
+    let before = cpu_seconds();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let used = cpu_seconds() - before;
+    assert!(used < 0.3, "{used:.2} s of CPU in 2 s with one idle stream open");
+    drop(open);
 }
 
 async fn an_imported_sdk_memory_keeps_its_prose_offline(backend: Backend) {

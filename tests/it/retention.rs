@@ -2,12 +2,14 @@
 //! expire on their own.
 
 use crate::both_backends;
+use crate::events::{Receiver, create_webhook, send_test_event};
 use crate::harness::{Backend, TestApp, status_code_body};
+use crate::leaks::replayed_events;
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-both_backends!(retention_expires_keys_records_and_idle_rollouts);
+both_backends!(retention_expires_keys_records_and_idle_rollouts, delivered_events_leave_the_outbox);
 
 async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
@@ -87,4 +89,33 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     // Records only: the open session of the default layout and its rollout stay.
     assert_eq!(app.request(Method::GET, "/v1/sessions/keyed", &t.key).send().await.unwrap().status(), 200);
     assert!(app.workspace_dir(&t, "default").join("sessions/chat-k.jsonl").exists());
+}
+
+/// Past `MEMORYD_EVENTS_RETAIN_HOURS` (0 here: at once) the retention sweep
+/// takes delivered events out of the outbox; one still awaited stays.
+async fn delivered_events_leave_the_outbox(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| {
+        c.retention_sweep_secs = 1;
+        c.events_retain_hours = 0;
+        c.webhook_allow_http = true;
+        c.webhook_allow_private = true;
+    })
+    .await;
+    let t = app.tenant().await;
+    let (answering, failing) = (Receiver::start().await, Receiver::start().await);
+    failing.answer_next(&[500; 10]);
+    let ok = create_webhook(&app, &t, json!({"url": answering.url, "events": ["webhook.test"]})).await;
+    let bad = create_webhook(&app, &t, json!({"url": failing.url, "events": ["webhook.test"]})).await;
+    let delivered = send_test_event(&app, &t, ok["webhook_id"].as_str().unwrap()).await;
+    let awaited = send_test_event(&app, &t, bad["webhook_id"].as_str().unwrap()).await;
+    let started = Instant::now();
+    loop {
+        let replayed = replayed_events(&app, &t).await;
+        if !replayed.contains(&delivered) {
+            assert!(replayed.contains(&awaited), "an event a delivery awaits stays: {replayed}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the delivered event was never swept: {replayed}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -451,26 +451,32 @@ impl EventStore for SqlStore<DB> {
         Ok(latest)
     }
 
-    async fn sweep_events(&self, cutoff: DateTime<Utc>) -> StoreResult<u64> {
+    async fn sweep_events(&self, cutoff: DateTime<Utc>, batch: i64) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND EXISTS (
-                SELECT 1 FROM events e WHERE e.tenant_id = webhook_deliveries.tenant_id
-                   AND e.seq = webhook_deliveries.event_seq AND e.created_at < $1)",
+        let deliveries = sqlx::query(
+            "DELETE FROM webhook_deliveries WHERE (webhook_id, event_seq) IN (
+                SELECT d.webhook_id, d.event_seq FROM events e
+                JOIN webhook_deliveries d ON d.tenant_id = e.tenant_id AND d.event_seq = e.seq
+                WHERE e.created_at < $1 AND d.state <> 'pending' LIMIT $2)",
         )
         .bind(cutoff)
+        .bind(batch)
         .execute(&mut *tx)
-        .await?;
-        let deleted = sqlx::query(
-            "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS (
-                SELECT 1 FROM webhook_deliveries d WHERE d.tenant_id = events.tenant_id AND d.event_seq = events.seq)
-             RETURNING seq",
+        .await?
+        .rows_affected();
+        let events = sqlx::query(
+            "DELETE FROM events WHERE (tenant_id, seq) IN (
+                SELECT tenant_id, seq FROM events e WHERE created_at < $1 AND NOT EXISTS (
+                    SELECT 1 FROM webhook_deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_seq = e.seq)
+                LIMIT $2)",
         )
         .bind(cutoff)
-        .fetch_all(&mut *tx)
+        .bind(batch)
+        .execute(&mut *tx)
         .await?
-        .len();
+        .rows_affected();
         tx.commit().await?;
-        Ok(deleted as u64)
+        // At least a batch whenever either was one: the caller sweeps again.
+        Ok(deliveries + events)
     }
 }
