@@ -374,7 +374,8 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         }
     }
     let recorded = recorded.map(|r| r.kept);
-    if finished && claimed.job.kind == JobKind::Import && matches!(recorded, Ok(true)) {
+    let refused = finished && claimed.job.kind == JobKind::Import && import_refused_at_finish(ctx, &claimed, &recorded).await;
+    if finished && claimed.job.kind == JobKind::Import && (matches!(recorded, Ok(true)) || refused) {
         // Done with, whatever the outcome.
         let archive = ctx.volumes.import_archive(job_id);
         if let Err(e) = crate::workspace::remove_if_present(&archive) {
@@ -398,6 +399,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
             attempt = claimed.job.attempts, outcome, error = error.as_deref().unwrap_or(""), "job attempt finished"
             )
         }
+        Ok(false) if refused => tracing::info!(%job_id, "import refused at its finish; nothing was placed"),
         Ok(false) => tracing::warn!(%job_id, "lease lost before the result was recorded; result discarded"),
         Err(e) => {
             tracing::error!(%job_id, error = %crate::error_chain(&e), "recording the job's outcome failed");
@@ -429,5 +431,22 @@ mod tests {
         let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
         let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
         assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
+    }
+}
+
+/// An import whose finish was not kept because the finish refused it (its
+/// layouts clash, its workspace filled meanwhile): the job is failed now,
+/// not another worker's, and its archive is of no more use.
+async fn import_refused_at_finish(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    recorded: &Result<bool, crate::store::StoreError>,
+) -> bool {
+    if !matches!(recorded, Ok(false)) {
+        return false;
+    }
+    match ctx.store.get_job(claimed.tenant_id, claimed.job.job_id).await {
+        Ok(Some(job)) => job.state == crate::store::JobState::Failed,
+        _ => false,
     }
 }

@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 both_backends!(
+    an_import_refused_at_its_finish_places_nothing_and_drops_its_archive,
     an_export_holds_every_file_with_rollouts_at_their_committed_length,
     an_export_taken_during_appends_holds_whole_lines,
     an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
@@ -512,4 +513,40 @@ async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Ba
     let small = tar_gz(&[("sessions/small.jsonl", b"{}\n")]);
     let (status, code, _) = import(&app, &t, "again", small).await;
     assert_eq!((status, code.as_str()), (403, "quota_exceeded"));
+}
+
+/// The finish refuses an import whose workspace took data while it ran:
+/// nothing is placed, the job fails with why, and its archive is removed.
+async fn an_import_refused_at_its_finish_places_nothing_and_drops_its_archive(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    // Large enough that the job stages for a while: 64 lines of 1 MiB that hardly compress.
+    let mut rollout = Vec::new();
+    for n in 0..64 {
+        let pad: String = (0..(1 << 20) / 32).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
+        rollout.extend_from_slice(format!("{{\"n\":{n},\"pad\":\"{pad}\"}}\n").as_bytes());
+    }
+    let (status, _, job) = import(&app, &t, "late", tar_gz(&[("sessions/big.jsonl", &rollout)])).await;
+    assert_eq!(status, 202, "{job}");
+    // Staging has begun (its folder exists): the checks are behind it.
+    let sessions = app.workspace_dir(&t, "late").join("sessions");
+    let started = std::time::Instant::now();
+    while !sessions.exists() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "the import never staged");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let body = json!({"rollout_id": "meanwhile", "input": "hello", "final_output": "hi"});
+    let res = app.request(Method::POST, "/v1/sessions/m/layouts/default/segments?workspace=late", &t.key).json(&body);
+    assert_eq!(res.send().await.unwrap().status(), 201);
+    let job = app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let error = job["last_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("workspace_not_empty: workspace late took data while the import ran"), "{job}");
+    assert!(!sessions.join("big.jsonl").exists(), "nothing of the import is placed");
+    let imports = app.data_dir.join("imports");
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(&imports).map(|d| d.count()).unwrap_or(0) > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the refused import's archive is kept");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
