@@ -48,19 +48,35 @@ pub async fn import_workspace(
     if !state.store.workspace_empty(tenant, &workspace).await? {
         return Err(not_empty());
     }
-    // A tenant at its storage limit can import nothing; one below it learns
-    // from the job whether the expanded archive fits (its size is known then).
-    if let Some(limit) = super::limits::effective_limits(&state, tenant).await?.storage_bytes.filter(|l| *l > 0)
-        && state.store.storage_bytes(tenant).await?.max(0) as u64 >= limit
-    {
-        return Err(ApiError::QuotaExceeded(format!("This tenant keeps its limit of {limit} bytes already.")));
+    // The archive counts against the tenant's storage from its first byte
+    // (SPEC §2.7): one that cannot fit under the limit, or on the disk, is
+    // refused before it is written, or as soon as it grows past the room.
+    let storage_limit = super::limits::effective_limits(&state, tenant).await?.storage_bytes.filter(|l| *l > 0);
+    let quota_room = match storage_limit {
+        Some(limit) => limit.saturating_sub(state.store.storage_bytes(tenant).await?.max(0) as u64),
+        None => u64::MAX,
+    };
+    let over_quota = || {
+        ApiError::QuotaExceeded(format!(
+            "The archive does not fit in the {quota_room} bytes this tenant's storage limit leaves."
+        ))
+    };
+    let disk_room = state.volumes.spare_bytes().map_err(ApiError::internal)?;
+    let disk_full = || ApiError::InsufficientStorage(super::error::STORAGE_FULL.into());
+    match declared {
+        Some(len) if len > quota_room => return Err(over_quota()),
+        Some(len) if len > disk_room => return Err(disk_full()),
+        _ => {}
     }
 
     let job_id = uuid::Uuid::new_v4();
     let archive = state.volumes.import_archive(job_id);
     let kept = Upload { path: archive.clone(), keep: false };
-    receive(&state, request, &archive, limit).await.map_err(|e| match e {
-        Received::TooLarge => too_large(),
+    let bound = limit.min(quota_room).min(disk_room);
+    let received = receive(&state, request, &archive, bound).await.map_err(|e| match e {
+        Received::TooLarge if bound == limit => too_large(),
+        Received::TooLarge if bound == quota_room => over_quota(),
+        Received::TooLarge => disk_full(),
         Received::Slow(secs) => ApiError::RequestTimeout(format!("The body stalled for {secs} seconds.")),
         Received::Failed(e) => ApiError::internal(e),
     })?;
@@ -78,7 +94,7 @@ pub async fn import_workspace(
             });
         }
     }
-    match state.store.queue_import(tenant, &workspace, job_id).await? {
+    match state.store.queue_import(tenant, &workspace, job_id, received, storage_limit).await? {
         ImportQueued::Job(job) => {
             kept.keep();
             state.wake.notify_waiters();
@@ -87,6 +103,9 @@ pub async fn import_workspace(
         }
         ImportQueued::NotEmpty => Err(not_empty()),
         ImportQueued::Forgetting => Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten."))),
+        ImportQueued::OverQuota { room } => Err(ApiError::QuotaExceeded(format!(
+            "The archive's {received} bytes do not fit in the {room} bytes this tenant's storage limit leaves."
+        ))),
     }
 }
 
@@ -118,8 +137,8 @@ enum Received {
 }
 
 /// Streams the body to `path`, synced, refusing one past `limit` bytes or
-/// one that stalls longer than the body timeout between chunks.
-async fn receive(state: &AppState, request: Request, path: &std::path::Path, limit: u64) -> Result<(), Received> {
+/// one that stalls longer than the body timeout between chunks; the bytes received.
+async fn receive(state: &AppState, request: Request, path: &std::path::Path, limit: u64) -> Result<u64, Received> {
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(Received::Failed)?;
     }
@@ -141,5 +160,5 @@ async fn receive(state: &AppState, request: Request, path: &std::path::Path, lim
         file.write_all(&data).await.map_err(Received::Failed)?;
     }
     file.sync_all().await.map_err(Received::Failed)?;
-    Ok(())
+    Ok(received)
 }

@@ -75,11 +75,11 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
     let room = ctx.volumes.spare_bytes().map_err(|e| retryable(format!("reading the free space failed: {e}")))?;
     let limits = ctx.store.tenant_limits(tenant).await.map_err(|e| retryable(e.to_string()))?;
     let quota = limits.unwrap_or_default().over(ctx.settings.default_limits).storage_bytes.filter(|q| *q > 0);
+    // The archive's claim on the tenant's storage stays as it is while the
+    // job reads it; the room the rest leaves bounds what it may place.
+    let archive_bytes = std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0);
     let quota_left = match quota {
-        Some(quota) => {
-            let used = ctx.store.storage_bytes(tenant).await.map_err(|e| retryable(e.to_string()))?;
-            Some(quota.saturating_sub(used.max(0) as u64))
-        }
+        Some(limit) => Some(reserve(ctx, claimed, archive_bytes, limit).await?),
         None => None,
     };
     let scope = PublishScope {
@@ -90,20 +90,26 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
     };
     let publisher = ctx.publisher.clone();
     let bounds = Bounds { room, quota_left, max_line: ctx.settings.max_segment_bytes as u64 };
-    let planned = tokio::task::spawn_blocking(move || {
-        let mut plan = plan(&archive, &root, &layouts, bounds)?;
+    let (archive_path, root_path) = (archive.clone(), root.clone());
+    let planned = tokio::task::spawn_blocking(move || plan(&archive_path, &root_path, &layouts, bounds)).await;
+    let mut plan = unblocked(planned)?;
+    plan.record.storage_limit = quota;
+    // What it will place is known now: it becomes the claim, if it fits.
+    if let Some(limit) = quota {
+        let room = reserve(ctx, claimed, plan.bytes, limit).await?;
+        if plan.bytes > room {
+            return Err(fatal(format!(
+                "quota_exceeded: the archive's {} bytes do not fit in the {room} the tenant's storage limit leaves",
+                plan.bytes
+            )));
+        }
+    }
+    let staged = tokio::task::spawn_blocking(move || {
         let staged = stage(&archive, &root, &mut plan, &publisher, scope)?;
         Ok::<_, ImportError>((plan, staged))
     })
-    .await
-    .map_err(|e| retryable(format!("the import panicked: {e}")))?;
-    let (plan, (staged, redactions)) = match planned {
-        Ok(done) => done,
-        Err(ImportError::Refused(message)) => return Err(fatal(message)),
-        Err(ImportError::Io(e)) => {
-            return Err(retryable(format!("reading the archive or writing the files failed: {e}")));
-        }
-    };
+    .await;
+    let (plan, (staged, redactions)) = unblocked(staged)?;
     tracing::info!(
         job_id = %claimed.job.job_id, rollouts = plan.record.rollouts.len(), raw_memories = plan.record.raw_memories.len(),
         files = plan.files.len(), "import staged"
@@ -118,9 +124,30 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
     })
 }
 
+/// A blocking pass's outcome as the attempt's.
+fn unblocked<T>(joined: Result<Result<T, ImportError>, tokio::task::JoinError>) -> Result<T, AttemptError> {
+    match joined.map_err(|e| retryable(format!("the import panicked: {e}")))? {
+        Ok(done) => Ok(done),
+        Err(ImportError::Refused(message)) => Err(fatal(message)),
+        Err(ImportError::Io(e)) => Err(retryable(format!("reading the archive or writing the files failed: {e}"))),
+    }
+}
+
+/// Sets the job's claim on the tenant's storage to `bytes` if it fits; the
+/// room the rest of the tenant's storage leaves under `limit`.
+async fn reserve(ctx: &WorkerContext, claimed: &ClaimedJob, bytes: u64, limit: u64) -> Result<u64, AttemptError> {
+    match ctx.store.reserve_import(claimed, bytes, limit).await {
+        Ok(Some(room)) => Ok(room),
+        Ok(None) => Err(retryable("the job is no longer this worker's".to_owned())),
+        Err(e) => Err(retryable(format!("claiming the import's storage failed: {e}"))),
+    }
+}
+
 /// What the first pass found: the files to place and the rows to register.
 struct Plan {
     files: HashSet<String>,
+    /// The bytes the files take, as their entries declare them.
+    bytes: u64,
     record: ImportRecord,
     /// Every layout the files go to (the tenant's and the archive's new ones).
     layouts: Vec<StoredLayout>,
@@ -287,7 +314,7 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
         row.extracted_len = from_manifest.or(whole).unwrap_or(0);
         record.raw_memories.push((layout, row));
     }
-    Ok(Plan { files, record, layouts })
+    Ok(Plan { files, bytes: expanded, record, layouts })
 }
 
 /// Every line of `content` at most `max_line` bytes and, for a rollout

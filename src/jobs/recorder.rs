@@ -374,7 +374,8 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         }
     }
     let recorded = recorded.map(|r| r.kept);
-    let refused = finished && claimed.job.kind == JobKind::Import && import_refused_at_finish(ctx, &claimed, &recorded).await;
+    let refused =
+        finished && claimed.job.kind == JobKind::Import && import_refused_at_finish(ctx, &claimed, &recorded).await;
     if finished && claimed.job.kind == JobKind::Import && (matches!(recorded, Ok(true)) || refused) {
         // Done with, whatever the outcome.
         let archive = ctx.volumes.import_archive(job_id);

@@ -440,12 +440,20 @@ pub trait PortabilityStore: Send + Sync {
     async fn export_view(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<ExportView>;
     /// Queues an import into the workspace (job `job_id`), which must hold
     /// no session, rollout or memory, nor be importing or being forgotten.
+    /// The archive's `archive_bytes` count against the tenant's storage
+    /// from now until the job ends, and must fit under `storage_limit`.
     async fn queue_import(
         &self,
         tenant: TenantId,
         workspace: &WorkspaceName,
         job_id: Uuid,
+        archive_bytes: u64,
+        storage_limit: Option<u64>,
     ) -> StoreResult<ImportQueued>;
+    /// Sets a running import's claim on its tenant's storage to `bytes` if
+    /// that fits in the room the rest of the tenant's storage leaves under
+    /// `limit`; that room either way, `None` if the job is no longer this worker's.
+    async fn reserve_import(&self, claimed: &ClaimedJob, bytes: u64, limit: u64) -> StoreResult<Option<u64>>;
     /// The workspace holds no session, rollout or memory in the database.
     async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool>;
 }

@@ -541,6 +541,9 @@ pub struct ImportRecord {
     pub rollouts: Vec<ImportedRollout>,
     /// `(layout, index row)` of every raw memory with a header.
     pub raw_memories: Vec<(LayoutName, RawMemoryRecord)>,
+    /// The tenant's storage limit as the job read it: the finish checks
+    /// that the placed files fit under it still.
+    pub storage_limit: Option<u64>,
 }
 
 /// What a request to import became.
@@ -550,6 +553,10 @@ pub enum ImportQueued {
     /// The workspace holds sessions, rollouts or memory, or an import is under way.
     NotEmpty,
     Forgetting,
+    /// The archive does not fit in what the tenant's limit leaves (`room`).
+    OverQuota {
+        room: u64,
+    },
 }
 
 /// The scope under which a tenant's memory history is counted.

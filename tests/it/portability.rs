@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 both_backends!(
+    parallel_imports_never_pass_the_storage_limit,
     an_import_refused_at_its_finish_places_nothing_and_drops_its_archive,
     an_export_holds_every_file_with_rollouts_at_their_committed_length,
     an_export_taken_during_appends_holds_whole_lines,
@@ -477,23 +478,37 @@ async fn an_export_during_a_publish_takes_the_whole_run(backend: Backend) {
     assert!(file("memories/phase_two_selection.json").contains("chat-2"));
 }
 
-async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Backend) {
-    let app = TestApp::start(backend).await;
-    let t = app.tenant().await;
+/// Sets the tenant's storage limit.
+async fn limit_storage(app: &TestApp, t: &Tenant, bytes: u64) {
     let res = app
         .request(Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), crate::harness::ADMIN_TOKEN)
-        .json(&json!({"storage_bytes": 1000}))
+        .json(&json!({"storage_bytes": bytes}))
         .send()
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    // Text that hardly compresses: the archive stays within 10× expansion.
-    let lines: String = (0..40)
+}
+
+/// `count` JSON lines of random hex, which hardly compresses: an archive of
+/// them stays within 10× expansion.
+fn random_lines(count: usize) -> String {
+    (0..count)
         .map(|n| {
             format!("{{\"n\":{n},\"text\":\"{}{}\"}}\n", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
         })
-        .collect();
-    let job = imported(&app, &t, "full", tar_gz(&[("sessions/big.jsonl", lines.as_bytes())])).await;
+        .collect()
+}
+
+async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let lines = random_lines(40);
+    let archive = tar_gz(&[("sessions/big.jsonl", lines.as_bytes())]);
+    // Room for the archive as uploaded, not for what it expands to.
+    let limit = archive.len() as u64 + 100;
+    assert!((lines.len() as u64) > limit);
+    limit_storage(&app, &t, limit).await;
+    let job = imported(&app, &t, "full", archive).await;
     assert_eq!(job["state"], "failed", "{job}");
     assert!(job["last_error"].as_str().unwrap().starts_with("quota_exceeded"), "{job}");
     assert!(!app.workspace_dir(&t, "full").join("sessions/big.jsonl").exists());
@@ -502,17 +517,45 @@ async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Ba
     // At its limit already, the tenant's upload is refused at once.
     let body = json!({"rollout_id": "r", "input": "x".repeat(500)});
     assert_eq!(app.post_segment(&t.key, "s", "default", body).await.status(), 201);
-    let kept = app.json(Method::GET, "/v1/usage", &t.key).await["storage_bytes"].clone();
-    let res = app
-        .request(Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), crate::harness::ADMIN_TOKEN)
-        .json(&json!({"storage_bytes": kept}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
+    let kept = app.json(Method::GET, "/v1/usage", &t.key).await["storage_bytes"].as_u64().unwrap();
+    limit_storage(&app, &t, kept).await;
     let small = tar_gz(&[("sessions/small.jsonl", b"{}\n")]);
     let (status, code, _) = import(&app, &t, "again", small).await;
     assert_eq!((status, code.as_str()), (403, "quota_exceeded"));
+}
+
+/// Four imports at once under a limit that two fit in: the archives count
+/// from their upload, each job claims what it will place, and the finish
+/// checks again; the tenant never ends above its limit.
+async fn parallel_imports_never_pass_the_storage_limit(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let archives: Vec<Vec<u8>> =
+        (0..4).map(|_| tar_gz(&[("sessions/big.jsonl", random_lines(4_500).as_bytes())])).collect();
+    limit_storage(&app, &t, 979_549).await;
+    let uploads = archives.into_iter().enumerate().map(|(n, archive)| {
+        let app = &app;
+        let t = &t;
+        async move { import(app, t, &format!("w{n}"), archive).await }
+    });
+    let answers = futures_util::future::join_all(uploads).await;
+    let mut succeeded = 0;
+    for (status, code, body) in answers {
+        match status {
+            202 => {
+                let job = app.wait_for_job(&t.key, body["job_id"].as_str().unwrap()).await;
+                match job["state"].as_str() {
+                    Some("succeeded") => succeeded += 1,
+                    _ => assert!(job["last_error"].as_str().unwrap().starts_with("quota_exceeded"), "{job}"),
+                }
+            }
+            _ => assert_eq!((status, code.as_str()), (403, "quota_exceeded"), "{body}"),
+        }
+    }
+    let usage = app.json(Method::GET, "/v1/usage", &t.key).await;
+    let used = usage["storage_bytes"].as_u64().unwrap();
+    assert!(used <= 979_549, "{used} bytes kept under a limit of 979549");
+    assert!((1..=2).contains(&succeeded), "{succeeded} imports of about 380 KB fit in 979549 bytes");
 }
 
 /// The finish refuses an import whose workspace took data while it ran:

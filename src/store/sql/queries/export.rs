@@ -18,6 +18,26 @@ const WORKSPACE_HOLDS: [&str; 3] = [
 ];
 
 impl SqlStore<DB> {
+    /// What the tenant's storage limit leaves besides import `job_id`'s
+    /// own claim; the tenant's claims are taken one at a time (the lock
+    /// lasts until the transaction ends).
+    async fn storage_room_in(conn: &mut DbConnection, tenant: TenantId, job_id: Uuid, limit: u64) -> StoreResult<u64> {
+        if let Some(lock) = DB::LAYOUT_LOCK {
+            sqlx::query(lock).bind(format!("storage/{tenant}")).execute(&mut *conn).await?;
+        }
+        let used: i64 = sqlx::query(AssertSqlSafe(format!(
+            "SELECT ({}) - COALESCE((SELECT archive_bytes FROM jobs WHERE id = $2 AND state IN ('queued', 'running')), 0)
+             AS bytes",
+            usage::STORAGE_OF_TENANT
+        )))
+        .bind(tenant)
+        .bind(job_id)
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get("bytes")?;
+        Ok(limit.saturating_sub(used.max(0) as u64))
+    }
+
     pub(super) async fn workspace_empty_in(
         conn: &mut DbConnection,
         tenant: TenantId,
@@ -31,18 +51,28 @@ impl SqlStore<DB> {
         Ok(true)
     }
 
-    /// An import's rows, in its fenced finish; `false` (nothing written)
+    /// An import's rows, in its fenced finish; refused (nothing written)
     /// when the workspace took data or a layout took another config
-    /// since the job checked.
+    /// since the job checked, or when `placed_bytes` (with what the batch
+    /// added before it) no longer fit under the tenant's storage limit.
     pub(super) async fn register_import(
         conn: &mut DbConnection,
         claimed: &ClaimedJob,
         record: &ImportRecord,
+        placed_bytes: i64,
         now: DateTime<Utc>,
     ) -> StoreResult<Result<(), String>> {
         let (tenant, job) = (claimed.tenant_id, &claimed.job);
         if !Self::workspace_empty_in(&mut *conn, tenant, &job.workspace).await? {
             return Ok(Err(format!("workspace_not_empty: workspace {} took data while the import ran", job.workspace)));
+        }
+        if let Some(limit) = record.storage_limit {
+            let room = Self::storage_room_in(&mut *conn, tenant, job.job_id, limit).await?;
+            if placed_bytes.max(0) as u64 > room {
+                return Ok(Err(format!(
+                    "quota_exceeded: the import's {placed_bytes} bytes do not fit in the {room} the tenant's storage limit leaves now"
+                )));
+            }
         }
         for (name, layout) in &record.layouts {
             let config = serde_json::to_string(&layout.config).expect("a config always serialises");
@@ -146,9 +176,17 @@ impl PortabilityStore for SqlStore<DB> {
         tenant: TenantId,
         workspace: &WorkspaceName,
         job_id: Uuid,
+        archive_bytes: u64,
+        storage_limit: Option<u64>,
     ) -> StoreResult<ImportQueued> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
+        if let Some(limit) = storage_limit {
+            let room = Self::storage_room_in(&mut tx, tenant, job_id, limit).await?;
+            if archive_bytes > room {
+                return Ok(ImportQueued::OverQuota { room });
+            }
+        }
         if let Some(lock) = DB::LAYOUT_LOCK {
             // Two imports into one workspace at once: one waits for the other's answer.
             sqlx::query(lock).bind(format!("import/{tenant}/{workspace}")).execute(&mut *tx).await?;
@@ -169,19 +207,41 @@ impl PortabilityStore for SqlStore<DB> {
         }
         sqlx::query(
             "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, layout_config, state, attempts,
-                               run_after, created_at)
-             VALUES ($1, $2, 'import', '', $3, 'default', $5, 'queued', 0, $4, $4)",
+                               run_after, created_at, archive_bytes)
+             VALUES ($1, $2, 'import', '', $3, 'default', $5, 'queued', 0, $4, $4, $6)",
         )
         .bind(job_id)
         .bind(tenant)
         .bind(workspace.as_str())
         .bind(now)
         .bind(serde_json::to_string(&default_layout().config).expect("a config always serialises"))
+        .bind(i64::try_from(archive_bytes).unwrap_or(i64::MAX))
         .execute(&mut *tx)
         .await?;
         let job = Self::job_in(&mut tx, job_id).await?;
         tx.commit().await?;
         Ok(ImportQueued::Job(Box::new(job)))
+    }
+
+    async fn reserve_import(&self, claimed: &ClaimedJob, bytes: u64, limit: u64) -> StoreResult<Option<u64>> {
+        let mut tx = self.begin_write().await?;
+        let room = Self::storage_room_in(&mut tx, claimed.tenant_id, claimed.job.job_id, limit).await?;
+        if bytes <= room {
+            let claimed_now = sqlx::query(
+                "UPDATE jobs SET archive_bytes = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(claimed.job.job_id)
+            .bind(claimed.token)
+            .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if claimed_now == 0 {
+                return Ok(None);
+            }
+        }
+        tx.commit().await?;
+        Ok(Some(room))
     }
 
     async fn workspace_empty(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<bool> {

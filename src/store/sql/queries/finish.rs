@@ -24,6 +24,11 @@ struct BatchNews {
 }
 
 impl BatchNews {
+    /// Bytes the batch's earlier finishes add to the tenant's storage, not yet counted.
+    fn storage_added(&self, tenant: TenantId) -> i64 {
+        self.tenants.get(&tenant).map_or(0, |(tally, _)| tally.storage.values().sum())
+    }
+
     fn add(&mut self, tenant: TenantId, tally: usage::Tally, news: Vec<events::NewEvent>) {
         let (counted, recorded) = self.tenants.entry(tenant).or_default();
         counted.merge(tally);
@@ -239,7 +244,14 @@ impl SqlStore<DB> {
         }
         if let (JobKind::Import, JobOutcome::Succeeded { .. }, Some(record)) =
             (job.kind, &finish.outcome, &finish.import)
-            && let Err(refused) = Self::register_import(&mut *tx, claimed, record, now).await?
+            && let Err(refused) = Self::register_import(
+                &mut *tx,
+                claimed,
+                record,
+                finish.accounting.storage_delta + news.storage_added(claimed.tenant_id),
+                now,
+            )
+            .await?
         {
             // Its files are not published: the job fails with why.
             sqlx::query(

@@ -64,9 +64,12 @@ impl Tally {
     }
 }
 
-/// The bytes tenant `$1` keeps: every scope's.
-pub(super) const STORAGE_OF_TENANT: &str =
-    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM storage_usage WHERE tenant_id = $1";
+/// The bytes tenant `$1` keeps (every scope's) and claims for its imports
+/// under way (SPEC §2.7: an archive waiting for its job counts).
+pub(super) const STORAGE_OF_TENANT: &str = "SELECT CAST(
+        COALESCE((SELECT SUM(bytes) FROM storage_usage WHERE tenant_id = $1), 0)
+        + COALESCE((SELECT SUM(archive_bytes) FROM jobs WHERE tenant_id = $1 AND kind = 'import'
+                    AND state IN ('queued', 'running')), 0) AS BIGINT) AS bytes";
 
 const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
 
