@@ -423,18 +423,6 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn usage_adds_up_over_attempts() {
-        let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
-        let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
-        assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
-    }
-}
-
 /// An import whose finish was not kept because the finish refused it (its
 /// layouts clash, its workspace filled meanwhile): the job is failed now,
 /// not another worker's, and its archive is of no more use.
@@ -449,5 +437,17 @@ async fn import_refused_at_finish(
     match ctx.store.get_job(claimed.tenant_id, claimed.job.job_id).await {
         Ok(Some(job)) => job.state == crate::store::JobState::Failed,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_adds_up_over_attempts() {
+        let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
+        let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
+        assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
     }
 }
