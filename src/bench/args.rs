@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// How long the soak workload loads memoryd, in seconds.
     #[arg(long, default_value_t = 180)]
     pub duration: u64,
+    /// The soak with a webhook endpoint that answers every delivery 500.
+    #[arg(long, default_value_t = false)]
+    pub failing_webhook: bool,
     /// The close workload with eager phase one: every rollout idle past
     /// `MEMORYD_EAGER_PHASE_ONE_SECS` and extracted before its close.
     #[arg(long, default_value_t = false)]

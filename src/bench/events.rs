@@ -39,8 +39,27 @@ async fn receiver(answers: bool) -> BenchResult<(String, Arc<Mutex<Vec<f64>>>)> 
     Ok((url, delays))
 }
 
+/// A local receiver that answers every request 500; how many it got.
+pub(super) async fn failing_receiver() -> BenchResult<(String, Arc<std::sync::atomic::AtomicUsize>)> {
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((url, hits))
+}
+
 impl Bench {
-    async fn webhook(&self, key: &str, url: &str) -> BenchResult<String> {
+    pub(super) async fn webhook(&self, key: &str, url: &str) -> BenchResult<String> {
         let res = self
             .http
             .post(format!("{}/v1/webhooks", self.base))

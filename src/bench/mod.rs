@@ -474,7 +474,7 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         }
     }
     if wants(Workload::Soak) {
-        for f in bench.soak(Duration::from_secs(args.duration.max(1))).await? {
+        for f in bench.soak(Duration::from_secs(args.duration.max(1)), args.failing_webhook).await? {
             progress(&f);
             out.push(f);
         }

@@ -31,8 +31,18 @@ fn sqlite_wal_bytes(data_dir: &std::path::Path) -> u64 {
 type AgentLog = (Vec<(f64, f64)>, Vec<(String, DateTime<Utc>)>);
 
 impl Bench {
-    pub(super) async fn soak(&self, duration: Duration) -> BenchResult<Vec<Figure>> {
+    /// With `failing_webhook`, the tenant has an endpoint that answers
+    /// every delivery 500 (SPEC §2.8: it is paused, and costs closes nothing).
+    pub(super) async fn soak(&self, duration: Duration, failing_webhook: bool) -> BenchResult<Vec<Figure>> {
         let window = if duration >= Duration::from_secs(60) { 30.0 } else { (duration.as_secs_f64() / 2.0).max(1.0) };
+        let failing = match failing_webhook {
+            true => {
+                let (url, hits) = super::events::failing_receiver().await?;
+                self.webhook(&self.key, &url).await?;
+                Some(hits)
+            }
+            false => None,
+        };
         let started = Instant::now();
         let mut agents = Vec::new();
         for client in 0..CLIENTS {
@@ -138,8 +148,9 @@ impl Bench {
         }
         let start_utc = closes.iter().map(|(_, at)| *at).min().unwrap_or_else(Utc::now);
         let mut out = Vec::new();
+        let prefix = if failing.is_some() { "failing endpoint, " } else { "" };
         let one = |case: &str, metric: &'static str, unit: &'static str, v: f64| {
-            figure("soak", self.backend, case.to_owned(), metric, unit, vec![v])
+            figure("soak", self.backend, format!("{prefix}{case}"), metric, unit, vec![v])
         };
         for (i, (phase_one, phase_two, rss, data, wal)) in samples.iter().enumerate() {
             let (from, to) = (i as f64 * window, (i + 1) as f64 * window);
@@ -182,6 +193,10 @@ impl Bench {
         out.push(one("total", "closes", "sessions", closes.len() as f64));
         out.push(one("total", "phase-two runs", "runs", runs.len() as f64));
         out.push(one("total", "drain after the load", "s", drain));
+        if let Some(hits) = failing {
+            let requests = hits.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            out.push(one("total", "requests to the failing endpoint", "requests", requests));
+        }
         Ok(out)
     }
 }

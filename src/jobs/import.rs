@@ -7,7 +7,7 @@
 
 use super::{Attempt, AttemptError, Completion, Imported, WorkerContext};
 use crate::domain::ids::LayoutName;
-use crate::domain::layout::{StoredLayout, ValidLayout};
+use crate::domain::layout::{LayoutPutError, StoredLayout, ValidLayout, decide_layout_put};
 use crate::domain::portability::{
     MANIFEST_NAME, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
     raw_memory_header, read_manifest,
@@ -189,6 +189,15 @@ pub(crate) fn merged_layouts(
             }
             Some(_) => {}
             None => {
+                // As `PUT /v1/layouts` would make it: no folder shared with another layout.
+                let existing: Vec<_> = all.iter().map(|l| (l.name.clone(), l.layout.clone())).collect();
+                if let Err(LayoutPutError::Conflict(detail)) = decide_layout_put(&existing, &layout.name, &valid, None)
+                {
+                    return Err(ImportError::Refused(format!(
+                        "layout_conflict: {MANIFEST_NAME}: layout {}: {detail}",
+                        layout.name
+                    )));
+                }
                 all.push(StoredLayout { name: layout.name.clone(), layout: valid.clone(), updated_at: None });
                 created.push((layout.name.clone(), valid));
             }

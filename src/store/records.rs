@@ -132,6 +132,8 @@ pub struct WorkspaceActivity {
     pub sessions: Vec<(String, i64, Option<DateTime<Utc>>)>,
     /// `(workspace, layout, newest append)`
     pub layouts: Vec<(String, String, Option<DateTime<Utc>>)>,
+    /// `(workspace, when an import made it)`
+    pub imported: Vec<(String, Option<DateTime<Utc>>)>,
 }
 
 /// One entry of `GET /v1/workspaces`.
@@ -158,6 +160,10 @@ impl WorkspaceActivity {
             let summary = by_name.entry(name.clone()).or_insert_with(|| WorkspaceSummary::empty(name));
             summary.layouts.push(layout);
             summary.updated_at = summary.updated_at.max(newest);
+        }
+        for (name, created) in self.imported {
+            let summary = by_name.entry(name.clone()).or_insert_with(|| WorkspaceSummary::empty(name));
+            summary.updated_at = summary.updated_at.max(created);
         }
         by_name.entry("default".into()).or_insert_with(|| WorkspaceSummary::empty("default".into()));
         by_name
@@ -597,12 +603,14 @@ mod tests {
                 ("team".into(), "default".into(), t(2)),
                 ("orphan".into(), "default".into(), t(3)),
             ],
+            imported: vec![("memories-only".into(), t(4)), ("team".into(), t(1))],
         };
         let listed = activity.summaries();
         let names: Vec<_> = listed.iter().map(|w| w.name.as_str()).collect();
-        assert_eq!(names, ["default", "orphan", "team"]);
-        assert_eq!(listed[2].layouts, ["default", "notes"]);
-        assert_eq!((listed[2].sessions, listed[2].updated_at), (3, t(9)));
+        assert_eq!(names, ["default", "memories-only", "orphan", "team"]);
+        assert_eq!((listed[1].sessions, listed[1].updated_at, listed[1].layouts.len()), (0, t(4), 0));
+        assert_eq!(listed[3].layouts, ["default", "notes"]);
+        assert_eq!((listed[3].sessions, listed[3].updated_at), (3, t(9)));
         assert_eq!((listed[0].sessions, listed[0].updated_at, listed[0].layouts.len()), (1, t(1), 0));
         assert_eq!(WorkspaceActivity::default().summaries(), vec![WorkspaceSummary::empty("default".into())]);
     }

@@ -11,6 +11,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 both_backends!(
+    an_imported_memory_only_workspace_is_known_and_can_be_forgotten,
+    layouts_an_import_would_make_follow_the_folder_rules,
     parallel_imports_never_pass_the_storage_limit,
     an_import_refused_at_its_finish_places_nothing_and_drops_its_archive,
     an_export_holds_every_file_with_rollouts_at_their_committed_length,
@@ -591,5 +593,54 @@ async fn an_import_refused_at_its_finish_places_nothing_and_drops_its_archive(ba
     while std::fs::read_dir(&imports).map(|d| d.count()).unwrap_or(0) > 0 {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "the refused import's archive is kept");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A workspace of memory files alone is known once imported: listed, its
+/// files served, exported, not imported into again, and forgotten.
+async fn an_imported_memory_only_workspace_is_known_and_can_be_forgotten(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let archive = tar_gz(&[
+        ("memories/MEMORY.md", b"# Handbook\n- Deploys go through pnpm.\n"),
+        ("memories/memory_summary.md", b"Deploys go through pnpm.\n"),
+    ]);
+    assert_eq!(imported(&app, &t, "notes", archive.clone()).await["state"], "succeeded");
+    let listed = app.json(Method::GET, "/v1/workspaces", &t.key).await;
+    assert!(listed["workspaces"].as_array().unwrap().iter().any(|w| w["name"] == "notes"), "{listed}");
+    let files = app.json(Method::GET, "/v1/workspaces/notes/layouts/default/files", &t.key).await;
+    assert!(files.to_string().contains("MEMORY.md"), "{files}");
+    let exported = export(&app, &t, "notes").await;
+    assert!(exported.iter().any(|(path, _)| path == "memories/MEMORY.md"));
+    let (status, code, _) = import(&app, &t, "notes", archive).await;
+    assert_eq!((status, code.as_str()), (409, "workspace_not_empty"));
+
+    let job: Value =
+        app.request(Method::DELETE, "/v1/workspaces/notes", &t.key).send().await.unwrap().json().await.unwrap();
+    let job = app.wait_for_job(&t.key, job["job_id"].as_str().unwrap_or_else(|| panic!("{job}"))).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert!(!app.workspace_dir(&t, "notes").join("memories/MEMORY.md").exists());
+    let listed = app.json(Method::GET, "/v1/workspaces", &t.key).await;
+    assert!(!listed["workspaces"].as_array().unwrap().iter().any(|w| w["name"] == "notes"), "{listed}");
+    let res = app.request(Method::GET, "/v1/workspaces/notes/layouts/default/files", &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 404);
+}
+
+/// A manifest's layouts are made as `PUT /v1/layouts` would make them: one
+/// whose folders overlap, or that takes another layout's folder, is refused
+/// whole and nothing is made.
+async fn layouts_an_import_would_make_follow_the_folder_rules(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    for (name, config) in [
+        ("same", json!({"memories_dir": "x", "sessions_dir": "x"})),
+        ("steal", json!({"memories_dir": "memories", "sessions_dir": "steal/sessions"})),
+    ] {
+        let manifest = json!({"format": "memoryd-export", "version": 1, "layouts": [{"name": name, "config": config}]});
+        let archive = tar_gz(&[("memoryd-export.json", manifest.to_string().as_bytes())]);
+        let (status, code, body) = import(&app, &t, name, archive).await;
+        assert_eq!((status, code.as_str()), (409, "layout_conflict"), "{name}: {body}");
+        let res = app.request(Method::GET, &format!("/v1/layouts/{name}"), &t.key).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{name} was not made");
     }
 }

@@ -195,7 +195,7 @@ impl SqlStore<DB> {
         workspace: &WorkspaceName,
         own_job: Uuid,
     ) -> StoreResult<()> {
-        const BY_WORKSPACE: [&str; 15] = [
+        const BY_WORKSPACE: [&str; 16] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2",
             // Its events, and their deliveries, leave the outbox (the
             // forget's own `forget.completed` is recorded after this).
@@ -215,6 +215,7 @@ impl SqlStore<DB> {
             "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2",
             "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2",
             "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2",
+            "DELETE FROM workspaces WHERE tenant_id = $1 AND workspace = $2",
         ];
         for sql in BY_WORKSPACE {
             let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str());
@@ -226,7 +227,7 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 27] = [
+        const BY_TENANT: [&str; 28] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1",
             "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
             "DELETE FROM tenant_turns WHERE tenant_id = $1",
@@ -251,6 +252,7 @@ impl SqlStore<DB> {
             "DELETE FROM rollouts WHERE tenant_id = $1",
             "DELETE FROM sessions WHERE tenant_id = $1",
             "DELETE FROM workspace_forgets WHERE tenant_id = $1",
+            "DELETE FROM workspaces WHERE tenant_id = $1",
             "DELETE FROM layouts WHERE tenant_id = $1",
             "DELETE FROM api_keys WHERE tenant_id = $1",
             "DELETE FROM tenants WHERE id = $1",

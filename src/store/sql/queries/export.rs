@@ -10,8 +10,10 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
-/// Rows that make a workspace not empty: an import goes only into one with none.
-const WORKSPACE_HOLDS: [&str; 3] = [
+/// Rows that make a workspace not empty (and known): an import goes only
+/// into one with none.
+const WORKSPACE_HOLDS: [&str; 4] = [
+    "SELECT 1 AS found FROM workspaces WHERE tenant_id = $1 AND workspace = $2",
     "SELECT 1 AS found FROM sessions WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
     "SELECT 1 AS found FROM rollouts WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
     "SELECT 1 AS found FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
@@ -116,6 +118,13 @@ impl SqlStore<DB> {
         for (layout, raw) in &record.raw_memories {
             Self::upsert_raw_memory(&mut *conn, tenant, &job.workspace, layout, raw, job.job_id, now).await?;
         }
+        // Known from now on, whatever it holds (memory files alone, even).
+        sqlx::query("INSERT INTO workspaces (tenant_id, workspace, created_at) VALUES ($1, $2, $3)")
+            .bind(tenant)
+            .bind(job.workspace.as_str())
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
         Ok(Ok(()))
     }
 }

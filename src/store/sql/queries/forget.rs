@@ -239,16 +239,9 @@ impl ForgetStore for SqlStore<DB> {
             let job = Self::job_in(&mut tx, row.try_get("job_id")?).await?;
             return Ok(Some(job));
         }
+        // Known as everywhere else: a session, a rollout, a raw memory or an import made it.
         let known = workspace == &WorkspaceName::default_workspace()
-            || sqlx::query(
-                "SELECT 1 AS found FROM sessions WHERE tenant_id = $1 AND workspace = $2
-                 UNION ALL SELECT 1 AS found FROM rollouts WHERE tenant_id = $1 AND workspace = $2 LIMIT 1",
-            )
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some();
+            || !Self::workspace_empty_in(&mut tx, tenant, workspace).await?;
         if !known {
             return Ok(None);
         }

@@ -429,7 +429,15 @@ impl SessionStore for SqlStore<DB> {
         .bind(tenant)
         .fetch_all(&self.pool)
         .await?;
+        let imported = sqlx::query("SELECT workspace, created_at FROM workspaces WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(WorkspaceActivity {
+            imported: imported
+                .iter()
+                .map(|r| Ok((r.try_get("workspace")?, r.try_get("created_at")?)))
+                .collect::<Result<_, sqlx::Error>>()?,
             sessions: sessions
                 .iter()
                 .map(|r| Ok((r.try_get("workspace")?, r.try_get("sessions")?, r.try_get("newest")?)))
