@@ -63,6 +63,9 @@ pub enum ApiError {
     /// This replica serves as many of these at once as it may.
     #[error("{0}")]
     Busy(String),
+    /// Too many requests, or failed attempts: the client waits this many seconds.
+    #[error("{0}")]
+    RateLimited(String, u64),
     #[error("{0}")]
     InsufficientStorage(String),
     /// The cause goes to the log with its whole chain, never to the client.
@@ -103,7 +106,7 @@ impl ApiError {
             Self::MemoryChanged(_) => (StatusCode::CONFLICT, "memory_changed"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::Busy(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::Busy(_) | Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -179,7 +182,11 @@ impl IntoResponse for ApiError {
             tracing::error!(error = %crate::error_chain(cause.as_ref()), "request failed");
             return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
         }
-        problem(status, code, &self.to_string())
+        let mut response = problem(status, code, &self.to_string());
+        if let Self::RateLimited(_, secs) = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        response
     }
 }
 

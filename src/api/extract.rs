@@ -66,8 +66,26 @@ impl FromRequestParts<AppState> for AdminAuth {
         if state.config.admin_token.is_none() {
             return Err(ApiError::NotFound("No such route.".into()));
         }
+        // Guesses are throttled per address, as console sign-ins are.
+        let peer = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0);
+        let addr = super::console::Client::of(peer, &parts.headers).addr;
+        let now = std::time::Instant::now();
+        if let Some(wait) = addr.and_then(|a| state.caches.admin_failures.wait(a, now)) {
+            let secs = wait.as_secs().max(1);
+            return Err(ApiError::RateLimited(
+                format!("Too many wrong admin tokens from this address; try again in {secs} s."),
+                secs,
+            ));
+        }
         let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        if is_admin_token(state, given) { Ok(AdminAuth) } else { Err(ApiError::Unauthorized) }
+        if is_admin_token(state, given) {
+            return Ok(AdminAuth);
+        }
+        // A wrong token is a guess: counted against the address.
+        if let Some(addr) = addr {
+            state.caches.admin_failures.failed(addr, now);
+        }
+        Err(ApiError::Unauthorized)
     }
 }
 

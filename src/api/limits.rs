@@ -4,7 +4,7 @@
 //! replica), answering with the IETF RateLimit fields.
 
 use super::AppState;
-use super::error::{ApiError, problem};
+use super::error::ApiError;
 use super::extract::QueryParams;
 use super::extract::{AdminAuth, JsonBody, TenantAuth, bearer_token, sha256_hex, tenant_of_key_hash};
 use crate::domain::limits::Limits;
@@ -12,8 +12,9 @@ use crate::domain::usage::{day_view, fill_days, report_range};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderValue, Request};
 use axum::middleware::Next;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
@@ -129,6 +130,31 @@ pub async fn set_limits(
 /// Every `/v1` route but the admin API passes the tenant's bucket before its
 /// handler runs. A request with no valid key passes on (its handler answers
 /// 401); a tenant without a request rate has no bucket and no fields.
+/// Takes one request from the tenant's bucket on this replica: the rate and
+/// the decision, `None` when the tenant has no request rate.
+pub(crate) async fn take_request(
+    state: &AppState,
+    tenant: Uuid,
+) -> Option<(crate::domain::limits::RequestRate, super::rate::RateDecision)> {
+    let rate = effective_limits(state, tenant).await.ok()?.request_rate()?;
+    Some((rate, state.caches.buckets.check(tenant, rate)))
+}
+
+/// The 429 for a request the bucket refused.
+pub(crate) fn refusal(
+    rate: crate::domain::limits::RequestRate,
+    decision: &super::rate::RateDecision,
+) -> Option<ApiError> {
+    let secs = decision.retry_after?.as_secs_f64().ceil().max(1.0) as u64;
+    Some(ApiError::RateLimited(
+        format!(
+            "This tenant may make {} requests a second (bursts of {}); try again in {secs} s.",
+            rate.per_second, rate.burst
+        ),
+        secs,
+    ))
+}
+
 pub async fn limit_requests(State(state): State<AppState>, req: Request<Body>, next: Next) -> Response {
     let path = req.uri().path();
     if !path.starts_with("/v1/") || path.starts_with("/v1/admin/") {
@@ -139,27 +165,10 @@ pub async fn limit_requests(State(state): State<AppState>, req: Request<Body>, n
         None => None,
     };
     let Some(tenant) = tenant else { return next.run(req).await };
-    let rate = match effective_limits(&state, tenant).await {
-        Ok(limits) => limits.request_rate(),
-        Err(_) => None,
-    };
-    let Some(rate) = rate else { return next.run(req).await };
-    let decision = state.caches.buckets.check(tenant, rate);
-    let mut response = match decision.retry_after {
+    let Some((rate, decision)) = take_request(&state, tenant).await else { return next.run(req).await };
+    let mut response = match refusal(rate, &decision) {
         None => next.run(req).await,
-        Some(wait) => {
-            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            let mut refused = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                &format!(
-                    "This tenant may make {} requests a second (bursts of {}); try again in {secs} s.",
-                    rate.per_second, rate.burst
-                ),
-            );
-            refused.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            refused
-        }
+        Some(refused) => refused.into_response(),
     };
     let headers = response.headers_mut();
     if let Ok(policy) = HeaderValue::from_str(&format!("\"tenant\";q={};w=1", rate.burst)) {

@@ -84,6 +84,8 @@ pub struct Caches {
     pub ingest: rate::IngestRate,
     /// Failed console sign-ins per client address on this replica.
     pub sign_ins: console::SignInThrottle,
+    /// Failed admin-token checks per client address on this replica.
+    pub admin_failures: console::SignInThrottle,
     /// Tenant → its limits in force.
     pub limits: cache::TtlCache<uuid::Uuid, crate::domain::limits::Limits>,
     /// Each tenant's request bucket on this replica.
@@ -97,6 +99,7 @@ impl Default for Caches {
             layouts: cache::TtlCache::new(Duration::from_secs(2)),
             ingest: Default::default(),
             sign_ins: Default::default(),
+            admin_failures: Default::default(),
             limits: cache::TtlCache::new(Duration::from_secs(2)),
             buckets: Default::default(),
         }

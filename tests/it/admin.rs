@@ -69,6 +69,21 @@ async fn admin_api_needs_its_token(backend: Backend) {
     )
     .await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
+
+    // With a token set, wrong guesses from one address are throttled, the
+    // right token included, while the address waits; another address is not.
+    let app = TestApp::start(backend).await;
+    let guess = |token: &'static str, from: &'static str| {
+        app.request(Method::GET, "/v1/admin/tenants", token).header("x-forwarded-for", from).send()
+    };
+    for _ in 0..10 {
+        assert_eq!(guess("wrong-token", "203.0.113.5").await.unwrap().status(), 401);
+    }
+    let refused = guess(ADMIN_TOKEN, "203.0.113.5").await.unwrap();
+    assert!(refused.headers().contains_key("retry-after"));
+    let (status, code, _) = status_code_body(refused).await;
+    assert_eq!((status, code.as_str()), (429, "rate_limited"));
+    assert_eq!(guess(ADMIN_TOKEN, "203.0.113.6").await.unwrap().status(), 200);
 }
 
 async fn health_and_errors_are_well_formed(backend: Backend) {

@@ -147,6 +147,19 @@ async fn sign_ins_are_throttled_per_address_and_cookies_are_secure_over_https() 
     let (status, retry_after, _, _) = attempt(&t.key, guesser).await;
     assert_eq!((status, retry_after), (StatusCode::TOO_MANY_REQUESTS, true));
     assert_eq!(attempt(&t.key, Some(("198.51.100.8", "http"))).await.0, StatusCode::SEE_OTHER);
+    // What a client writes left of what the proxy appended changes nothing.
+    for i in 0..10 {
+        let forwarded = format!("203.0.113.{i}, 198.51.100.20");
+        assert_eq!(attempt("mk_guess", Some((&forwarded, "http"))).await.0, StatusCode::UNAUTHORIZED);
+    }
+    let (status, _, _, _) = attempt(&t.key, Some(("203.0.113.99, 198.51.100.20", "http"))).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the address the proxy saw is throttled");
+    // Garbage and the proxy's own address: the proxy's address is the one counted.
+    for i in 0..10 {
+        let forwarded = format!("x{i}, 127.0.0.1");
+        assert_eq!(attempt("mk_guess", Some((&forwarded, "http"))).await.0, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(attempt(&t.key, Some(("y, 127.0.0.1", "http"))).await.0, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test]
@@ -456,14 +469,27 @@ async fn an_admin_picks_a_tenant_and_a_revoked_key_signs_out(backend: Backend) {
     assert_eq!(app.post_segment(&t.key, "s-admin", "default", json!({"rollout_id": "r"})).await.status(), 201);
     let mut admin = Browser::new(&app);
     let (status, location, _) = admin.sign_in(ADMIN_TOKEN).await;
-    // The cookie does not carry an unkeyed hash of the admin token (which could be guessed offline).
-    let cookie = admin.cookies.iter().find(|(n, _)| n == "memoryd_console").unwrap().1.clone();
-    let payload_hex = cookie.split_once('.').unwrap().0;
-    let payload: Vec<u8> =
-        (0..payload_hex.len()).step_by(2).map(|i| u8::from_str_radix(&payload_hex[i..i + 2], 16).unwrap()).collect();
-    let payload = String::from_utf8(payload).unwrap();
-    let unkeyed: String = sha2::Sha256::digest(ADMIN_TOKEN.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    assert!(payload.starts_with("v2|a|") && !payload.contains(&unkeyed), "{payload}");
+    // No cookie carries an unkeyed hash of the admin token (which could be
+    // guessed offline) or of a tenant's key (what the key table is looked up by).
+    let payload = |browser: &Browser| {
+        let cookie = browser.cookies.iter().find(|(n, _)| n == "memoryd_console").unwrap().1.clone();
+        let payload_hex = cookie.split_once('.').unwrap().0.to_owned();
+        let bytes: Vec<u8> = (0..payload_hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&payload_hex[i..i + 2], 16).unwrap())
+            .collect();
+        String::from_utf8(bytes).unwrap()
+    };
+    let unkeyed = |secret: &str| -> String {
+        sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let admin_payload = payload(&admin);
+    assert!(admin_payload.starts_with("v3|a|") && !admin_payload.contains(&unkeyed(ADMIN_TOKEN)), "{admin_payload}");
+    let mut tenant = Browser::new(&app);
+    tenant.sign_in(&t.key).await;
+    let tenant_payload = payload(&tenant);
+    assert!(tenant_payload.starts_with("v3|t|") && !tenant_payload.contains(&unkeyed(&t.key)), "{tenant_payload}");
+    assert_eq!(tenant.get("/console").await.0, StatusCode::OK, "the masked digest still opens the console");
     assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/tenants"));
     assert_eq!(admin.get("/console").await.1, "/console/tenants", "no tenant picked yet");
     let (_, _, tenants) = admin.get("/console/tenants").await;
@@ -489,4 +515,26 @@ async fn an_admin_picks_a_tenant_and_a_revoked_key_signs_out(backend: Backend) {
     let mut tenant_user = Browser::new(&app);
     tenant_user.sign_in(&t.key).await;
     assert_eq!(tenant_user.get("/console/tenants").await.0, StatusCode::NOT_FOUND);
+}
+
+/// A tenant's console pages are its requests too: under its request rate.
+#[tokio::test]
+async fn console_pages_count_against_the_tenants_request_rate() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let t = app.tenant().await;
+    let res = app
+        .request(reqwest::Method::PUT, &format!("/v1/admin/tenants/{}/limits", t.id), ADMIN_TOKEN)
+        .json(&json!({"requests_per_second": 0.2, "burst": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut browser = Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(browser.get("/console/sessions").await.0);
+    }
+    assert_eq!(&statuses[..2], [StatusCode::OK, StatusCode::OK], "{statuses:?}");
+    assert!(statuses[2..].iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS), "{statuses:?}");
 }

@@ -69,14 +69,24 @@ impl ConsoleKeys {
         hex::encode(hmac_sha256(&self.secret, format!("{what}|{payload}").as_bytes()))
     }
 
+    /// A session's credential digest as its cookie carries it: XORed with a
+    /// keystream of the console's key and the session's random id, so a
+    /// stolen cookie shows no digest of the key (an unkeyed SHA-256 of a key
+    /// is what the key table is looked up by). Its own inverse.
+    fn mask_credential(&self, digest_hex: &str, session_id: &str) -> Option<String> {
+        let digest = hex::decode(digest_hex).ok().filter(|d| d.len() == 32)?;
+        let stream = hmac_sha256(&self.secret, format!("credential|{session_id}").as_bytes());
+        Some(hex::encode(digest.iter().zip(stream).map(|(a, b)| a ^ b).collect::<Vec<u8>>()))
+    }
+
     /// The cookie value: the payload in hex, a dot, its signature.
     pub fn seal(&self, session: &ConsoleSession) -> String {
         let (kind, tenant) = match &session.principal {
             Principal::Tenant(t) => ("t", t.to_string()),
             Principal::Admin(t) => ("a", t.map_or_else(|| "-".into(), |t| t.to_string())),
         };
-        let payload =
-            format!("v2|{kind}|{tenant}|{}|{}|{}", session.expires_at, session.credential_hash, session.session_id);
+        let credential = self.mask_credential(&session.credential_hash, &session.session_id).unwrap_or_default();
+        let payload = format!("v3|{kind}|{tenant}|{}|{credential}|{}", session.expires_at, session.session_id);
         format!("{}.{}", hex::encode(payload.as_bytes()), self.sign("session", &payload))
     }
 
@@ -89,13 +99,14 @@ impl ConsoleKeys {
             return None;
         }
         let mut parts = payload.split('|');
-        if parts.next()? != "v2" {
+        if parts.next()? != "v3" {
             return None;
         }
         let (kind, tenant) = (parts.next()?, parts.next()?);
         let expires_at: i64 = parts.next()?.parse().ok()?;
-        let credential_hash = parts.next()?.to_owned();
+        let masked = parts.next()?;
         let session_id = parts.next().filter(|id| !id.is_empty())?.to_owned();
+        let credential_hash = self.mask_credential(masked, &session_id)?;
         let principal = match (kind, tenant) {
             ("t", t) => Principal::Tenant(Uuid::parse_str(t).ok()?),
             ("a", "-") => Principal::Admin(None),
@@ -169,6 +180,8 @@ mod tests {
         {
             let s = session(principal);
             let cookie = keys.seal(&s);
+            let payload = String::from_utf8(hex::decode(cookie.split_once('.').unwrap().0).unwrap()).unwrap();
+            assert!(!payload.contains(&s.credential_hash), "no unkeyed digest of the key: {payload}");
             assert_eq!(keys.open(&cookie, 999), Some(s));
             assert_eq!(keys.open(&cookie, 1_000), None, "expired");
         }
@@ -182,12 +195,15 @@ mod tests {
         let forged_payload = hex::encode(format!("v2|a|-|99999999999|{}|s", credential_hash("x")).as_bytes());
         let unsigned_v1 = format!("v1|a|-|99999999999|{}", credential_hash("x"));
         let old_format = format!("{}.{}", hex::encode(unsigned_v1.as_bytes()), keys.sign("session", &unsigned_v1));
+        let v2 = format!("v2|t|{}|99999999999|{}|s", Uuid::new_v4(), credential_hash("x"));
+        let signed_v2 = format!("{}.{}", hex::encode(v2.as_bytes()), keys.sign("session", &v2));
         for bad in [
             format!("{forged_payload}.{signature}"),
             format!("{payload}.{}", "0".repeat(64)),
             format!("{payload}."),
             payload.to_owned(),
             old_format,
+            signed_v2,
             "".into(),
             "zz.zz".into(),
         ] {

@@ -2,7 +2,10 @@
 //! (from a trusted proxy's `X-Forwarded-For`, else the peer) and whether the
 //! request came over HTTPS; and the throttle on failed sign-ins per address.
 //! A trusted proxy is one on this host (a loopback peer): only it can have
-//! seen the client's own connection.
+//! seen the client's own connection. `X-Forwarded-For` is read from the
+//! right, where each proxy appends the peer it saw: the first entry that is
+//! not a proxy on this host is the client; what a client wrote to the left
+//! of it is never believed.
 
 use crate::api::AppState;
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -25,9 +28,12 @@ impl Client {
     pub fn of(peer: Option<SocketAddr>, headers: &HeaderMap) -> Self {
         let trusted = peer.is_some_and(|p| p.ip().is_loopback());
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let forwarded_for = header("x-forwarded-for")
-            .and_then(|list| list.split(',').next())
-            .and_then(|first| first.trim().parse::<IpAddr>().ok());
+        let forwarded_for = header("x-forwarded-for").and_then(|list| {
+            list.rsplit(',')
+                .map(|entry| entry.trim().parse::<IpAddr>().ok())
+                .find(|entry| !entry.is_some_and(|ip| ip.is_loopback()))
+                .flatten()
+        });
         let addr = match (trusted, forwarded_for) {
             (true, Some(client)) => Some(client),
             _ => peer.map(|p| p.ip()),
@@ -98,12 +104,20 @@ mod tests {
         headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let proxy: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let outsider: SocketAddr = "198.51.100.7:5000".parse().unwrap();
-        assert_eq!(
-            Client::of(Some(proxy), &headers),
-            Client { addr: Some("203.0.113.9".parse().unwrap()), https: true }
-        );
+        // 10.0.0.1 is no proxy of this host's: it is the client the proxy saw.
+        assert_eq!(Client::of(Some(proxy), &headers), Client { addr: Some("10.0.0.1".parse().unwrap()), https: true });
         assert_eq!(Client::of(Some(outsider), &headers), Client { addr: Some(outsider.ip()), https: false });
         assert_eq!(Client::of(Some(proxy), &HeaderMap::new()), Client { addr: Some(proxy.ip()), https: false });
+        // What the client itself wrote, left of what the proxy appended, is not believed.
+        let addr = |forwarded: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-forwarded-for", HeaderValue::from_static(forwarded));
+            Client::of(Some(proxy), &headers).addr
+        };
+        assert_eq!(addr("1.2.3.4, 203.0.113.9"), Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(addr("5.6.7.8, 203.0.113.9, 127.0.0.1"), Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(addr("x, 127.0.0.1"), Some(proxy.ip()), "garbage is no address: the proxy's own");
+        assert_eq!(addr("127.0.0.1"), Some(proxy.ip()));
         assert_eq!(Client::of(None, &headers), Client { addr: None, https: false });
     }
 

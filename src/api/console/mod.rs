@@ -17,8 +17,7 @@ mod usage;
 mod webhooks;
 
 pub use auth::ConsoleKeys;
-use client::Client;
-pub use client::SignInThrottle;
+pub use client::{Client, SignInThrottle};
 use forget::*;
 use jobs::*;
 use login::*;
@@ -111,7 +110,11 @@ impl IntoResponse for ConsoleError {
             }
             other => other.to_string(),
         };
-        error_page(status, &message)
+        let mut page = error_page(status, &message);
+        if let ApiError::RateLimited(_, secs) = &self.0 {
+            page.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+        }
+        page
     }
 }
 
@@ -204,6 +207,13 @@ impl FromRequestParts<AppState> for Signed {
             Ok(false) => {}
             Ok(true) => return Err(to_login()),
             Err(e) => return Err(ConsoleError(e.into()).into_response()),
+        }
+        // A tenant's pages are its requests too, under its request rate.
+        if let Principal::Tenant(tenant) = &session.principal
+            && let Some((rate, decision)) = super::limits::take_request(state, *tenant).await
+            && let Some(refused) = super::limits::refusal(rate, &decision)
+        {
+            return Err(ConsoleError(refused).into_response());
         }
         let csrf = state.console.csrf_token(cookie);
         Ok(Signed { session, cookie: cookie.to_owned(), csrf })

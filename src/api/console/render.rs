@@ -8,10 +8,15 @@ use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd, html as cmark_html};
 use serde_json::Value;
 
 /// A link target the console will follow: relative, `#fragment`, http(s)
-/// or mailto. Anything else (`javascript:`, `data:`, `vbscript:`, …) is not.
+/// or mailto. Anything else (`javascript:`, `data:`, `vbscript:`, …) is not,
+/// nor a scheme-relative `//host` (another origin, with the page's scheme;
+/// browsers read `\` as `/` there too).
 fn safe_link(url: &str) -> bool {
     let trimmed: String = url.chars().filter(|c| !c.is_whitespace() && !c.is_control()).collect();
     let lower = trimmed.to_ascii_lowercase();
+    if lower.replace('\\', "/").starts_with("//") {
+        return false;
+    }
     match lower.find(':') {
         // A colon before any `/`, `?` or `#` starts a scheme.
         Some(colon) if !lower[..colon].contains(['/', '?', '#']) => {
@@ -356,9 +361,20 @@ mod tests {
         for ok in ["https://a.b", "http://a", "mailto:x@y", "/console", "MEMORY.md", "#top", "a/b:c", "?q=a:b"] {
             assert!(safe_link(ok), "{ok}");
         }
-        for bad in
-            ["javascript:x", "JAVASCRIPT:x", " javascript:x", "java\nscript:x", "data:x", "vbscript:x", "file:///etc"]
-        {
+        for bad in [
+            "javascript:x",
+            "JAVASCRIPT:x",
+            " javascript:x",
+            "java\nscript:x",
+            "data:x",
+            "vbscript:x",
+            "file:///etc",
+            "//evil.example/x",
+            " //evil.example",
+            "\\\\evil.example",
+            "/\\evil.example",
+            "\\/evil.example",
+        ] {
             assert!(!safe_link(bad), "{bad}");
         }
     }
