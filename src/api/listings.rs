@@ -85,10 +85,17 @@ fn memory_files(dir: &FsPath) -> std::io::Result<Vec<MemoryFile>> {
         .collect()
 }
 
+/// The file listing takes no parameters: it is the memory folder as it is
+/// now. (A file as it was after a run is `GET …/files/{path}?run_id=`.)
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
 pub async fn list_files(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
+    QueryParams(NoParams {}): QueryParams<NoParams>,
 ) -> Result<Json<Value>, ApiError> {
     let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;

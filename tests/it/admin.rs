@@ -73,17 +73,18 @@ async fn admin_api_needs_its_token(backend: Backend) {
     // With a token set, wrong guesses from one address are throttled, the
     // right token included, while the address waits; another address is not.
     let app = TestApp::start(backend).await;
-    let guess = |token: &'static str, from: &'static str| {
+    let guess = |token: &'static str, from: String| {
         app.request(Method::GET, "/v1/admin/tenants", token).header("x-forwarded-for", from).send()
     };
-    for _ in 0..10 {
-        assert_eq!(guess("wrong-token", "203.0.113.5").await.unwrap().status(), 401);
+    // What the guesser writes left of what a proxy on this host appended changes nothing.
+    for i in 0..10 {
+        assert_eq!(guess("wrong-token", format!("198.51.100.{i}, 203.0.113.5")).await.unwrap().status(), 401);
     }
-    let refused = guess(ADMIN_TOKEN, "203.0.113.5").await.unwrap();
+    let refused = guess(ADMIN_TOKEN, "203.0.113.5".into()).await.unwrap();
     assert!(refused.headers().contains_key("retry-after"));
     let (status, code, _) = status_code_body(refused).await;
     assert_eq!((status, code.as_str()), (429, "rate_limited"));
-    assert_eq!(guess(ADMIN_TOKEN, "203.0.113.6").await.unwrap().status(), 200);
+    assert_eq!(guess(ADMIN_TOKEN, "203.0.113.6".into()).await.unwrap().status(), 200);
 }
 
 async fn health_and_errors_are_well_formed(backend: Backend) {

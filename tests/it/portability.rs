@@ -610,6 +610,11 @@ async fn an_imported_memory_only_workspace_is_known_and_can_be_forgotten(backend
     assert!(listed["workspaces"].as_array().unwrap().iter().any(|w| w["name"] == "notes"), "{listed}");
     let files = app.json(Method::GET, "/v1/workspaces/notes/layouts/default/files", &t.key).await;
     assert!(files.to_string().contains("MEMORY.md"), "{files}");
+    // The listing is the folder as it is now: a run's listing is not offered, not silently ignored.
+    let res = app.request(Method::GET, "/v1/workspaces/notes/layouts/default/files?run_id=x", &t.key).send().await;
+    let (status, code, body) = status_code_body(res.unwrap()).await;
+    assert_eq!((status, code.as_str()), (400, "invalid_request"), "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("run_id"), "{body}");
     let exported = export(&app, &t, "notes").await;
     assert!(exported.iter().any(|(path, _)| path == "memories/MEMORY.md"));
     let (status, code, _) = import(&app, &t, "notes", archive).await;
