@@ -214,8 +214,7 @@ async fn a_failed_delivery_is_retried_with_the_same_webhook_id(backend: Backend)
     receiver.answer_next(&[500]);
     let event = send_test_event(&app, &t, webhook).await;
     receiver.wait_until("the first attempt", Duration::from_secs(10), |got| !got.is_empty()).await;
-    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
-    let first = &deliveries["deliveries"][0];
+    let first = &newest_delivery_after(&app, &t, webhook, 1).await;
     assert_eq!(first["state"], "pending");
     assert_eq!(first["attempts"], 1);
     assert_eq!(first["last_status"], 500);
@@ -229,13 +228,27 @@ async fn a_failed_delivery_is_retried_with_the_same_webhook_id(backend: Backend)
     assert_eq!((got[0].answered, got[1].answered), (500, 200));
     assert_eq!(got[0].body, got[1].body);
     assert!(verifies(hook["secret"].as_str().unwrap(), &got[1]));
-    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
-    let done = &deliveries["deliveries"][0];
+    let done = &newest_delivery_after(&app, &t, webhook, 2).await;
     assert_eq!(
         (done["state"].as_str(), done["attempts"].as_i64(), done["last_status"].as_i64()),
         (Some("succeeded"), Some(2), Some(200))
     );
     assert!(done["next_attempt_at"].is_null());
+}
+
+/// The endpoint's newest delivery once memoryd has recorded its `attempts`-th
+/// attempt (the receiver has a request before memoryd records its answer).
+async fn newest_delivery_after(app: &TestApp, t: &Tenant, webhook: &str, attempts: i64) -> Value {
+    let started = Instant::now();
+    loop {
+        let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
+        let newest = deliveries["deliveries"][0].clone();
+        if newest["attempts"].as_i64() >= Some(attempts) {
+            return newest;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "attempt {attempts} never recorded: {deliveries}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// An endpoint that answers 500 with 20 events waiting gets its first
@@ -282,9 +295,9 @@ async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(disabled["disabled_reason"].as_str().unwrap().contains("410"));
-    let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries"), &t.key).await;
-    assert_eq!(deliveries["deliveries"][0]["state"], "failed");
-    assert_eq!(deliveries["deliveries"][0]["last_status"], 410);
+    let newest = newest_delivery_after(&app, &t, webhook, 1).await;
+    assert_eq!(newest["state"], "failed");
+    assert_eq!(newest["last_status"], 410);
 
     // Later events go to the endpoint still enabled, not to the disabled one.
     close_a_session(&app, &t, "s1").await;
