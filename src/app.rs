@@ -62,6 +62,7 @@ fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limit
         default_limits,
         storage_reconcile: Duration::from_secs(config.storage_reconcile_secs.max(1)),
         max_segment_bytes: config.max_segment_bytes,
+        body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
     }
 }
 

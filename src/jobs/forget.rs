@@ -134,6 +134,11 @@ async fn forget_and_consolidate(
     let memories = layout.memories_dir.normalized.clone();
     let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
     super::remove_earlier_leftovers(claimed, memory_root.clone()).await?;
+    // What dead attempts of other jobs staged here may hold the forgotten text.
+    let removed = super::leftovers::remove_abandoned(&ctx.store, &ctx.publisher, vec![root.clone()]).await;
+    if removed > 0 {
+        tracing::info!(job_id = %job.job_id, removed, "removed temporary files of dead attempts in the workspace");
+    }
 
     // The conversations themselves go now: marked, they take no segment, and
     // a crash before the finish leaves the job to be run again.

@@ -72,6 +72,8 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         return Err(fatal(format!("workspace_not_empty: workspace {workspace} holds sessions, rollouts or memory")));
     }
     let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| fatal(e.to_string()))?;
+    // An earlier attempt killed mid-stage left its files anywhere in the workspace.
+    super::remove_earlier_leftovers(claimed, root.clone()).await?;
     let room = ctx.volumes.spare_bytes().map_err(|e| retryable(format!("reading the free space failed: {e}")))?;
     let limits = ctx.store.tenant_limits(tenant).await.map_err(|e| retryable(e.to_string()))?;
     let quota = limits.unwrap_or_default().over(ctx.settings.default_limits).storage_bytes.filter(|q| *q > 0);

@@ -4,10 +4,12 @@
 //! that will not run again, and files of releases that did not name their
 //! owner.
 
+use crate::domain::ids::WorkspaceName;
 use crate::store::{DynStore, with_implicit_default};
 use crate::workspace::publish::Publisher;
 use crate::workspace::{Leftover, Volumes, confine, find_leftovers, remove_if_present};
 use chrono::Utc;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,26 +17,10 @@ use std::time::Duration;
 /// process of an older release may still be about to rename it.
 const UNOWNED_GRACE: Duration = Duration::from_secs(600);
 
-/// Every memory folder of every tenant's workspaces on this volume.
-async fn memory_folders(store: &DynStore, volumes: &Volumes) -> Vec<PathBuf> {
-    let mut folders = Vec::new();
-    for (tenant, tenant_dir) in volumes.tenant_dirs() {
-        let layouts = match store.stored_layouts(tenant).await {
-            Ok(stored) => with_implicit_default(stored),
-            Err(e) => {
-                tracing::warn!(%tenant, error = %crate::error_chain(&e), "reading layouts for the leftover sweep failed");
-                continue;
-            }
-        };
-        for workspace in subdirectories(&tenant_dir) {
-            for layout in &layouts {
-                if let Ok(memories) = confine(&workspace, &layout.layout.memories_dir.normalized) {
-                    folders.push(memories);
-                }
-            }
-        }
-    }
-    folders
+/// Every workspace folder of every tenant on this volume: temporary files
+/// may be anywhere in one (an import stages its conversations too).
+fn workspace_folders(volumes: &Volumes) -> Vec<PathBuf> {
+    volumes.tenant_dirs().into_iter().flat_map(|(_, tenant_dir)| subdirectories(&tenant_dir)).collect()
 }
 
 fn subdirectories(dir: &std::path::Path) -> Vec<PathBuf> {
@@ -60,15 +46,14 @@ async fn abandoned(store: &DynStore, leftover: &Leftover) -> bool {
     }
 }
 
-/// Removes the temporary files under the memory folders whose job holds no
-/// live lease and that no pending publish names; returns how many it removed.
-pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> usize {
-    let folders = memory_folders(&store, &volumes).await;
+/// Removes the temporary files under `dirs` whose job holds no live lease
+/// and that no pending publish names; returns how many it removed.
+pub(super) async fn remove_abandoned(store: &DynStore, publisher: &Publisher, dirs: Vec<PathBuf>) -> usize {
+    let publisher = publisher.clone();
     let found = tokio::task::spawn_blocking(move || {
         let named: std::collections::HashSet<PathBuf> =
             publisher.pending().unwrap_or_default().iter().flat_map(|m| m.staged_files()).collect();
-        folders
-            .iter()
+        dirs.iter()
             .flat_map(|f| find_leftovers(f).unwrap_or_default())
             .filter(|l| !named.contains(&l.path))
             .collect::<Vec<_>>()
@@ -77,11 +62,11 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
     .unwrap_or_default();
     let mut doomed = Vec::new();
     for leftover in found {
-        if abandoned(&store, &leftover).await {
+        if abandoned(store, &leftover).await {
             doomed.push(leftover.path);
         }
     }
-    let removed = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         doomed
             .iter()
             .filter(|path| match remove_if_present(path) {
@@ -94,11 +79,19 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
             .count()
     })
     .await
-    .unwrap_or_default();
+    .unwrap_or_default()
+}
+
+/// The start-up sweep: temporary files no attempt will rename, uploads no
+/// job will read, export snapshots of a process that died.
+/// `body_timeout`: `MEMORYD_BODY_TIMEOUT_SECS`, the longest an upload under way is silent.
+pub async fn sweep(store: &DynStore, volumes: &Volumes, publisher: &Publisher, body_timeout: Duration) -> usize {
+    let removed = remove_abandoned(store, publisher, workspace_folders(volumes)).await;
     if removed > 0 {
         tracing::info!(removed, "removed temporary files that no attempt will rename");
     }
-    remove_orphaned_archives(&store, &volumes).await;
+    remove_orphaned_archives(store, volumes, body_timeout).await;
+    repair_rollout_files(store, volumes).await;
     let scratch = volumes.export_scratch();
     let stale = tokio::task::spawn_blocking(move || {
         crate::workspace::archive::remove_stale_snapshots(&scratch, STALE_EXPORT_SNAPSHOT)
@@ -113,10 +106,10 @@ pub async fn sweep(store: DynStore, volumes: Volumes, publisher: Publisher) -> u
 }
 
 /// Uploaded import archives whose job will not run: cancelled (a forget of
-/// their workspace or tenant), or never queued (the process died between the
-/// upload and the queueing; such an archive is left alone for an hour, as an
-/// upload may be arriving now).
-async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes) {
+/// their workspace or tenant), or never queued (the process receiving it
+/// died). One still arriving is written to at least every `body_timeout`
+/// (a body silent longer is cut), so one untouched longer is no upload's.
+pub(super) async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes, body_timeout: Duration) {
     let Ok(entries) = std::fs::read_dir(volumes.imports_dir()) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -128,7 +121,7 @@ async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes) {
         let old = entry
             .metadata()
             .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().unwrap_or_default() > UNOWNED_GRACE * 6);
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > body_timeout + Duration::from_secs(5));
         match store.job_pending(job_id).await {
             Ok(false) if old => match remove_if_present(&entry.path()) {
                 Ok(()) => tracing::info!(%job_id, "removed an import archive no job will read"),
@@ -145,3 +138,81 @@ async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes) {
 /// An export's snapshot older than this was left by a process that died:
 /// no export streams for a day.
 const STALE_EXPORT_SNAPSHOT: Duration = Duration::from_secs(24 * 3600);
+
+/// A rollout file written to this recently may belong to an append that has
+/// not committed yet (an append commits within its request's timeouts).
+const APPEND_GRACE: Duration = Duration::from_secs(120);
+
+/// Rollout files longer than their committed length — a process killed
+/// between an append's write and its commit — cut back to it, and files of
+/// rollouts the database does not know (a first append that never
+/// committed) removed: nothing unacknowledged stays on the volume, out of a
+/// forget's reach. Returns how many files it repaired.
+pub(super) async fn repair_rollout_files(store: &DynStore, volumes: &Volumes) -> usize {
+    let mut repaired = 0;
+    for (tenant, tenant_dir) in volumes.tenant_dirs() {
+        let layouts = match store.stored_layouts(tenant).await {
+            Ok(stored) => with_implicit_default(stored),
+            Err(e) => {
+                tracing::warn!(%tenant, error = %crate::error_chain(&e), "reading layouts for the rollout repair failed");
+                continue;
+            }
+        };
+        for workspace_dir in subdirectories(&tenant_dir) {
+            let Some(workspace) = workspace_dir.file_name().and_then(|n| n.to_str()).and_then(WorkspaceName::parse)
+            else {
+                continue;
+            };
+            let committed: HashMap<String, u64> = match store.export_view(tenant, &workspace).await {
+                Ok(view) => view.rollouts.into_iter().map(|r| (r.rollout_path, r.committed_len)).collect(),
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %crate::error_chain(&e), "reading rollouts for the repair failed");
+                    continue;
+                }
+            };
+            let sessions: Vec<String> = layouts.iter().map(|l| l.layout.sessions_dir.normalized.clone()).collect();
+            let dir = workspace_dir.clone();
+            repaired += tokio::task::spawn_blocking(move || cut_rollout_files(&dir, &sessions, &committed))
+                .await
+                .unwrap_or_default();
+        }
+    }
+    if repaired > 0 {
+        tracing::info!(repaired, "cut rollout files back to what the database committed");
+    }
+    repaired
+}
+
+/// Cuts each `<sessions>/<id>.jsonl` under `workspace` past its committed
+/// length (none: removed), unless it was written to within the grace.
+fn cut_rollout_files(workspace: &std::path::Path, sessions_dirs: &[String], committed: &HashMap<String, u64>) -> usize {
+    let mut repaired = 0;
+    for sessions in sessions_dirs {
+        let Ok(dir) = confine(workspace, sessions) else { continue };
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() || !name.ends_with(".jsonl") {
+                continue;
+            }
+            let keep = committed.get(&format!("{sessions}/{name}")).copied().unwrap_or(0);
+            let settled = meta.modified().is_ok_and(|t| t.elapsed().unwrap_or_default() > APPEND_GRACE);
+            if meta.len() <= keep || !settled {
+                continue;
+            }
+            let cut = if keep == 0 {
+                remove_if_present(&entry.path())
+            } else {
+                std::fs::OpenOptions::new().write(true).open(entry.path()).and_then(|f| {
+                    f.set_len(keep)?;
+                    f.sync_all()
+                })
+            };
+            match cut {
+                Ok(()) => repaired += 1,
+                Err(e) => tracing::warn!(error = %crate::error_chain(&e), "cutting a rollout file back failed"),
+            }
+        }
+    }
+    repaired
+}

@@ -56,6 +56,8 @@ pub struct WorkerSettings {
     pub storage_reconcile: Duration,
     /// `MEMORYD_MAX_SEGMENT_BYTES`: also the longest line an imported file may have.
     pub max_segment_bytes: usize,
+    /// `MEMORYD_BODY_TIMEOUT_SECS`: an upload silent this long is not arriving any more.
+    pub body_timeout: Duration,
 }
 
 /// What the retention sweeps remove, and how often they look (SPEC §2.7).
@@ -375,7 +377,8 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
         }
         // Publishes first: the files a committed manifest names are not leftovers.
         recover_publishes(&start_up, None).await;
-        leftovers::sweep(start_up.store.clone(), start_up.volumes.clone(), start_up.publisher.clone()).await;
+        let ctx = &start_up;
+        leftovers::sweep(&ctx.store, &ctx.volumes, &ctx.publisher, ctx.settings.body_timeout).await;
     });
     set.spawn(dispatch(ctx.clone(), JobKind::ALL.to_vec(), shutdown.clone()));
     set

@@ -70,6 +70,8 @@ pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<(
     }
     let events_before = now - to_chrono(retention.events);
     let events = in_batches(|| ctx.store.sweep_events(events_before, RETENTION_BATCH)).await?;
+    super::leftovers::remove_orphaned_archives(&ctx.store, &ctx.volumes, ctx.settings.body_timeout).await;
+    super::leftovers::repair_rollout_files(&ctx.store, &ctx.volumes).await;
     let forgets = ctx.store.queue_retention_forgets(now, retention.rollout_days).await?;
     if !forgets.is_empty() {
         ctx.wake.notify_waiters();

@@ -22,6 +22,7 @@ both_backends!(
     a_close_is_delivered_as_signed_session_closed_and_run_succeeded,
     a_failed_delivery_is_retried_with_the_same_webhook_id,
     a_failing_endpoint_is_paused_not_hammered,
+    a_resume_from_the_start_replays_the_whole_backlog,
     a_410_disables_the_endpoint_and_drops_its_deliveries,
     a_rotated_secret_signs_alongside_the_new_one_for_a_day,
     webhook_requests_are_checked,
@@ -272,6 +273,22 @@ async fn a_failing_endpoint_is_paused_not_hammered(backend: Backend) {
     let deliveries = app.json(Method::GET, &format!("/v1/webhooks/{webhook}/deliveries?limit=50"), &t.key).await;
     let untouched = deliveries["deliveries"].as_array().unwrap().iter().filter(|d| d["attempts"] == 0).count();
     assert_eq!(untouched, 19, "{deliveries}");
+}
+
+/// A stream resumed from the first event on a quiet tenant replays every
+/// event of a backlog longer than one outbox page, without waiting for a new one.
+async fn a_resume_from_the_start_replays_the_whole_backlog(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let receiver = Receiver::start().await;
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "events": ["webhook.test"]})).await;
+    let webhook = hook["webhook_id"].as_str().unwrap();
+    for _ in 0..650 {
+        send_test_event(&app, &t, webhook).await;
+    }
+    let replayed = crate::leaks::replayed_events(&app, &t).await;
+    let count = replayed.lines().filter(|l| *l == "event: webhook.test").count();
+    assert_eq!(count, 650, "a backlog of 650 events, replayed whole");
 }
 
 async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) {

@@ -11,6 +11,7 @@ mod coalesce;
 mod connections;
 mod console;
 mod contract;
+mod crash_leftovers;
 mod deploy_files;
 mod eager;
 mod events;

@@ -42,7 +42,8 @@ async fn archives_no_job_will_read_are_swept() {
     let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
     std::fs::File::options().write(true).open(&orphan).unwrap().set_modified(day_ago).unwrap();
     let publisher = memoryd::workspace::publish::Publisher::new(&app.data_dir);
-    memoryd::jobs::sweep_leftovers(state.store.clone(), state.volumes.clone(), publisher).await;
+    let body_timeout = std::time::Duration::from_secs(60);
+    memoryd::jobs::sweep_leftovers(&state.store, &state.volumes, &publisher, body_timeout).await;
     assert!(!orphan.exists(), "an old archive without a job is removed");
     assert!(fresh.exists(), "a new one may be an upload under way");
 }
