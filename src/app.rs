@@ -21,12 +21,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 type StartError = Box<dyn std::error::Error + Send + Sync>;
 
-/// SPEC §5: `openai` when an API key is configured, else `extractive`.
 pub fn provider(config: &Config) -> Result<Provider, StartError> {
     let key = config.resolved_llm_api_key();
-    let kind =
-        config.llm_provider.unwrap_or(if key.is_some() { ProviderKind::Openai } else { ProviderKind::Extractive });
-    match kind {
+    match config.effective_provider() {
         ProviderKind::Extractive => Ok(Provider::Extractive),
         ProviderKind::Openai => {
             let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;

@@ -1,4 +1,4 @@
-//! Configuration: flags with the names of the SPEC §7 environment variables
+//! Configuration: flags with the names of the `MEMORYD_*` environment variables
 //! (flags win). Settings with a fixed set of values are enums, so a bad one
 //! stops start-up with clap's usage message.
 
@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Where memory comes from (SPEC §5).
+/// Where memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProviderKind {
     /// An OpenAI-compatible endpoint.
@@ -87,18 +87,18 @@ pub struct Config {
     #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value_t = 120)]
     pub job_lease_secs: u64,
     /// A queued phase-two job starts no earlier than this long after it was
-    /// queued, so that more closes join it (SPEC §2.3).
+    /// queued, so that more closes join it.
     #[arg(long = "phase-two-debounce-ms", env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS", default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
     /// A rollout of an open session idle this long is extracted early, so a
-    /// close needs no model call for it (SPEC §5; 0: off).
+    /// close needs no model call for it (0: off).
     #[arg(long = "eager-phase-one-secs", env = "MEMORYD_EAGER_PHASE_ONE_SECS", default_value_t = 0)]
     pub eager_phase_one_secs: u64,
     /// How many of each layout's newest successful runs keep their history
-    /// (the files they changed, for diffs and restores; SPEC §2.6).
+    /// (the files they changed, for diffs and restores).
     #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
     pub history_runs: u32,
-    /// Idempotency keys older than this are removed (SPEC §2.7).
+    /// Idempotency keys older than this are removed.
     #[arg(long = "idempotency-ttl-secs", env = "MEMORYD_IDEMPOTENCY_TTL_SECS", default_value_t = 86_400)]
     pub idempotency_ttl_secs: u64,
     /// Finished jobs and closed sessions older than this many days are
@@ -113,13 +113,13 @@ pub struct Config {
     #[arg(long = "retention-sweep-secs", env = "MEMORYD_RETENTION_SWEEP_SECS", default_value_t = 3600)]
     pub retention_sweep_secs: u64,
     /// Every tenant's limits where its own leave a field unset (JSON as in
-    /// SPEC §2.9; absent or 0: unlimited).
+    /// `PUT /v1/admin/tenants/{tenant_id}/limits`; absent or 0: unlimited).
     #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
     pub default_limits: String,
     /// The largest archive `POST /v1/workspaces/{w}/import` takes.
     #[arg(long = "max-import-bytes", env = "MEMORYD_MAX_IMPORT_BYTES", default_value_t = 1 << 30)]
     pub max_import_bytes: u64,
-    /// Exports streamed at once by this replica (SPEC §2.7; beyond: 429).
+    /// Exports streamed at once by this replica (beyond: 429).
     #[arg(long = "max-exports", env = "MEMORYD_MAX_EXPORTS", default_value_t = 8)]
     pub max_exports: usize,
     /// An export whose client reads nothing for this long is stopped.
@@ -135,7 +135,7 @@ pub struct Config {
     #[arg(long = "webhook-allow-http", env = "MEMORYD_WEBHOOK_ALLOW_HTTP", default_value_t = false)]
     pub webhook_allow_http: bool,
     /// Webhook endpoints may resolve to loopback, private or link-local
-    /// addresses (development and tests; SPEC §2.8).
+    /// addresses (development and tests).
     #[arg(long = "webhook-allow-private", env = "MEMORYD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
     pub webhook_allow_private: bool,
     /// How long the outbox keeps delivered events for `Last-Event-ID` resumes.
@@ -228,6 +228,18 @@ impl Config {
     /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.
     pub fn resolved_llm_api_key(&self) -> Option<String> {
         self.llm_api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())
+    }
+
+    /// `openai` when an API key is configured, else `extractive`, unless set.
+    pub fn effective_provider(&self) -> ProviderKind {
+        let keyed = self.resolved_llm_api_key().is_some();
+        self.llm_provider.unwrap_or(if keyed { ProviderKind::Openai } else { ProviderKind::Extractive })
+    }
+
+    /// `postgres` or `sqlite`, as the database URL says (never the URL:
+    /// it may hold a password).
+    pub fn database_kind(&self) -> &'static str {
+        if self.database_url().starts_with("sqlite:") { "sqlite" } else { "postgres" }
     }
 
     pub fn database_url(&self) -> String {

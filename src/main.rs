@@ -77,6 +77,46 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
+/// What an operator needs to know is running, read before `config` is
+/// handed over; never a secret (the admin token and model key are only
+/// said to be set, the database only by its kind).
+struct EffectiveConfig {
+    database: &'static str,
+    data_dir: String,
+    provider: &'static str,
+    admin_api: bool,
+    workers: usize,
+}
+
+impl EffectiveConfig {
+    fn of(config: &Config) -> Self {
+        Self {
+            database: config.database_kind(),
+            data_dir: config.data_dir.display().to_string(),
+            provider: match config.effective_provider() {
+                memoryd::config::ProviderKind::Openai => "openai",
+                memoryd::config::ProviderKind::Extractive => "extractive",
+            },
+            admin_api: config.admin_token.is_some(),
+            workers: if config.no_workers { 0 } else { config.worker_concurrency },
+        }
+    }
+}
+
+fn log_effective_config(c: &EffectiveConfig, listening: Option<std::net::SocketAddr>) {
+    let admin_api = if c.admin_api { "on" } else { "off" };
+    match listening {
+        Some(addr) => tracing::info!(
+            listen = %addr, database = c.database, data_dir = %c.data_dir, provider = c.provider, admin_api,
+            workers = c.workers, "memoryd listening"
+        ),
+        None => tracing::info!(
+            database = c.database, data_dir = %c.data_dir, provider = c.provider, workers = c.workers,
+            "memoryd workers running"
+        ),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     limit_malloc_arenas();
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -96,6 +136,7 @@ async fn run() -> std::process::ExitCode {
         Command::Bench(args) => return run_bench(args).await,
     };
     init_logging(&config);
+    let config_summary = EffectiveConfig::of(&config);
     let started = if api {
         match tokio::net::TcpListener::bind(config.listen).await {
             Ok(listener) => start(config, listener).await,
@@ -114,11 +155,7 @@ async fn run() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    if api {
-        tracing::info!(addr = %server.addr, "memoryd listening");
-    } else {
-        tracing::info!("memoryd workers running");
-    }
+    log_effective_config(&config_summary, api.then_some(server.addr));
     termination_signal().await;
     tracing::info!("shutting down");
     match tokio::time::timeout(SHUTDOWN_GRACE, server.shutdown()).await {

@@ -6,10 +6,31 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// The credential a route takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Credential {
+    TenantKey,
+    AdminToken,
+}
+
+impl Credential {
+    fn wanted(self) -> &'static str {
+        match self {
+            Self::TenantKey => {
+                "This route takes a tenant's API key (Authorization: Bearer <api_key>); it was missing, revoked or not valid."
+            }
+            Self::AdminToken => {
+                "This route takes the admin token (Authorization: Bearer <MEMORYD_ADMIN_TOKEN>); it was missing or not valid."
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("A valid bearer key is required.")]
-    Unauthorized,
+    /// Says which credential the route wants.
+    #[error("{}", .0.wanted())]
+    Unauthorized(Credential),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -36,6 +57,10 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("{0}")]
     JobNotFailed(String),
+    #[error("{0}")]
+    JobNotRetryable(String),
+    #[error("{0}")]
+    WebhookDisabled(String),
     #[error("{0}")]
     HistoryExpired(String),
     #[error("{0}")]
@@ -80,7 +105,7 @@ impl ApiError {
 
     pub(crate) fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::InvalidRolloutId(_) => (StatusCode::BAD_REQUEST, "invalid_rollout_id"),
@@ -94,6 +119,8 @@ impl ApiError {
             Self::IdempotencyConflict(_) => (StatusCode::CONFLICT, "idempotency_conflict"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::JobNotFailed(_) => (StatusCode::CONFLICT, "job_not_failed"),
+            Self::JobNotRetryable(_) => (StatusCode::CONFLICT, "job_not_retryable"),
+            Self::WebhookDisabled(_) => (StatusCode::CONFLICT, "webhook_disabled"),
             Self::HistoryExpired(_) => (StatusCode::CONFLICT, "history_expired"),
             Self::SessionOpen(_) => (StatusCode::CONFLICT, "session_open"),
             Self::Forgetting(_) => (StatusCode::CONFLICT, "forgetting"),

@@ -2,7 +2,7 @@
 //! query strings, each failing with a problem document.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, Credential};
 use crate::domain::ids::constant_time_eq;
 pub use crate::domain::ids::sha256_hex;
 use axum::body::Bytes;
@@ -31,8 +31,11 @@ impl FromRequestParts<AppState> for TenantAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        tenant_of_key_hash(state, &sha256_hex(key.as_bytes())).await?.map(TenantAuth).ok_or(ApiError::Unauthorized)
+        let key = bearer(parts).ok_or(ApiError::Unauthorized(Credential::TenantKey))?;
+        tenant_of_key_hash(state, &sha256_hex(key.as_bytes()))
+            .await?
+            .map(TenantAuth)
+            .ok_or(ApiError::Unauthorized(Credential::TenantKey))
     }
 }
 
@@ -64,7 +67,9 @@ impl FromRequestParts<AppState> for AdminAuth {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         if state.config.admin_token.is_none() {
-            return Err(ApiError::NotFound("No such route.".into()));
+            return Err(ApiError::NotFound(
+                "The admin API is off: this memoryd was started without MEMORYD_ADMIN_TOKEN.".into(),
+            ));
         }
         // Guesses are throttled per address, as console sign-ins are.
         let peer = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0);
@@ -77,7 +82,7 @@ impl FromRequestParts<AppState> for AdminAuth {
                 secs,
             ));
         }
-        let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        let given = bearer(parts).ok_or(ApiError::Unauthorized(Credential::AdminToken))?;
         if is_admin_token(state, given) {
             return Ok(AdminAuth);
         }
@@ -85,7 +90,7 @@ impl FromRequestParts<AppState> for AdminAuth {
         if let Some(addr) = addr {
             state.caches.admin_failures.failed(addr, now);
         }
-        Err(ApiError::Unauthorized)
+        Err(ApiError::Unauthorized(Credential::AdminToken))
     }
 }
 

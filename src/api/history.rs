@@ -77,12 +77,19 @@ pub(crate) async fn queue_restore(
         .phase_two_run(tenant, &workspace, &layout_name, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("No run {raw_run}.")))?;
-    let job = state.store.queue_restore(tenant, &run, &workspace, &layout_name, &layout).await?.ok_or_else(|| {
-        ApiError::HistoryExpired(format!(
-            "The history of run {id} is no longer kept: only successful runs keep theirs, the newest {} of each layout.",
-            state.config.history_runs
-        ))
-    })?;
+    let Some(job) = state.store.queue_restore(tenant, &run, &workspace, &layout_name, &layout).await? else {
+        let detail = if state.store.forgotten_since(tenant, &workspace, &layout_name, id).await? {
+            format!(
+                "The history of run {id} is no longer kept: a forget of this layout since then dropped it, so that forgotten conversations cannot come back."
+            )
+        } else {
+            format!(
+                "The history of run {id} is no longer kept: only successful runs keep theirs, the newest {} of each layout.",
+                state.config.history_runs
+            )
+        };
+        return Err(ApiError::HistoryExpired(detail));
+    };
     state.wake.notify_waiters();
     tracing::info!(job_id = %job.job_id, run_id = %id, "restore queued");
     Ok(job)

@@ -101,5 +101,10 @@ pub(crate) async fn retry(state: &AppState, tenant: uuid::Uuid, raw_id: &str) ->
         RetryOutcome::NotFailed(current) => {
             Err(ApiError::JobNotFailed(format!("Only a failed job can be retried; this one is {}.", current.as_str())))
         }
+        RetryOutcome::ArchiveGone => Err(ApiError::JobNotRetryable(
+            "A failed import cannot be retried: its archive was removed when it failed. Upload the archive again \
+             with POST /v1/workspaces/{workspace}/import."
+                .to_owned(),
+        )),
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 fn layout_json(name: &LayoutName, layout: &ValidLayout) -> Value {
     let mut body = json!({"name": name, "etag": layout.etag()});
-    if let (Value::Object(out), Ok(Value::Object(config))) = (&mut body, serde_json::to_value(&layout.config)) {
+    if let (Value::Object(out), Value::Object(config)) = (&mut body, layout.effective_json()) {
         out.extend(config);
     }
     body

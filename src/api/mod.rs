@@ -221,6 +221,7 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::POST, "/v1/webhooks", webhooks::create_webhook),
         endpoint(Method::GET, "/v1/webhooks", webhooks::list_webhooks),
         endpoint(Method::GET, "/v1/webhooks/{webhook_id}", webhooks::get_webhook),
+        endpoint(Method::PATCH, "/v1/webhooks/{webhook_id}", webhooks::update_webhook),
         endpoint(Method::DELETE, "/v1/webhooks/{webhook_id}", webhooks::delete_webhook),
         endpoint(Method::POST, "/v1/webhooks/{webhook_id}/rotate", webhooks::rotate_webhook),
         endpoint(Method::POST, "/v1/webhooks/{webhook_id}/test", webhooks::test_webhook),

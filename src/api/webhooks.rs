@@ -1,14 +1,14 @@
 //! Webhook endpoints and the live event stream over HTTP (SPEC §2.8).
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, Credential};
 use super::extract::{JsonBody, QueryParams, TenantAuth, bearer_token, tenant_of_key_hash};
 use super::slots::StreamSlot;
 use crate::domain::events::{EventType, new_secret, parse_event_id, subscription_text};
 use crate::domain::ids::sha256_hex;
 use crate::events::delivery::check_endpoint;
 use crate::events::stream::PAGE;
-use crate::store::{EventRecord, NewWebhook, TenantId, WebhookRecord};
+use crate::store::{EventRecord, NewWebhook, TenantId, WebhookChange, WebhookRecord};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -85,9 +85,7 @@ pub async fn create_webhook(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let body: WebhookBody = body.into_typed(ApiError::InvalidWebhook)?;
     let types = event_types(body.events.as_deref().unwrap_or_default()).map_err(ApiError::InvalidWebhook)?;
-    if body.description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
-        return Err(ApiError::InvalidWebhook(format!("description is longer than {MAX_DESCRIPTION} characters")));
-    }
+    checked_description(body.description.as_deref())?;
     let url = check_endpoint(&body.url, state.events.policy)
         .await
         .map_err(|refused| ApiError::InvalidWebhook(refused.to_string()))?;
@@ -123,6 +121,70 @@ pub async fn get_webhook(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(webhook_view(&existing_webhook(&state, tenant, &raw).await?, None)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookPatch {
+    url: Option<String>,
+    events: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    description: Option<Option<String>>,
+    state: Option<String>,
+}
+
+/// A field given as `null` is present: `Some(None)`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+fn checked_description(description: Option<&str>) -> Result<(), ApiError> {
+    if description.is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
+        return Err(ApiError::InvalidWebhook(format!("description is longer than {MAX_DESCRIPTION} characters")));
+    }
+    Ok(())
+}
+
+/// `PATCH /v1/webhooks/{webhook_id}`: a new URL, event types or
+/// description, or the endpoint enabled again (or disabled); its secret and
+/// deliveries stay.
+pub async fn update_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    body: JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_webhook_id(&raw)?;
+    let patch: WebhookPatch = body.into_typed(ApiError::InvalidWebhook)?;
+    checked_description(patch.description.as_ref().and_then(Option::as_deref))?;
+    let enabled = match patch.state.as_deref() {
+        None => None,
+        Some("enabled") => Some(true),
+        Some("disabled") => Some(false),
+        Some(other) => {
+            return Err(ApiError::InvalidWebhook(format!("state is \"enabled\" or \"disabled\", got: {other:?}")));
+        }
+    };
+    let subscription = match &patch.events {
+        Some(names) => Some(subscription_text(&event_types(names).map_err(ApiError::InvalidWebhook)?)),
+        None => None,
+    };
+    let url = match &patch.url {
+        Some(url) => Some(
+            check_endpoint(url, state.events.policy)
+                .await
+                .map_err(|refused| ApiError::InvalidWebhook(refused.to_string()))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let change = WebhookChange { url, subscription, description: patch.description, enabled };
+    let record = state
+        .store
+        .update_webhook(tenant, id, &change, chrono::Utc::now())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
+    Ok(Json(webhook_view(&record, None)?))
 }
 
 /// `DELETE /v1/webhooks/{webhook_id}`: the endpoint and its pending deliveries.
@@ -190,6 +252,12 @@ pub async fn test_webhook(
 /// Writes a `webhook.test` event for the tenant's endpoint `raw`; its event id.
 pub(crate) async fn send_test_event(state: &AppState, tenant: TenantId, raw: &str) -> Result<String, ApiError> {
     let webhook = existing_webhook(state, tenant, raw).await?;
+    if webhook.state != "enabled" {
+        return Err(ApiError::WebhookDisabled(format!(
+            "Webhook {raw} is disabled ({}): nothing is sent to it. PATCH it with {{\"state\": \"enabled\"}} first.",
+            webhook.disabled_reason.as_deref().unwrap_or("disabled")
+        )));
+    }
     let seq = state.store.record_event(tenant, &crate::domain::events::webhook_test(webhook.webhook_id)).await?;
     state.events.committed();
     Ok(crate::domain::events::event_id(tenant, seq))
@@ -280,7 +348,11 @@ impl StreamState {
                     continue;
                 }
                 self.sent_through = event.seq;
-                if !self.types.is_empty() && !self.types.iter().any(|t| t.as_str() == event.event_type) {
+                // A test event is for its endpoint alone.
+                let for_one_endpoint = event.event_type == EventType::WebhookTest.as_str();
+                if for_one_endpoint
+                    || (!self.types.is_empty() && !self.types.iter().any(|t| t.as_str() == event.event_type))
+                {
                     continue;
                 }
                 return Some(
@@ -342,7 +414,9 @@ pub async fn stream_events(
             })?)
         }
     };
-    let key_hash = bearer_token(&headers).map(|key| sha256_hex(key.as_bytes())).ok_or(ApiError::Unauthorized)?;
+    let key_hash = bearer_token(&headers)
+        .map(|key| sha256_hex(key.as_bytes()))
+        .ok_or(ApiError::Unauthorized(Credential::TenantKey))?;
     let slot = state.slots.stream(tenant)?;
     let (receiver, latest) = state.events.hub.subscribe(tenant).await?;
     let mut stream = StreamState {

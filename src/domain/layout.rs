@@ -246,6 +246,26 @@ impl ValidLayout {
 
     /// Quoted, as an HTTP entity tag; derived from the whole config so that
     /// any change of it changes the tag.
+    /// The config as a client reads it: every field, defaults included
+    /// (the etag's form leaves defaults out; writing this back changes
+    /// nothing).
+    pub fn effective_json(&self) -> serde_json::Value {
+        use serde_json::{Value, json};
+        let mut config = serde_json::to_value(&self.config).expect("a config always serialises");
+        if let Value::Object(fields) = &mut config {
+            if let Some(Value::Object(generate)) = fields.get_mut("generate") {
+                generate.entry("selection").or_insert(json!(SelectionMode::default()));
+                generate.entry("max_unused_days").or_insert(Value::Null);
+            }
+            if let Some(Value::Object(read)) = fields.get_mut("read") {
+                read.entry("citations").or_insert(Value::Bool(false));
+            }
+            fields.entry("retention").or_insert(json!(RetentionConfig::default()));
+            fields.entry("redaction").or_insert(json!(super::redact::RedactionConfig::default()));
+        }
+        config
+    }
+
     pub fn etag(&self) -> String {
         let canonical = serde_json::to_string(&self.config).expect("a config always serialises");
         let digest = Sha256::digest(canonical.as_bytes());
@@ -425,6 +445,27 @@ pub fn decide_layout_put(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_effective_config_shows_every_default_and_writes_back_unchanged() {
+        let layout =
+            ValidLayout::new(serde_json::from_str(r#"{"memories_dir": "m", "sessions_dir": "s"}"#).unwrap()).unwrap();
+        let shown = layout.effective_json();
+        assert_eq!(shown["redaction"], serde_json::json!({"rules": "default", "patterns": [], "at_ingest": false}));
+        assert_eq!(shown["retention"], serde_json::json!({"rollout_days": null}));
+        assert_eq!(
+            (shown["generate"]["selection"].as_str(), shown["read"]["citations"].as_bool()),
+            (Some("recent"), Some(false))
+        );
+        assert!(shown["generate"].as_object().unwrap().contains_key("max_unused_days"));
+        let written_back = ValidLayout::new(serde_json::from_value(shown).unwrap()).unwrap();
+        assert_eq!(written_back.etag(), layout.etag());
+        let off = ValidLayout::new(
+            serde_json::from_str(r#"{"memories_dir": "m", "sessions_dir": "s", "generate": null}"#).unwrap(),
+        )
+        .unwrap();
+        assert!(off.effective_json()["generate"].is_null(), "generation off stays off");
+    }
 
     fn layout(memories: &str, sessions: &str) -> ValidLayout {
         ValidLayout::new(LayoutConfig {

@@ -89,9 +89,33 @@ pub fn mentions_any(text: &str, ids: &[RolloutId]) -> bool {
     ids.iter().any(|id| text.contains(id.as_str()))
 }
 
+/// A run's ledger (`{added, retained, removed}` rollout ids) without `ids`,
+/// if it named any of them; the run's counts stay what it did.
+pub fn ledger_without(ledger: &serde_json::Value, ids: &[RolloutId]) -> Option<serde_json::Value> {
+    let mut cleaned = ledger.clone();
+    let mut changed = false;
+    for list in ["added", "retained", "removed"] {
+        if let Some(entries) = cleaned.get_mut(list).and_then(serde_json::Value::as_array_mut) {
+            let before = entries.len();
+            entries.retain(|entry| !ids.iter().any(|id| entry.as_str() == Some(id.as_str())));
+            changed |= entries.len() != before;
+        }
+    }
+    changed.then_some(cleaned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_drops_forgotten_ids_only() {
+        let ids = [RolloutId::parse("chat-42").unwrap()];
+        let ledger = serde_json::json!({"added": ["chat-42", "chat-7"], "retained": ["chat-420"], "removed": []});
+        let cleaned = ledger_without(&ledger, &ids).unwrap();
+        assert_eq!(cleaned, serde_json::json!({"added": ["chat-7"], "retained": ["chat-420"], "removed": []}));
+        assert_eq!(ledger_without(&cleaned, &ids), None, "nothing left to drop");
+    }
 
     fn failure(layout: &str, rollout: Option<&str>, error: &str) -> MemoryFailure {
         MemoryFailure {

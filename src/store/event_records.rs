@@ -33,6 +33,17 @@ pub struct NewWebhook {
     pub sealed_secret: String,
 }
 
+/// What a `PATCH` changes of an endpoint; `None`: unchanged.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookChange {
+    pub url: Option<String>,
+    pub subscription: Option<String>,
+    /// `Some(None)` clears the description.
+    pub description: Option<Option<String>>,
+    /// `Some(true)`: enabled again (its pause lifted); `Some(false)`: disabled.
+    pub enabled: Option<bool>,
+}
+
 /// One event's delivery to one endpoint.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeliveryRecord {

@@ -332,6 +332,15 @@ pub trait RunHistoryStore: Send + Sync {
         layout: &LayoutName,
         run_id: Uuid,
     ) -> StoreResult<Option<PhaseTwoRun>>;
+    /// Whether a forget of the layout succeeded after `run_id` finished
+    /// (a forget drops the history recorded before it).
+    async fn forgotten_since(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        run_id: Uuid,
+    ) -> StoreResult<bool>;
     /// The files a run changed; `None` when its history is not kept.
     async fn run_files(&self, tenant: TenantId, run_id: Uuid) -> StoreResult<Option<Vec<RunFileRecord>>>;
     async fn history_blob(&self, tenant: TenantId, hash: &str) -> StoreResult<Option<Vec<u8>>>;
@@ -473,6 +482,14 @@ pub trait EventStore: Send + Sync {
     async fn get_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<Option<WebhookRecord>>;
     /// Deletes the endpoint and its deliveries; `false` when there was none.
     async fn delete_webhook(&self, tenant: TenantId, webhook: Uuid) -> StoreResult<bool>;
+    /// Changes the endpoint, its secret kept; `None` when there is none.
+    async fn update_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: Uuid,
+        change: &WebhookChange,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookRecord>>;
     /// Replaces the secret; the one it replaces signs too until `previous_until`.
     async fn rotate_webhook(
         &self,

@@ -586,6 +586,8 @@ pub const TENANT_DELETING: &str = "deleting";
 pub enum RetryOutcome {
     Requeued(Box<JobRecord>),
     NotFailed(JobState),
+    /// A failed import: its archive was removed when it failed for good.
+    ArchiveGone,
 }
 
 #[cfg(test)]

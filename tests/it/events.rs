@@ -24,6 +24,7 @@ both_backends!(
     a_failing_endpoint_is_paused_not_hammered,
     a_resume_from_the_start_replays_the_whole_backlog,
     a_410_disables_the_endpoint_and_drops_its_deliveries,
+    an_endpoint_is_changed_and_enabled_again_with_its_secret,
     a_rotated_secret_signs_alongside_the_new_one_for_a_day,
     webhook_requests_are_checked,
     the_stream_delivers_in_order_filters_and_resumes,
@@ -281,14 +282,23 @@ async fn a_resume_from_the_start_replays_the_whole_backlog(backend: Backend) {
     let app = app_for_hooks(backend).await;
     let receiver = Receiver::start().await;
     let t = app.tenant().await;
-    let hook = create_webhook(&app, &t, json!({"url": receiver.url, "events": ["webhook.test"]})).await;
-    let webhook = hook["webhook_id"].as_str().unwrap();
-    for _ in 0..650 {
-        send_test_event(&app, &t, webhook).await;
-    }
+    create_webhook(&app, &t, json!({"url": receiver.url, "events": ["job.failed"]})).await;
+    close_empty_sessions(&app, &t, "e", 650).await;
     let replayed = crate::leaks::replayed_events(&app, &t).await;
-    let count = replayed.lines().filter(|l| *l == "event: webhook.test").count();
+    let count = replayed.lines().filter(|l| *l == "event: session.closed").count();
     assert_eq!(count, 650, "a backlog of 650 events, replayed whole");
+}
+
+/// Opens and closes `count` sessions without segments: a `session.closed`
+/// event each, in order.
+async fn close_empty_sessions(app: &TestApp, t: &Tenant, prefix: &str, count: usize) {
+    for n in 0..count {
+        let session = format!("{prefix}{n}");
+        let res = app.request(Method::POST, "/v1/sessions", &t.key).json(&json!({"session_id": session})).send();
+        assert_eq!(res.await.unwrap().status(), 201);
+        let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close"), &t.key).await;
+        assert_eq!(closed["state"], "closed", "{closed}");
+    }
 }
 
 async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) {
@@ -328,6 +338,55 @@ async fn a_410_disables_the_endpoint_and_drops_its_deliveries(backend: Backend) 
     assert_eq!(res.status(), 204);
     let res = app.request(Method::GET, &format!("/v1/webhooks/{webhook}"), &t.key).send().await.unwrap();
     assert_eq!(res.status(), 404);
+}
+
+async fn an_endpoint_is_changed_and_enabled_again_with_its_secret(backend: Backend) {
+    let app = app_for_hooks(backend).await;
+    let (gone, moved) = (Receiver::start().await, Receiver::start().await);
+    let t = app.tenant().await;
+    let hook = create_webhook(&app, &t, json!({"url": gone.url, "description": "first"})).await;
+    let (webhook, secret) = (hook["webhook_id"].as_str().unwrap(), hook["secret"].as_str().unwrap());
+    let patch = |body: Value| app.request(Method::PATCH, &format!("/v1/webhooks/{webhook}"), &t.key).json(&body).send();
+    gone.answer_next(&[410]);
+    send_test_event(&app, &t, webhook).await;
+    let started = Instant::now();
+    while app.json(Method::GET, &format!("/v1/webhooks/{webhook}"), &t.key).await["state"] != "disabled" {
+        assert!(started.elapsed() < Duration::from_secs(10), "not disabled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A disabled endpoint takes no test event.
+    let res = app.request(Method::POST, &format!("/v1/webhooks/{webhook}/test"), &t.key).send().await.unwrap();
+    let (status, code, body) = status_code_body(res).await;
+    assert_eq!((status, code.as_str()), (409, "webhook_disabled"), "{body}");
+
+    // Moved, subscribed to closes, and on again: its secret still signs.
+    let changed = json!({"url": moved.url, "events": ["session.closed"], "description": null, "state": "enabled"});
+    let (status, _, body) = status_code_body(patch(changed).await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["url"].as_str(), body["state"].as_str()), (Some(moved.url.as_str()), Some("enabled")));
+    assert_eq!((body["events"].clone(), body["description"].clone()), (json!(["session.closed"]), Value::Null));
+    assert!(body["disabled_reason"].is_null() && body.get("secret").is_none(), "{body}");
+    close_a_session(&app, &t, "s1").await;
+    let got = moved.wait_until("the close", Duration::from_secs(20), |got| !got.is_empty()).await;
+    assert_eq!(got[0].json()["type"], "session.closed");
+    assert!(verifies(secret, &got[0]), "the secret made at creation still signs");
+    assert_eq!(gone.received().len(), 1, "nothing more went to the old url");
+
+    // Bad changes are refused and change nothing.
+    for (bad, what) in [
+        (json!({"state": "paused"}), "state"),
+        (json!({"events": ["nope"]}), "unknown event type"),
+        (json!({"url": "ftp://x.example/"}), "url"),
+        (json!({"secret": "whsec_x"}), "unknown field"),
+    ] {
+        let (status, code, body) = status_code_body(patch(bad).await.unwrap()).await;
+        assert_eq!((status, code.as_str()), (422, "invalid_webhook"), "{what}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains(what), "{body}");
+    }
+    let (status, _, body) = status_code_body(patch(json!({"state": "disabled"})).await.unwrap()).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("disabled")), "{body}");
+    let missing = app.request(Method::PATCH, "/v1/webhooks/00000000-0000-0000-0000-000000000000", &t.key);
+    assert_eq!(missing.json(&json!({})).send().await.unwrap().status(), 404);
 }
 
 async fn a_rotated_secret_signs_alongside_the_new_one_for_a_day(backend: Backend) {
@@ -491,27 +550,30 @@ async fn the_stream_delivers_in_order_filters_and_resumes(backend: Backend) {
     assert_eq!(all.headers()["content-type"], "text/event-stream");
     let mut closes = app.request(Method::GET, "/v1/events?types=session.closed", &t.key).send().await.unwrap();
 
-    let mut sent = Vec::new();
+    // Test events go to their endpoint alone, never to a stream.
     for _ in 0..3 {
-        sent.push(send_test_event(&app, &t, webhook).await);
+        send_test_event(&app, &t, webhook).await;
     }
+    close_empty_sessions(&app, &t, "e", 3).await;
     close_a_session(&app, &t, "s1").await;
     let events = read_events(&mut all, 5).await;
     let ids: Vec<&str> = events.iter().map(|(id, _, _)| id.as_str()).collect();
-    assert_eq!(&ids[..3], sent.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order: {ids:?}");
     let kinds: Vec<&str> = events.iter().map(|(_, kind, _)| kind.as_str()).collect();
-    assert_eq!(&kinds[..3], ["webhook.test"; 3]);
+    assert_eq!(&kinds[..3], ["session.closed"; 3]);
+    let sessions: Vec<&str> =
+        events[..3].iter().map(|(_, _, body)| body["data"]["session_id"].as_str().unwrap()).collect();
+    assert_eq!(sessions, ["e0", "e1", "e2"]);
     assert!(kinds[3..].contains(&"session.closed") && kinds[3..].contains(&"run.succeeded"), "{kinds:?}");
     assert!(events.iter().all(|(_, kind, body)| body["type"] == *kind));
 
     let only = read_events(&mut closes, 1).await;
     assert_eq!(only[0].1, "session.closed");
-    assert_eq!(only[0].2["data"]["session_id"], "s1");
+    assert_eq!(only[0].2["data"]["session_id"], "e0");
 
     // Resumed after the first: the rest, from the outbox.
     let mut resumed =
-        app.request(Method::GET, "/v1/events", &t.key).header("last-event-id", &sent[0]).send().await.unwrap();
+        app.request(Method::GET, "/v1/events", &t.key).header("last-event-id", ids[0]).send().await.unwrap();
     let again = read_events(&mut resumed, 4).await;
     assert_eq!(again.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ids[1..]);
     let delivered: Vec<String> =

@@ -212,6 +212,26 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     assert_eq!(naming.len(), 1, "{naming:?}");
     assert_eq!(naming[0]["job_id"], job["job_id"]);
     assert!(!database_holds(&app, backend, &secret), "the database still holds the phrase");
+    // No run record names the id any more, nor does a console page.
+    let mut db = crate::harness::Database::connect(backend, &app.database_url).await;
+    let naming_runs = db
+        .count(
+            "SELECT count(*) FROM phase_two_runs WHERE ledger LIKE '%chat-canary%' OR rollout_id = 'chat-canary'
+             OR error LIKE '%chat-canary%'",
+        )
+        .await;
+    assert_eq!(naming_runs, 0, "earlier runs' ledgers are scrubbed");
+    let mut browser = crate::console::Browser::new(&app);
+    browser.sign_in(&t.key).await;
+    let runs_now = app.json(Method::GET, &format!("{MEMORY}/runs?limit=1000"), &t.key).await;
+    let mut pages = vec![browser.get("/console/runs").await.2, browser.get("/console/memory").await.2];
+    for run in runs_now["runs"].as_array().unwrap() {
+        let path = format!("/console/runs/default/default/{}", run["run_id"].as_str().unwrap());
+        pages.push(browser.get(&path).await.2);
+    }
+    for page in &pages {
+        assert!(!page.contains("chat-canary") && !page.contains(&secret), "{page}");
+    }
     // The job gauges list every kind's queued and running jobs, forget and
     // restore included; finished jobs are counted as they finish, not by a
     // scrape over the whole history.
@@ -244,8 +264,9 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     );
     let restore =
         app.request(Method::POST, &format!("{MEMORY}/runs/{older_run}/restore"), &t.key).send().await.unwrap();
-    let (status, code, _) = status_code_body(restore).await;
+    let (status, code, body) = status_code_body(restore).await;
     assert_eq!((status, code.as_str()), (409, "history_expired"));
+    assert!(body["detail"].as_str().unwrap().contains("a forget of this layout"), "{body}");
 
     // The id starts afresh, and its idempotency key is free again.
     let res = app
@@ -360,7 +381,18 @@ async fn a_workspace_forget_ends_its_sessions_at_once(backend: Backend) {
         assert_eq!(res.status(), 201);
     }
     app.json(Method::POST, "/v1/sessions/done/close", &t.key).await;
+    let mut stream = app.request(Method::GET, "/v1/events?types=session.closed", &t.key).send().await.unwrap();
     let job = forget(&app, &t.key, "/v1/workspaces/team").await;
+    // A runtime waiting on them learns why they ended.
+    let ended = crate::events::read_events(&mut stream, 2).await;
+    let mut ended: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|(_, _, body)| {
+            (body["data"]["session_id"].as_str().unwrap(), body["data"]["memory_status"]["status"].as_str().unwrap())
+        })
+        .collect();
+    ended.sort_unstable();
+    assert_eq!(ended, [("done", "forgotten"), ("live", "forgotten")]);
     assert_eq!((job["workspace"].as_str(), &job["forget"]["scope"]), (Some("team"), &json!("workspace")));
     assert_eq!(forget(&app, &t.key, "/v1/workspaces/team").await["job_id"], job["job_id"]);
 
@@ -405,9 +437,31 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
     assert_eq!(closed["state"], "closed");
     conversation(&app, &t, "kept", "chat-kept", "I prefer green tea in the morning.").await;
     assert!(!volume_mentions(&app, &t, &secret).is_empty());
+    let res = app
+        .request(Method::POST, "/v1/sessions/waiting/layouts/default/segments?workspace=team", &t.key)
+        .json(&json!({"rollout_id": "chat-2", "input": "still talking"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
 
     let job = forget(&app, &t.key, "/v1/workspaces/team").await;
     assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    // The open session's end is told, and stays told; the workspace's
+    // earlier events are gone.
+    let replayed = crate::leaks::replayed_events(&app, &t).await;
+    let in_team: Vec<Value> = replayed
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str::<Value>(data.trim()).unwrap())
+        .filter(|event| event["data"]["workspace"] == "team" && event["type"] != "forget.completed")
+        .collect();
+    assert_eq!(in_team.len(), 1, "{in_team:?}");
+    assert_eq!(
+        (in_team[0]["type"].as_str(), in_team[0]["data"]["session_id"].as_str()),
+        (Some("session.closed"), Some("waiting"))
+    );
+    assert_eq!(in_team[0]["data"]["memory_status"]["status"], "forgotten");
     assert!(!app.workspace_dir(&t, "team").exists());
     assert_eq!(volume_mentions(&app, &t, &secret), Vec::<PathBuf>::new());
     assert!(!database_holds(&app, backend, &secret));

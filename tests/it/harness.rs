@@ -67,6 +67,16 @@ impl Database {
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+
+    /// The one number a `SELECT count(*) …` answers.
+    pub async fn count(&mut self, sql: &str) -> i64 {
+        let sql_text = || sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Self::Postgres(c) => sqlx::query_scalar::<_, i64>(sql_text()).fetch_one(c).await,
+            Self::Sqlite(c) => sqlx::query_scalar::<_, i64>(sql_text()).fetch_one(c).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
 }
 
 pub struct TestApp {

@@ -180,6 +180,7 @@ async fn history_is_kept_for_the_newest_runs_only(backend: Backend) {
     )
     .await;
     assert_eq!((status, code.as_str()), (409, "history_expired"), "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("the newest"), "{body}");
     // What the newest runs refer to is all there, and nothing else is.
     let (_, third) = file_at(&app, &t.key, "MEMORY.md", Some(&runs[2])).await;
     assert!(third.contains("cocoa") && !third.contains("water"), "{third}");

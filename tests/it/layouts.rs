@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 both_backends!(
     layouts_are_created_read_and_replaced_with_etags,
+    a_layout_answers_its_defaults_and_takes_them_back_unchanged,
     layout_rules_give_the_sdk_messages,
     layouts_conflict_on_shared_dirs,
     layouts_are_private_to_a_tenant,
@@ -68,6 +69,28 @@ async fn layouts_are_created_read_and_replaced_with_etags(backend: Backend) {
     assert_eq!(res.status(), 201);
     let body: Value = res.json().await.unwrap();
     assert!(body["generate"].is_null() && body["read"].is_null());
+}
+
+async fn a_layout_answers_its_defaults_and_takes_them_back_unchanged(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let res = put(&app, &t.key, "team", json!({"memories_dir": "tm", "sessions_dir": "ts"}), None).await;
+    let etag = res.headers()["etag"].to_str().unwrap().to_owned();
+    for path in ["/v1/layouts/team", "/v1/layouts/default"] {
+        let shown = app.json(Method::GET, path, &t.key).await;
+        assert_eq!(shown["redaction"], json!({"rules": "default", "patterns": [], "at_ingest": false}), "{shown}");
+        assert_eq!(shown["retention"], json!({"rollout_days": null}), "{shown}");
+        assert_eq!(shown["generate"]["selection"], "recent", "{shown}");
+        assert_eq!(shown["read"], json!({"live_update": true, "citations": false}), "{shown}");
+    }
+    // What was read, written back, is the same layout.
+    let mut shown = app.json(Method::GET, "/v1/layouts/team", &t.key).await;
+    let fields = shown.as_object_mut().unwrap();
+    fields.remove("name");
+    fields.remove("etag");
+    let res = put(&app, &t.key, "team", shown, Some(&etag)).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["etag"].to_str().unwrap(), etag, "nothing changed");
 }
 
 async fn layout_rules_give_the_sdk_messages(backend: Backend) {

@@ -444,6 +444,13 @@ async fn hostile_archives_are_refused_with_nothing_written(backend: Backend) {
     assert_eq!(status, 202, "{body}");
     let job = app.wait_for_job(&t.key, body["job_id"].as_str().unwrap()).await;
     assert!(job["last_error"].as_str().unwrap_or_default().contains("more than 100000 entries"), "{job}");
+    // Its archive is gone: a retry is refused, saying what to do instead.
+    let retry = app.request(Method::POST, &format!("/v1/jobs/{}/retry", job["job_id"].as_str().unwrap()), &t.key);
+    let (status, code, body) = status_code_body(retry.send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (409, "job_not_retryable"), "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("Upload the archive again"), "{body}");
+    let job = app.json(Method::GET, &format!("/v1/jobs/{}", job["job_id"].as_str().unwrap()), &t.key).await;
+    assert_eq!(job["state"], "failed", "the refused retry left the job as it was");
 }
 
 fn flate2_bytes(content: &[u8]) -> Vec<u8> {

@@ -199,8 +199,72 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     assert!(!log.contains(secret), "segment content reached the log");
     assert!(!log.contains(&key), "an API key reached the log");
     assert!(!log.contains(ADMIN), "the admin token reached the log");
-    for line in log.lines() {
-        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}")))
+        .collect();
+    // One line says what runs, with the defaults it fell back to.
+    let started = lines.iter().find(|l| l["message"] == "memoryd listening").expect("a start-up line");
+    let fields = started;
+    assert_eq!(fields["listen"], base.trim_start_matches("http://"), "{started}");
+    assert_eq!(
+        (fields["database"].as_str(), fields["provider"].as_str(), fields["admin_api"].as_str()),
+        (Some("sqlite"), Some("extractive"), Some("on")),
+        "{started}"
+    );
+    assert_eq!((fields["data_dir"].as_str(), fields["workers"].as_u64()), (Some("./memoryd-data"), Some(8)));
+}
+
+/// A 401 names the credential its route takes; without an admin token the
+/// admin API says it is off.
+#[tokio::test]
+async fn credentials_are_named_and_an_admin_api_that_is_off_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &[]);
+    let http = reqwest::Client::new();
+    memoryd.ready(&http).await;
+    let base = memoryd.base.clone();
+    let detail = |res: reqwest::Response| async move {
+        let status = res.status().as_u16();
+        let body: Value = res.json().await.unwrap();
+        (status, body["code"].as_str().unwrap().to_owned(), body["detail"].as_str().unwrap().to_owned())
+    };
+    let (status, code, text) = detail(http.get(format!("{base}/v1/sessions")).send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (401, "unauthorized"));
+    assert!(text.contains("tenant's API key"), "{text}");
+    let admin = http.get(format!("{base}/v1/admin/tenants")).bearer_auth("nope").send().await.unwrap();
+    let (status, _, text) = detail(admin).await;
+    assert_eq!(status, 401);
+    assert!(text.contains("admin token") && text.contains("MEMORYD_ADMIN_TOKEN"), "{text}");
+    drop(memoryd);
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_memoryd"));
+    let port = free_port();
+    command
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_remove("MEMORYD_ADMIN_TOKEN")
+        .env_remove("DATABASE_URL")
+        .env("MEMORYD_LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = command.spawn().unwrap();
+    let off = Memoryd { child, base: format!("http://127.0.0.1:{port}"), log: dir.path().join("none.log") };
+    off.ready(&http).await;
+    let res = http.get(format!("{}/v1/admin/tenants", off.base)).bearer_auth("anything").send().await.unwrap();
+    let (status, code, text) = detail(res).await;
+    assert_eq!((status, code.as_str()), (404, "not_found"));
+    assert!(text.contains("admin API is off"), "{text}");
+}
+
+/// The help a user reads cites nothing outside the repository.
+#[test]
+fn the_help_cites_nothing_outside_the_repository() {
+    for command in ["serve", "worker"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_memoryd")).args([command, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success() && help.contains("MEMORYD_DATA_DIR"), "{help}");
+        assert!(!help.contains("SPEC") && !help.contains("shared/"), "{help}");
     }
 }
 

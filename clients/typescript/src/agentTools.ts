@@ -1,5 +1,5 @@
 /**
- * A running agent's memory tools for `@openai/agents` (SPEC §2.10): `memory_list`,
+ * A running agent's memory tools for `@openai/agents`: `memory_list`,
  * `memory_read`, `memory_search` and `memory_edit`, named and shaped as memoryd's
  * MCP tools, and Codex's citation block.
  */

@@ -36,7 +36,7 @@ export { memoryTools, stripCitations } from "./agentTools.js";
 export type { MemoryToolsOptions } from "./agentTools.js";
 
 // The SDK's own rule for which items a memory keeps (its `shouldIncludeMemoryItem`):
-// memoryd's server applies the same one (SPEC §2.2), so what is sent is what is kept.
+// memoryd's server applies the same one, so what is sent is what is kept.
 const DROPPED_ROLES = new Set(["developer", "system"]);
 const KEPT_ROLES = new Set(["assistant", "tool", "user"]);
 const KEPT_TYPES = new Set([

@@ -432,7 +432,7 @@ export class Memoryd {
     return this.send({ method: "GET", path, query: { live_update: where.liveUpdate } }, parse, options);
   }
 
-  // -- the running agent's memory (SPEC §2.10) ----------------------------------------
+  // -- the running agent's memory ----------------------------------------
   /** The files and folders under `path` (default: the whole memory folder), sorted, at most 2,000 a page. */
   listMemory(
     where: { workspace?: string; layout?: string; path?: string; cursor?: string } = {},

@@ -1578,7 +1578,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The running agent's view of its memory folder (SPEC §2.10): every file and folder under `path` (default: the whole folder), recursively, sorted by path, at most 2,000 a page. `path` is relative to memories_dir (`skills`) or spelled as the instructions do (`memories/skills`). */
+        /** The running agent's view of its memory folder: every file and folder under `path` (default: the whole folder), recursively, sorted by path, at most 2,000 a page. `path` is relative to memories_dir (`skills`) or spelled as the instructions do (`memories/skills`). */
         get: {
             parameters: {
                 query?: {
@@ -2249,7 +2249,7 @@ export interface components {
                  */
                 citations: boolean;
             } | null;
-            /** @description SPEC §4: secrets become `[REDACTED:<rule>]` in what phase one sends to the model and in every file published under memories_dir (and, with at_ingest, in the stored segment line). Left out of answers while it holds only defaults. */
+            /** @description Secrets become `[REDACTED:<rule>]` in what phase one sends to the model and in every file published under memories_dir (and, with at_ingest, in the stored segment line). Left out of answers while it holds only defaults. */
             redaction?: {
                 /** @description "default" (every built-in rule) or a list of built-in rule names; [] turns the built-in rules off */
                 rules?: "default" | ("private_key" | "anthropic_key" | "stripe_key" | "openai_key" | "aws_access_key" | "github_token" | "slack_token" | "google_api_key" | "jwt" | "bearer" | "assignment")[];
@@ -2627,7 +2627,7 @@ export interface components {
             storage_bytes?: number;
             days?: components["schemas"]["UsageDay"][];
         };
-        /** @description secrets redacted (SPEC §4), by rule name; {} when none */
+        /** @description secrets redacted, by rule name; {} when none */
         Redactions: {
             [key: string]: number;
         };

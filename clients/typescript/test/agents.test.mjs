@@ -23,7 +23,7 @@ const { buildMemoryRolloutPayload } = await import(pathToFileURL(join(coreDir, "
 const fast = { maxRetries: 3, baseDelayMs: 10, maxDelayMs: 50, maxRetryAfterMs: 5000 };
 const STORED_ORDER = ["updated_at", "rollout_id", "input", "generated_items", "interruptions", "terminal_metadata", "final_output"];
 
-/** The SDK's payload with the key order memoryd stores (SPEC §2.2), `updated_at` left out. */
+/** The SDK's payload with the key order memoryd stores, `updated_at` left out. */
 function asStored(payload) {
   const ordered = {};
   for (const key of STORED_ORDER) if (key in payload && key !== "updated_at") ordered[key] = payload[key];

@@ -1,4 +1,4 @@
-"""The running agent's memory tools (SPEC §2.10), as the agent integrations
+"""The running agent's memory tools, as the agent integrations
 share them: the four tools' schemas, their calls to memoryd, the text a model
 reads of each answer, and Codex's citation block."""
 

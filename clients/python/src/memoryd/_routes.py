@@ -355,7 +355,7 @@ def get_instructions(
     return Call("GET", path, _instructions, params={"live_update": live_update}, budget=timeout)
 
 
-# -- the running agent's memory (SPEC §2.10) -------------------------------
+# -- the running agent's memory -------------------------------
 def list_memory(
     path: str | None = None, *, workspace: str = "default", layout: str = "default", cursor: str | None = None
 ) -> Call[m.MemoryListing]:

@@ -4,7 +4,7 @@
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId};
 use crate::domain::job::ForgetScope;
-use crate::domain::memory_status::MemoryStatus;
+use crate::domain::memory_status::{MemoryStatus, ledger_without};
 use crate::store::*;
 use sqlx::Row;
 use uuid::Uuid;
@@ -134,6 +134,7 @@ impl SqlStore<DB> {
                 }
             }
         }
+        Self::erase_ledgers_naming(conn, tenant, workspace, layout, ids).await?;
         Self::erase_events_naming(conn, tenant, workspace, ids).await?;
         let statuses = sqlx::query(
             "SELECT session_id, memory_status FROM sessions
@@ -159,6 +160,41 @@ impl SqlStore<DB> {
             }
         }
         Ok(freed)
+    }
+
+    /// Earlier runs' ledgers (added, retained, removed) lose the ids; their
+    /// counts stay what those runs did.
+    async fn erase_ledgers_naming(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        ids: &[RolloutId],
+    ) -> StoreResult<()> {
+        let rows = sqlx::query(
+            "SELECT id, ledger FROM phase_two_runs
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND ledger IS NOT NULL",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in rows {
+            let text: String = row.try_get("ledger")?;
+            if !mentions_any(&text, ids) {
+                continue;
+            }
+            let ledger: serde_json::Value = serde_json::from_str(&text).map_err(corrupt)?;
+            if let Some(cleaned) = ledger_without(&ledger, ids) {
+                sqlx::query("UPDATE phase_two_runs SET ledger = $2 WHERE id = $1")
+                    .bind(row.try_get::<Uuid, _>("id")?)
+                    .bind(cleaned.to_string())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// The workspace's events (and their deliveries) that name one of
@@ -197,11 +233,16 @@ impl SqlStore<DB> {
     ) -> StoreResult<()> {
         const BY_WORKSPACE: [&str; 16] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2",
-            // Its events, and their deliveries, leave the outbox (the
-            // forget's own `forget.completed` is recorded after this).
-            "DELETE FROM webhook_deliveries WHERE tenant_id = $1
-                AND event_seq IN (SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2)",
-            "DELETE FROM events WHERE tenant_id = $1 AND workspace = $2",
+            // Its events, and their deliveries, leave the outbox, but for the
+            // forget's own: the `session.closed` of the sessions it ended
+            // (the `forget.completed` is recorded after this).
+            "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
+                SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND NOT (
+                    event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
+                    AND created_at >= (SELECT created_at FROM jobs WHERE id = $3)))",
+            "DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND NOT (
+                event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
+                AND created_at >= (SELECT created_at FROM jobs WHERE id = $3))",
             "DELETE FROM session_rollouts WHERE tenant_id = $1
                 AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
             "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",

@@ -175,6 +175,50 @@ impl EventStore for SqlStore<DB> {
         Ok(deleted.is_some())
     }
 
+    async fn update_webhook(
+        &self,
+        tenant: TenantId,
+        webhook: Uuid,
+        change: &WebhookChange,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookRecord>> {
+        let mut tx = self.begin_write().await?;
+        let state = change.enabled.map(|enabled| if enabled { "enabled" } else { "disabled" });
+        let updated = sqlx::query(
+            "UPDATE webhooks SET url = COALESCE($3, url), events = COALESCE($4, events),
+                    description = CASE WHEN $5 THEN $6 ELSE description END,
+                    state = COALESCE($7, state),
+                    disabled_reason = CASE WHEN $7 IS NULL THEN disabled_reason
+                                           WHEN $7 = 'enabled' THEN NULL ELSE 'disabled by PATCH' END,
+                    paused_until = CASE WHEN $7 = 'enabled' THEN NULL ELSE paused_until END,
+                    updated_at = $8
+             WHERE tenant_id = $1 AND id = $2 RETURNING id",
+        )
+        .bind(tenant)
+        .bind(webhook)
+        .bind(change.url.as_deref())
+        .bind(change.subscription.as_deref())
+        .bind(change.description.is_some())
+        .bind(change.description.clone().flatten())
+        .bind(state)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if state == Some("disabled") {
+            // What it had pending goes, as when a 410 disables it.
+            sqlx::query(
+                "UPDATE webhook_deliveries SET state = 'dropped', lease_token = NULL, lease_expires_at = NULL
+                 WHERE webhook_id = $1 AND state = 'pending'",
+            )
+            .bind(webhook)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let record = if updated.is_some() { Self::webhook_in(&mut tx, tenant, webhook).await? } else { None };
+        tx.commit().await?;
+        Ok(record)
+    }
+
     async fn rotate_webhook(
         &self,
         tenant: TenantId,

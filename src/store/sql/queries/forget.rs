@@ -3,6 +3,7 @@
 //! expire old records.
 
 use super::*;
+use crate::domain::events::session_closed;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::domain::job::{ForgetMode, ForgetScope};
 use crate::domain::layout::{ValidLayout, default_layout, with_implicit_default};
@@ -124,6 +125,21 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         let workspace = workspace.map(WorkspaceName::as_str);
+        // A runtime waiting on a session of a forgotten workspace learns why
+        // it ended (a forgotten tenant's streams end with its keys).
+        let ended: Vec<String> = match workspace {
+            Some(workspace) => {
+                sqlx::query_scalar(
+                    "SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2 AND state <> 'closed'
+                 ORDER BY created_at, session_id",
+                )
+                .bind(tenant)
+                .bind(workspace)
+                .fetch_all(&mut *conn)
+                .await?
+            }
+            None => Vec::new(),
+        };
         sqlx::query(
             "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
              WHERE tenant_id = $1 AND ($2 IS NULL OR workspace = $2) AND state <> 'closed'",
@@ -134,6 +150,11 @@ impl SqlStore<DB> {
         .bind(now)
         .execute(&mut *conn)
         .await?;
+        if let Some(workspace) = workspace {
+            let status = MemoryStatus::forgotten();
+            let events: Vec<_> = ended.iter().map(|id| session_closed(id, workspace, &status)).collect();
+            Self::record_events_in(conn, tenant, &events, now).await?;
+        }
         // A running job's worker can no longer renew or finish it: its
         // publish is fenced out and its staged files are discarded.
         sqlx::query(

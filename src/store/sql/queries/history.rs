@@ -158,6 +158,28 @@ impl RunHistoryStore for SqlStore<DB> {
         row.as_ref().map(Self::record::<super::rows::RunRow, PhaseTwoRun>).transpose()
     }
 
+    async fn forgotten_since(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        run_id: Uuid,
+    ) -> StoreResult<bool> {
+        let forget = sqlx::query(
+            "SELECT 1 AS found FROM phase_two_runs
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND kind = 'forget' AND state = 'succeeded'
+               AND id <> $4 AND finished_at >= (SELECT finished_at FROM phase_two_runs WHERE id = $4)
+             LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(workspace.as_str())
+        .bind(layout.as_str())
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(forget.is_some())
+    }
+
     async fn run_files(&self, tenant: TenantId, run_id: Uuid) -> StoreResult<Option<Vec<RunFileRecord>>> {
         let kept = sqlx::query("SELECT 1 AS kept FROM run_history WHERE tenant_id = $1 AND run_id = $2")
             .bind(tenant)

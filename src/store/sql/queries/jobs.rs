@@ -366,6 +366,9 @@ impl JobQueue for SqlStore<DB> {
         if job.state != JobState::Failed {
             return Ok(Some(RetryOutcome::NotFailed(job.state)));
         }
+        if job.kind == JobKind::Import {
+            return Ok(Some(RetryOutcome::ArchiveGone));
+        }
         let now = Utc::now();
         let row = sqlx::query(
             "UPDATE jobs SET state = 'queued', attempts = 0, run_after = $2, finished_at = NULL
