@@ -158,6 +158,10 @@ pub enum Placement {
     Rollout { layout: String, rollout_id: RolloutId },
     /// A raw memory, `<memories_dir>/raw_memories/<name>.md`: indexed from its header.
     RawMemory { layout: String },
+    /// `<memories_dir>/phase_two_selection.json`: left out, since the
+    /// selection memoryd serves and selects against lives in its database
+    /// (the next phase two writes the file again).
+    Selection,
     /// Any other file in a layout's folders: placed as it is.
     Other,
     /// In no layout's folders: the archive is refused.
@@ -178,6 +182,9 @@ pub fn placement(path: &str, layouts: &[StoredLayout]) -> Placement {
         {
             return Placement::Rollout { layout: l.name.as_str().to_owned(), rollout_id: id };
         }
+    }
+    if layouts.iter().any(|l| under(path, &l.layout.memories_dir.normalized) == Some("phase_two_selection.json")) {
+        return Placement::Selection;
     }
     for l in layouts {
         if let Some(name) = under(path, &l.layout.memories_dir.normalized).and_then(|p| under(p, "raw_memories"))
@@ -381,6 +388,9 @@ mod tests {
         );
         assert_eq!(placement("team/mem/raw_memories/x.md", &layouts), Placement::RawMemory { layout: "team".into() });
         assert_eq!(placement("memories/MEMORY.md", &layouts), Placement::Other);
+        assert_eq!(placement("memories/phase_two_selection.json", &layouts), Placement::Selection);
+        assert_eq!(placement("team/mem/phase_two_selection.json", &layouts), Placement::Selection);
+        assert_eq!(placement("memories/skills/phase_two_selection.json", &layouts), Placement::Other);
         assert_eq!(placement("memories", &layouts), Placement::Outside);
         assert_eq!(placement("elsewhere/MEMORY.md", &layouts), Placement::Outside);
         assert_eq!(placement("memoriesx/a.md", &layouts), Placement::Outside);

@@ -275,6 +275,9 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
             return Err(invalid(format!("entry {path} appears twice")));
         }
         match placement(&path, &layouts) {
+            Placement::Selection => {
+                files.remove(&path);
+            }
             Placement::Outside => {
                 let folders: Vec<String> = layouts
                     .iter()

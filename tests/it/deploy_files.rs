@@ -47,6 +47,32 @@ fn ci_runs_the_test_command_that_the_readme_names() {
     assert!(ci.contains("scripts/test.sh"));
 }
 
+/// Every metric name in `src/metrics.rs` is listed in docs/operating.md.
+#[test]
+fn every_metric_served_is_documented() {
+    let (source, operating) = (repo_file("src/metrics.rs"), repo_file("docs/operating.md"));
+    let names: std::collections::BTreeSet<&str> = source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("memoryd_") && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        .collect();
+    assert!(names.len() > 20, "{names:?}");
+    let missing: Vec<&&str> = names.iter().filter(|name| !operating.contains(&format!("`{name}`"))).collect();
+    assert!(missing.is_empty(), "metrics not in docs/operating.md: {missing:?}");
+}
+
+/// The docs a user reads cite nothing outside the repository, and CI runs
+/// the documented commands.
+#[test]
+fn the_docs_stay_inside_the_repository_and_are_run() {
+    for doc in ["README.md", "docs/api.md", "docs/operating.md", "docs/architecture.md", "openapi.yaml"] {
+        let text = repo_file(doc);
+        assert!(!text.contains("../shared") && !text.contains("SPEC §") && !text.contains("SPEC.md"), "{doc}");
+    }
+    assert!(repo_file(".ci/run").contains("scripts/doc-check.sh"));
+}
+
 #[test]
 fn openapi_lists_exactly_the_routes_the_router_serves() {
     let spec: serde_yaml::Value = serde_yaml::from_str(&repo_file("openapi.yaml")).unwrap();

@@ -267,7 +267,12 @@ async fn an_export_imported_elsewhere_is_the_same_memory_and_carries_on(backend:
     let (mut source, mut copy) = (BTreeMap::new(), BTreeMap::new());
     files_under(&app.workspace_dir(&a, "ops"), &app.workspace_dir(&a, "ops"), &mut source);
     files_under(&app.workspace_dir(&b, "team"), &app.workspace_dir(&b, "team"), &mut copy);
+    // The selection lives in the database: its file is left out until the
+    // next phase two writes it, and the API agrees that there is none yet.
+    assert!(source.remove("memories/phase_two_selection.json").is_some());
     assert_eq!(copy, source, "byte-identical rollout and memory files");
+    let res = app.request(Method::GET, "/v1/workspaces/team/layouts/default/phase_two_selection", &b.key);
+    assert_eq!(res.send().await.unwrap().status(), 404);
     // The same archive again: the workspace is no longer empty.
     let (status, code, _) = import(&app, &b, "team", archive).await;
     assert_eq!((status, code.as_str()), (409, "workspace_not_empty"));

@@ -48,8 +48,8 @@ def lines_of(server, tenant_id: str, rollout_path: str) -> list[dict]:
 def test_the_main_job_through_the_sync_client(server, tenant):
     tenant_id, key = tenant
     with Memoryd(server.base_url, key, retry=FAST) as client:
-        client.health()
-        client.ready()
+        assert client.health() == {"status": "ok"}
+        assert client.ready() == {"status": "ready"}
         opened = client.open_session("py-main", metadata={"user": "u1"})
         assert opened.state == "open" and opened.metadata == {"user": "u1"}
         first = client.append_segment("py-main", segment("chat-1", "I prefer green tea."))

@@ -13,7 +13,7 @@ async def _what_a_type_checker_sees(sync: Memoryd, concurrent: AsyncMemoryd) -> 
     assert_type(sync.get_job("job"), models.Job)
     assert_type(sync.list_layouts(), list[models.Layout])
     assert_type(sync.get_instructions(), models.Instructions | None)
-    assert_type(sync.health(), None)
+    assert_type(sync.health(), dict[str, Any])
     assert_type(await concurrent.get_job("job"), models.Job)
     await assert_type(concurrent.get_file("MEMORY.md"), Coroutine[Any, Any, str])
 

@@ -78,14 +78,20 @@ def _dump(body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
 
 
 # -- service -----------------------------------------------------------
-def health() -> Call[None]:
-    """``GET /healthz``: memoryd's process answers."""
-    return Call("GET", "/healthz", nothing)
+def _document(response: httpx.Response) -> dict[str, Any]:
+    document: dict[str, Any] = response.json()
+    return document
 
 
-def ready() -> Call[None]:
-    """``GET /readyz``: the database answers and the data volume has room (raises otherwise)."""
-    return Call("GET", "/readyz", nothing)
+def health() -> Call[dict[str, Any]]:
+    """``GET /healthz``: memoryd's process answers, ``{"status": "ok"}``."""
+    return Call("GET", "/healthz", _document)
+
+
+def ready() -> Call[dict[str, Any]]:
+    """``GET /readyz``: ``{"status": "ready"}`` when the database answers and the data volume
+    has room; raises ``UnavailableError`` saying which is not, otherwise."""
+    return Call("GET", "/readyz", _document)
 
 
 def openapi() -> Call[str]:
