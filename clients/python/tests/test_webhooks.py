@@ -15,7 +15,7 @@ import pytest
 import standardwebhooks
 from conftest import serve
 
-from memoryd import AsyncMemoryd, Memoryd, NotFoundError, WebhookVerificationError, verify_webhook
+from memoryd import AsyncMemoryd, ConflictError, Memoryd, NotFoundError, WebhookVerificationError, verify_webhook
 
 
 class Receiver:
@@ -94,50 +94,75 @@ def test_deliveries_verify_with_the_standard_webhooks_package(server, tenant, re
         for secret in (hook.secret, rotated.secret):
             assert standardwebhooks.Webhook(secret).verify(body, headers)["type"] == "webhook.test"
 
+        changed = client.update_webhook(hook.webhook_id, events=["*"], description=None)
+        assert changed.events == ["*"] and changed.description is None and changed.state == "enabled"
+        assert client.update_webhook(hook.webhook_id, state="disabled").state == "disabled"
+        with pytest.raises(ConflictError, match="disabled"):
+            client.test_webhook(hook.webhook_id)
+        assert client.update_webhook(hook.webhook_id, state="enabled").state == "enabled"
+
         client.delete_webhook(hook.webhook_id)
         with pytest.raises(NotFoundError):
             client.get_webhook(hook.webhook_id)
 
 
+def _from_the_start(tenant_id: str) -> str:
+    """The Last-Event-ID that replays a tenant's outbox from its first event."""
+    return f"evt_{0:016d}_{tenant_id.replace('-', '')[:12]}"
+
+
+def _close_empty_sessions(client: Memoryd, names: list[str]) -> None:
+    """A ``session.closed`` event each, in order."""
+    for name in names:
+        client.open_session(name)
+        client.close_session(name)
+
+
 def test_the_event_stream_iterates_in_order_and_resumes(server, tenant, receiver):
     with Memoryd(server.base_url, tenant[1]) as client:
         hook = client.create_webhook(receiver.url, events=["job.failed"])
-        ids = [client.test_webhook(hook.webhook_id) for _ in range(3)]
+        client.test_webhook(hook.webhook_id)  # for the endpoint alone, never on the stream
+        _close_empty_sessions(client, ["e0", "e1", "e2"])
+        events = []
+        for event in client.events(last_event_id=_from_the_start(tenant[0])):
+            events.append(event)
+            if len(events) == 3:
+                break
+        assert [(e.type, e.data["session_id"]) for e in events] == [("session.closed", f"e{n}") for n in range(3)]
         resumed = []
-        for event in client.events(last_event_id=ids[0]):
+        for event in client.events(last_event_id=events[0].id):
             resumed.append(event)
             if len(resumed) == 2:
                 break
-        assert [e.id for e in resumed] == ids[1:]
-        assert all(e.type == "webhook.test" and e.data["webhook_id"] == hook.webhook_id for e in resumed)
+        assert [e.id for e in resumed] == [e.id for e in events[1:]]
 
         # Live: an event made after the stream opened arrives on it.
         seen: list[str] = []
 
         def follow() -> None:
-            for event in client.events(types=["webhook.test"]):
-                seen.append(event.id)
+            for event in client.events(types=["session.closed"]):
+                seen.append(event.data["session_id"])
                 return
 
         reader = threading.Thread(target=follow)
         reader.start()
         time.sleep(0.5)
-        later = client.test_webhook(hook.webhook_id)
+        _close_empty_sessions(client, ["later"])
         reader.join(20)
-        assert seen == [later]
+        assert seen == ["later"]
 
 
 async def test_the_async_stream_resumes_too(server, tenant, receiver):
+    with Memoryd(server.base_url, tenant[1]) as sync_client:
+        _close_empty_sessions(sync_client, ["a0", "a1", "a2"])
     async with AsyncMemoryd(server.base_url, tenant[1]) as client:
-        hook = await client.create_webhook(receiver.url)
-        ids = [await client.test_webhook(hook.webhook_id) for _ in range(3)]
         got = []
 
-        async def read() -> None:
-            async for event in client.events(last_event_id=ids[0]):
-                got.append(event.id)
-                if len(got) == 2:
+        async def read(after: str, count: int) -> None:
+            async for event in client.events(last_event_id=after):
+                got.append(event.data["session_id"])
+                if len(got) == count:
                     return
 
-        await asyncio.wait_for(read(), 20)
-        assert got == ids[1:]
+        await asyncio.wait_for(read(_from_the_start(tenant[0]), 3), 20)
+        assert got == ["a0", "a1", "a2"]

@@ -50,7 +50,7 @@ export interface CallOptions {
 type Query = Record<string, string | number | boolean | undefined | null>;
 
 interface Call {
-  method: "GET" | "POST" | "PUT" | "DELETE";
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
   path: string;
   query?: Query;
   json?: unknown;
@@ -550,6 +550,15 @@ export class Memoryd {
   /** Deletes the endpoint; its pending deliveries are dropped. */
   deleteWebhook(webhookId: string, options?: CallOptions): Promise<void> {
     return this.send({ method: "DELETE", path: `/v1/webhooks/${segment(webhookId)}` }, nothing, options);
+  }
+
+  /**
+   * Changes the endpoint (`url`, `events`, `description`: null clears it) or
+   * its `state` ("enabled" turns a disabled endpoint on again); its secret stays.
+   */
+  updateWebhook(webhookId: string, change: S["WebhookPatch"], options?: CallOptions): Promise<S["Webhook"]> {
+    const call: Call = { method: "PATCH", path: `/v1/webhooks/${segment(webhookId)}`, json: change };
+    return this.send(call, json<S["Webhook"]>, options);
   }
 
   /** A new secret (shown this once); the old one keeps signing for 24 hours. Not retried. */

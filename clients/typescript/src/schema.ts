@@ -1091,7 +1091,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Put a failed job back in the queue (attempts start again) */
+        /**
+         * Put a failed job back in the queue (attempts start again)
+         * @description A failed import is not retryable (409 `job_not_retryable`): its uploaded archive is removed when it fails for good, so upload the archive again instead.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2003,7 +2006,39 @@ export interface paths {
         };
         options?: never;
         head?: never;
-        patch?: never;
+        /** Change the endpoint (url, events, description) or its state, its secret kept. `state: enabled` turns a disabled endpoint on again (its pause lifted; events from then on are delivered); `state: disabled` turns it off and drops what it had pending. A new url is checked as at creation. */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["WebhookPatch"];
+                };
+            };
+            responses: {
+                /** @description the endpoint */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Webhook"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
         trace?: never;
     };
     "/v1/webhooks/{webhook_id}/rotate": {
@@ -2057,7 +2092,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a `webhook.test` event to this endpoint alone, whatever types it takes (the console's Send test event); it is delivered, retried and listed like any other. */
+        /** Send a `webhook.test` event to this endpoint alone, whatever types it takes (the console's Send test event); it is delivered, retried and listed like any other, and never sent on `/v1/events`. A disabled endpoint answers 409 `webhook_disabled`. */
         post: {
             parameters: {
                 query?: never;
@@ -2084,6 +2119,7 @@ export interface paths {
                 };
                 401: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
+                409: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -2197,7 +2233,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
+            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "job_not_retryable" | "webhook_disabled" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
         };
         NewTenant: {
             name: string;
@@ -2249,7 +2285,7 @@ export interface components {
                  */
                 citations: boolean;
             } | null;
-            /** @description Secrets become `[REDACTED:<rule>]` in what phase one sends to the model and in every file published under memories_dir (and, with at_ingest, in the stored segment line). Left out of answers while it holds only defaults. */
+            /** @description Secrets become `[REDACTED:<rule>]` in what phase one sends to the model and in every file published under memories_dir (and, with at_ingest, in the stored segment line). */
             redaction?: {
                 /** @description "default" (every built-in rule) or a list of built-in rule names; [] turns the built-in rules off */
                 rules?: "default" | ("private_key" | "anthropic_key" | "stripe_key" | "openai_key" | "aws_access_key" | "github_token" | "slack_token" | "google_api_key" | "jwt" | "bearer" | "assignment")[];
@@ -2264,15 +2300,15 @@ export interface components {
                  */
                 at_ingest: boolean;
             };
-            /** @description left out of answers while it holds only defaults */
             retention?: {
                 /** @description days without a segment after which a rollout is forgotten (scrub); fractions allowed; 0 keeps them; null: the server's MEMORYD_RETAIN_ROLLOUTS_DAYS */
                 rollout_days?: number | null;
             };
         };
+        /** @description The effective config: every field is answered, defaults included (written back with PUT and If-Match: etag, it changes nothing). */
         Layout: components["schemas"]["LayoutConfig"] & {
-            name?: string;
-            etag?: string;
+            name: string;
+            etag: string;
         };
         LayoutList: {
             layouts?: components["schemas"]["Layout"][];
@@ -2532,6 +2568,16 @@ export interface components {
             events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[];
             description?: string;
         };
+        /** @description every field optional; what is left out stays */
+        WebhookPatch: {
+            /** Format: uri */
+            url?: string;
+            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[];
+            /** @description null clears it */
+            description?: string | null;
+            /** @enum {string} */
+            state?: "enabled" | "disabled";
+        };
         Webhook: {
             /** Format: uuid */
             webhook_id?: string;
@@ -2541,7 +2587,7 @@ export interface components {
             description?: string | null;
             /** @enum {string} */
             state?: "enabled" | "disabled";
-            /** @description why it was disabled (it answered 410 Gone) */
+            /** @description why it was disabled (it answered 410 Gone */
             disabled_reason?: string | null;
             /** Format: date-time */
             previous_secret_until?: string | null;

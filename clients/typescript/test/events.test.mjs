@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
-import { Memoryd, NotFoundError } from "../dist/index.js";
+import { ConflictError, Memoryd, NotFoundError } from "../dist/index.js";
 import { backends, startMemoryd } from "./harness.mjs";
 
 /** A local endpoint that answers 200 and keeps what it got. */
@@ -42,7 +42,7 @@ for (const backend of backends) {
     const server = await startMemoryd(backend);
     const hooks = await receiver();
     try {
-      const { apiKey } = await server.tenant();
+      const { tenantId, apiKey } = await server.tenant();
       const client = new Memoryd({ baseUrl: server.baseUrl, apiKey });
       const hook = await client.createWebhook({ url: hooks.url, events: ["job.failed"], description: "ts" });
       assert.match(hook.secret, /^whsec_/);
@@ -53,14 +53,29 @@ for (const backend of backends) {
       assert.deepEqual(got.map((r) => r.headers["webhook-id"]), ids);
       assert.ok(got.every((r) => verifies(hook.secret, r)));
 
+      // Test events are for their endpoint alone: the stream has the closes.
+      for (const name of ["e0", "e1", "e2"]) {
+        await client.openSession({ sessionId: name });
+        await client.closeSession(name);
+      }
+      const fromStart = `evt_${"0".repeat(16)}_${tenantId.replaceAll("-", "").slice(0, 12)}`;
+      const all = [];
+      for await (const event of client.events({ lastEventId: fromStart })) {
+        all.push(event);
+        if (all.length === 3) break;
+      }
+      assert.deepEqual(all.map((e) => [e.type, e.data.session_id]), [
+        ["session.closed", "e0"],
+        ["session.closed", "e1"],
+        ["session.closed", "e2"],
+      ]);
       const controller = new AbortController();
       const resumed = [];
-      for await (const event of client.events({ lastEventId: ids[0], signal: controller.signal })) {
+      for await (const event of client.events({ lastEventId: all[0].id, signal: controller.signal })) {
         resumed.push(event);
         if (resumed.length === 2) break;
       }
-      assert.deepEqual(resumed.map((e) => e.id), ids.slice(1));
-      assert.ok(resumed.every((e) => e.type === "webhook.test" && e.data.webhook_id === hook.webhook_id));
+      assert.deepEqual(resumed.map((e) => e.id), all.slice(1).map((e) => e.id));
 
       const deliveries = await client.webhookDeliveries(hook.webhook_id, { limit: 2 });
       assert.equal(deliveries.length, 2);
@@ -69,6 +84,10 @@ for (const backend of backends) {
       await client.testWebhook(hook.webhook_id);
       const [, , , fourth] = await hooks.until(4);
       assert.ok(verifies(hook.secret, fourth) && verifies(rotated.secret, fourth));
+      const changed = await client.updateWebhook(hook.webhook_id, { events: ["*"], description: null });
+      assert.deepEqual([changed.events, changed.description, changed.state], [["*"], null, "enabled"]);
+      assert.equal((await client.updateWebhook(hook.webhook_id, { state: "disabled" })).state, "disabled");
+      await assert.rejects(client.testWebhook(hook.webhook_id), ConflictError);
       await client.deleteWebhook(hook.webhook_id);
       await assert.rejects(client.getWebhook(hook.webhook_id), NotFoundError);
     } finally {

@@ -480,6 +480,36 @@ def delete_webhook(webhook_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/webhooks/{segment(webhook_id)}", nothing)
 
 
+class _Unset:
+    """A field left as it is (``None`` clears a description)."""
+
+
+UNSET = _Unset()
+
+
+def update_webhook(
+    webhook_id: str,
+    *,
+    url: str | None = None,
+    events: Sequence[str] | None = None,
+    description: str | None | _Unset = UNSET,
+    state: str | None = None,
+) -> Call[m.Webhook]:
+    """``PATCH /v1/webhooks/{webhook_id}``: a new url, event types or
+    description (``None`` clears it), or ``state="enabled"`` to turn a disabled
+    endpoint on again (``"disabled"`` turns it off); its secret stays."""
+    body: dict[str, Any] = {}
+    if url is not None:
+        body["url"] = url
+    if events is not None:
+        body["events"] = list(events)
+    if not isinstance(description, _Unset):
+        body["description"] = description
+    if state is not None:
+        body["state"] = state
+    return Call("PATCH", f"/v1/webhooks/{segment(webhook_id)}", as_model(m.Webhook), json=body)
+
+
 def rotate_webhook(webhook_id: str) -> Call[m.WebhookWithSecret]:
     """``POST /v1/webhooks/{webhook_id}/rotate``: a new secret (shown this
     once); the old one keeps signing for 24 hours. Not retried."""

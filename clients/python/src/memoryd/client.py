@@ -240,6 +240,7 @@ class _Routes:
     list_webhooks = _Route(routes.list_webhooks)
     get_webhook = _Route(routes.get_webhook)
     delete_webhook = _Route(routes.delete_webhook)
+    update_webhook = _Route(routes.update_webhook)
     rotate_webhook = _Route(routes.rotate_webhook)
     test_webhook = _Route(routes.test_webhook)
     webhook_deliveries = _Route(routes.webhook_deliveries)

@@ -461,6 +461,15 @@ class WebhookBody(_Model):
     description: str | None = None
 
 
+class WebhookPatch(_Model):
+    """What ``update_webhook`` may change; what is left out stays."""
+
+    url: str | None = None
+    events: list[str] | None = None
+    description: str | None = None
+    state: str | None = None
+
+
 class Webhook(_Model):
     webhook_id: str
     url: str
