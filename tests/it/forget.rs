@@ -214,13 +214,29 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     assert!(!database_holds(&app, backend, &secret), "the database still holds the phrase");
     // No run record names the id any more, nor does a console page.
     let mut db = crate::harness::Database::connect(backend, &app.database_url).await;
-    let naming_runs = db
-        .count(
+    for (rows_naming_the_id, expected) in [
+        (
             "SELECT count(*) FROM phase_two_runs WHERE ledger LIKE '%chat-canary%' OR rollout_id = 'chat-canary'
              OR error LIKE '%chat-canary%'",
-        )
-        .await;
-    assert_eq!(naming_runs, 0, "earlier runs' ledgers are scrubbed");
+            0,
+        ),
+        // The forget job's own record, and nothing else.
+        (
+            "SELECT count(*) FROM jobs WHERE rollout_id = 'chat-canary' OR last_error LIKE '%chat-canary%'
+             OR forget_rollouts LIKE '%chat-canary%'",
+            1,
+        ),
+        ("SELECT count(*) FROM events WHERE payload LIKE '%chat-canary%' AND event_type <> 'forget.completed'", 0),
+        ("SELECT count(*) FROM sessions WHERE memory_status LIKE '%chat-canary%'", 0),
+        ("SELECT count(*) FROM session_rollouts WHERE rollout_id = 'chat-canary'", 0),
+        ("SELECT count(*) FROM rollouts WHERE rollout_id = 'chat-canary'", 0),
+        ("SELECT count(*) FROM raw_memories WHERE rollout_id = 'chat-canary'", 0),
+        ("SELECT count(*) FROM memory_uses WHERE rollout_id = 'chat-canary'", 0),
+        ("SELECT count(*) FROM idempotency_keys WHERE rollout_id = 'chat-canary'", 0),
+        ("SELECT count(*) FROM phase_two_selections WHERE document LIKE '%chat-canary%'", 0),
+    ] {
+        assert_eq!(db.count(rows_naming_the_id).await, expected, "{rows_naming_the_id}");
+    }
     let mut browser = crate::console::Browser::new(&app);
     browser.sign_in(&t.key).await;
     let runs_now = app.json(Method::GET, &format!("{MEMORY}/runs?limit=1000"), &t.key).await;
