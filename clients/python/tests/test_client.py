@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import tarfile
 import time
 from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 import httpx
 import pytest
+from conftest import serve
 
 from memoryd import (
     AsyncMemoryd,
@@ -195,6 +199,19 @@ def test_layouts_with_etags(server, tenant):
         assert replaced.memories_dir == "notes/m2" and replaced.etag != created.etag
         assert client.get_instructions(layout="notes") is None  # no memory yet: 204
 
+        # Read, change, write back: the read's etag is the precondition.
+        current = client.get_layout("notes")
+        assert current.redaction is not None and current.retention is not None  # defaults are shown
+        unchanged = client.put_layout("notes", current)
+        assert unchanged.etag == current.etag
+        assert current.generate is not None
+        current.generate.max_raw_memories_for_consolidation = 32
+        changed = client.put_layout("notes", current)
+        assert changed.generate is not None and changed.generate.max_raw_memories_for_consolidation == 32
+        with pytest.raises(ConflictError) as lost_update:
+            client.put_layout("notes", current)  # its etag is no longer the layout's
+        assert lost_update.value.status == 412
+
 
 def test_problem_documents_are_typed_errors(server, tenant):
     with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
@@ -359,6 +376,12 @@ def test_a_workspace_exports_to_a_file(server, tenant, tmp_path):
         assert listed["e"]["committed_len"] == len(rollout) and listed["e"]["segment_count"] == 2
         with pytest.raises(NotFoundError):
             client.export_workspace("nowhere", tmp_path / "nowhere.tar.gz")
+        # A failed export leaves the file that was there, and no part file.
+        before = path.read_bytes()
+        with pytest.raises(NotFoundError):
+            client.export_workspace("nowhere", path)
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["default.tar.gz"]
         # Into another workspace, from the path and (async) from an open file.
         job = client.import_workspace("py-copy", path)
         assert job.kind == "import" and job.state in ("queued", "running", "succeeded")
@@ -425,3 +448,68 @@ def test_httpx_client_can_be_supplied(server, tenant):
     client.close()
     assert not http.is_closed, "a supplied http client belongs to the caller"
     http.close()
+
+
+def test_a_post_that_is_not_idempotent_is_sent_once_over_a_broken_connection():
+    """A stub that reads each request and hangs up without an answer."""
+    received: list[str] = []
+
+    class HangUp(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            received.append(self.path)
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+        do_GET = do_POST
+
+    httpd, base = serve(HangUp)
+    try:
+        with Memoryd(base, "mk_x", retry=FAST) as client:
+            for call in (
+                lambda: client.retry_job("00000000-0000-0000-0000-000000000001"),
+                lambda: client.restore_run("00000000-0000-0000-0000-000000000002"),
+                lambda: client.import_workspace("w", io.BytesIO(b"not sent twice")),
+            ):
+                received.clear()
+                with pytest.raises(ConnectionFailedError):
+                    call()
+                assert len(received) == 1, received
+            received.clear()
+            with pytest.raises(ConnectionFailedError):
+                client.get_job("00000000-0000-0000-0000-000000000003")
+            assert len(received) > 1, "a read is retried"
+    finally:
+        httpd.shutdown()
+
+
+def test_the_event_stream_backs_off_on_503_and_then_gives_up():
+    at: list[float] = []
+
+    class Unavailable(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            at.append(time.monotonic())
+            body = json.dumps({"code": "unavailable", "status": 503, "detail": "down"}).encode()
+            self.send_response(503)
+            self.send_header("content-type", "application/problem+json")
+            self.send_header("retry-after", "1")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd, base = serve(Unavailable)
+    try:
+        policy = RetryPolicy(max_retries=1, base_delay=0.01, max_delay=0.02)
+        with Memoryd(base, "mk_x", retry=policy) as client, pytest.raises(UnavailableError):
+            for _ in client.events():
+                pass
+        assert len(at) == 2, "one reconnect, then the error"
+        assert at[1] - at[0] >= 0.95, "Retry-After was honoured"
+    finally:
+        httpd.shutdown()

@@ -61,9 +61,15 @@ interface Call {
   idempotent?: boolean;
   /** Time the server may take beyond the client's timeout (a close that waits). */
   extraTimeMs?: number;
+  /**
+   * The caller reads the body as a stream: the attempt's timeout ends when the
+   * headers arrive, and the body has an idle timeout of the same length instead.
+   */
+  streaming?: boolean;
 }
 
 const RETRYABLE_STATUSES = new Set([429, 503, 507]);
+const STREAM_IDLE_MS = 60_000;
 const DEFAULT_POLICY: RetryPolicy = { maxRetries: 3, baseDelayMs: 500, maxDelayMs: 8000, maxRetryAfterMs: 60_000 };
 
 /** One path segment, percent-encoded: a slash in an id never becomes a path. */
@@ -105,6 +111,45 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** The default policy with what `given` sets to a finite number of 0 or more (undefined keeps the default). */
+function mergedPolicy(given: Partial<RetryPolicy>): RetryPolicy {
+  const policy = { ...DEFAULT_POLICY };
+  for (const key of Object.keys(DEFAULT_POLICY) as (keyof RetryPolicy)[]) {
+    const value = given[key];
+    if (typeof value === "number" && Number.isFinite(value) && value >= 0) policy[key] = value;
+  }
+  return policy;
+}
+
+/**
+ * `body` with an idle timeout: a stream that gives nothing for `idleMs`
+ * errors (and its connection is cancelled) instead of hanging.
+ */
+function withIdleTimeout(body: ReadableStream<Uint8Array>, idleMs: number): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const idle = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new ConnectionFailedError({ status: undefined, code: "connection_failed", detail: `nothing arrived for ${idleMs} ms` })), idleMs);
+      });
+      try {
+        const { value, done } = await Promise.race([reader.read(), idle]);
+        if (done) controller.close();
+        else controller.enqueue(value);
+      } catch (error) {
+        await reader.cancel(error).catch(() => undefined);
+        controller.error(error);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+}
+
 const json = <T>(response: Response): Promise<T> => response.json() as Promise<T>;
 const nothing = async (): Promise<void> => undefined;
 const text = (response: Response): Promise<string> => response.text();
@@ -122,8 +167,7 @@ export class Memoryd {
     this.apiKey = options.apiKey ?? env("MEMORYD_API_KEY");
     this.adminToken = options.adminToken ?? env("MEMORYD_ADMIN_TOKEN");
     this.timeoutMs = options.timeoutMs ?? 30_000;
-    this.policy = { ...DEFAULT_POLICY, ...options.retry };
-    if (options.maxRetries !== undefined) this.policy.maxRetries = options.maxRetries;
+    this.policy = mergedPolicy({ ...options.retry, maxRetries: options.maxRetries ?? options.retry?.maxRetries });
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
@@ -163,7 +207,9 @@ export class Memoryd {
     for (let attempt = 0; ; attempt++) {
       const remaining = deadline === undefined ? Infinity : deadline - Date.now();
       const attemptTimeout = Math.max(1, Math.min(this.timeoutMs + (call.extraTimeMs ?? 0), remaining));
-      const signals = [AbortSignal.timeout(attemptTimeout)];
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(new DOMException("The attempt timed out", "TimeoutError")), attemptTimeout);
+      const signals = [timeout.signal];
       if (options.signal) signals.push(options.signal);
       let response: Response;
       try {
@@ -173,7 +219,9 @@ export class Memoryd {
           body,
           signal: anySignal(signals),
         });
+        if (call.streaming) clearTimeout(timer);
       } catch (caught) {
+        clearTimeout(timer);
         if (options.signal?.aborted) throw options.signal.reason ?? caught;
         const detail = caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught);
         const error = new ConnectionFailedError({ status: undefined, code: "connection_failed", detail });
@@ -182,8 +230,13 @@ export class Memoryd {
         await this.wait(attempt, error, deadline, options.signal);
         continue;
       }
-      if (response.status < 400) return await parse(response);
-      const error = await errorFromResponse(response);
+      let error: MemorydError;
+      try {
+        if (response.status < 400) return await parse(response);
+        error = await errorFromResponse(response);
+      } finally {
+        clearTimeout(timer);
+      }
       if (!RETRYABLE_STATUSES.has(response.status)) throw error;
       await this.wait(attempt, error, deadline, options.signal);
     }
@@ -362,7 +415,9 @@ export class Memoryd {
   }
 
   retryJob(jobId: string, options?: CallOptions): Promise<S["Job"]> {
-    return this.send({ method: "POST", path: `/v1/jobs/${segment(jobId)}/retry` }, json<S["Job"]>, options);
+    // Not repeated after a broken connection: the first may have queued it (a second answers 409).
+    const call: Call = { method: "POST", path: `/v1/jobs/${segment(jobId)}/retry`, idempotent: false };
+    return this.send(call, json<S["Job"]>, options);
   }
 
   // -- memory ------------------------------------------------------------------
@@ -390,7 +445,8 @@ export class Memoryd {
 
   restoreRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<S["Job"]> {
     const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `runs/${segment(runId)}/restore`);
-    return this.send({ method: "POST", path }, json<S["Job"]>, options);
+    // Not repeated after a broken connection: a second would queue a second restore.
+    return this.send({ method: "POST", path, idempotent: false }, json<S["Job"]>, options);
   }
 
   forgetRollout(
@@ -515,9 +571,10 @@ export class Memoryd {
   exportWorkspace(workspace: string, options?: CallOptions): Promise<ReadableStream<Uint8Array>> {
     const parse = async (response: Response) => {
       if (!response.body) throw new MemorydError({ status: response.status, code: "empty_body", detail: "the export has no body" });
-      return response.body;
+      return withIdleTimeout(response.body, this.timeoutMs);
     };
-    return this.send({ method: "GET", path: `/v1/workspaces/${segment(workspace)}/export` }, parse, options);
+    const call: Call = { method: "GET", path: `/v1/workspaces/${segment(workspace)}/export`, streaming: true };
+    return this.send(call, parse, options);
   }
 
   /** Imports a gzip tar (an export, or a workspace the SDK wrote) into an empty workspace; the `import` job. */
@@ -527,6 +584,8 @@ export class Memoryd {
       path: `/v1/workspaces/${segment(workspace)}/import`,
       body: archive,
       headers: { "content-type": "application/gzip" },
+      // A second upload after a broken connection would meet the first's workspace (409).
+      idempotent: false,
     };
     return this.send(call, json<S["Job"]>, options);
   }
@@ -590,33 +649,42 @@ export class Memoryd {
     filter: { types?: string[]; lastEventId?: string; signal?: AbortSignal } = {},
   ): AsyncGenerator<StreamedEvent, void, undefined> {
     let last = filter.lastEventId;
-    for (;;) {
+    for (let attempt = 0; ; attempt++) {
       const call: Call = {
         method: "GET",
         path: "/v1/events",
         query: { types: filter.types?.length ? filter.types.join(",") : undefined },
         headers: { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
       };
-      let response: Response;
+      let failure: MemorydError;
       try {
-        response = await this.fetchImpl(this.url(call), { headers: this.headers(call), signal: filter.signal ?? null });
+        const response = await this.fetchImpl(this.url(call), { headers: this.headers(call), signal: filter.signal ?? null });
+        if (!response.ok) {
+          failure = await errorFromResponse(response);
+          if (!RETRYABLE_STATUSES.has(response.status)) throw failure;
+        } else {
+          if (!response.body) return;
+          // memoryd sends a keep-alive every 15 s: a minute of silence is a dead connection.
+          for await (const event of parseEventStream(withIdleTimeout(response.body, STREAM_IDLE_MS))) {
+            last = event.id;
+            attempt = 0;
+            yield event;
+          }
+          failure = new ConnectionFailedError({ status: undefined, code: "connection_failed", detail: "the stream ended" });
+        }
+      } catch (caught) {
+        if (filter.signal?.aborted) return;
+        if (caught instanceof MemorydError && caught.status !== undefined && !RETRYABLE_STATUSES.has(caught.status)) throw caught;
+        const detail = caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught);
+        failure = caught instanceof MemorydError ? caught : new ConnectionFailedError({ status: undefined, code: "connection_failed", detail });
+      }
+      // Reconnects back off as any retry does, honouring Retry-After.
+      try {
+        await this.wait(attempt, failure, undefined, filter.signal);
       } catch (error) {
         if (filter.signal?.aborted) return;
-        await new Promise((r) => setTimeout(r, 1000));
-        continue;
+        throw error;
       }
-      if (!response.ok) throw await errorFromResponse(response);
-      if (!response.body) return;
-      try {
-        for await (const event of parseEventStream(response.body)) {
-          last = event.id;
-          yield event;
-        }
-      } catch {
-        if (filter.signal?.aborted) return;
-      }
-      if (filter.signal?.aborted) return;
-      await new Promise((r) => setTimeout(r, 1000));
     }
   }
 }
@@ -662,6 +730,7 @@ async function* parseEventStream(body: ReadableStream<Uint8Array>): AsyncGenerat
       }
     }
   } finally {
-    reader.releaseLock();
+    // The caller broke out, or the stream failed: the connection is closed, not left open.
+    await reader.cancel().catch(() => undefined);
   }
 }

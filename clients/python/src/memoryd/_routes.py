@@ -180,9 +180,14 @@ def get_layout(layout: str = "default") -> Call[m.Layout]:
 
 
 def put_layout(layout: str, config: LayoutBody, *, if_match: str | None = None) -> Call[m.Layout]:
-    """``PUT /v1/layouts/{layout}``: create it, or replace it given its current etag."""
+    """``PUT /v1/layouts/{layout}``: create it, or replace it given its current etag. A
+    ``Layout`` just read can be changed and written back: its ``name`` and ``etag`` are
+    not sent as config, and its etag is the ``If-Match`` unless one is given."""
+    body = {k: v for k, v in _dump(config).items() if k not in ("name", "etag")}
+    if if_match is None and isinstance(config, m.Layout):
+        if_match = config.etag
     headers = {"if-match": if_match} if if_match else {}
-    return Call("PUT", f"/v1/layouts/{segment(layout)}", _layout, json=_dump(config), headers=headers)
+    return Call("PUT", f"/v1/layouts/{segment(layout)}", _layout, json=body, headers=headers)
 
 
 # -- sessions --------------------------------------------------------------
@@ -280,8 +285,9 @@ def get_job(job_id: str) -> Call[m.Job]:
 
 
 def retry_job(job_id: str) -> Call[m.Job]:
-    """``POST /v1/jobs/{job_id}/retry``: queue a failed job again."""
-    return Call("POST", f"/v1/jobs/{segment(job_id)}/retry", as_model(m.Job))
+    """``POST /v1/jobs/{job_id}/retry``: queue a failed job again. Not retried after a
+    broken connection: the first may have queued it (a second answers 409)."""
+    return Call("POST", f"/v1/jobs/{segment(job_id)}/retry", as_model(m.Job), idempotent=False)
 
 
 # -- memory ----------------------------------------------------------------
@@ -315,9 +321,10 @@ def get_run(run_id: str, *, workspace: str = "default", layout: str = "default")
 
 def restore_run(run_id: str, *, workspace: str = "default", layout: str = "default") -> Call[m.Job]:
     """``POST …/runs/{run_id}/restore``: queue a restore of the memory to what
-    the run left; returns the ``restore`` job."""
+    the run left; returns the ``restore`` job. Not retried after a broken
+    connection: a second would queue a second restore."""
     path = _memory_path(workspace, layout, f"runs/{segment(run_id)}/restore")
-    return Call("POST", path, as_model(m.Job))
+    return Call("POST", path, as_model(m.Job), idempotent=False)
 
 
 def forget_rollout(

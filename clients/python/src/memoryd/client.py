@@ -9,6 +9,7 @@ retrying what is transient.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import time
@@ -28,6 +29,7 @@ from typing_extensions import Self
 from . import _routes as routes
 from . import models as m
 from ._transport import (
+    RETRYABLE_STATUSES,
     Answered,
     Attempts,
     Call,
@@ -37,6 +39,7 @@ from ._transport import (
     error_from_response,
     segment,
 )
+from .errors import MemorydError
 from .webhooks import EventStreamParser
 
 Destination = str | os.PathLike[str] | IO[bytes]
@@ -90,18 +93,34 @@ def _export_call(workspace: str) -> Call[None]:
     return Call("GET", f"/v1/workspaces/{segment(workspace)}/export", routes.nothing)
 
 
+def _reconnect_wait(policy: RetryPolicy, attempt: int, failure: MemorydError | None) -> float:
+    """How long an event stream waits before connecting again: the retry policy's
+    backoff (never shorter than a ``Retry-After``), raising ``failure`` when it has no
+    attempt left. A stream the server ended (a restart) connects again soon."""
+    if failure is None:
+        return policy.delay(0, None) or 0.0
+    wait = policy.delay(attempt, failure.retry_after)
+    if wait is None:
+        raise failure
+    return wait
+
+
 class _Sink:
-    """Where an export's bytes go: a path (written anew by each attempt) or
-    an open binary file (which an attempt, once it wrote, cannot take back)."""
+    """Where an export's bytes go: a path, written as ``<path>.part`` and renamed
+    over it only once the whole archive arrived (a failed export leaves what was
+    there), or an open binary file (which an attempt, once it wrote, cannot take
+    back)."""
 
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
         self.file: IO[bytes] | None = None
+        self.part: str | None = None
         self.written = 0
 
     def __enter__(self) -> Self:
         if isinstance(self.destination, (str, os.PathLike)):
-            self.file = open(self.destination, "wb")
+            self.part = os.fspath(self.destination) + ".part"
+            self.file = open(self.part, "wb")
         else:
             self.file = self.destination
         return self
@@ -111,9 +130,20 @@ class _Sink:
         self.file.write(chunk)
         self.written += len(chunk)
 
+    def complete(self) -> int:
+        """The archive arrived whole: a path takes it. The bytes written."""
+        if self.part is not None and self.file is not None:
+            self.file.close()
+            os.replace(self.part, os.fspath(self.destination))  # type: ignore[arg-type]
+            self.part = None
+        return self.written
+
     def __exit__(self, *exc_info: object) -> None:
         if self.file is not None and self.file is not self.destination:
             self.file.close()
+        if self.part is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.part)
 
 
 def _import_call(workspace: str) -> Call[m.Job]:
@@ -122,6 +152,9 @@ def _import_call(workspace: str) -> Call[m.Job]:
         f"/v1/workspaces/{segment(workspace)}/import",
         routes.as_model(m.Job),
         headers={"content-type": "application/gzip"},
+        # A second upload after a broken connection would meet the first's
+        # workspace (409 workspace_not_empty).
+        idempotent=False,
     )
 
 
@@ -324,7 +357,8 @@ class Memoryd(_Client):
         streamed to ``destination`` (a path, or a binary file open for writing)
         without holding it in memory. Returns the bytes written. A failure before
         the archive starts is retried like any call; one after its first byte is
-        raised (a path is then left incomplete)."""
+        raised. A path is written as ``<path>.part`` and renamed over it once the
+        archive is whole: a failed export leaves the file that was there."""
         call = _export_call(workspace)
         attempts = Attempts(call, self._settings)
         while True:
@@ -334,7 +368,7 @@ class Memoryd(_Client):
                         if response.status_code < 400:
                             for chunk in response.iter_bytes():
                                 sink.write(chunk)
-                            return sink.written
+                            return sink.complete()
                         response.read()
                         answer: httpx.Response | httpx.TransportError = response
                 except httpx.TransportError as exc:
@@ -383,11 +417,15 @@ class Memoryd(_Client):
     ) -> Iterator[m.StreamedEvent]:
         """``GET /v1/events``: this tenant's events as they happen (``types``:
         only those). A broken connection is made again after the last event
-        seen (``Last-Event-ID``), so none is missed while the outbox keeps them;
+        seen (``Last-Event-ID``), so none is missed while the outbox keeps them,
+        after the retry policy's backoff (429 and 503 included, honouring
+        ``Retry-After``; the error is raised once no retry is left);
         ``reconnect=False`` raises instead. Stop by breaking out of the loop."""
         last = last_event_id
+        attempt = 0
         while True:
             url, options = _events_request(self._settings, types, last)
+            failure: MemorydError | None = None
             try:
                 with self._http.stream("GET", url, **options) as response:
                     if response.status_code >= 400:
@@ -397,14 +435,20 @@ class Memoryd(_Client):
                     for line in response.iter_lines():
                         event = parser.feed(line)
                         if event is not None:
-                            last = event.id
+                            last, attempt = event.id, 0
                             yield event
             except httpx.TransportError as exc:
-                if not reconnect:
-                    raise connection_error(exc) from exc
+                failure = connection_error(exc)
+            except MemorydError as exc:
+                if exc.status not in RETRYABLE_STATUSES:
+                    raise
+                failure = exc
             if not reconnect:
+                if failure is not None:
+                    raise failure
                 return
-            time.sleep(1.0)
+            time.sleep(_reconnect_wait(self._settings.retry, attempt, failure))
+            attempt += 1
 
     def close(self) -> None:
         if self._owns_http:
@@ -460,7 +504,7 @@ class AsyncMemoryd(_Client):
                         if response.status_code < 400:
                             async for chunk in response.aiter_bytes():
                                 sink.write(chunk)
-                            return sink.written
+                            return sink.complete()
                         await response.aread()
                         answer: httpx.Response | httpx.TransportError = response
                 except httpx.TransportError as exc:
@@ -507,8 +551,10 @@ class AsyncMemoryd(_Client):
     ) -> AsyncIterator[m.StreamedEvent]:
         """As :meth:`Memoryd.events`, an async iterator."""
         last = last_event_id
+        attempt = 0
         while True:
             url, options = _events_request(self._settings, types, last)
+            failure: MemorydError | None = None
             try:
                 async with self._http.stream("GET", url, **options) as response:
                     if response.status_code >= 400:
@@ -518,14 +564,20 @@ class AsyncMemoryd(_Client):
                     async for line in response.aiter_lines():
                         event = parser.feed(line)
                         if event is not None:
-                            last = event.id
+                            last, attempt = event.id, 0
                             yield event
             except httpx.TransportError as exc:
-                if not reconnect:
-                    raise connection_error(exc) from exc
+                failure = connection_error(exc)
+            except MemorydError as exc:
+                if exc.status not in RETRYABLE_STATUSES:
+                    raise
+                failure = exc
             if not reconnect:
+                if failure is not None:
+                    raise failure
                 return
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(_reconnect_wait(self._settings.retry, attempt, failure))
+            attempt += 1
 
     async def aclose(self) -> None:
         if self._owns_http:
