@@ -513,3 +513,28 @@ def test_the_event_stream_backs_off_on_503_and_then_gives_up():
         assert at[1] - at[0] >= 0.95, "Retry-After was honoured"
     finally:
         httpd.shutdown()
+
+
+def test_the_iterators_walk_every_page(server, tenant):
+    with Memoryd(server.base_url, tenant[1], admin_token=server.admin_token, retry=FAST) as client:
+        for n in range(5):
+            client.append_segment(f"page-{n}", segment(f"r{n}", f"conversation {n}"))
+            client.close_session(f"page-{n}", wait=30)
+        sessions = [s.session_id for s in client.iter_sessions(page_size=2)]
+        assert sorted(sessions) == [f"page-{n}" for n in range(5)] and len(set(sessions)) == 5
+        assert sessions == [s.session_id for s in client.list_sessions(limit=100).sessions], "the same order"
+        jobs = list(client.iter_jobs(page_size=2))
+        assert len(jobs) == len(client.list_jobs(limit=1000).jobs) >= 6
+        runs = list(client.iter_runs(page_size=2))
+        assert len(runs) == len(client.list_runs(limit=1000).runs) >= 1
+        tenants = [t.tenant_id for t in client.iter_tenants(page_size=1)]
+        assert tenant[0] in tenants and len(tenants) == len(set(tenants))
+
+
+async def test_the_async_iterators_walk_every_page(server, tenant):
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as sync_client:
+        for n in range(3):
+            sync_client.open_session(f"async-page-{n}")
+    async with AsyncMemoryd(server.base_url, tenant[1], retry=FAST) as client:
+        sessions = [s.session_id async for s in client.iter_sessions(page_size=1)]
+        assert sorted(sessions) == [f"async-page-{n}" for n in range(3)]

@@ -420,6 +420,51 @@ export class Memoryd {
     return this.send(call, json<S["Job"]>, options);
   }
 
+  // -- every row of a listing -------------------------------------------------------
+  /** Every session of `listSessions` (newest first), page after page over `next_cursor`. */
+  iterSessions(
+    filter: { state?: string; workspace?: string; pageSize?: number } = {},
+    options?: CallOptions,
+  ): AsyncGenerator<S["SessionSummary"]> {
+    const { pageSize, ...rest } = filter;
+    return this.every((cursor) => this.listSessions({ ...rest, limit: pageSize, cursor }, options), (p) => p.sessions ?? []);
+  }
+
+  /** Every job of `listJobs` (newest first), page after page. */
+  iterJobs(
+    filter: { state?: string; kind?: string; session_id?: string; pageSize?: number } = {},
+    options?: CallOptions,
+  ): AsyncGenerator<S["Job"]> {
+    const { pageSize, ...rest } = filter;
+    return this.every((cursor) => this.listJobs({ ...rest, limit: pageSize, cursor }, options), (p) => p.jobs ?? []);
+  }
+
+  /** Every run of `listRuns` (newest first), page after page. */
+  iterRuns(
+    where: { workspace?: string; layout?: string; pageSize?: number } = {},
+    options?: CallOptions,
+  ): AsyncGenerator<S["PhaseTwoRun"]> {
+    const { pageSize, ...rest } = where;
+    return this.every((cursor) => this.listRuns({ ...rest, limit: pageSize, cursor }, options), (p) => p.runs ?? []);
+  }
+
+  /** Every tenant of `listTenants` (oldest first), page after page (admin). */
+  iterTenants(page: { pageSize?: number } = {}, options?: CallOptions): AsyncGenerator<S["TenantSummary"]> {
+    return this.every((cursor) => this.listTenants({ limit: page.pageSize, cursor }, options), (p) => p.tenants ?? []);
+  }
+
+  private async *every<P extends { next_cursor?: string | null }, R>(
+    page: (cursor: string | undefined) => Promise<P>,
+    rows: (page: P) => R[],
+  ): AsyncGenerator<R> {
+    let cursor: string | undefined;
+    do {
+      const answer = await page(cursor);
+      yield* rows(answer);
+      cursor = answer.next_cursor ?? undefined;
+    } while (cursor);
+  }
+
   // -- memory ------------------------------------------------------------------
   private memoryPath(workspace: string, layout: string, rest: string): string {
     return `/v1/workspaces/${segment(workspace)}/layouts/${segment(layout)}/${rest}`;

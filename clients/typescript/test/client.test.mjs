@@ -105,6 +105,24 @@ for (const backend of backends) {
     }
   });
 
+  test(`the iterators walk every page (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const { tenantId, apiKey } = await server.tenant();
+      const client = new Memoryd({ baseUrl: server.baseUrl, apiKey, adminToken: server.adminToken, retry: fast });
+      for (let n = 0; n < 5; n++) await client.openSession({ sessionId: `page-${n}` });
+      const sessions = [];
+      for await (const session of client.iterSessions({ pageSize: 2 })) sessions.push(session.session_id);
+      assert.deepEqual([...sessions].sort(), [0, 1, 2, 3, 4].map((n) => `page-${n}`));
+      assert.deepEqual(sessions, (await client.listSessions({ limit: 100 })).sessions.map((s) => s.session_id), "the same order");
+      const tenants = [];
+      for await (const tenant of client.iterTenants({ pageSize: 1 })) tenants.push(tenant.tenant_id);
+      assert.ok(tenants.includes(tenantId) && new Set(tenants).size === tenants.length);
+    } finally {
+      await server.stop();
+    }
+  });
+
   test(`errors carry status, code and request id (${backend})`, async () => {
     const server = await startMemoryd(backend);
     try {

@@ -93,6 +93,21 @@ def _export_call(workspace: str) -> Call[None]:
     return Call("GET", f"/v1/workspaces/{segment(workspace)}/export", routes.nothing)
 
 
+_Page = m.SessionPage | m.JobList | m.RunList | m.TenantList
+PageT = TypeVar("PageT", m.SessionPage, m.JobList, m.RunList, m.TenantList)
+
+
+def _items(page: _Page) -> list[Any]:
+    """A listing page's rows, whichever listing it is."""
+    if isinstance(page, m.SessionPage):
+        return list(page.sessions)
+    if isinstance(page, m.JobList):
+        return list(page.jobs)
+    if isinstance(page, m.RunList):
+        return list(page.runs)
+    return list(page.tenants)
+
+
 def _reconnect_wait(policy: RetryPolicy, attempt: int, failure: MemorydError | None) -> float:
     """How long an event stream waits before connecting again: the retry policy's
     backoff (never shorter than a ``Retry-After``), raising ``failure`` when it has no
@@ -408,6 +423,44 @@ class Memoryd(_Client):
                 raise outcome.error
             time.sleep(outcome.wait)
 
+    def iter_sessions(
+        self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
+    ) -> Iterator[m.SessionSummary]:
+        """Every session of ``list_sessions`` (newest first), page after page."""
+        return self._every(lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c))
+
+    def iter_jobs(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        session_id: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[m.Job]:
+        """Every job of ``list_jobs`` (newest first), page after page."""
+        return self._every(
+            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c)
+        )
+
+    def iter_runs(
+        self, *, workspace: str = "default", layout: str = "default", page_size: int | None = None
+    ) -> Iterator[m.PhaseTwoRun]:
+        """Every run of ``list_runs`` (newest first), page after page."""
+        return self._every(lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c))
+
+    def iter_tenants(self, *, page_size: int | None = None) -> Iterator[m.TenantSummary]:
+        """Every tenant of ``list_tenants`` (oldest first), page after page (admin)."""
+        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c))
+
+    def _every(self, page: Callable[[str | None], Call[PageT]]) -> Iterator[Any]:
+        cursor: str | None = None
+        while True:
+            answer = self._send(page(cursor))
+            yield from _items(answer)
+            cursor = answer.next_cursor
+            if not cursor:
+                return
+
     def events(
         self,
         types: Sequence[str] | None = None,
@@ -541,6 +594,45 @@ class AsyncMemoryd(_Client):
             if outcome.wait is None or not archive.retryable():
                 raise outcome.error
             await asyncio.sleep(outcome.wait)
+
+    def iter_sessions(
+        self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
+    ) -> AsyncIterator[m.SessionSummary]:
+        """As :meth:`Memoryd.iter_sessions`, an async iterator."""
+        return self._every(lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c))
+
+    def iter_jobs(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        session_id: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[m.Job]:
+        """As :meth:`Memoryd.iter_jobs`, an async iterator."""
+        return self._every(
+            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c)
+        )
+
+    def iter_runs(
+        self, *, workspace: str = "default", layout: str = "default", page_size: int | None = None
+    ) -> AsyncIterator[m.PhaseTwoRun]:
+        """As :meth:`Memoryd.iter_runs`, an async iterator."""
+        return self._every(lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c))
+
+    def iter_tenants(self, *, page_size: int | None = None) -> AsyncIterator[m.TenantSummary]:
+        """As :meth:`Memoryd.iter_tenants`, an async iterator (admin)."""
+        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c))
+
+    async def _every(self, page: Callable[[str | None], Call[PageT]]) -> AsyncIterator[Any]:
+        cursor: str | None = None
+        while True:
+            answer = await self._send(page(cursor))
+            for item in _items(answer):
+                yield item
+            cursor = answer.next_cursor
+            if not cursor:
+                return
 
     async def events(
         self,
