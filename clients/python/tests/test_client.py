@@ -538,3 +538,55 @@ async def test_the_async_iterators_walk_every_page(server, tenant):
     async with AsyncMemoryd(server.base_url, tenant[1], retry=FAST) as client:
         sessions = [s.session_id async for s in client.iter_sessions(page_size=1)]
         assert sorted(sessions) == [f"async-page-{n}" for n in range(3)]
+
+
+def test_an_import_says_its_length():
+    seen: list[dict[str, str]] = []
+
+    class Refuse(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            body = json.dumps({"code": "invalid_archive", "status": 422, "detail": "no"}).encode()
+            self.send_response(422)
+            self.send_header("content-type", "application/problem+json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd, base = serve(Refuse)
+    try:
+        archive = b"x" * 200_000
+        with Memoryd(base, "mk_x", retry=FAST) as client, pytest.raises(BadRequestError):
+            client.import_workspace("w", io.BytesIO(archive))
+        assert seen[0].get("content-length") == str(len(archive)) and "transfer-encoding" not in seen[0]
+    finally:
+        httpd.shutdown()
+
+
+def test_a_failed_instructions_lookup_is_remembered_for_the_ttl():
+    from memoryd.agents import SyncMemorydMemory
+
+    asked: list[str] = []
+
+    class Down(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(500)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    httpd, base = serve(Down)
+    try:
+        with Memoryd(base, "mk_x", retry=FAST) as client:
+            memory = SyncMemorydMemory(client, instructions_ttl=60)
+            assert memory.memory_instructions() is None
+            assert memory.memory_instructions() is None
+            assert len(asked) == 1, "the second turn did not ask a memoryd that is down"
+    finally:
+        httpd.shutdown()

@@ -351,6 +351,8 @@ export class MemorydMemory {
       text = answer?.instructions ?? null;
     } catch (error) {
       this.logger.warn(`memoryd instructions unavailable, the agent runs without memory: ${describe(error)}`);
+      // While memoryd is down every turn would wait the whole timeout: the failure is remembered as an answer would be.
+      this.cached = { at: Date.now(), text: null };
       return null;
     }
     this.cached = { at: Date.now(), text };

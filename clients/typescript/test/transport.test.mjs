@@ -136,3 +136,23 @@ test("the package says which Node it needs, and this is one", () => {
   assert.equal(pkg.engines.node, ">=20");
   assert.ok(Number(process.versions.node.split(".")[0]) >= 20);
 });
+
+test("a failed instructions lookup is remembered for the TTL", async () => {
+  const { MemorydMemory } = await import("../dist/agents.js");
+  let asked = 0;
+  const server = await stub((_req, res) => {
+    asked++;
+    res.writeHead(500).end();
+  });
+  try {
+    const client = new Memoryd({ baseUrl: server.base, apiKey: "k", retry: { baseDelayMs: 1, maxDelayMs: 2 } });
+    const warnings = [];
+    const memory = new MemorydMemory(client, { instructionsTtlMs: 60_000, logger: { warn: (m) => warnings.push(m) } });
+    assert.equal(await memory.memoryInstructions(), null);
+    assert.equal(await memory.memoryInstructions(), null);
+    assert.equal(asked, 1, "the second turn did not ask a memoryd that is down");
+    assert.equal(warnings.length, 1);
+  } finally {
+    server.close();
+  }
+});

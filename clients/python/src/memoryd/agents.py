@@ -193,9 +193,11 @@ class _Conversation(Generic[ClientT]):
         self._cached = (time.monotonic(), text)
         return text
 
-    @staticmethod
-    def _instructions_unavailable(exc: Exception) -> None:
+    def _instructions_unavailable(self, exc: Exception) -> None:
         logger.warning("memoryd instructions unavailable, the agent runs without memory: %s", exc)
+        # While memoryd is down every turn would wait the whole timeout: the
+        # failure is remembered as long as an answer would be.
+        self._cached = (time.monotonic(), None)
 
     @staticmethod
     def _with_memory(base: str | None, memory: str | None) -> str:

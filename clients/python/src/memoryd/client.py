@@ -193,6 +193,24 @@ class _Archive:
     def retryable(self) -> bool:
         return isinstance(self.source, (str, os.PathLike)) or self.start is not None
 
+    def length(self, opened: IO[bytes]) -> int | None:
+        """The bytes left to send, when they can be told (a path, a seekable file):
+        sent as ``Content-Length``, so memoryd refuses an oversized archive at once."""
+        if not opened.seekable():
+            return None
+        at = opened.tell()
+        end = opened.seek(0, os.SEEK_END)
+        opened.seek(at)
+        return end - at
+
+    def headers(self, options: dict[str, Any], opened: IO[bytes]) -> dict[str, Any]:
+        """``options`` for one attempt: no JSON body, and the archive's length."""
+        options.pop("json", None)
+        length = self.length(opened)
+        if length is not None:
+            options["headers"] = {**options.get("headers", {}), "content-length": str(length)}
+        return options
+
     def done(self, opened: IO[bytes]) -> None:
         if opened is not self.source:
             opened.close()
@@ -207,7 +225,8 @@ def _chunks(file: IO[bytes], size: int = 1 << 16) -> Iterator[bytes]:
 
 
 async def _async_chunks(file: IO[bytes], size: int = 1 << 16) -> AsyncIterator[bytes]:
-    for chunk in _chunks(file, size):
+    # Read in a worker thread: a file read never blocks the event loop.
+    while chunk := await asyncio.to_thread(file.read, size):
         yield chunk
 
 
@@ -407,8 +426,7 @@ class Memoryd(_Client):
         while True:
             body = archive.open()
             try:
-                options = attempts.options()
-                options.pop("json", None)
+                options = archive.headers(attempts.options(), body)
                 answer: httpx.Response | httpx.TransportError = self._http.request(
                     call.method, attempts.url(), content=_chunks(body), **options
                 )
@@ -579,8 +597,7 @@ class AsyncMemoryd(_Client):
         while True:
             body = archive.open()
             try:
-                options = attempts.options()
-                options.pop("json", None)
+                options = archive.headers(attempts.options(), body)
                 answer: httpx.Response | httpx.TransportError = await self._http.request(
                     call.method, attempts.url(), content=_async_chunks(body), **options
                 )
