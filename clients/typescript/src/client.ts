@@ -72,6 +72,16 @@ const RETRYABLE_STATUSES = new Set([429, 503, 507]);
 const STREAM_IDLE_MS = 60_000;
 const DEFAULT_POLICY: RetryPolicy = { maxRetries: 3, baseDelayMs: 500, maxDelayMs: 8000, maxRetryAfterMs: 60_000 };
 
+/**
+ * An answer worth trying again: memoryd's own transient ones (429, 503, 507);
+ * a gateway's (502, 504) when repeating the call is harmless; a 500 of a read.
+ */
+function transient(call: Call, status: number): boolean {
+  if (RETRYABLE_STATUSES.has(status)) return true;
+  if (status === 502 || status === 504) return call.idempotent !== false;
+  return status === 500 && call.method === "GET";
+}
+
 /** One path segment, percent-encoded: a slash in an id never becomes a path. */
 export function segment(value: string): string {
   return encodeURIComponent(value);
@@ -237,7 +247,7 @@ export class Memoryd {
       } finally {
         clearTimeout(timer);
       }
-      if (!RETRYABLE_STATUSES.has(response.status)) throw error;
+      if (!transient(call, response.status)) throw error;
       await this.wait(attempt, error, deadline, options.signal);
     }
   }
@@ -404,10 +414,11 @@ export class Memoryd {
 
   // -- jobs --------------------------------------------------------------------
   listJobs(
-    filter: { state?: string; kind?: string; session_id?: string; limit?: number; cursor?: string } = {},
+    filter: { state?: string; kind?: string; sessionId?: string; limit?: number; cursor?: string } = {},
     options?: CallOptions,
   ): Promise<S["JobList"]> {
-    return this.send({ method: "GET", path: "/v1/jobs", query: filter }, json<S["JobList"]>, options);
+    const { sessionId, ...rest } = filter;
+    return this.send({ method: "GET", path: "/v1/jobs", query: { ...rest, session_id: sessionId } }, json<S["JobList"]>, options);
   }
 
   getJob(jobId: string, options?: CallOptions): Promise<S["Job"]> {
@@ -432,7 +443,7 @@ export class Memoryd {
 
   /** Every job of `listJobs` (newest first), page after page. */
   iterJobs(
-    filter: { state?: string; kind?: string; session_id?: string; pageSize?: number } = {},
+    filter: { state?: string; kind?: string; sessionId?: string; pageSize?: number } = {},
     options?: CallOptions,
   ): AsyncGenerator<S["Job"]> {
     const { pageSize, ...rest } = filter;

@@ -14,3 +14,5 @@ export {
   UnavailableError,
 } from "./errors.js";
 export type { components, paths } from "./schema.js";
+export { WebhookVerificationError, verifyWebhook } from "./webhooks.js";
+export type { WebhookEvent } from "./webhooks.js";

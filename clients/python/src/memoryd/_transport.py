@@ -233,5 +233,15 @@ def judge(
     if answer.status_code < 400:
         return Answered(call.parse(answer))
     error = error_from_response(answer)
-    wait = policy.delay(attempt, error.retry_after) if answer.status_code in RETRYABLE_STATUSES else None
+    wait = policy.delay(attempt, error.retry_after) if transient(call, answer.status_code) else None
     return Failed(error, wait)
+
+
+def transient(call: Call[Any], status: int) -> bool:
+    """An answer worth trying again: memoryd's own transient ones (429, 503, 507);
+    a gateway's (502, 504) when repeating the call is harmless; a 500 of a read."""
+    if status in RETRYABLE_STATUSES:
+        return True
+    if status in (502, 504):
+        return call.idempotent
+    return status == 500 and call.method == "GET"
