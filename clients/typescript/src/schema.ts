@@ -1824,7 +1824,7 @@ export interface paths {
             };
             requestBody: {
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             responses: {
@@ -1834,7 +1834,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": Record<string, never>;
+                        "application/json": Record<string, unknown>;
                         "text/event-stream": string;
                     };
                 };
@@ -2317,9 +2317,9 @@ export interface components {
             rollout_id?: string;
             /** Format: date-time */
             updated_at?: string;
-            input?: string | Record<string, never>[];
-            generated_items?: Record<string, never>[];
-            interruptions?: Record<string, never>[];
+            input?: string | Record<string, unknown>[];
+            generated_items?: Record<string, unknown>[];
+            interruptions?: Record<string, unknown>[];
             terminal_metadata?: {
                 /** @enum {string} */
                 terminal_state?: "completed" | "interrupted" | "cancelled" | "failed" | "max_turns_exceeded" | "guardrail_tripped";
@@ -2340,7 +2340,7 @@ export interface components {
         NewSession: {
             session_id?: components["schemas"]["FileSafeId"];
             workspace?: components["schemas"]["FileSafeId"];
-            metadata?: Record<string, never>;
+            metadata?: Record<string, unknown>;
         };
         /** @enum {string} */
         SessionState: "open" | "closing" | "closed";
@@ -2353,8 +2353,8 @@ export interface components {
             session_id?: string;
             workspace?: string;
             state?: components["schemas"]["SessionState"];
-            metadata?: Record<string, never>;
-            memory_status?: Record<string, never> | null;
+            metadata?: Record<string, unknown>;
+            memory_status?: Record<string, unknown> | null;
             /** Format: date-time */
             created_at?: string;
             /** Format: date-time */
@@ -2370,7 +2370,7 @@ export interface components {
         CloseResult: {
             session_id?: string;
             state?: components["schemas"]["SessionState"];
-            memory_status?: Record<string, never> | null;
+            memory_status?: Record<string, unknown> | null;
             jobs?: components["schemas"]["QueuedJob"][];
         };
         QueuedJob: {
@@ -2432,7 +2432,7 @@ export interface components {
             /** @description an edit's run: why it was made */
             reason?: string;
             redactions?: components["schemas"]["Redactions"];
-            usage?: Record<string, never>;
+            usage?: Record<string, unknown>;
             turns?: number;
             error?: string | null;
             /** Format: date-time */
@@ -2632,7 +2632,7 @@ export interface components {
             session_id?: string;
             workspace?: string;
             /** @description as GET /v1/sessions/{id} shows it */
-            memory_status?: Record<string, never>;
+            memory_status?: Record<string, unknown>;
         };
         /** @description run.succeeded and run.failed (a phase-two, restore or forget run) */
         RunFinishedData: {
@@ -2662,7 +2662,7 @@ export interface components {
             job_id?: string;
             workspace?: string;
             /** @description what was forgotten: scope, mode and, for rollouts, their ids */
-            forget?: Record<string, never>;
+            forget?: Record<string, unknown>;
         };
         WebhookTestData: {
             /** Format: uuid */
@@ -2699,7 +2699,7 @@ export interface components {
             /** Format: date-time */
             run_after?: string;
             last_error?: string | null;
-            usage?: Record<string, never> | null;
+            usage?: Record<string, unknown> | null;
             /** Format: date-time */
             created_at?: string;
             /** Format: date-time */
@@ -2736,7 +2736,7 @@ export interface components {
             segments?: number;
             /** @description rollouts (per layout) the session touched */
             rollouts?: number;
-            memory_status?: Record<string, never> | null;
+            memory_status?: Record<string, unknown> | null;
         };
         SessionPage: {
             sessions?: components["schemas"]["SessionSummary"][];

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,7 +12,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 test("src/schema.ts is generated from openapi.yaml", () => {
   const out = join(mkdtempSync(join(tmpdir(), "memoryd-schema-")), "schema.ts");
   const cli = join(root, "node_modules", "openapi-typescript", "bin", "cli.js");
-  execFileSync(process.execPath, [cli, join(root, "..", "..", "openapi.yaml"), "-o", out], { stdio: "ignore" });
+  execFileSync(process.execPath, [cli, join(root, "..", "..", "openapi.yaml"), "--empty-objects-unknown", "-o", out], { stdio: "ignore" });
   assert.equal(readFileSync(join(root, "src", "schema.ts"), "utf8"), readFileSync(out, "utf8"), "run `npm run generate`");
 });
 
@@ -28,4 +28,27 @@ test("every route of openapi.yaml has a method", () => {
   }
   const missing = routes.filter((route) => !called.has(route));
   assert.deepEqual(missing, []);
+});
+
+test("the generated types take real data: free-form objects are unknown, not never", () => {
+  const dir = mkdtempSync(join(tmpdir(), "memoryd-types-"));
+  const file = join(dir, "check.ts");
+  const client = JSON.stringify(join(root, "src", "client.js"));
+  writeFileSync(
+    file,
+    `import type { Schemas } from ${client};
+const segment: Schemas["Segment"] = {
+  rollout_id: "chat-1",
+  input: [{ role: "user", content: "hi" }],
+  generated_items: [{ type: "message", role: "assistant", content: [{ type: "output_text", text: "hello" }] }],
+};
+const session: Schemas["Session"] = { session_id: "s", metadata: { user: "u1" } };
+void segment;
+void session;
+`,
+  );
+  const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+  execFileSync(process.execPath, [tsc, "--noEmit", "--strict", "--skipLibCheck", "--module", "nodenext", "--moduleResolution", "nodenext", file], {
+    stdio: "pipe",
+  });
 });
