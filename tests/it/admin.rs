@@ -64,11 +64,12 @@ async fn keys_authenticate_tenants_and_can_be_revoked(backend: Backend) {
 
 async fn admin_api_needs_its_token(backend: Backend) {
     let app = TestApp::start_with(backend, |c| c.admin_token = None).await;
-    let (status, code, _) = status_code_body(
+    let (status, code, body) = status_code_body(
         app.request(Method::POST, "/v1/admin/tenants", ADMIN_TOKEN).json(&json!({"name": "x"})).send().await.unwrap(),
     )
     .await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
+    assert!(body["detail"].as_str().unwrap().contains("admin API is off"), "{body}");
 
     // With a token set, wrong guesses from one address are throttled, the
     // right token included, while the address waits; another address is not.
@@ -78,8 +79,15 @@ async fn admin_api_needs_its_token(backend: Backend) {
     };
     // What the guesser writes left of what a proxy on this host appended changes nothing.
     for i in 0..10 {
-        assert_eq!(guess("wrong-token", format!("198.51.100.{i}, 203.0.113.5")).await.unwrap().status(), 401);
+        let (status, _, body) =
+            status_code_body(guess("wrong-token", format!("198.51.100.{i}, 203.0.113.5")).await.unwrap()).await;
+        assert_eq!(status, 401);
+        assert!(body["detail"].as_str().unwrap().contains("the admin token"), "a 401 names its credential: {body}");
     }
+    let tenant_route = app.request(Method::GET, "/v1/sessions", "not-a-key").send().await.unwrap();
+    let (status, _, body) = status_code_body(tenant_route).await;
+    assert_eq!(status, 401);
+    assert!(body["detail"].as_str().unwrap().contains("a tenant's API key"), "{body}");
     let refused = guess(ADMIN_TOKEN, "203.0.113.5".into()).await.unwrap();
     assert!(refused.headers().contains_key("retry-after"));
     let (status, code, _) = status_code_body(refused).await;
