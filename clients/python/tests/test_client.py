@@ -27,6 +27,7 @@ from memoryd import (
     NotFoundError,
     QuotaExceededError,
     RateLimitedError,
+    RequestTimeoutError,
     RetryPolicy,
     UnavailableError,
 )
@@ -625,5 +626,25 @@ def test_a_gateways_502_is_retried_for_a_read_and_a_500_only_for_a_get():
             with pytest.raises(MemorydError):
                 client.retry_job("j")
             assert seen == ["POST"], "a POST's 500 is not"
+    finally:
+        httpd.shutdown()
+
+
+def test_a_timeout_is_its_own_error():
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(1.0)
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    httpd, base = serve(Slow)
+    try:
+        with Memoryd(base, "mk_x", timeout=0.2, max_retries=0) as client, pytest.raises(RequestTimeoutError) as late:
+            client.get_job("j")
+        assert isinstance(late.value, ConnectionFailedError) and late.value.code == "timeout"
     finally:
         httpd.shutdown()

@@ -9,7 +9,7 @@
  */
 
 import type { components } from "./schema.js";
-import { ConnectionFailedError, MemorydError, errorFromResponse } from "./errors.js";
+import { ConnectionFailedError, MemorydError, RequestTimeoutError, errorFromResponse } from "./errors.js";
 
 export type Schemas = components["schemas"];
 type S = Schemas;
@@ -234,7 +234,9 @@ export class Memoryd {
         clearTimeout(timer);
         if (options.signal?.aborted) throw options.signal.reason ?? caught;
         const detail = caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught);
-        const error = new ConnectionFailedError({ status: undefined, code: "connection_failed", detail });
+        const error = timeout.signal.aborted
+          ? new RequestTimeoutError({ status: undefined, code: "timeout", detail: `no answer within ${attemptTimeout} ms` })
+          : new ConnectionFailedError({ status: undefined, code: "connection_failed", detail });
         // A call that may have taken effect is repeated only if that is harmless.
         if (call.idempotent === false) throw error;
         await this.wait(attempt, error, deadline, options.signal);

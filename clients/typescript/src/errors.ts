@@ -33,6 +33,9 @@ export class MemorydError extends Error {
 
 /** memoryd could not be reached, or the connection broke before an answer. */
 export class ConnectionFailedError extends MemorydError {}
+
+/** No answer came within the attempt's or the call's timeout (code `timeout`); a `ConnectionFailedError` too. */
+export class RequestTimeoutError extends ConnectionFailedError {}
 /** The request itself is wrong (400, 405, 408, 413, 415, 422, 431): retrying it unchanged fails again. */
 export class BadRequestError extends MemorydError {}
 /** 401: no key, or one that is unknown or revoked. */

@@ -5,6 +5,7 @@ export {
   BadRequestError,
   ConflictError,
   ConnectionFailedError,
+  RequestTimeoutError,
   InsufficientStorageError,
   MemorydError,
   NotFoundError,

@@ -195,3 +195,21 @@ test("a gateway's 502 is retried for a read, a 500 only for a GET", async () => 
     server.close();
   }
 });
+
+test("a timeout is its own error, and still a ConnectionFailedError", async () => {
+  const { RequestTimeoutError } = await import("../dist/index.js");
+  const server = await stub((_req, res) => {
+    setTimeout(() => res.writeHead(200).end("{}"), 1000);
+  });
+  try {
+    const client = new Memoryd({ baseUrl: server.base, apiKey: "k", timeoutMs: 200, maxRetries: 0 });
+    const late = await client.getJob("j").then(
+      () => undefined,
+      (error) => error,
+    );
+    assert.ok(late instanceof RequestTimeoutError && late instanceof ConnectionFailedError, String(late));
+    assert.equal(late.code, "timeout");
+  } finally {
+    server.close();
+  }
+});

@@ -21,6 +21,7 @@ from .errors import (
     NotFoundError,
     QuotaExceededError,
     RateLimitedError,
+    RequestTimeoutError,
     ServerError,
     UnavailableError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "BadRequestError",
     "ConflictError",
     "ConnectionFailedError",
+    "RequestTimeoutError",
     "InsufficientStorageError",
     "Memoryd",
     "MemorydError",

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import ConnectionFailedError, MemorydError, error_class_for
+from .errors import ConnectionFailedError, MemorydError, RequestTimeoutError, error_class_for
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 # 429, 503 and 507 promise that nothing was done and that it may pass by itself.
@@ -126,7 +126,10 @@ def error_from_response(response: httpx.Response) -> MemorydError:
 
 
 def connection_error(exc: httpx.TransportError) -> MemorydError:
-    return ConnectionFailedError(status=None, code="connection_failed", detail=f"{type(exc).__name__}: {exc}")
+    detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestTimeoutError(status=None, code="timeout", detail=detail)
+    return ConnectionFailedError(status=None, code="connection_failed", detail=detail)
 
 
 @dataclass

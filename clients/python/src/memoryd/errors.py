@@ -44,6 +44,11 @@ class ConnectionFailedError(MemorydError):
     """memoryd could not be reached, or the connection broke before an answer."""
 
 
+class RequestTimeoutError(ConnectionFailedError):
+    """No answer came within the client's timeout (code ``timeout``); a
+    :class:`ConnectionFailedError` too, so code that catches that still does."""
+
+
 class BadRequestError(MemorydError):
     """The request itself is wrong (400, 405, 408, 413, 415, 422, 431): retrying it unchanged fails again."""
 
