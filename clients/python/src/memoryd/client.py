@@ -93,19 +93,8 @@ def _export_call(workspace: str) -> Call[None]:
     return Call("GET", f"/v1/workspaces/{segment(workspace)}/export", routes.nothing)
 
 
-_Page = m.SessionPage | m.JobList | m.RunList | m.TenantList
 PageT = TypeVar("PageT", m.SessionPage, m.JobList, m.RunList, m.TenantList)
-
-
-def _items(page: _Page) -> list[Any]:
-    """A listing page's rows, whichever listing it is."""
-    if isinstance(page, m.SessionPage):
-        return list(page.sessions)
-    if isinstance(page, m.JobList):
-        return list(page.jobs)
-    if isinstance(page, m.RunList):
-        return list(page.runs)
-    return list(page.tenants)
+RowT = TypeVar("RowT")
 
 
 def _reconnect_wait(policy: RetryPolicy, attempt: int, failure: MemorydError | None) -> float:
@@ -445,7 +434,10 @@ class Memoryd(_Client):
         self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
     ) -> Iterator[m.SessionSummary]:
         """Every session of ``list_sessions`` (newest first), page after page."""
-        return self._every(lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c))
+        return self._every(
+            lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c),
+            lambda p: p.sessions,
+        )
 
     def iter_jobs(
         self,
@@ -457,24 +449,28 @@ class Memoryd(_Client):
     ) -> Iterator[m.Job]:
         """Every job of ``list_jobs`` (newest first), page after page."""
         return self._every(
-            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c)
+            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c),
+            lambda p: p.jobs,
         )
 
     def iter_runs(
         self, *, workspace: str = "default", layout: str = "default", page_size: int | None = None
     ) -> Iterator[m.PhaseTwoRun]:
         """Every run of ``list_runs`` (newest first), page after page."""
-        return self._every(lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c))
+        return self._every(
+            lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c),
+            lambda p: p.runs,
+        )
 
     def iter_tenants(self, *, page_size: int | None = None) -> Iterator[m.TenantSummary]:
         """Every tenant of ``list_tenants`` (oldest first), page after page (admin)."""
-        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c))
+        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c), lambda p: p.tenants)
 
-    def _every(self, page: Callable[[str | None], Call[PageT]]) -> Iterator[Any]:
+    def _every(self, page: Callable[[str | None], Call[PageT]], rows: Callable[[PageT], list[RowT]]) -> Iterator[RowT]:
         cursor: str | None = None
         while True:
             answer = self._send(page(cursor))
-            yield from _items(answer)
+            yield from rows(answer)
             cursor = answer.next_cursor
             if not cursor:
                 return
@@ -616,7 +612,10 @@ class AsyncMemoryd(_Client):
         self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
     ) -> AsyncIterator[m.SessionSummary]:
         """As :meth:`Memoryd.iter_sessions`, an async iterator."""
-        return self._every(lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c))
+        return self._every(
+            lambda c: routes.list_sessions(state=state, workspace=workspace, limit=page_size, cursor=c),
+            lambda p: p.sessions,
+        )
 
     def iter_jobs(
         self,
@@ -628,25 +627,31 @@ class AsyncMemoryd(_Client):
     ) -> AsyncIterator[m.Job]:
         """As :meth:`Memoryd.iter_jobs`, an async iterator."""
         return self._every(
-            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c)
+            lambda c: routes.list_jobs(state=state, kind=kind, session_id=session_id, limit=page_size, cursor=c),
+            lambda p: p.jobs,
         )
 
     def iter_runs(
         self, *, workspace: str = "default", layout: str = "default", page_size: int | None = None
     ) -> AsyncIterator[m.PhaseTwoRun]:
         """As :meth:`Memoryd.iter_runs`, an async iterator."""
-        return self._every(lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c))
+        return self._every(
+            lambda c: routes.list_runs(workspace=workspace, layout=layout, limit=page_size, cursor=c),
+            lambda p: p.runs,
+        )
 
     def iter_tenants(self, *, page_size: int | None = None) -> AsyncIterator[m.TenantSummary]:
         """As :meth:`Memoryd.iter_tenants`, an async iterator (admin)."""
-        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c))
+        return self._every(lambda c: routes.list_tenants(limit=page_size, cursor=c), lambda p: p.tenants)
 
-    async def _every(self, page: Callable[[str | None], Call[PageT]]) -> AsyncIterator[Any]:
+    async def _every(
+        self, page: Callable[[str | None], Call[PageT]], rows: Callable[[PageT], list[RowT]]
+    ) -> AsyncIterator[RowT]:
         cursor: str | None = None
         while True:
             answer = await self._send(page(cursor))
-            for item in _items(answer):
-                yield item
+            for row in rows(answer):
+                yield row
             cursor = answer.next_cursor
             if not cursor:
                 return

@@ -9,6 +9,15 @@ use crate::store::*;
 use sqlx::Row;
 use uuid::Uuid;
 
+/// An event of the workspace other than the `session.closed` of the sessions
+/// the forget job `$3` ended when it was queued.
+macro_rules! not_ended_by_this_forget {
+    () => {
+        "NOT (event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
+              AND created_at >= (SELECT created_at FROM jobs WHERE id = $3))"
+    };
+}
+
 impl SqlStore<DB> {
     /// Drops the history blobs of a tenant that no kept run refers to.
     pub(super) async fn drop_unreferenced_blobs(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
@@ -236,13 +245,13 @@ impl SqlStore<DB> {
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
             // (the `forget.completed` is recorded after this).
-            "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
-                SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND NOT (
-                    event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
-                    AND created_at >= (SELECT created_at FROM jobs WHERE id = $3)))",
-            "DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND NOT (
-                event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
-                AND created_at >= (SELECT created_at FROM jobs WHERE id = $3))",
+            concat!(
+                "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
+                    SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND ",
+                not_ended_by_this_forget!(),
+                ")"
+            ),
+            concat!("DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND ", not_ended_by_this_forget!()),
             "DELETE FROM session_rollouts WHERE tenant_id = $1
                 AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
             "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",

@@ -125,33 +125,22 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         let workspace = workspace.map(WorkspaceName::as_str);
-        // A runtime waiting on a session of a forgotten workspace learns why
-        // it ended (a forgotten tenant's streams end with its keys).
-        let ended: Vec<String> = match workspace {
-            Some(workspace) => {
-                sqlx::query_scalar(
-                    "SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2 AND state <> 'closed'
-                 ORDER BY created_at, session_id",
-                )
-                .bind(tenant)
-                .bind(workspace)
-                .fetch_all(&mut *conn)
-                .await?
-            }
-            None => Vec::new(),
-        };
-        sqlx::query(
+        let status = MemoryStatus::forgotten();
+        let mut ended: Vec<String> = sqlx::query_scalar(
             "UPDATE sessions SET state = 'closed', memory_status = $3, closed_at = $4
-             WHERE tenant_id = $1 AND ($2 IS NULL OR workspace = $2) AND state <> 'closed'",
+             WHERE tenant_id = $1 AND ($2 IS NULL OR workspace = $2) AND state <> 'closed'
+             RETURNING session_id",
         )
         .bind(tenant)
         .bind(workspace)
-        .bind(MemoryStatus::forgotten().to_string())
+        .bind(status.to_string())
         .bind(now)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await?;
+        // A runtime waiting on a session of a forgotten workspace learns why
+        // it ended (a forgotten tenant's streams end with its keys).
         if let Some(workspace) = workspace {
-            let status = MemoryStatus::forgotten();
+            ended.sort_unstable();
             let events: Vec<_> = ended.iter().map(|id| session_closed(id, workspace, &status)).collect();
             Self::record_events_in(conn, tenant, &events, now).await?;
         }
