@@ -3,9 +3,9 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{AdminAuth, JsonBody, sha256_hex};
-use crate::domain::ids::random_hex;
-use crate::store::NewApiKey;
+use super::extract::{AdminAuth, JsonBody, OptionalJsonBody};
+use super::keys::{issued, new_key};
+use crate::domain::key_scope::{KeyRequest, KeyScope, parse_key_request};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -13,13 +13,6 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
-
-/// A fresh secret and the record that stores its hash.
-fn new_key(tenant_id: Uuid) -> (String, NewApiKey) {
-    let secret = format!("mk_{}", random_hex(32));
-    let record = NewApiKey { key_id: Uuid::new_v4(), tenant_id, key_hash: sha256_hex(secret.as_bytes()) };
-    (secret, record)
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +30,8 @@ pub async fn create_tenant(
     if name.is_empty() || name.len() > 200 {
         return Err(ApiError::InvalidRequest("name must be 1 to 200 characters".into()));
     }
-    let (secret, key) = new_key(Uuid::new_v4());
+    let every = KeyRequest { name: None, scope: KeyScope::unrestricted() };
+    let (secret, key) = new_key(Uuid::new_v4(), every);
     let tenant = state.store.create_tenant(&name, &key).await?;
     tracing::info!(tenant_id = %tenant.tenant_id, key_id = %key.key_id, "tenant created");
     Ok((
@@ -46,19 +40,25 @@ pub async fn create_tenant(
     ))
 }
 
+/// A key for the tenant: every workspace and permission unless the body
+/// (the fields of `POST /v1/keys`) says otherwise.
 pub async fn create_key(
     _: AdminAuth,
     State(state): State<AppState>,
     Path(tenant_id): Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {tenant_id}."));
     let id = Uuid::parse_str(&tenant_id).map_err(|_| not_found())?;
-    let (secret, key) = new_key(id);
+    let request = parse_key_request(&body.value, chrono::Utc::now(), true).map_err(ApiError::InvalidRequest)?;
+    let (secret, key) = new_key(id, request);
     if !state.store.create_api_key(&key).await? {
         return Err(not_found());
     }
     tracing::info!(tenant_id = %id, key_id = %key.key_id, "api key issued");
-    Ok((StatusCode::CREATED, Json(json!({"tenant_id": id, "key_id": key.key_id, "api_key": secret}))))
+    let mut answer = issued(&secret, &key);
+    answer["tenant_id"] = json!(id);
+    Ok((StatusCode::CREATED, Json(answer)))
 }
 
 pub async fn revoke_key(
@@ -68,7 +68,7 @@ pub async fn revoke_key(
 ) -> Result<StatusCode, ApiError> {
     let not_found = || ApiError::NotFound(format!("No live key {key_id}."));
     let id = Uuid::parse_str(&key_id).map_err(|_| not_found())?;
-    if !state.store.revoke_api_key(id).await? {
+    if !state.store.revoke_api_key(None, id).await? {
         return Err(not_found());
     }
     state.caches.keys.clear();

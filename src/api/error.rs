@@ -69,6 +69,9 @@ pub enum ApiError {
     Forgetting(String),
     #[error("{0}")]
     QuotaExceeded(String),
+    /// The key lacks the permission, or may not reach that far.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     WorkspaceNotEmpty(String),
     #[error("{0}")]
@@ -125,6 +128,7 @@ impl ApiError {
             Self::SessionOpen(_) => (StatusCode::CONFLICT, "session_open"),
             Self::Forgetting(_) => (StatusCode::CONFLICT, "forgetting"),
             Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::WorkspaceNotEmpty(_) => (StatusCode::CONFLICT, "workspace_not_empty"),
             Self::InvalidArchive(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_archive"),
             Self::InvalidWebhook(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_webhook"),

@@ -24,29 +24,17 @@ pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()).filter(|t| !t.is_empty())
 }
 
-/// The tenant named by the request's API key: the only source of tenant ids.
+/// The tenant of the request's API key, as the authorization layer checked
+/// it: the only source of tenant ids.
 pub struct TenantAuth(pub uuid::Uuid);
 
 impl FromRequestParts<AppState> for TenantAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key = bearer(parts).ok_or(ApiError::Unauthorized(Credential::TenantKey))?;
-        tenant_of_key_hash(state, &sha256_hex(key.as_bytes()))
-            .await?
-            .map(TenantAuth)
-            .ok_or(ApiError::Unauthorized(Credential::TenantKey))
+        let key = crate::store::AuthenticatedKey::from_request_parts(parts, state).await?;
+        Ok(TenantAuth(key.tenant_id))
     }
-}
-
-/// The tenant whose live API key has this SHA-256, through the key cache.
-pub(crate) async fn tenant_of_key_hash(state: &AppState, hash: &str) -> Result<Option<uuid::Uuid>, ApiError> {
-    if let Some(tenant) = state.caches.keys.get(&hash.to_owned()) {
-        return Ok(tenant);
-    }
-    let tenant = state.store.tenant_for_key_hash(hash).await?;
-    state.caches.keys.put(hash.to_owned(), tenant);
-    Ok(tenant)
 }
 
 /// `given` is the configured admin token (never, when none is configured).

@@ -6,6 +6,7 @@ use super::extract::{QueryParams, TenantAuth};
 use super::listings::page_of;
 use crate::domain::ids::SessionId;
 use crate::domain::page::{Listing, PageCursor};
+use crate::store::AuthenticatedKey;
 use crate::store::{JobFilter, JobKind, JobRecord, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -33,7 +34,7 @@ fn parse_filter<T>(
 }
 
 pub async fn list_jobs(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<JobQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -53,7 +54,9 @@ pub async fn list_jobs(
                     .ok_or_else(|| ApiError::InvalidRequest(format!("session_id is not a valid session id: {raw}")))
             })
             .transpose()?,
+        within: key.scope.workspaces.as_filter(),
     };
+    let tenant = key.tenant_id;
     let page = page_of(Listing::Jobs, query.limit, query.cursor.as_deref())?;
     let rows = state.store.list_jobs(tenant, &filter, &page).await?;
     let (jobs, next_cursor) =

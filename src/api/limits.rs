@@ -6,7 +6,7 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::QueryParams;
-use super::extract::{AdminAuth, JsonBody, TenantAuth, bearer_token, sha256_hex, tenant_of_key_hash};
+use super::extract::{AdminAuth, JsonBody, TenantAuth};
 use crate::domain::limits::Limits;
 use crate::domain::usage::{day_view, fill_days, report_range};
 use axum::Json;
@@ -155,16 +155,16 @@ pub(crate) fn refusal(
     ))
 }
 
-pub async fn limit_requests(State(state): State<AppState>, req: Request<Body>, next: Next) -> Response {
+/// Counts the request against its tenant's bucket. The key it finds is
+/// handed on, so the authorization layer does not look it up again.
+pub async fn limit_requests(State(state): State<AppState>, mut req: Request<Body>, next: Next) -> Response {
     let path = req.uri().path();
     if !path.starts_with("/v1/") || path.starts_with("/v1/admin/") {
         return next.run(req).await;
     }
-    let tenant = match bearer_token(req.headers()) {
-        Some(key) => tenant_of_key_hash(&state, &sha256_hex(key.as_bytes())).await.ok().flatten(),
-        None => None,
-    };
-    let Some(tenant) = tenant else { return next.run(req).await };
+    let Ok(key) = super::authorize::authenticate(&state, req.headers()).await else { return next.run(req).await };
+    let tenant = key.tenant_id;
+    req.extensions_mut().insert(key);
     let Some((rate, decision)) = take_request(&state, tenant).await else { return next.run(req).await };
     let mut response = match refusal(rate, &decision) {
         None => next.run(req).await,

@@ -8,7 +8,7 @@ use super::extract::{AdminAuth, QueryParams, TenantAuth};
 use super::memory::locate;
 use crate::domain::ids::WorkspaceName;
 use crate::domain::page::{Listing, PageCursor, PageRequest};
-use crate::store::{SessionFilter, SessionState};
+use crate::store::{AuthenticatedKey, SessionFilter, SessionState};
 use crate::workspace::{confine, folder_files};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -33,7 +33,7 @@ pub struct SessionsQuery {
 }
 
 pub async fn list_sessions(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<SessionsQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -56,18 +56,17 @@ pub async fn list_sessions(
                     .ok_or_else(|| ApiError::InvalidRequest(format!("workspace is not a valid workspace name: {raw}")))
             })
             .transpose()?,
+        within: key.scope.workspaces.as_filter(),
     };
-    let rows = state.store.list_sessions(tenant, &filter, &page).await?;
+    let rows = state.store.list_sessions(key.tenant_id, &filter, &page).await?;
     let (sessions, next_cursor) = page
         .finish(Listing::Sessions, rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
     Ok(Json(json!({"sessions": sessions, "next_cursor": next_cursor})))
 }
 
-pub async fn list_workspaces(
-    TenantAuth(tenant): TenantAuth,
-    State(state): State<AppState>,
-) -> Result<Json<Value>, ApiError> {
-    let workspaces = state.store.workspace_activity(tenant).await?.summaries();
+pub async fn list_workspaces(key: AuthenticatedKey, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let mut workspaces = state.store.workspace_activity(key.tenant_id).await?.summaries();
+    workspaces.retain(|w| key.scope.workspaces.sees(&w.name));
     Ok(Json(json!({"workspaces": workspaces})))
 }
 

@@ -12,9 +12,11 @@
 use super::AppState;
 use super::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
 use super::error::ApiError;
-use super::extract::{QueryParams, TenantAuth};
+use super::extract::QueryParams;
 use crate::domain::ids::{LayoutName, SessionId, WorkspaceName};
+use crate::domain::key_scope::{KeyScope, Permission, Workspaces};
 use crate::domain::memory_edit::MemoryEdit;
+use crate::store::AuthenticatedKey;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +44,8 @@ const EDIT_WAIT: Duration = Duration::from_secs(10);
 struct Caller {
     state: AppState,
     tenant: uuid::Uuid,
+    /// What the key reaches: tools name no workspace beyond it.
+    scope: KeyScope,
     workspace: String,
     layout: String,
     session: Option<String>,
@@ -69,7 +73,7 @@ static TRANSPORT: LazyLock<StreamableHttpService<MemoryServer, NeverSessionManag
 
 /// `/v1/mcp`: the key is checked here, before any MCP handling.
 pub async fn serve(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<EndpointQuery>,
     mut req: Request<Body>,
@@ -79,15 +83,35 @@ pub async fn serve(
         Some(raw) if valid(&raw) => Ok(raw),
         Some(raw) => Err(ApiError::InvalidRequest(format!("{what} is not a valid name: {raw:?}"))),
     };
-    let workspace = name(query.workspace, "workspace", |w| WorkspaceName::parse(w).is_some())?;
+    // A key for some workspaces only starts in the first of them.
+    let first_reached = match &key.scope.workspaces {
+        Workspaces::Only(names) => names.first().cloned(),
+        Workspaces::All => None,
+    };
+    let workspace = name(query.workspace.or(first_reached), "workspace", |w| WorkspaceName::parse(w).is_some())?;
+    if !key.scope.workspaces.sees(&workspace) {
+        return Err(ApiError::NotFound(format!("No workspace {workspace}.")));
+    }
     let layout = name(query.layout, "layout", |l| LayoutName::parse(l).is_some())?;
     if let Some(session) = &query.session_id
         && SessionId::parse(session).is_none()
     {
         return Err(ApiError::InvalidRequest(format!("session_id is not a valid session id: {session:?}")));
     }
-    req.extensions_mut().insert(Caller { state, tenant, workspace, layout, session: query.session_id });
+    let (tenant, scope) = (key.tenant_id, key.scope);
+    req.extensions_mut().insert(Caller { state, tenant, scope, workspace, layout, session: query.session_id });
     Ok(TRANSPORT.handle(req).await.into_response())
+}
+
+impl Caller {
+    /// A workspace outside the key's list does not exist for it.
+    fn reach(&self, workspace: &str) -> Result<(), ApiError> {
+        if self.scope.workspaces.sees(workspace) {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound(format!("No workspace {workspace}.")))
+        }
+    }
 }
 
 /// The MCP server; each call finds its [`Caller`] in the request.
@@ -182,8 +206,11 @@ fn tools(editable: bool) -> Vec<Tool> {
     tools
 }
 
-/// Whether the layout lets running agents change its memory.
+/// Whether the layout lets running agents change its memory, and the key may.
 async fn editable(caller: &Caller) -> bool {
+    if !caller.scope.permissions.has(Permission::Edit) {
+        return false;
+    }
     match super::layouts::find_layout(&caller.state, caller.tenant, &caller.layout).await {
         Ok((_, layout)) => layout.config.read.as_ref().is_some_and(|r| r.live_update),
         Err(_) => false,
@@ -210,6 +237,7 @@ fn arguments<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError
 /// Runs one tool: its text for the model and its structured content.
 async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) -> Result<(String, Value), ApiError> {
     let (workspace, layout, args) = split_place(caller, raw);
+    caller.reach(&workspace)?;
     let (state, tenant) = (&caller.state, caller.tenant);
     match name {
         "memory_list" => {
@@ -234,6 +262,9 @@ async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) 
 }
 
 async fn edit(caller: &Caller, workspace: &str, layout: &str, mut args: Value) -> Result<(String, Value), ApiError> {
+    if !caller.scope.permissions.has(Permission::Edit) {
+        return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
+    }
     if let (Some(session), Some(map)) = (&caller.session, args.as_object_mut()) {
         map.entry("session_id").or_insert_with(|| Value::String(session.clone()));
     }
@@ -335,6 +366,7 @@ impl ServerHandler for MemoryServer {
             request.arguments.as_ref().and_then(|a| a.get(key)).and_then(Value::as_str).unwrap_or(default).to_owned()
         };
         let (workspace, layout) = (argument("workspace", &caller.workspace), argument("layout", &caller.layout));
+        caller.reach(&workspace).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         let instructions = super::memory::memory_instructions(&caller.state, caller.tenant, &workspace, &layout, None)
             .await
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;

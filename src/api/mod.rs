@@ -3,6 +3,7 @@
 
 mod admin;
 mod agent_memory;
+pub mod authorize;
 mod cache;
 mod console;
 pub use console::{ConsoleKeys, SignInThrottle};
@@ -14,6 +15,7 @@ mod health;
 mod history;
 mod import;
 mod jobs;
+mod keys;
 mod layouts;
 mod limits;
 mod listings;
@@ -26,8 +28,10 @@ pub mod slots;
 pub(crate) mod webhooks;
 
 use crate::config::Config;
+use crate::domain::key_scope::Permission;
 use crate::store::DynStore;
 use crate::workspace::Volumes;
+pub use authorize::{Access, Reach};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath};
@@ -45,6 +49,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+
+/// A key revoked on another replica is refused here at most this long after.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Longer than the longest `?wait=` of a close (300 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(330);
@@ -76,8 +83,9 @@ pub struct AppState {
 /// Lookups every request makes. A key revoked or a layout changed on another
 /// replica takes effect here within the time to live.
 pub struct Caches {
-    /// API key hash → tenant (or no tenant).
-    pub keys: cache::TtlCache<String, Option<uuid::Uuid>>,
+    /// API key hash → the live key (or none). Its time to live bounds how
+    /// long another replica's revocation takes to reach this one.
+    pub keys: cache::TtlCache<String, Option<crate::store::AuthenticatedKey>>,
     /// Tenant → its stored layouts.
     pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
     /// Segments appended per tenant per minute on this replica.
@@ -95,7 +103,7 @@ pub struct Caches {
 impl Default for Caches {
     fn default() -> Self {
         Self {
-            keys: cache::TtlCache::new(Duration::from_secs(5)),
+            keys: cache::TtlCache::new(KEY_CACHE_TTL),
             layouts: cache::TtlCache::new(Duration::from_secs(2)),
             ingest: Default::default(),
             sign_ins: Default::default(),
@@ -142,20 +150,21 @@ async fn problem_for_bare_errors(req: Request<Body>, next: Next) -> Response {
     response
 }
 
-/// One route: its method, its full path and its handler.
+/// One route: its method, its full path, who may call it and its handler.
 struct Endpoint {
     method: Method,
     path: &'static str,
+    access: Access,
     handler: MethodRouter<AppState>,
 }
 
-fn endpoint<H, T>(method: Method, path: &'static str, handler: H) -> Endpoint
+fn endpoint<H, T>(method: Method, path: &'static str, access: Access, handler: H) -> Endpoint
 where
     H: Handler<T, AppState>,
     T: 'static,
 {
     let filter = MethodFilter::try_from(method.clone()).expect("endpoints use standard methods");
-    Endpoint { method, path, handler: on(filter, handler) }
+    Endpoint { method, path, access, handler: on(filter, handler) }
 }
 
 /// A route whose bodies may be at most `limit` bytes (below the segment limit).
@@ -163,79 +172,154 @@ fn with_body_limit(endpoint: Endpoint, limit: usize) -> Endpoint {
     Endpoint { handler: endpoint.handler.layer(DefaultBodyLimit::max(limit)), ..endpoint }
 }
 
+const OPEN: Access = Access::Open;
+const ADMIN: Access = Access::Admin;
+
+const fn key(permission: Permission, reach: Reach) -> Access {
+    Access::Key(permission, reach)
+}
+
 /// Every route memoryd serves; `openapi.yaml` is tested against this list.
 fn endpoints() -> Vec<Endpoint> {
+    use Permission::{Close, Edit, Ingest, Manage, Read};
+    use Reach::{EveryWorkspace, Filtered, Job, Session, Tenant, Workspace};
     vec![
-        endpoint(Method::GET, "/healthz", health::healthz),
-        endpoint(Method::GET, "/readyz", health::readyz),
-        endpoint(Method::GET, "/metrics", health::metrics),
-        endpoint(Method::GET, "/openapi.yaml", health::openapi),
-        endpoint(Method::POST, "/v1/admin/tenants", admin::create_tenant),
-        endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", admin::create_key),
-        endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", admin::revoke_key),
-        endpoint(Method::DELETE, "/v1/admin/tenants/{tenant_id}", forget::delete_tenant),
-        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/limits", limits::tenant_limits),
-        endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", limits::set_limits),
-        endpoint(Method::GET, "/v1/limits", limits::own_limits),
-        endpoint(Method::GET, "/v1/usage", limits::own_usage),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/export", export::export_workspace),
-        endpoint(Method::POST, "/v1/workspaces/{workspace}/import", import::import_workspace),
-        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", limits::tenant_usage),
-        endpoint(Method::GET, "/v1/layouts", layouts::list_layouts),
-        endpoint(Method::PUT, "/v1/layouts/{layout}", layouts::put_layout),
-        endpoint(Method::GET, "/v1/layouts/{layout}", layouts::get_layout),
-        endpoint(Method::GET, "/v1/admin/tenants", listings::list_tenants),
-        endpoint(Method::POST, "/v1/sessions", sessions::create_session),
-        endpoint(Method::GET, "/v1/sessions", listings::list_sessions),
-        endpoint(Method::GET, "/v1/workspaces", listings::list_workspaces),
-        endpoint(Method::DELETE, "/v1/workspaces/{workspace}", forget::forget_workspace),
+        endpoint(Method::GET, "/healthz", OPEN, health::healthz),
+        endpoint(Method::GET, "/readyz", OPEN, health::readyz),
+        endpoint(Method::GET, "/metrics", OPEN, health::metrics),
+        endpoint(Method::GET, "/openapi.yaml", OPEN, health::openapi),
+        endpoint(Method::POST, "/v1/admin/tenants", ADMIN, admin::create_tenant),
+        endpoint(Method::POST, "/v1/admin/tenants/{tenant_id}/keys", ADMIN, admin::create_key),
+        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/keys", ADMIN, keys::tenant_keys),
+        endpoint(Method::DELETE, "/v1/admin/keys/{key_id}", ADMIN, admin::revoke_key),
+        endpoint(Method::DELETE, "/v1/admin/tenants/{tenant_id}", ADMIN, forget::delete_tenant),
+        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/limits", ADMIN, limits::tenant_limits),
+        endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", ADMIN, limits::set_limits),
+        endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", ADMIN, limits::tenant_usage),
+        endpoint(Method::GET, "/v1/admin/tenants", ADMIN, listings::list_tenants),
+        endpoint(Method::POST, "/v1/keys", key(Manage, Filtered), keys::create_key),
+        endpoint(Method::GET, "/v1/keys", key(Manage, Filtered), keys::list_keys),
+        endpoint(Method::DELETE, "/v1/keys/{key_id}", key(Manage, Filtered), keys::revoke_key),
+        endpoint(Method::GET, "/v1/limits", key(Manage, Tenant), limits::own_limits),
+        endpoint(Method::GET, "/v1/usage", key(Manage, EveryWorkspace), limits::own_usage),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/export", key(Manage, Workspace), export::export_workspace),
+        endpoint(Method::POST, "/v1/workspaces/{workspace}/import", key(Manage, Workspace), import::import_workspace),
+        endpoint(Method::GET, "/v1/layouts", key(Read, Tenant), layouts::list_layouts),
+        endpoint(Method::PUT, "/v1/layouts/{layout}", key(Manage, EveryWorkspace), layouts::put_layout),
+        endpoint(Method::GET, "/v1/layouts/{layout}", key(Read, Tenant), layouts::get_layout),
+        endpoint(Method::POST, "/v1/sessions", key(Ingest, Filtered), sessions::create_session),
+        endpoint(Method::GET, "/v1/sessions", key(Read, Filtered), listings::list_sessions),
+        endpoint(Method::GET, "/v1/workspaces", key(Read, Filtered), listings::list_workspaces),
+        endpoint(Method::DELETE, "/v1/workspaces/{workspace}", key(Manage, Workspace), forget::forget_workspace),
         endpoint(
             Method::DELETE,
             "/v1/workspaces/{workspace}/layouts/{layout}/rollouts/{rollout_id}",
+            key(Manage, Workspace),
             forget::forget_rollout,
         ),
-        endpoint(Method::GET, "/v1/sessions/{session_id}", sessions::get_session),
-        endpoint(Method::POST, "/v1/sessions/{session_id}/layouts/{layout}/segments", sessions::append_segment),
-        endpoint(Method::POST, "/v1/sessions/{session_id}/close", sessions::close_session),
-        endpoint(Method::GET, "/v1/jobs", jobs::list_jobs),
-        endpoint(Method::GET, "/v1/jobs/{job_id}", jobs::get_job),
-        endpoint(Method::POST, "/v1/jobs/{job_id}/retry", jobs::retry_job),
+        endpoint(Method::GET, "/v1/sessions/{session_id}", key(Read, Session), sessions::get_session),
+        endpoint(
+            Method::POST,
+            "/v1/sessions/{session_id}/layouts/{layout}/segments",
+            key(Ingest, Session),
+            sessions::append_segment,
+        ),
+        endpoint(Method::POST, "/v1/sessions/{session_id}/close", key(Close, Session), sessions::close_session),
+        endpoint(Method::GET, "/v1/jobs", key(Read, Filtered), jobs::list_jobs),
+        endpoint(Method::GET, "/v1/jobs/{job_id}", key(Read, Job), jobs::get_job),
+        endpoint(Method::POST, "/v1/jobs/{job_id}/retry", key(Manage, Job), jobs::retry_job),
         endpoint(
             Method::GET,
             "/v1/workspaces/{workspace}/layouts/{layout}/phase_two_selection",
+            key(Read, Workspace),
             memory::phase_two_selection,
         ),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs", memory::runs),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}", history::run),
-        endpoint(Method::POST, "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}/restore", history::restore),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files", listings::list_files),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}", memory::file),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/instructions", memory::instructions),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/list", agent_memory::list),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/read", agent_memory::read_file),
-        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/memory/search", agent_memory::search),
+        endpoint(Method::GET, "/v1/workspaces/{workspace}/layouts/{layout}/runs", key(Read, Workspace), memory::runs),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}",
+            key(Read, Workspace),
+            history::run,
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/workspaces/{workspace}/layouts/{layout}/runs/{run_id}/restore",
+            key(Edit, Workspace),
+            history::restore,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/files",
+            key(Read, Workspace),
+            listings::list_files,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/files/{*path}",
+            key(Read, Workspace),
+            memory::file,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/instructions",
+            key(Read, Workspace),
+            memory::instructions,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/memory/list",
+            key(Read, Workspace),
+            agent_memory::list,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/memory/read",
+            key(Read, Workspace),
+            agent_memory::read_file,
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/workspaces/{workspace}/layouts/{layout}/memory/search",
+            key(Read, Workspace),
+            agent_memory::search,
+        ),
         with_body_limit(
-            endpoint(Method::POST, "/v1/workspaces/{workspace}/layouts/{layout}/memory/edits", agent_memory::edit),
+            endpoint(
+                Method::POST,
+                "/v1/workspaces/{workspace}/layouts/{layout}/memory/edits",
+                key(Edit, Workspace),
+                agent_memory::edit,
+            ),
             crate::domain::memory_edit::MAX_EDIT_BYTES,
         ),
-        endpoint(Method::POST, "/v1/webhooks", webhooks::create_webhook),
-        endpoint(Method::GET, "/v1/webhooks", webhooks::list_webhooks),
-        endpoint(Method::GET, "/v1/webhooks/{webhook_id}", webhooks::get_webhook),
-        endpoint(Method::PATCH, "/v1/webhooks/{webhook_id}", webhooks::update_webhook),
-        endpoint(Method::DELETE, "/v1/webhooks/{webhook_id}", webhooks::delete_webhook),
-        endpoint(Method::POST, "/v1/webhooks/{webhook_id}/rotate", webhooks::rotate_webhook),
-        endpoint(Method::POST, "/v1/webhooks/{webhook_id}/test", webhooks::test_webhook),
-        endpoint(Method::GET, "/v1/webhooks/{webhook_id}/deliveries", webhooks::webhook_deliveries),
-        endpoint(Method::GET, "/v1/events", webhooks::stream_events),
-        endpoint(Method::POST, "/v1/mcp", mcp::serve),
-        endpoint(Method::GET, "/v1/mcp", mcp::serve),
-        endpoint(Method::DELETE, "/v1/mcp", mcp::serve),
+        endpoint(Method::POST, "/v1/webhooks", key(Manage, EveryWorkspace), webhooks::create_webhook),
+        endpoint(Method::GET, "/v1/webhooks", key(Manage, EveryWorkspace), webhooks::list_webhooks),
+        endpoint(Method::GET, "/v1/webhooks/{webhook_id}", key(Manage, EveryWorkspace), webhooks::get_webhook),
+        endpoint(Method::PATCH, "/v1/webhooks/{webhook_id}", key(Manage, EveryWorkspace), webhooks::update_webhook),
+        endpoint(Method::DELETE, "/v1/webhooks/{webhook_id}", key(Manage, EveryWorkspace), webhooks::delete_webhook),
+        endpoint(
+            Method::POST,
+            "/v1/webhooks/{webhook_id}/rotate",
+            key(Manage, EveryWorkspace),
+            webhooks::rotate_webhook,
+        ),
+        endpoint(Method::POST, "/v1/webhooks/{webhook_id}/test", key(Manage, EveryWorkspace), webhooks::test_webhook),
+        endpoint(
+            Method::GET,
+            "/v1/webhooks/{webhook_id}/deliveries",
+            key(Manage, EveryWorkspace),
+            webhooks::webhook_deliveries,
+        ),
+        endpoint(Method::GET, "/v1/events", key(Read, Filtered), webhooks::stream_events),
+        endpoint(Method::POST, "/v1/mcp", key(Read, Filtered), mcp::serve),
+        endpoint(Method::GET, "/v1/mcp", key(Read, Filtered), mcp::serve),
+        endpoint(Method::DELETE, "/v1/mcp", key(Read, Filtered), mcp::serve),
     ]
 }
 
-/// `(method, path)` of every route, as the router serves them.
-pub fn route_list() -> Vec<(Method, &'static str)> {
-    endpoints().into_iter().map(|e| (e.method, e.path)).collect()
+/// `(method, path, access)` of every route, as the router serves them.
+pub fn route_list() -> Vec<(Method, &'static str, Access)> {
+    endpoints().into_iter().map(|e| (e.method, e.path, e.access)).collect()
 }
 
 /// Requests by route template, method and status, with their latency.
@@ -251,7 +335,12 @@ async fn record_http(req: Request<Body>, next: Next) -> Response {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.max_segment_bytes;
     let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
-    for Endpoint { path, handler, .. } in endpoints() {
+    for Endpoint { path, handler, access, .. } in endpoints() {
+        let handler = match access {
+            Access::Key(permission, reach) => handler
+                .route_layer(middleware::from_fn_with_state((state.clone(), permission, reach), authorize::guard)),
+            Access::Open | Access::Admin => handler,
+        };
         match by_path.iter_mut().find(|(p, _)| *p == path) {
             Some((_, routes)) => *routes = std::mem::take(routes).merge(handler),
             None => by_path.push((path, handler)),

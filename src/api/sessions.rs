@@ -2,17 +2,18 @@
 //! (SPEC §2.2, §2.3).
 
 use super::AppState;
+use super::authorize::SessionWorkspace;
 use super::error::{ApiError, STORAGE_FULL};
 use super::extract::{JsonBody, OptionalJsonBody, QueryParams, TenantAuth, sha256_hex};
 use super::layouts::find_layout;
 use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
 use crate::domain::segment::{SegmentError, build_segment_redacted};
 use crate::store::{
-    AppendOutcome, AppendRequest, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind, JobState, NewSession,
-    SessionState,
+    AppendOutcome, AppendRequest, AuthenticatedKey, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind,
+    JobState, NewSession, SessionState,
 };
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
@@ -41,7 +42,7 @@ struct OpenSession {
 }
 
 pub async fn create_session(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -56,6 +57,10 @@ pub async fn create_session(
         Some(raw) => parse_workspace(&raw)?,
         None => WorkspaceName::default_workspace(),
     };
+    if !key.scope.workspaces.sees(workspace.as_str()) {
+        return Err(super::authorize::outside(&workspace));
+    }
+    let tenant = key.tenant_id;
     let metadata = Value::Object(open.metadata.unwrap_or_default());
     let max_open = super::limits::effective_limits(&state, tenant).await?.open_sessions.filter(|n| *n > 0);
     let new = NewSession { session_id: session_id.clone(), workspace, metadata, max_open };
@@ -121,6 +126,7 @@ pub async fn append_segment(
     State(state): State<AppState>,
     Path((raw_session, raw_layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<SegmentQuery>,
+    found: Option<Extension<SessionWorkspace>>,
     headers: HeaderMap,
     body: JsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -129,7 +135,12 @@ pub async fn append_segment(
             "session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_session}"
         ))
     })?;
-    let workspace = query.workspace.as_deref().map(parse_workspace).transpose()?;
+    // For a key with some workspaces only, the session must still be in the
+    // one the authorization layer found when the append takes its lock.
+    let workspace = match query.workspace.as_deref() {
+        Some(raw) => Some(parse_workspace(raw)?),
+        None => found.map(|Extension(SessionWorkspace(w))| w),
+    };
     let (layout_name, layout) = find_layout(&state, tenant, &raw_layout).await?;
     let scope = format!("segment\0{session_id}\0{layout_name}\0{}", query.workspace.as_deref().unwrap_or(""));
     let claim = idempotency_claim(&headers, &scope, &body.raw)?;

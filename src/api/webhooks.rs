@@ -1,13 +1,16 @@
 //! Webhook endpoints and the live event stream over HTTP (SPEC §2.8).
 
 use super::AppState;
+use super::authorize::key_of_hash;
 use super::error::{ApiError, Credential};
-use super::extract::{JsonBody, QueryParams, TenantAuth, bearer_token, tenant_of_key_hash};
+use super::extract::{JsonBody, QueryParams, TenantAuth, bearer_token};
 use super::slots::StreamSlot;
 use crate::domain::events::{EventType, new_secret, parse_event_id, subscription_text};
 use crate::domain::ids::sha256_hex;
+use crate::domain::key_scope::Workspaces;
 use crate::events::delivery::check_endpoint;
 use crate::events::stream::PAGE;
+use crate::store::AuthenticatedKey;
 use crate::store::{EventRecord, NewWebhook, TenantId, WebhookChange, WebhookRecord};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -274,6 +277,8 @@ struct StreamState {
     state: AppState,
     tenant: TenantId,
     types: Vec<EventType>,
+    /// The workspaces the stream's key reaches: no other's event is sent.
+    workspaces: Workspaces,
     receiver: broadcast::Receiver<Arc<EventRecord>>,
     sent_through: i64,
     /// Events to send, each with whether it was read from the outbox.
@@ -313,14 +318,24 @@ impl StreamState {
         Ok(())
     }
 
-    /// Whether the stream's key still opens its tenant (a failed lookup
-    /// is not a revocation: the stream goes on).
+    /// Whether the stream's key still opens its tenant: not revoked, not
+    /// expired (a failed lookup is not a revocation: the stream goes on).
     async fn key_still_opens(&mut self) -> bool {
         self.key_checked = tokio::time::Instant::now();
-        match tenant_of_key_hash(&self.state, &self.key_hash).await {
-            Ok(found) => found == Some(self.tenant),
+        match key_of_hash(&self.state, &self.key_hash).await {
+            Ok(found) => found.is_some_and(|k| k.tenant_id == self.tenant && !k.scope.expired(chrono::Utc::now())),
             Err(_) => true,
         }
+    }
+
+    /// An event this stream does not send: a test event (for its endpoint
+    /// alone), a type not asked for, another workspace's or (for a key
+    /// with some workspaces only) the tenant's own.
+    fn withheld(&self, event: &EventRecord) -> bool {
+        let for_one_endpoint = event.event_type == EventType::WebhookTest.as_str();
+        let unwanted = !self.types.is_empty() && !self.types.iter().any(|t| t.as_str() == event.event_type);
+        let unseen = !self.workspaces.is_all() && !event.workspace.as_deref().is_some_and(|w| self.workspaces.sees(w));
+        for_one_endpoint || unwanted || unseen
     }
 
     async fn next_event(&mut self) -> Option<Event> {
@@ -348,11 +363,7 @@ impl StreamState {
                     continue;
                 }
                 self.sent_through = event.seq;
-                // A test event is for its endpoint alone.
-                let for_one_endpoint = event.event_type == EventType::WebhookTest.as_str();
-                if for_one_endpoint
-                    || (!self.types.is_empty() && !self.types.iter().any(|t| t.as_str() == event.event_type))
-                {
+                if self.withheld(&event) {
                     continue;
                 }
                 return Some(
@@ -394,11 +405,12 @@ impl StreamState {
 /// `GET /v1/events`: the tenant's events as a live `text/event-stream`,
 /// resumed after `Last-Event-ID` from the outbox.
 pub async fn stream_events(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let tenant = key.tenant_id;
     let names: Vec<String> = query
         .types
         .as_deref()
@@ -423,6 +435,7 @@ pub async fn stream_events(
         state,
         tenant,
         types,
+        workspaces: key.scope.workspaces,
         receiver,
         sent_through: resume.unwrap_or(latest),
         pending: VecDeque::new(),

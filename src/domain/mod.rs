@@ -6,6 +6,7 @@ pub mod events;
 pub mod ids;
 pub mod index;
 pub mod job;
+pub mod key_scope;
 pub mod layout;
 pub mod limits;
 pub mod memory_edit;

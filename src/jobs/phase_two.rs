@@ -157,7 +157,7 @@ async fn attempt(
     // SPEC §4: no model call when none of the served closes' phase-one jobs wrote a memory.
     let mut any_memory = false;
     for session in super::served_sessions(claimed) {
-        let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(session) };
+        let filter = JobFilter { state: None, kind: Some(JobKind::PhaseOne), session_id: Some(session), within: None };
         let phase_one = ctx
             .store
             .list_jobs(claimed.tenant_id, &filter, &PageRequest { limit: MAX_LIMIT, after: None })

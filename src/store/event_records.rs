@@ -67,6 +67,8 @@ pub struct EventRecord {
     pub seq: i64,
     pub event_type: String,
     pub payload: String,
+    /// The workspace it reports on; `None` for a tenant's own (a webhook test).
+    pub workspace: Option<String>,
 }
 
 /// A delivery a worker holds the lease of.

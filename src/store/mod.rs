@@ -130,9 +130,13 @@ pub trait TenantStore: Send + Sync {
     async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant>;
     /// `false` when the tenant does not exist.
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool>;
-    /// `false` when no live key has that id.
-    async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool>;
-    async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>>;
+    /// `false` when no live key has that id (of `tenant`, when given).
+    async fn revoke_api_key(&self, tenant: Option<TenantId>, key_id: Uuid) -> StoreResult<bool>;
+    /// The live (not revoked) key with this SHA-256, expired or not, of a
+    /// tenant not being forgotten.
+    async fn key_for_hash(&self, key_hash: &str) -> StoreResult<Option<AuthenticatedKey>>;
+    /// The tenant's keys not revoked, oldest first.
+    async fn list_api_keys(&self, tenant: TenantId) -> StoreResult<Vec<ApiKeyRecord>>;
     /// A page of the tenants, oldest first, with their live keys and
     /// sessions counted: the cost follows the page, not every tenant.
     async fn list_tenants(&self, page: &PageRequest) -> StoreResult<Vec<TenantSummary>>;
@@ -174,6 +178,8 @@ pub trait SessionStore: Send + Sync {
         page: &PageRequest,
     ) -> StoreResult<Vec<SessionSummary>>;
     async fn session_state(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<SessionState>>;
+    /// The workspace of the session, when it exists: one row read.
+    async fn session_workspace(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<WorkspaceName>>;
     /// Locks, in one transaction and in the order given, the session and the
     /// rollout of each append (opening sessions that are new) and says where
     /// each line goes; the caller writes the lines and commits the batch.

@@ -40,6 +40,10 @@ impl Dialect for Postgres {
     const SESSION_LIST: &'static str = "string_agg(js.session_id, ',' ORDER BY js.session_id)";
     const LAYOUT_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 7235159010003))");
     const AFTER_FORGET: Option<&'static str> = None;
+
+    fn json_texts(param: &str) -> String {
+        format!("SELECT jsonb_array_elements_text(CAST({param} AS JSONB))")
+    }
 }
 
 pub type PgStore = SqlStore<Postgres>;

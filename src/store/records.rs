@@ -3,6 +3,7 @@
 use super::{StoreResult, TenantId};
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::job::{ForgetSpec, JobKind, JobState, RunState, SessionState};
+use crate::domain::key_scope::KeyScope;
 use crate::domain::layout::ValidLayout;
 use crate::domain::memory_status::MemoryStatus;
 use crate::domain::segment::Segment;
@@ -25,6 +26,25 @@ pub struct NewApiKey {
     pub key_id: Uuid,
     pub tenant_id: TenantId,
     pub key_hash: String,
+    pub name: Option<String>,
+    pub scope: KeyScope,
+}
+
+/// A live key as a request presents it: whose it is and what it reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthenticatedKey {
+    pub key_id: Uuid,
+    pub tenant_id: TenantId,
+    pub scope: KeyScope,
+}
+
+/// A live key as its tenant lists it (never its secret).
+#[derive(Debug, Clone)]
+pub struct ApiKeyRecord {
+    pub key_id: Uuid,
+    pub name: Option<String>,
+    pub scope: KeyScope,
+    pub created_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +221,8 @@ pub struct SessionSummary {
 pub struct SessionFilter {
     pub state: Option<SessionState>,
     pub workspace: Option<WorkspaceName>,
+    /// Only these workspaces (a JSON array; a scoped key's), when given.
+    pub within: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -208,6 +230,8 @@ pub struct JobFilter {
     pub state: Option<JobState>,
     pub kind: Option<JobKind>,
     pub session_id: Option<SessionId>,
+    /// Only these workspaces (a JSON array; a scoped key's), when given.
+    pub within: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -29,6 +29,10 @@ impl Dialect for Sqlite {
     const SESSION_LIST: &'static str = "group_concat(js.session_id, ',')";
     const LAYOUT_LOCK: Option<&'static str> = None;
     const AFTER_FORGET: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
+
+    fn json_texts(param: &str) -> String {
+        format!("SELECT value FROM json_each({param})")
+    }
 }
 
 pub type SqliteStore = SqlStore<Sqlite>;

@@ -87,9 +87,28 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
     }
     documented.sort();
     let mut served: Vec<(String, String)> =
-        memoryd::api::route_list().into_iter().map(|(m, p)| (m.to_string(), p.replace("{*", "{"))).collect();
+        memoryd::api::route_list().into_iter().map(|(m, p, _)| (m.to_string(), p.replace("{*", "{"))).collect();
     served.sort();
     assert_eq!(documented, served);
+}
+
+/// Each tenant route's `x-permission` is the one the authorization layer
+/// checks, and a route for the admin or for anyone has none.
+#[test]
+fn openapi_names_the_permission_each_route_takes() {
+    let spec: serde_yaml::Value = serde_yaml::from_str(&repo_file("openapi.yaml")).unwrap();
+    for (method, path, access) in memoryd::api::route_list() {
+        let operation = &spec["paths"][path.replace("{*", "{").as_str()][method.as_str().to_lowercase().as_str()];
+        let documented = operation["x-permission"].as_str();
+        let checked = match access {
+            memoryd::api::Access::Key(permission, _) => Some(permission.as_str()),
+            _ => None,
+        };
+        assert_eq!(documented, checked, "{method} {path}");
+        if checked.is_some() {
+            assert!(operation["responses"]["403"].is_mapping(), "{method} {path} documents no 403");
+        }
+    }
 }
 
 /// Every file the binary embeds from outside `src/`, and every crate

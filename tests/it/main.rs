@@ -34,5 +34,6 @@ mod process;
 mod publish;
 mod redaction;
 mod retention;
+mod scoped_keys;
 mod sessions;
 mod usage;

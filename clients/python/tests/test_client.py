@@ -22,6 +22,7 @@ from memoryd import (
     BadRequestError,
     ConflictError,
     ConnectionFailedError,
+    ForbiddenError,
     Memoryd,
     MemorydError,
     NotFoundError,
@@ -292,6 +293,40 @@ def test_admin_routes(server):
         tenant.append_segment("py-only", segment("r", "no room for this"))
     with Memoryd(server.base_url, doomed.api_key, retry=FAST) as gone, pytest.raises(AuthenticationError):
         gone.list_layouts()
+
+
+def test_scoped_keys(server):
+    """One key per end user: its workspace only, its permissions only."""
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        issued = admin.create_tenant("py-scoped")
+        dashboard = admin.issue_key(issued.tenant_id, name="dashboard", workspaces="*", permissions=["read"])
+        assert (dashboard.workspaces, dashboard.permissions) == ("*", ["read"])
+    with Memoryd(server.base_url, issued.api_key, retry=FAST) as owner:
+        until = datetime.now(timezone.utc).replace(year=datetime.now(timezone.utc).year + 1)
+        alice = owner.create_key(["py-alice"], ["ingest", "read"], name="alice", expires_at=until)
+        assert (alice.workspaces, alice.permissions, alice.name) == (["py-alice"], ["ingest", "read"], "alice")
+        assert alice.expires_at is not None and abs((alice.expires_at - until).total_seconds()) < 0.001
+        listed = owner.list_keys()
+        assert [k.name for k in listed] == [None, "dashboard", "alice"]
+        assert all(isinstance(k, m.Key) and not hasattr(k, "api_key") for k in listed)
+    with Memoryd(server.base_url, alice.api_key, retry=FAST) as runtime:
+        runtime.open_session("py-a1", workspace="py-alice")
+        with pytest.raises(ForbiddenError) as elsewhere:
+            runtime.open_session("py-b1", workspace="py-bob")
+        assert (elsewhere.value.status, elsewhere.value.code) == (403, "forbidden")
+        with pytest.raises(NotFoundError):
+            runtime.get_instructions(workspace="py-bob")
+        with pytest.raises(ForbiddenError):
+            runtime.create_key("*", ["read"])
+        assert [s.workspace for s in runtime.list_sessions().sessions] == ["py-alice"]
+    with Memoryd(server.base_url, issued.api_key, retry=FAST) as owner:
+        owner.delete_key(alice.key_id)
+        with pytest.raises(NotFoundError):
+            owner.delete_key(alice.key_id)
+    with Memoryd(server.base_url, alice.api_key, retry=FAST) as revoked, pytest.raises(AuthenticationError):
+        revoked.list_sessions()
+    with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
+        assert [k.name for k in admin.tenant_keys(issued.tenant_id)] == [None, "dashboard"]
 
 
 @pytest.mark.parametrize("fault", ["503", "429", "drop"])

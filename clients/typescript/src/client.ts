@@ -284,9 +284,36 @@ export class Memoryd {
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 
-  issueKey(tenantId: string, options?: CallOptions): Promise<S["IssuedKey"]> {
-    const call: Call = { method: "POST", path: `/v1/admin/tenants/${segment(tenantId)}/keys`, admin: true, idempotent: false };
+  /** Another key for the tenant (shown once): every workspace and permission unless `scope` narrows it. */
+  issueKey(tenantId: string, scope: S["AdminKeyRequest"] = {}, options?: CallOptions): Promise<S["IssuedKey"]> {
+    const path = `/v1/admin/tenants/${segment(tenantId)}/keys`;
+    const call: Call = { method: "POST", path, json: scope, admin: true, idempotent: false };
     return this.send(call, json<S["IssuedKey"]>, options);
+  }
+
+  /** The tenant's live keys with their scopes (admin). */
+  async tenantKeys(tenantId: string, options?: CallOptions): Promise<S["Key"][]> {
+    const call: Call = { method: "GET", path: `/v1/admin/tenants/${segment(tenantId)}/keys`, admin: true };
+    return (await this.send(call, json<S["KeyList"]>, options)).keys;
+  }
+
+  /**
+   * A key reaching `workspaces` (`"*"` or names) with `permissions`, within what this client's
+   * key holds (else `ForbiddenError`); its secret is shown once. Not retried.
+   */
+  createKey(request: S["KeyRequest"], options?: CallOptions): Promise<S["IssuedKey"]> {
+    const call: Call = { method: "POST", path: "/v1/keys", json: request, idempotent: false };
+    return this.send(call, json<S["IssuedKey"]>, options);
+  }
+
+  /** The live keys this client's key could have made, oldest first (never their secrets). */
+  async listKeys(options?: CallOptions): Promise<S["Key"][]> {
+    return (await this.send({ method: "GET", path: "/v1/keys" }, json<S["KeyList"]>, options)).keys;
+  }
+
+  /** Revokes a key this client's key could have made: refused on every replica within a second. */
+  deleteKey(keyId: string, options?: CallOptions): Promise<void> {
+    return this.send({ method: "DELETE", path: `/v1/keys/${segment(keyId)}` }, nothing, options);
   }
 
   /** One page of the tenants, oldest first; pass `next_cursor` as `cursor` for the next. */

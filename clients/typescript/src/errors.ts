@@ -46,6 +46,8 @@ export class NotFoundError extends MemorydError {}
 export class ConflictError extends MemorydError {}
 /** 403 `quota_exceeded`: a limit of the tenant; never retried. */
 export class QuotaExceededError extends MemorydError {}
+/** 403 `forbidden`: the key lacks the route's permission or does not reach that workspace; never retried. */
+export class ForbiddenError extends MemorydError {}
 /** 429 `rate_limited`: retried after `Retry-After`. */
 export class RateLimitedError extends MemorydError {}
 /** 503: the database is away; retried. */
@@ -84,7 +86,10 @@ export async function errorFromResponse(response: Response): Promise<MemorydErro
   }
   const problem = (typeof body === "object" && body !== null ? body : {}) as Record<string, unknown>;
   const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
-  const Kind = BY_STATUS[response.status] ?? (response.status >= 500 ? ServerError : MemorydError);
+  const forbidden = response.status === 403 && problem.code === "forbidden";
+  const Kind = forbidden
+    ? ForbiddenError
+    : (BY_STATUS[response.status] ?? (response.status >= 500 ? ServerError : MemorydError));
   return new Kind({
     status: response.status,
     code: typeof problem.code === "string" ? problem.code : `http_${response.status}`,

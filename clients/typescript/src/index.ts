@@ -10,6 +10,7 @@ export {
   MemorydError,
   NotFoundError,
   QuotaExceededError,
+  ForbiddenError,
   RateLimitedError,
   ServerError,
   UnavailableError,

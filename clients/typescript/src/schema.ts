@@ -357,6 +357,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -400,6 +401,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -441,6 +443,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
@@ -491,6 +494,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 408: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 413: components["responses"]["Problem"];
@@ -555,13 +559,13 @@ export interface paths {
         parameters: {
             query?: never;
             header?: never;
-            path?: never;
+            path: {
+                tenant_id: string;
+            };
             cookie?: never;
         };
-        get?: never;
-        put?: never;
-        /** Issue another API key for a tenant */
-        post: {
+        /** A tenant's live (not revoked) keys with their scopes, oldest first */
+        get: {
             parameters: {
                 query?: never;
                 header?: never;
@@ -572,7 +576,38 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description issued */
+                /** @description the keys, never their secrets */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyList"];
+                    };
+                };
+                401: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        /** Issue another API key for a tenant (every workspace and permission unless the body narrows it) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tenant_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": components["schemas"]["AdminKeyRequest"];
+                };
+            };
+            responses: {
+                /** @description issued; the secret is shown once */
                 201: {
                     headers: {
                         [name: string]: unknown;
@@ -581,6 +616,7 @@ export interface paths {
                         "application/json": components["schemas"]["IssuedKey"];
                     };
                 };
+                400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -631,6 +667,113 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's live keys this key could have made (no secrets), oldest first */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the keys */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyList"];
+                    };
+                };
+                401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        put?: never;
+        /** Make a key that reaches some workspaces with some permissions (within what this key holds) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["KeyRequest"];
+                };
+            };
+            responses: {
+                /** @description made; the secret is shown once */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["IssuedKey"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a key this key could have made; refused on every replica within a second */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description revoked */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/layouts": {
         parameters: {
             query?: never;
@@ -658,6 +801,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -700,6 +844,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -743,6 +888,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 408: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 412: components["responses"]["Problem"];
@@ -792,6 +938,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -872,6 +1019,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -985,6 +1133,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1030,6 +1179,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -1070,6 +1220,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1116,6 +1267,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1157,6 +1309,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1204,6 +1357,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1247,6 +1401,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1292,6 +1447,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1341,6 +1497,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1383,6 +1540,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1419,6 +1577,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -1460,6 +1619,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1509,6 +1669,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1562,6 +1723,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1609,6 +1771,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1658,6 +1821,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1711,6 +1875,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1806,6 +1971,7 @@ export interface paths {
             requestBody?: never;
             responses: {
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 405: components["responses"]["Problem"];
             };
         };
@@ -1847,6 +2013,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 406: components["responses"]["Problem"];
                 413: components["responses"]["Problem"];
                 415: components["responses"]["Problem"];
@@ -1865,6 +2032,7 @@ export interface paths {
             requestBody?: never;
             responses: {
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 405: components["responses"]["Problem"];
             };
         };
@@ -1902,6 +2070,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -1932,6 +2101,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 422: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1972,6 +2142,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -1999,6 +2170,7 @@ export interface paths {
                     content?: never;
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -2033,6 +2205,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 422: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
@@ -2072,6 +2245,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -2118,6 +2292,7 @@ export interface paths {
                     };
                 };
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 409: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
@@ -2164,6 +2339,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -2210,6 +2386,7 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -2238,13 +2415,56 @@ export interface components {
         NewTenant: {
             name: string;
         };
+        /** @enum {string} */
+        Permission: "ingest" | "close" | "read" | "edit" | "manage";
+        /** @description "*" (every workspace) or 1 to 1,000 workspace names */
+        KeyWorkspaces: "*" | components["schemas"]["FileSafeId"][];
+        KeyRequest: {
+            name?: string | null;
+            workspaces: components["schemas"]["KeyWorkspaces"];
+            permissions: components["schemas"]["Permission"][];
+            /**
+             * Format: date-time
+             * @description in the future
+             */
+            expires_at?: string | null;
+        };
+        /** @description As KeyRequest; absent workspaces and permissions mean every one. */
+        AdminKeyRequest: {
+            name?: string | null;
+            workspaces?: components["schemas"]["KeyWorkspaces"];
+            permissions?: components["schemas"]["Permission"][];
+            /** Format: date-time */
+            expires_at?: string | null;
+        };
+        Key: {
+            /** Format: uuid */
+            key_id: string;
+            name: string | null;
+            workspaces: components["schemas"]["KeyWorkspaces"];
+            permissions: components["schemas"]["Permission"][];
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        KeyList: {
+            keys: components["schemas"]["Key"][];
+        };
+        /** @description A key as listed, with its secret (shown once); the admin's routes add tenant_id (and name, the tenant's, on a tenant's creation). */
         IssuedKey: {
             /** Format: uuid */
             tenant_id?: string;
-            name?: string;
+            name?: string | null;
             /** Format: uuid */
-            key_id?: string;
-            api_key?: string;
+            key_id: string;
+            api_key: string;
+            workspaces?: components["schemas"]["KeyWorkspaces"];
+            permissions?: components["schemas"]["Permission"][];
+            /** Format: date-time */
+            expires_at?: string | null;
+            /** Format: date-time */
+            created_at?: string;
         };
         LayoutConfig: {
             memories_dir: string;

@@ -6,6 +6,7 @@ import {
   AuthenticationError,
   ConflictError,
   ConnectionFailedError,
+  ForbiddenError,
   Memoryd,
   NotFoundError,
 } from "../dist/index.js";
@@ -118,6 +119,35 @@ for (const backend of backends) {
       const tenants = [];
       for await (const tenant of client.iterTenants({ pageSize: 1 })) tenants.push(tenant.tenant_id);
       assert.ok(tenants.includes(tenantId) && new Set(tenants).size === tenants.length);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test(`scoped keys: one key per end user (${backend})`, async () => {
+    const server = await startMemoryd(backend);
+    try {
+      const admin = new Memoryd({ baseUrl: server.baseUrl, adminToken: server.adminToken, retry: fast });
+      const issued = await admin.createTenant("ts-scoped");
+      const reader = await admin.issueKey(issued.tenant_id, { name: "dashboard", permissions: ["read"] });
+      assert.deepEqual([reader.workspaces, reader.permissions], ["*", ["read"]]);
+      const owner = new Memoryd({ baseUrl: server.baseUrl, apiKey: issued.api_key, retry: fast });
+      const alice = await owner.createKey({ name: "alice", workspaces: ["ts-alice"], permissions: ["ingest", "read"] });
+      assert.deepEqual([alice.workspaces, alice.permissions], [["ts-alice"], ["ingest", "read"]]);
+      assert.deepEqual((await owner.listKeys()).map((k) => k.name), [null, "dashboard", "alice"]);
+      const runtime = new Memoryd({ baseUrl: server.baseUrl, apiKey: alice.api_key, retry: fast });
+      await runtime.openSession({ sessionId: "ts-a1", workspace: "ts-alice" });
+      await assert.rejects(runtime.openSession({ sessionId: "ts-b1", workspace: "ts-bob" }), (e) => {
+        assert.ok(e instanceof ForbiddenError);
+        assert.deepEqual([e.status, e.code], [403, "forbidden"]);
+        return true;
+      });
+      await assert.rejects(runtime.getInstructions({ workspace: "ts-bob" }), NotFoundError);
+      await assert.rejects(runtime.createKey({ workspaces: "*", permissions: ["read"] }), ForbiddenError);
+      await owner.deleteKey(alice.key_id);
+      await assert.rejects(owner.deleteKey(alice.key_id), NotFoundError);
+      await assert.rejects(runtime.listSessions(), AuthenticationError);
+      assert.deepEqual((await admin.tenantKeys(issued.tenant_id)).map((k) => k.name), [null, "dashboard"]);
     } finally {
       await server.stop();
     }

@@ -35,6 +35,8 @@ pub(super) async fn forget_rollout(
     Form(form): Form<ForgetRolloutForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require(Permission::Manage)?;
+    signed.reach(&form.workspace)?;
     let mode = crate::api::forget::forget_mode(empty_to_none(&form.mode))?;
     let job =
         crate::api::forget::queue_forget_rollout(&state, tenant, &form.workspace, &form.layout, &form.rollout_id, mode)
@@ -55,6 +57,8 @@ pub(super) async fn forget_workspace(
     Form(form): Form<ForgetWorkspaceForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require(Permission::Manage)?;
+    signed.reach(&form.workspace)?;
     let job = crate::api::forget::queue_forget_workspace(&state, tenant, &form.workspace).await?;
     state.wake.notify_waiters();
     Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))

@@ -28,11 +28,13 @@ pub struct JobsQuery {
 
 pub(super) async fn jobs(State(state): State<AppState>, signed: Signed, Query(q): Query<JobsQuery>) -> Page {
     let tenant = signed.tenant()?;
+    signed.require(Permission::Read)?;
     let (state_filter, kind) = (empty_to_none(&q.state), empty_to_none(&q.kind));
     let filter = JobFilter {
         state: state_filter.and_then(JobState::parse),
         kind: kind.and_then(JobKind::parse),
         session_id: None,
+        within: signed.within(),
     };
     let page_request =
         PageRequest::parse(Listing::Jobs, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
@@ -85,9 +87,8 @@ pub(super) async fn jobs(State(state): State<AppState>, signed: Signed, Query(q)
 
 pub(super) async fn job(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<String>) -> Page {
     let tenant = signed.tenant()?;
-    let not_found = || ConsoleError(ApiError::NotFound(format!("No job {raw_id}.")));
-    let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let j = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    signed.require(Permission::Read)?;
+    let j = job_in_reach(&state, &signed, tenant, &raw_id).await?;
     signed.page(
         &format!("Job {}", j.job_id),
         html! {
@@ -113,7 +114,7 @@ pub(super) async fn job(State(state): State<AppState>, signed: Signed, Path(raw_
                 tr { th { "Started" } td { (maybe_when(j.started_at.as_ref())) } }
                 tr { th { "Finished" } td { (maybe_when(j.finished_at.as_ref())) } }
             }
-            @if j.state == JobState::Failed {
+            @if j.state == JobState::Failed && signed.scope.permissions.has(Permission::Manage) {
                 p { (post_button(&format!("/console/jobs/{}/retry", j.job_id), &signed.csrf, "Retry", None)) }
             }
         },
@@ -127,6 +128,22 @@ pub(super) async fn retry(
     Form(form): Form<CsrfForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require(Permission::Manage)?;
+    job_in_reach(&state, &signed, tenant, &raw_id).await?;
     let job = crate::api::jobs::retry(&state, tenant, &raw_id).await?;
     Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
+}
+
+/// The job, when it exists in a workspace the key reaches.
+async fn job_in_reach(
+    state: &AppState,
+    signed: &Signed,
+    tenant: Uuid,
+    raw_id: &str,
+) -> Result<crate::store::JobRecord, ConsoleError> {
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No job {raw_id}.")));
+    let id = Uuid::parse_str(raw_id).map_err(|_| not_found())?;
+    let job = state.store.get_job(tenant, id).await?.ok_or_else(not_found)?;
+    signed.reach(job.workspace.as_str()).map_err(|_| not_found())?;
+    Ok(job)
 }

@@ -80,9 +80,9 @@ pub(super) async fn login(
     let principal = if is_admin {
         Principal::Admin(None)
     } else {
-        match tenant_of_key_hash(&state, &hash).await {
-            Ok(Some(tenant)) => Principal::Tenant(tenant),
-            Ok(None) => return failed("That key opens nothing here."),
+        match key_of_hash(&state, &hash).await {
+            Ok(Some(key)) if !key.scope.expired(chrono::Utc::now()) => Principal::Tenant(key.tenant_id),
+            Ok(_) => return failed("That key opens nothing here."),
             Err(e) => return ConsoleError(e).into_response(),
         }
     };

@@ -29,12 +29,14 @@ pub(super) async fn read_memory_file(root: &std::path::Path, memories_dir: &str,
 /// Which workspaces and layouts hold memory: the picker atop the memory pages.
 pub(super) async fn memory_picker(
     state: &AppState,
+    signed: &Signed,
     tenant: Uuid,
     action: &str,
     workspace: &str,
     layout: &str,
 ) -> Result<Markup, ConsoleError> {
-    let workspaces = state.store.workspace_activity(tenant).await?.summaries();
+    let mut workspaces = state.store.workspace_activity(tenant).await?.summaries();
+    workspaces.retain(|w| signed.scope.workspaces.sees(&w.name));
     Ok(html! {
         p class="meta" {
             "Memory of: "
@@ -54,12 +56,18 @@ pub(super) async fn memory_picker(
 /// The workspace's archive, as `GET /v1/workspaces/{workspace}/export` streams it.
 pub(super) async fn export(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
-    Ok(crate::api::export::workspace_archive(&state, tenant, q.workspace()).await?)
+    signed.require(Permission::Manage)?;
+    let asked = signed.workspace_asked(&q);
+    signed.reach(asked)?;
+    Ok(crate::api::export::workspace_archive(&state, tenant, asked).await?)
 }
 
 pub(super) async fn memory(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
-    let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    signed.require(Permission::Read)?;
+    let asked = signed.workspace_asked(&q);
+    signed.reach(asked)?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, asked, q.layout()).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
     let memories = &layout.memories_dir.normalized;
     crate::api::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
@@ -68,20 +76,25 @@ pub(super) async fn memory(State(state): State<AppState>, signed: Signed, Query(
     let files = crate::api::listings::memory_files_of(&root, memories).await?;
     let selection = state.store.phase_two_selection(tenant, &workspace, &layout_name).await?;
     let (ws, ln) = (workspace.as_str(), layout_name.as_str());
-    let picker = memory_picker(&state, tenant, "/console/memory", ws, ln).await?;
+    let picker = memory_picker(&state, &signed, tenant, "/console/memory", ws, ln).await?;
+    let manages = signed.scope.permissions.has(Permission::Manage);
     signed.page(
         &format!("Memory · {ws} / {ln}"),
         html! {
             (picker)
             p {
                 a href={"/console/runs" (query(&[("workspace", Some(ws)), ("layout", Some(ln))]))} { "Consolidation runs of this memory →" }
-                " · "
-                a href={"/console/export" (query(&[("workspace", Some(ws))]))} download { "Export workspace " (ws) " (.tar.gz)" }
+                @if manages {
+                    " · "
+                    a href={"/console/export" (query(&[("workspace", Some(ws))]))} download { "Export workspace " (ws) " (.tar.gz)" }
+                }
             }
-            form class="inline" method="post" action="/console/forget/workspace" data-confirm={"Forget the workspace " (ws) "? Its sessions end, and every conversation, memory file and record of it is removed."} {
-                input type="hidden" name="csrf" value=(signed.csrf);
-                input type="hidden" name="workspace" value=(ws);
-                button type="submit" { "Forget workspace " (ws) }
+            @if manages {
+                form class="inline" method="post" action="/console/forget/workspace" data-confirm={"Forget the workspace " (ws) "? Its sessions end, and every conversation, memory file and record of it is removed."} {
+                    input type="hidden" name="csrf" value=(signed.csrf);
+                    input type="hidden" name="workspace" value=(ws);
+                    button type="submit" { "Forget workspace " (ws) }
+                }
             }
             h2 { "memory_summary.md" }
             div class="markdown" { (render::markdown(summary_md.as_deref().unwrap_or(""))) }
@@ -122,7 +135,10 @@ pub(super) async fn memory(State(state): State<AppState>, signed: Signed, Query(
 
 pub(super) async fn memory_file(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
-    let (workspace, layout_name, layout) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    signed.require(Permission::Read)?;
+    let asked = signed.workspace_asked(&q);
+    signed.reach(asked)?;
+    let (workspace, layout_name, layout) = locate(&state, tenant, asked, q.layout()).await?;
     let raw_path = empty_to_none(&q.path).unwrap_or("MEMORY.md");
     let not_found = || ConsoleError(ApiError::NotFound(format!("No file {raw_path} in the memory folder.")));
     let path = crate::api::memory::history_path(raw_path).ok_or_else(not_found)?;

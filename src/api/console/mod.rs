@@ -28,8 +28,9 @@ use sessions::*;
 use usage::*;
 
 use super::AppState;
+use super::authorize::key_of_hash;
 use super::error::ApiError;
-use super::extract::{is_admin_token, tenant_of_key_hash};
+use super::extract::is_admin_token;
 use super::layouts::find_layout;
 use super::memory::locate;
 use auth::{ConsoleSession, LOGIN_COOKIE, Principal, SESSION_COOKIE, SESSION_SECS, cookie_value, credential_hash};
@@ -46,6 +47,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::domain::ids::{LayoutName, SessionId, WorkspaceName, random_hex};
+use crate::domain::key_scope::{KeyScope, Permission};
 use crate::domain::page::{Listing, PageCursor, PageRequest};
 use crate::store::{FileAtRun, JobFilter, JobKind, JobState, SessionFilter, SessionState, with_implicit_default};
 
@@ -136,11 +138,57 @@ pub struct Signed {
     session: ConsoleSession,
     cookie: String,
     csrf: String,
+    /// What the key signed in with reaches (the admin: everything).
+    scope: KeyScope,
 }
 
 impl Signed {
     fn frame(&self) -> Frame<'_> {
-        Frame { principal: &self.session.principal, csrf: &self.csrf }
+        Frame { principal: &self.session.principal, csrf: &self.csrf, scope: &self.scope }
+    }
+
+    /// A page the key's permissions do not allow does not exist for it.
+    fn require(&self, permission: Permission) -> Result<(), ConsoleError> {
+        if self.scope.permissions.has(permission) {
+            Ok(())
+        } else {
+            Err(ConsoleError(ApiError::NotFound("No such page.".into())))
+        }
+    }
+
+    /// A page about every workspace (usage, webhooks): a key for every one only.
+    fn require_everywhere(&self, permission: Permission) -> Result<(), ConsoleError> {
+        self.require(permission)?;
+        if self.scope.workspaces.is_all() {
+            Ok(())
+        } else {
+            Err(ConsoleError(ApiError::NotFound("No such page.".into())))
+        }
+    }
+
+    /// A workspace outside the key's list does not exist for it.
+    fn reach(&self, workspace: &str) -> Result<(), ConsoleError> {
+        if self.scope.workspaces.sees(workspace) {
+            Ok(())
+        } else {
+            Err(ConsoleError(ApiError::NotFound(format!("No workspace {workspace}."))))
+        }
+    }
+
+    /// The workspace a memory page asked for; without one, `default` (or,
+    /// for a key with some workspaces only, the first of them).
+    fn workspace_asked<'q>(&'q self, q: &'q MemoryQuery) -> &'q str {
+        match (&q.workspace, &self.scope.workspaces) {
+            (None, crate::domain::key_scope::Workspaces::Only(names)) => {
+                names.first().map_or("default", String::as_str)
+            }
+            _ => q.workspace(),
+        }
+    }
+
+    /// The key's workspaces as a listing's filter.
+    fn within(&self) -> Option<String> {
+        self.scope.workspaces.as_filter()
     }
 
     /// The tenant the pages show; an admin who has not picked one is sent to pick.
@@ -188,21 +236,26 @@ impl FromRequestParts<AppState> for Signed {
         let cookies = parts.headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).unwrap_or("");
         let Some(cookie) = cookie_value(cookies, SESSION_COOKIE) else { return Err(to_login()) };
         let Some(session) = state.console.open(cookie, now_secs()) else { return Err(to_login()) };
-        // The key or token signed in with must still open the console.
-        let still_good = match &session.principal {
-            Principal::Tenant(tenant) => {
-                matches!(tenant_of_key_hash(state, &session.credential_hash).await, Ok(Some(t)) if t == *tenant)
-            }
-            Principal::Admin(_) => state.config.admin_token.as_deref().is_some_and(|t| {
-                crate::domain::ids::constant_time_eq(
-                    state.console.admin_credential(t).as_bytes(),
-                    session.credential_hash.as_bytes(),
-                )
-            }),
+        // The key or token signed in with must still open the console; the
+        // pages show what the key reaches, as it is now.
+        let scope = match &session.principal {
+            Principal::Tenant(tenant) => match key_of_hash(state, &session.credential_hash).await {
+                Ok(Some(k)) if k.tenant_id == *tenant && !k.scope.expired(chrono::Utc::now()) => Some(k.scope),
+                _ => None,
+            },
+            Principal::Admin(_) => state
+                .config
+                .admin_token
+                .as_deref()
+                .is_some_and(|t| {
+                    crate::domain::ids::constant_time_eq(
+                        state.console.admin_credential(t).as_bytes(),
+                        session.credential_hash.as_bytes(),
+                    )
+                })
+                .then(KeyScope::unrestricted),
         };
-        if !still_good {
-            return Err(to_login());
-        }
+        let Some(scope) = scope else { return Err(to_login()) };
         match state.store.console_session_ended(&session.session_id).await {
             Ok(false) => {}
             Ok(true) => return Err(to_login()),
@@ -216,7 +269,7 @@ impl FromRequestParts<AppState> for Signed {
             return Err(ConsoleError(refused).into_response());
         }
         let csrf = state.console.csrf_token(cookie);
-        Ok(Signed { session, cookie: cookie.to_owned(), csrf })
+        Ok(Signed { session, cookie: cookie.to_owned(), csrf, scope })
     }
 }
 

@@ -6,18 +6,30 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
     let Some(tenant) = signed.session.principal.tenant() else {
         return Ok(page::redirect("/console/tenants"));
     };
+    if !signed.scope.permissions.has(Permission::Read) {
+        let holds = signed.scope.permissions.names().join(", ");
+        return signed.page(
+            "Overview",
+            html! { p class="meta" { "This key holds " (holds) "; the console's pages need read." } },
+        );
+    }
+    // Counts over every workspace are shown only to a key for every one.
+    let everywhere = signed.scope.workspaces.is_all();
     let day_ago = chrono::Utc::now() - chrono::Duration::hours(24);
     let jobs = state.store.tenant_job_counts(tenant, day_ago).await?;
     let in_state = |wanted: JobState| -> i64 {
         jobs.by_kind_and_state.iter().filter(|(_, s, _)| *s == wanted).map(|(_, _, n)| n).sum()
     };
-    let sessions =
-        state.store.list_sessions(tenant, &SessionFilter::default(), &PageRequest { limit: 10, after: None }).await?;
+    let filter = SessionFilter { within: signed.within(), ..SessionFilter::default() };
+    let sessions = state.store.list_sessions(tenant, &filter, &PageRequest { limit: 10, after: None }).await?;
     let activity = state.store.workspace_activity(tenant).await?;
     let ingest_rate = state.caches.ingest.per_minute(tenant, crate::api::rate::now_secs(), 10);
     let mut runs = Vec::new();
     for (workspace, layout, _) in &activity.layouts {
         let (Some(ws), Some(l)) = (WorkspaceName::parse(workspace), LayoutName::parse(layout)) else { continue };
+        if !signed.scope.workspaces.sees(workspace) {
+            continue;
+        }
         for run in state.store.phase_two_runs(tenant, &ws, &l, &PageRequest { limit: 5, after: None }).await? {
             runs.push((workspace.clone(), layout.clone(), run));
         }
@@ -27,6 +39,7 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
     signed.page(
         "Overview",
         html! {
+            @if everywhere {
             div class="cards" {
                 div class="card" { div class="n" { (in_state(JobState::Queued)) } "jobs queued" }
                 div class="card" { div class="n" { (in_state(JobState::Running)) } "jobs running" }
@@ -39,6 +52,7 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
                 @for (kind, job_state, n) in &jobs.by_kind_and_state {
                     tr { td { (kind.as_str()) } td { (state_badge(job_state.as_str())) } td { a href={"/console/jobs" (query(&[("kind", Some(kind.as_str())), ("state", Some(job_state.as_str()))]))} { (n) } } }
                 }
+            }
             }
             h2 { "Recent sessions" }
             (session_table(&sessions))

@@ -2,6 +2,7 @@
 //! every page uses.
 
 use super::auth::Principal;
+use crate::domain::key_scope::{KeyScope, Permission};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -32,6 +33,8 @@ pub fn harden(mut response: Response) -> Response {
 pub struct Frame<'a> {
     pub principal: &'a Principal,
     pub csrf: &'a str,
+    /// The nav links only the pages the key may open.
+    pub scope: &'a KeyScope,
 }
 
 pub fn html_page(status: StatusCode, title: &str, frame: Option<&Frame<'_>>, body: Markup) -> Response {
@@ -48,15 +51,21 @@ pub fn html_page(status: StatusCode, title: &str, frame: Option<&Frame<'_>>, bod
                 header {
                     a class="brand" href="/console" { "memoryd" }
                     @if let Some(frame) = frame {
+                        @let reads = frame.scope.permissions.has(Permission::Read);
+                        @let manages_all = frame.scope.permissions.has(Permission::Manage) && frame.scope.workspaces.is_all();
                         nav {
                             a href="/console" { "Overview" }
-                            a href="/console/sessions" { "Sessions" }
-                            a href="/console/jobs" { "Jobs" }
-                            a href="/console/memory" { "Memory" }
-                            a href="/console/runs" { "Runs" }
-                            a href="/console/layouts" { "Layouts" }
-                            a href="/console/usage" { "Usage" }
-                            a href="/console/webhooks" { "Webhooks" }
+                            @if reads {
+                                a href="/console/sessions" { "Sessions" }
+                                a href="/console/jobs" { "Jobs" }
+                                a href="/console/memory" { "Memory" }
+                                a href="/console/runs" { "Runs" }
+                                a href="/console/layouts" { "Layouts" }
+                            }
+                            @if manages_all {
+                                a href="/console/usage" { "Usage" }
+                                a href="/console/webhooks" { "Webhooks" }
+                            }
                             @if frame.principal.is_admin() { a href="/console/tenants" { "Tenants" } }
                         }
                         div class="who" {

@@ -4,14 +4,17 @@ use super::*;
 
 pub(super) async fn runs(State(state): State<AppState>, signed: Signed, Query(q): Query<MemoryQuery>) -> Page {
     let tenant = signed.tenant()?;
-    let (workspace, layout_name, _) = locate(&state, tenant, q.workspace(), q.layout()).await?;
+    signed.require(Permission::Read)?;
+    let asked = signed.workspace_asked(&q);
+    signed.reach(asked)?;
+    let (workspace, layout_name, _) = locate(&state, tenant, asked, q.layout()).await?;
     let page_request =
         PageRequest::parse(Listing::Runs, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
     let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page_request).await?;
     let (rows, next) =
         page_request.finish(Listing::Runs, rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
     let (ws, ln) = (workspace.as_str(), layout_name.as_str());
-    let picker = memory_picker(&state, tenant, "/console/runs", ws, ln).await?;
+    let picker = memory_picker(&state, &signed, tenant, "/console/runs", ws, ln).await?;
     signed.page(
         &format!("Runs · {ws} / {ln}"),
         html! {
@@ -41,6 +44,8 @@ pub(super) async fn run(
     Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
 ) -> Page {
     let tenant = signed.tenant()?;
+    signed.require(Permission::Read)?;
+    signed.reach(&raw_workspace)?;
     let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let id = crate::api::history::run_id(&raw_run)?;
     let not_found = || ConsoleError(ApiError::NotFound(format!("No run {raw_run}.")));
@@ -125,6 +130,8 @@ pub(super) async fn restore(
     Form(form): Form<CsrfForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require(Permission::Edit)?;
+    signed.reach(&raw_workspace)?;
     let job = crate::api::history::queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
     Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
 }

@@ -34,6 +34,7 @@ pub(super) fn empty_to_none(value: &Option<String>) -> Option<&str> {
 
 pub(super) async fn sessions(State(state): State<AppState>, signed: Signed, Query(q): Query<SessionsQuery>) -> Page {
     let tenant = signed.tenant()?;
+    signed.require(Permission::Read)?;
     if let Some(id) = empty_to_none(&q.q) {
         return Ok(page::redirect(&format!("/console/sessions/{}", page::percent_encode(id))));
     }
@@ -41,6 +42,7 @@ pub(super) async fn sessions(State(state): State<AppState>, signed: Signed, Quer
     let filter = SessionFilter {
         state: state_filter.and_then(SessionState::parse),
         workspace: workspace.and_then(WorkspaceName::parse),
+        within: signed.within(),
     };
     let page_request =
         PageRequest::parse(Listing::Sessions, Some(50), empty_to_none(&q.cursor)).map_err(ApiError::InvalidRequest)?;
@@ -70,9 +72,11 @@ pub(super) async fn sessions(State(state): State<AppState>, signed: Signed, Quer
 
 pub(super) async fn session(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<String>) -> Page {
     let tenant = signed.tenant()?;
+    signed.require(Permission::Read)?;
     let not_found = || ConsoleError(ApiError::NotFound(format!("No session {raw_id}.")));
     let id = SessionId::parse(&raw_id).ok_or_else(not_found)?;
     let view = state.store.session_view(tenant, &id).await?.ok_or_else(not_found)?;
+    signed.reach(view.session.workspace.as_str()).map_err(|_| not_found())?;
     let root = state.volumes.workspace_root(tenant, &view.session.workspace).map_err(ApiError::internal)?;
     let mut conversations = Vec::new();
     for touched in &view.rollouts {
@@ -114,7 +118,7 @@ pub(super) async fn session(State(state): State<AppState>, signed: Signed, Path(
                     "or once its budget is raised (" a href="/console/usage" { "usage" } ")."
                 }
             }
-            @if session.state == SessionState::Open {
+            @if session.state == SessionState::Open && signed.scope.permissions.has(Permission::Close) {
                 (post_button(&format!("/console/sessions/{}/close", page::percent_encode(session.session_id.as_str())), &signed.csrf, "Close session", Some("Close this session and make its memory?")))
             }
             h2 { "Jobs" }
@@ -122,7 +126,7 @@ pub(super) async fn session(State(state): State<AppState>, signed: Signed, Path(
             h2 { "Rollouts" }
             @for (touched, text) in &conversations {
                 h3 { (rollout_link(session.workspace.as_str(), touched.layout.as_str(), touched.rollout_id.as_str())) " in layout " (memory_link(session.workspace.as_str(), touched.layout.as_str())) " · " (touched.segment_count) " segments from this session" }
-                @if session.state == SessionState::Closed {
+                @if session.state == SessionState::Closed && signed.scope.permissions.has(Permission::Manage) {
                     (forget_rollout_form(&signed.csrf, session.workspace.as_str(), touched.layout.as_str(), touched.rollout_id.as_str()))
                 }
                 @match text {
@@ -144,6 +148,11 @@ pub(super) async fn close(
     Form(form): Form<CsrfForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require(Permission::Close)?;
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No session {raw_id}.")));
+    let id = SessionId::parse(&raw_id).ok_or_else(not_found)?;
+    let workspace = state.store.session_workspace(tenant, &id).await?.ok_or_else(not_found)?;
+    signed.reach(workspace.as_str()).map_err(|_| not_found())?;
     crate::api::sessions::close_and_wait(&state, tenant, &raw_id, Some(CLOSE_WAIT)).await?;
     Ok(page::redirect(&format!("/console/sessions/{}", page::percent_encode(&raw_id))))
 }

@@ -4,6 +4,7 @@ use super::*;
 
 pub(super) async fn layouts(State(state): State<AppState>, signed: Signed) -> Page {
     let tenant = signed.tenant()?;
+    signed.require(Permission::Read)?;
     let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
     let default_name = LayoutName::default_layout();
     let (_, default_layout) = find_layout(&state, tenant, default_name.as_str()).await?;
@@ -31,6 +32,7 @@ pub(super) async fn layouts(State(state): State<AppState>, signed: Signed) -> Pa
 /// What the tenant used over the last 30 days (SPEC §2.9), charted.
 pub(super) async fn usage(State(state): State<AppState>, signed: Signed) -> Page {
     let tenant = signed.tenant()?;
+    signed.require_everywhere(Permission::Manage)?;
     let now = chrono::Utc::now();
     let (from, to) = crate::domain::usage::report_range(None, None, now.date_naive()).map_err(ApiError::internal)?;
     let history = state

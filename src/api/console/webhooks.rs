@@ -4,6 +4,7 @@
 use super::page::{self, maybe_when, post_button, state as state_badge, when};
 use super::{CsrfForm, Page, Signed};
 use crate::api::AppState;
+use crate::domain::key_scope::Permission;
 use axum::extract::{Form, Path, State};
 use maud::html;
 
@@ -12,6 +13,7 @@ const RECENT: i64 = 20;
 
 pub(super) async fn webhooks(State(state): State<AppState>, signed: Signed) -> Page {
     let tenant = signed.tenant()?;
+    signed.require_everywhere(Permission::Manage)?;
     let endpoints = state.store.list_webhooks(tenant).await?;
     let mut sections = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
@@ -72,6 +74,7 @@ pub(super) async fn send_test(
     Form(form): Form<CsrfForm>,
 ) -> Page {
     let tenant = signed.acting_tenant(&form.csrf, &state.console)?;
+    signed.require_everywhere(Permission::Manage)?;
     crate::api::webhooks::send_test_event(&state, tenant, &raw_id).await?;
     Ok(page::redirect("/console/webhooks"))
 }

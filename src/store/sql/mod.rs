@@ -47,6 +47,8 @@ pub trait Dialect: Database {
     /// Makes a text `ORDER BY` compare bytes (code points), whatever the
     /// database's collation.
     const BYTE_ORDER: &'static str;
+    /// A subquery of the texts of the JSON array bound as `param`.
+    fn json_texts(param: &str) -> String;
     /// Joins the `session_id`s of the `job_sessions` rows it ranges over with commas.
     const SESSION_LIST: &'static str;
     /// Run in a transaction that queues or moves a layout's phase-two job, `$1`

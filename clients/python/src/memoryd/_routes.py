@@ -17,6 +17,7 @@ from ._transport import Call, new_idempotency_key, segment
 SegmentBody = Mapping[str, Any] | m.Segment
 LayoutBody = Mapping[str, Any] | m.LayoutConfig
 DateLike = datetime.date | str | None
+DateTimeLike = datetime.datetime | str | None
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -111,10 +112,33 @@ def create_tenant(name: str) -> Call[m.IssuedKey]:
     return Call("POST", "/v1/admin/tenants", as_model(m.IssuedKey), json=body, idempotent=False, admin=True)
 
 
-def issue_key(tenant_id: str) -> Call[m.IssuedKey]:
-    """``POST /v1/admin/tenants/{tenant_id}/keys``: another API key. Not retried."""
+def _key_body(
+    name: str | None, workspaces: m.KeyWorkspaces | None, permissions: Sequence[str] | None, expires_at: DateTimeLike
+) -> dict[str, Any]:
+    """The fields given, as the key routes take them."""
+    when = expires_at.isoformat() if isinstance(expires_at, datetime.datetime) else expires_at
+    fields = {"name": name, "workspaces": workspaces, "permissions": permissions, "expires_at": when}
+    return {k: (list(v) if k == "permissions" and v is not None else v) for k, v in fields.items() if v is not None}
+
+
+def issue_key(
+    tenant_id: str,
+    *,
+    name: str | None = None,
+    workspaces: m.KeyWorkspaces | None = None,
+    permissions: Sequence[m.Permission] | None = None,
+    expires_at: DateTimeLike = None,
+) -> Call[m.IssuedKey]:
+    """``POST /v1/admin/tenants/{tenant_id}/keys``: another API key (shown once); every
+    workspace and permission unless ``workspaces``/``permissions`` narrow it. Not retried."""
     path = f"/v1/admin/tenants/{segment(tenant_id)}/keys"
-    return Call("POST", path, as_model(m.IssuedKey), idempotent=False, admin=True)
+    body = _key_body(name, workspaces, permissions, expires_at)
+    return Call("POST", path, as_model(m.IssuedKey), json=body, idempotent=False, admin=True)
+
+
+def tenant_keys(tenant_id: str) -> Call[list[m.Key]]:
+    """``GET /v1/admin/tenants/{tenant_id}/keys``: the tenant's live keys and their scopes."""
+    return Call("GET", f"/v1/admin/tenants/{segment(tenant_id)}/keys", _list(m.Key, "keys"), admin=True)
 
 
 def list_tenants(*, limit: int | None = None, cursor: str | None = None) -> Call[m.TenantList]:
@@ -128,6 +152,32 @@ def list_tenants(*, limit: int | None = None, cursor: str | None = None) -> Call
 def revoke_key(key_id: str) -> Call[None]:
     """``DELETE /v1/admin/keys/{key_id}``."""
     return Call("DELETE", f"/v1/admin/keys/{segment(key_id)}", nothing, admin=True)
+
+
+# -- keys (a tenant's own, with ``manage``) --------------------------------
+def create_key(
+    workspaces: m.KeyWorkspaces,
+    permissions: Sequence[m.Permission],
+    *,
+    name: str | None = None,
+    expires_at: DateTimeLike = None,
+) -> Call[m.IssuedKey]:
+    """``POST /v1/keys``: a key reaching ``workspaces`` (``"*"`` or names) with
+    ``permissions``, within what this client's key holds (else ``ForbiddenError``);
+    its secret is shown once. Not retried."""
+    body = _key_body(name, workspaces, permissions, expires_at)
+    return Call("POST", "/v1/keys", as_model(m.IssuedKey), json=body, idempotent=False)
+
+
+def list_keys() -> Call[list[m.Key]]:
+    """``GET /v1/keys``: the live keys this client's key could have made, oldest first."""
+    return Call("GET", "/v1/keys", _list(m.Key, "keys"))
+
+
+def delete_key(key_id: str) -> Call[None]:
+    """``DELETE /v1/keys/{key_id}``: revokes a key this client's key could have made;
+    refused on every replica within a second."""
+    return Call("DELETE", f"/v1/keys/{segment(key_id)}", nothing)
 
 
 def tenant_limits(tenant_id: str) -> Call[m.Limits]:

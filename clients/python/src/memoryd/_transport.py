@@ -113,7 +113,7 @@ def error_from_response(response: httpx.Response) -> MemorydError:
         code, detail, title = str(body["code"]), str(body.get("detail", "")), body.get("title")
     else:
         code, detail, title = "unexpected_response", f"HTTP {response.status_code}: {str(body)[:200]}", None
-    cls = error_class_for(response.status_code)
+    cls = error_class_for(response.status_code, code)
     return cls(
         status=response.status_code,
         code=code,

@@ -70,6 +70,11 @@ class QuotaExceededError(MemorydError):
     sessions. Never retried: waiting does not lift it."""
 
 
+class ForbiddenError(MemorydError):
+    """The key lacks the permission the route takes, or may not reach that far
+    (403 ``forbidden``): e.g. a session opened outside its workspaces. Never retried."""
+
+
 class RateLimitedError(MemorydError):
     """Too many requests (429); retried automatically before it is raised."""
 
@@ -105,5 +110,7 @@ _BY_STATUS: dict[int, type[MemorydError]] = {
 }
 
 
-def error_class_for(status: int) -> type[MemorydError]:
+def error_class_for(status: int, code: str = "") -> type[MemorydError]:
+    if status == 403 and code == "forbidden":
+        return ForbiddenError
     return _BY_STATUS.get(status, ServerError if status >= 500 else MemorydError)

@@ -37,11 +37,55 @@ class NewTenant(_Model):
     name: str
 
 
+Permission = Literal["ingest", "close", "read", "edit", "manage"]
+#: ``"*"`` (every workspace) or the workspaces' names.
+KeyWorkspaces = Literal["*"] | list[str]
+
+
+class KeyRequest(_Model):
+    """What a key may reach (``POST /v1/keys``): within what the maker holds."""
+
+    name: str | None = None
+    workspaces: KeyWorkspaces
+    permissions: list[Permission]
+    expires_at: datetime | None = None
+
+
+class AdminKeyRequest(_Model):
+    """As :class:`KeyRequest` for the admin; left out: every workspace and permission."""
+
+    name: str | None = None
+    workspaces: KeyWorkspaces | None = None
+    permissions: list[Permission] | None = None
+    expires_at: datetime | None = None
+
+
+class Key(_Model):
+    """A live key as listed: never its secret."""
+
+    key_id: str
+    name: str | None = None
+    workspaces: KeyWorkspaces
+    permissions: list[Permission]
+    expires_at: datetime | None = None
+    created_at: datetime
+
+
+class KeyList(_Model):
+    keys: list[Key]
+
+
 class IssuedKey(_Model):
+    """A key just made, with its secret (shown once)."""
+
     tenant_id: str | None = None
     name: str | None = None
-    key_id: str | None = None
-    api_key: str | None = None
+    key_id: str
+    api_key: str
+    workspaces: KeyWorkspaces | None = None
+    permissions: list[Permission] | None = None
+    expires_at: datetime | None = None
+    created_at: datetime | None = None
 
 
 class GenerateConfig(_Model):

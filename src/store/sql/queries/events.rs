@@ -454,7 +454,7 @@ impl EventStore for SqlStore<DB> {
 
     async fn events_after(&self, tenant: TenantId, after: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
         let rows = sqlx::query(
-            "SELECT seq, event_type, payload FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT seq, event_type, payload, workspace FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
         .bind(tenant)
         .bind(after)
@@ -467,6 +467,7 @@ impl EventStore for SqlStore<DB> {
                     seq: row.try_get("seq")?,
                     event_type: row.try_get("event_type")?,
                     payload: row.try_get("payload")?,
+                    workspace: row.try_get("workspace")?,
                 })
             })
             .collect()

@@ -337,15 +337,23 @@ impl ForgetStore for SqlStore<DB> {
         if let Some(sql) = DB::AFTER_FORGET {
             // No transaction may be open on the connection, and no writer may
             // be between its statements.
-            match &self.writer {
-                Some(writer) => {
-                    let _gate = writer.gate.lock().await;
-                    sqlx::query(sql).execute(&writer.connection).await?;
+            // A reader in the middle of a read keeps the log (SQLite answers
+            // busy): then the checkpoint is tried again, for up to a second.
+            for _ in 0..50 {
+                let row = match &self.writer {
+                    Some(writer) => {
+                        let _gate = writer.gate.lock().await;
+                        sqlx::query(sql).fetch_optional(&writer.connection).await?
+                    }
+                    None => sqlx::query(sql).fetch_optional(&self.pool).await?,
+                };
+                let busy = row.and_then(|r| r.try_get::<i64, _>(0).ok()).unwrap_or(0);
+                if busy == 0 {
+                    return Ok(());
                 }
-                None => {
-                    sqlx::query(sql).execute(&self.pool).await?;
-                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
+            tracing::warn!("the log of forgotten rows could not be folded in: readers kept it busy");
         }
         Ok(())
     }

@@ -98,8 +98,10 @@ impl JobQueue for SqlStore<DB> {
                AND ($4 IS NULL OR (kind = 'phase_one' AND session_id = $4)
                     OR id IN (SELECT job_id FROM job_sessions WHERE tenant_id = $1 AND session_id = $4))
                AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6))
+               AND ($8 IS NULL OR workspace IN ({}))
              ORDER BY created_at DESC, id DESC LIMIT $7",
-            job_columns::<DB>()
+            job_columns::<DB>(),
+            DB::json_texts("$8")
         )))
         .bind(tenant)
         .bind(filter.state.map(JobState::as_str))
@@ -108,6 +110,7 @@ impl JobQueue for SqlStore<DB> {
         .bind(after_at)
         .bind(after_id)
         .bind(page.fetch())
+        .bind(filter.within.as_deref())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(Self::record::<JobRow, JobRecord>).collect()

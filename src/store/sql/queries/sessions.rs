@@ -211,7 +211,7 @@ impl SessionStore for SqlStore<DB> {
         page: &PageRequest,
     ) -> StoreResult<Vec<SessionSummary>> {
         let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, c.key.as_str())).unzip();
-        let rows = sqlx::query(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT s.session_id, s.workspace, s.state, s.memory_status, s.created_at, s.closed_at,
                     CAST(COALESCE((SELECT SUM(r.segment_count) FROM session_rollouts r
                                    WHERE r.tenant_id = s.tenant_id AND r.session_id = s.session_id), 0) AS BIGINT) AS segments,
@@ -220,17 +220,30 @@ impl SessionStore for SqlStore<DB> {
              FROM sessions s
              WHERE s.tenant_id = $1 AND ($2 IS NULL OR s.state = $2) AND ($3 IS NULL OR s.workspace = $3)
                AND ($4 IS NULL OR s.created_at < $4 OR (s.created_at = $4 AND s.session_id < $5))
+               AND ($7 IS NULL OR s.workspace IN ({}))
              ORDER BY s.created_at DESC, s.session_id DESC LIMIT $6",
-        )
+            DB::json_texts("$7")
+        )))
         .bind(tenant)
         .bind(filter.state.map(SessionState::as_str))
         .bind(filter.workspace.as_ref().map(WorkspaceName::as_str))
         .bind(after_at)
         .bind(after_id)
         .bind(page.fetch())
+        .bind(filter.within.as_deref())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(Self::record::<SessionSummaryRow, SessionSummary>).collect()
+    }
+
+    async fn session_workspace(&self, tenant: TenantId, id: &SessionId) -> StoreResult<Option<WorkspaceName>> {
+        let row = sqlx::query("SELECT workspace FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+            .bind(tenant)
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| WorkspaceName::parse(r.try_get("workspace")?).ok_or_else(|| corrupt("session workspace")))
+            .transpose()
     }
 
     async fn create_session(&self, tenant: TenantId, new: &NewSession) -> StoreResult<CreateSessionOutcome> {

@@ -1,11 +1,43 @@
 //! Tenants and their API keys.
 
 use super::*;
+use crate::domain::key_scope::{KeyScope, Permissions, Workspaces};
 use crate::store::StoreError;
-use crate::store::{NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantStore, TenantSummary};
+use crate::store::{
+    ApiKeyRecord, AuthenticatedKey, NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantStore,
+    TenantSummary,
+};
 use chrono::Utc;
 use sqlx::Row;
 use uuid::Uuid;
+
+/// The insert of a key, its rows given by `source` over `$1`…`$8`: id,
+/// tenant, hash, created, name, workspaces, permissions, expiry.
+fn insert_key<'q>(key: &'q NewApiKey, source: &str) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments> {
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO api_keys (id, tenant_id, key_hash, created_at, name, workspaces, permissions, expires_at) {source}"
+    )))
+    .bind(key.key_id)
+    .bind(key.tenant_id)
+    .bind(key.key_hash.as_str())
+    .bind(Utc::now())
+    .bind(key.name.as_deref())
+    .bind(key.scope.workspaces.stored())
+    .bind(key.scope.permissions.stored())
+    .bind(key.scope.expires_at)
+}
+
+fn scope_of(row: &<DB as sqlx::Database>::Row) -> StoreResult<KeyScope> {
+    let workspaces: String = row.try_get("workspaces")?;
+    let permissions: String = row.try_get("permissions")?;
+    Ok(KeyScope {
+        workspaces: Workspaces::from_stored(&workspaces)
+            .ok_or_else(|| StoreError::Corrupt(format!("key workspaces {workspaces:?}")))?,
+        permissions: Permissions::from_stored(&permissions)
+            .ok_or_else(|| StoreError::Corrupt(format!("key permissions {permissions:?}")))?,
+        expires_at: row.try_get("expires_at")?,
+    })
+}
 
 #[async_trait::async_trait]
 impl TenantStore for SqlStore<DB> {
@@ -18,13 +50,7 @@ impl TenantStore for SqlStore<DB> {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(key.key_id)
-            .bind(key.tenant_id)
-            .bind(key.key_hash.as_str())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        insert_key(key, "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
     }
@@ -33,43 +59,66 @@ impl TenantStore for SqlStore<DB> {
         // An explicit transaction: its commit reports a failure that an
         // autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, key_hash, created_at)
-             SELECT $1, id, $3, $4 FROM tenants WHERE id = $2 AND deleting_at IS NULL RETURNING id",
+        let inserted = insert_key(
+            key,
+            "SELECT $1, id, $3, $4, $5, $6, $7, $8 FROM tenants WHERE id = $2 AND deleting_at IS NULL RETURNING id",
         )
-        .bind(key.key_id)
-        .bind(key.tenant_id)
-        .bind(key.key_hash.as_str())
-        .bind(Utc::now())
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(inserted.is_some())
     }
 
-    async fn revoke_api_key(&self, key_id: Uuid) -> StoreResult<bool> {
+    async fn revoke_api_key(&self, tenant: Option<TenantId>, key_id: Uuid) -> StoreResult<bool> {
         // An explicit transaction: its commit reports a failure that an
         // autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
-        let revoked =
-            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id")
-                .bind(key_id)
-                .bind(Utc::now())
-                .fetch_optional(&mut *tx)
-                .await?;
+        let revoked = sqlx::query(
+            "UPDATE api_keys SET revoked_at = $2
+             WHERE id = $1 AND revoked_at IS NULL AND ($3 IS NULL OR tenant_id = $3) RETURNING id",
+        )
+        .bind(key_id)
+        .bind(Utc::now())
+        .bind(tenant)
+        .fetch_optional(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(revoked.is_some())
     }
 
-    async fn tenant_for_key_hash(&self, key_hash: &str) -> StoreResult<Option<TenantId>> {
+    async fn key_for_hash(&self, key_hash: &str) -> StoreResult<Option<AuthenticatedKey>> {
         let row = sqlx::query(
-            "SELECT k.tenant_id FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+            "SELECT k.id, k.tenant_id, k.workspaces, k.permissions, k.expires_at
+             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
              WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.deleting_at IS NULL",
         )
         .bind(key_hash)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|r| r.try_get("tenant_id")).transpose()?)
+        row.map(|r| {
+            Ok(AuthenticatedKey { key_id: r.try_get("id")?, tenant_id: r.try_get("tenant_id")?, scope: scope_of(&r)? })
+        })
+        .transpose()
+    }
+
+    async fn list_api_keys(&self, tenant: TenantId) -> StoreResult<Vec<ApiKeyRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, name, workspaces, permissions, expires_at, created_at FROM api_keys
+             WHERE tenant_id = $1 AND revoked_at IS NULL ORDER BY created_at, id",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ApiKeyRecord {
+                    key_id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    scope: scope_of(r)?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
     }
 
     async fn tenant_limits(&self, tenant: TenantId) -> StoreResult<Option<crate::domain::limits::Limits>> {
