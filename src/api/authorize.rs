@@ -74,32 +74,31 @@ pub(crate) async fn key_of_hash(state: &AppState, hash: &str) -> Result<Option<A
     Ok(key)
 }
 
-/// The layer of a [`Access::Key`] route.
-pub async fn guard(
-    State((state, permission, reach)): State<(AppState, Permission, Reach)>,
-    req: Request<Body>,
-    next: Next,
-) -> Response {
+/// What the layer of one [`Access::Key`] route checks (shared, so that a
+/// request clones one pointer, not the whole state).
+pub type Guarded = std::sync::Arc<(AppState, Permission, Reach)>;
+
+/// The layer of a [`Access::Key`] route. The request-rate layer before it
+/// has usually found the key already; otherwise it is found here.
+pub async fn guard(State(guarded): State<Guarded>, req: Request<Body>, next: Next) -> Response {
+    let (state, permission, reach) = &*guarded;
     let (mut parts, body) = req.into_parts();
-    match authorize(&state, permission, reach, &mut parts).await {
-        Ok(key) => {
-            parts.extensions.insert(key);
-            next.run(Request::from_parts(parts, body)).await
+    if parts.extensions.get::<AuthenticatedKey>().is_none() {
+        match authenticate(state, &parts.headers).await {
+            Ok(key) => {
+                parts.extensions.insert(key);
+            }
+            Err(refused) => return refused.into_response(),
         }
+    }
+    match authorize(state, *permission, *reach, &mut parts).await {
+        Ok(()) => next.run(Request::from_parts(parts, body)).await,
         Err(refused) => refused.into_response(),
     }
 }
 
-async fn authorize(
-    state: &AppState,
-    permission: Permission,
-    reach: Reach,
-    parts: &mut Parts,
-) -> Result<AuthenticatedKey, ApiError> {
-    let key = match parts.extensions.get::<AuthenticatedKey>() {
-        Some(key) => key.clone(),
-        None => authenticate(state, &parts.headers).await?,
-    };
+async fn authorize(state: &AppState, permission: Permission, reach: Reach, parts: &mut Parts) -> Result<(), ApiError> {
+    let key = parts.extensions.get::<AuthenticatedKey>().ok_or_else(|| ApiError::internal("no key"))?;
     if !key.scope.permissions.has(permission) {
         return Err(ApiError::Forbidden(format!(
             "This key does not hold the {} permission this route takes.",
@@ -107,8 +106,9 @@ async fn authorize(
         )));
     }
     if key.scope.workspaces.is_all() {
-        return Ok(key);
+        return Ok(());
     }
+    let key = key.clone();
     let params = RawPathParams::from_request_parts(parts, &()).await.map_err(ApiError::internal)?;
     let param = |name: &str| params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_owned());
     match reach {
@@ -143,7 +143,7 @@ async fn authorize(
         }
         Reach::Filtered | Reach::Tenant => {}
     }
-    Ok(key)
+    Ok(())
 }
 
 /// The workspace of the session a scoped key names: a session elsewhere is

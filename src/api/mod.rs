@@ -337,8 +337,10 @@ pub fn router(state: AppState) -> Router {
     let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
     for Endpoint { path, handler, access, .. } in endpoints() {
         let handler = match access {
-            Access::Key(permission, reach) => handler
-                .route_layer(middleware::from_fn_with_state((state.clone(), permission, reach), authorize::guard)),
+            Access::Key(permission, reach) => {
+                let guarded: authorize::Guarded = Arc::new((state.clone(), permission, reach));
+                handler.route_layer(middleware::from_fn_with_state(guarded, authorize::guard))
+            }
             Access::Open | Access::Admin => handler,
         };
         match by_path.iter_mut().find(|(p, _)| *p == path) {

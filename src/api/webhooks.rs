@@ -32,10 +32,9 @@ const MAX_DESCRIPTION: usize = 500;
 /// How long a rotated-out secret still signs.
 const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// How often an open stream checks that its key still opens its tenant
-/// (SPEC §2.8: a stream ends within 30 s of a revocation or a forget; the
-/// key cache adds at most its 5 s).
-const KEY_RECHECK: Duration = Duration::from_secs(10);
+/// How often an open stream checks that its key still opens its tenant: a
+/// revoked or expired key's stream ends within this and the key cache's second.
+const KEY_RECHECK: Duration = Duration::from_secs(1);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -32,6 +32,9 @@ async fn every_status_served_is_documented(backend: Backend) {
     let seg = "/v1/sessions/{session_id}/layouts/{layout}/segments";
     let ws = "/v1/workspaces/{workspace}/layouts/{layout}";
     let key = t.key.as_str();
+    let made = app.request(Method::POST, "/v1/keys", key).json(&json!({"workspaces": ["a"], "permissions": ["read"]}));
+    let made: Value = made.send().await.unwrap().json().await.unwrap();
+    let reader = made["api_key"].as_str().unwrap();
     let hook = app
         .request(Method::POST, "/v1/webhooks", key)
         .json(&json!({"url": "https://93.184.216.34/memoryd"}))
@@ -103,6 +106,46 @@ async fn every_status_served_is_documented(backend: Backend) {
             ADMIN_TOKEN,
         ),
         (Method::DELETE, "/v1/admin/keys/{key_id}".into(), "/v1/admin/keys/nope".into(), None, ADMIN_TOKEN),
+        (
+            Method::GET,
+            "/v1/admin/tenants/{tenant_id}/keys".into(),
+            format!("/v1/admin/tenants/{}/keys", t.id),
+            None,
+            ADMIN_TOKEN,
+        ),
+        (
+            Method::GET,
+            "/v1/admin/tenants/{tenant_id}/keys".into(),
+            "/v1/admin/tenants/nope/keys".into(),
+            None,
+            ADMIN_TOKEN,
+        ),
+        (
+            Method::POST,
+            "/v1/admin/tenants/{tenant_id}/keys".into(),
+            format!("/v1/admin/tenants/{}/keys", t.id),
+            Some(json!({"permissions": ["boss"]})),
+            ADMIN_TOKEN,
+        ),
+        (
+            Method::POST,
+            "/v1/keys".into(),
+            "/v1/keys".into(),
+            Some(json!({"workspaces": "*", "permissions": ["read"]})),
+            key,
+        ),
+        (Method::POST, "/v1/keys".into(), "/v1/keys".into(), Some(json!({"workspaces": "*"})), key),
+        (
+            Method::POST,
+            "/v1/keys".into(),
+            "/v1/keys".into(),
+            Some(json!({"workspaces": "*", "permissions": ["read"]})),
+            "wrong",
+        ),
+        (Method::GET, "/v1/keys".into(), "/v1/keys".into(), None, key),
+        (Method::GET, "/v1/keys".into(), "/v1/keys".into(), None, reader),
+        (Method::PUT, "/v1/layouts/{layout}".into(), "/v1/layouts/z".into(), Some(json!({})), reader),
+        (Method::DELETE, "/v1/keys/{key_id}".into(), "/v1/keys/nope".into(), None, key),
         (Method::GET, "/v1/layouts".into(), "/v1/layouts".into(), None, key),
         (Method::GET, "/v1/layouts".into(), "/v1/layouts".into(), None, "wrong"),
         (Method::GET, "/v1/layouts/{layout}".into(), "/v1/layouts/default".into(), None, key),

@@ -249,12 +249,21 @@ async fn keys_grant_only_what_they_hold_and_end_at_once(backend: Backend) {
     let names: Vec<&Value> = all["keys"].as_array().unwrap().iter().map(|k| &k["name"]).collect();
     // Not the revoked one; the expired one, with its expiry, until revoked.
     assert_eq!(names, [&Value::Null, &json!("dashboard"), &Value::Null, &json!("runtime")], "{all}");
+    let mut browser = Browser::new(&app);
+    assert_eq!(browser.sign_in(ADMIN_TOKEN).await.0, StatusCode::SEE_OTHER);
+    let (status, _, page) = browser.get(&format!("/console/tenants/{}/keys", t.id)).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("runtime") && page.contains("ingest, close") && page.contains("<code>alice</code>"),
+        "{page}"
+    );
+    assert!(page.contains("every workspace") && !page.contains("mk_"), "{page}");
 }
 
 async fn a_scoped_keys_stream_console_and_tools_show_only_its_workspaces(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
-    let (_, reader) = make_key(&app, &t.key, json!({"workspaces": ["alice"], "permissions": ["read"]})).await;
+    let (reader_id, reader) = make_key(&app, &t.key, json!({"workspaces": ["alice"], "permissions": ["read"]})).await;
     let mut stream = app.request(Method::GET, "/v1/events", &reader).send().await.unwrap();
     assert_eq!(stream.status(), 200);
     conversation(&app, &t.key, OTHER, "bob-s1").await;
@@ -298,4 +307,12 @@ async fn a_scoped_keys_stream_console_and_tools_show_only_its_workspaces(backend
     let url = format!("/v1/mcp?workspace={OTHER}");
     let res = app.request(Method::POST, &url, &reader).json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
     assert_eq!(res.send().await.unwrap().status(), 404);
+
+    // Revoked, the key's open stream ends within seconds.
+    let res = app.request(Method::DELETE, &format!("/v1/keys/{reader_id}"), &t.key).send().await.unwrap();
+    assert_eq!(res.status(), 204);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tokio::time::timeout_at(deadline, stream.chunk()).await.expect("the stream ended in time").unwrap().is_some()
+    {
+    }
 }

@@ -49,6 +49,25 @@ export interface CallOptions {
 
 type Query = Record<string, string | number | boolean | undefined | null>;
 
+/** What a key reaches: `"*"` or workspace names, its permissions, and optionally a name and an expiry. */
+export interface KeyScope {
+  workspaces: S["KeyWorkspaces"];
+  permissions: S["Permission"][];
+  name?: string;
+  expiresAt?: Date | string;
+}
+
+function keyBody(scope: Partial<KeyScope>): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  if (scope.name !== undefined) body.name = scope.name;
+  if (scope.workspaces !== undefined) body.workspaces = scope.workspaces;
+  if (scope.permissions !== undefined) body.permissions = scope.permissions;
+  if (scope.expiresAt !== undefined) {
+    body.expires_at = scope.expiresAt instanceof Date ? scope.expiresAt.toISOString() : scope.expiresAt;
+  }
+  return body;
+}
+
 interface Call {
   method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
   path: string;
@@ -285,9 +304,9 @@ export class Memoryd {
   }
 
   /** Another key for the tenant (shown once): every workspace and permission unless `scope` narrows it. */
-  issueKey(tenantId: string, scope: S["AdminKeyRequest"] = {}, options?: CallOptions): Promise<S["IssuedKey"]> {
+  issueKey(tenantId: string, scope: Partial<KeyScope> = {}, options?: CallOptions): Promise<S["IssuedKey"]> {
     const path = `/v1/admin/tenants/${segment(tenantId)}/keys`;
-    const call: Call = { method: "POST", path, json: scope, admin: true, idempotent: false };
+    const call: Call = { method: "POST", path, json: keyBody(scope), admin: true, idempotent: false };
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 
@@ -301,8 +320,8 @@ export class Memoryd {
    * A key reaching `workspaces` (`"*"` or names) with `permissions`, within what this client's
    * key holds (else `ForbiddenError`); its secret is shown once. Not retried.
    */
-  createKey(request: S["KeyRequest"], options?: CallOptions): Promise<S["IssuedKey"]> {
-    const call: Call = { method: "POST", path: "/v1/keys", json: request, idempotent: false };
+  createKey(scope: KeyScope, options?: CallOptions): Promise<S["IssuedKey"]> {
+    const call: Call = { method: "POST", path: "/v1/keys", json: keyBody(scope), idempotent: false };
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 

@@ -1,5 +1,5 @@
 export { Memoryd, segment } from "./client.js";
-export type { CallOptions, MemorydOptions, RetryPolicy, Schemas, StreamedEvent } from "./client.js";
+export type { CallOptions, KeyScope, MemorydOptions, RetryPolicy, Schemas, StreamedEvent } from "./client.js";
 export {
   AuthenticationError,
   BadRequestError,

@@ -132,7 +132,9 @@ for (const backend of backends) {
       const reader = await admin.issueKey(issued.tenant_id, { name: "dashboard", permissions: ["read"] });
       assert.deepEqual([reader.workspaces, reader.permissions], ["*", ["read"]]);
       const owner = new Memoryd({ baseUrl: server.baseUrl, apiKey: issued.api_key, retry: fast });
-      const alice = await owner.createKey({ name: "alice", workspaces: ["ts-alice"], permissions: ["ingest", "read"] });
+      const until = new Date(Date.now() + 86_400_000);
+      const alice = await owner.createKey({ name: "alice", workspaces: ["ts-alice"], permissions: ["ingest", "read"], expiresAt: until });
+      assert.equal(new Date(alice.expires_at).getTime(), until.getTime());
       assert.deepEqual([alice.workspaces, alice.permissions], [["ts-alice"], ["ingest", "read"]]);
       assert.deepEqual((await owner.listKeys()).map((k) => k.name), [null, "dashboard", "alice"]);
       const runtime = new Memoryd({ baseUrl: server.baseUrl, apiKey: alice.api_key, retry: fast });

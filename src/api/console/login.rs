@@ -1,6 +1,7 @@
 //! Signing in and out, and the admin's choice of tenant.
 
 use super::*;
+use crate::domain::key_scope::Workspaces;
 
 pub(super) async fn login_form(State(state): State<AppState>, client: Client) -> Response {
     // Double-submit token: a login form posted from elsewhere lacks the cookie.
@@ -148,7 +149,7 @@ pub(super) async fn tenants(State(state): State<AppState>, signed: Signed, Query
                 @for t in &tenants {
                     tr {
                         td { code { (t.tenant_id) } } td { (t.name) } td { (when(&t.created_at)) }
-                        td { (t.keys) } td { (t.sessions) } td { (state_badge(t.state)) }
+                        td { a href={"/console/tenants/" (t.tenant_id) "/keys"} { (t.keys) } } td { (t.sessions) } td { (state_badge(t.state)) }
                         td {
                             form class="inline" method="post" action="/console/tenant" {
                                 input type="hidden" name="csrf" value=(signed.csrf);
@@ -194,4 +195,36 @@ pub(super) async fn pick_tenant(
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)
+}
+
+/// A tenant's live keys with what each reaches (the admin's page).
+pub(super) async fn tenant_keys(State(state): State<AppState>, signed: Signed, Path(raw_id): Path<String>) -> Page {
+    signed.require_admin()?;
+    let not_found = || ConsoleError(ApiError::NotFound(format!("No tenant {raw_id}.")));
+    let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
+    if !state.store.tenant_exists(id).await? {
+        return Err(not_found());
+    }
+    let keys = state.store.list_api_keys(id).await?;
+    signed.page(
+        &format!("Keys of tenant {id}"),
+        html! {
+            table {
+                tr { th { "Key" } th { "Name" } th { "Workspaces" } th { "Permissions" } th { "Expires" } th { "Created" } }
+                @for k in &keys {
+                    tr {
+                        td { code { (k.key_id) } }
+                        td { (k.name.as_deref().unwrap_or("")) }
+                        td { @match &k.scope.workspaces {
+                            Workspaces::All => { "every workspace" }
+                            Workspaces::Only(names) => { @for n in names { code { (n) } " " } }
+                        } }
+                        td { (k.scope.permissions.names().join(", ")) }
+                        td { (maybe_when(k.scope.expires_at.as_ref())) }
+                        td { (when(&k.created_at)) }
+                    }
+                }
+            }
+        },
+    )
 }

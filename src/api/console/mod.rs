@@ -66,6 +66,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/tenants", get(tenants))
         .route("/console/tenant", post(pick_tenant))
         .route("/console/tenants/{tenant_id}/forget", post(forget_tenant))
+        .route("/console/tenants/{tenant_id}/keys", get(tenant_keys))
         .route("/console/forget/rollout", post(forget_rollout))
         .route("/console/forget/workspace", post(forget_workspace))
         .route("/console/sessions", get(sessions))
