@@ -321,7 +321,7 @@ async fn every_status_served_is_documented(backend: Backend) {
             key,
         ),
     ];
-    let mut undocumented = Vec::new();
+    let (mut undocumented, mut unfilled) = (Vec::new(), Vec::new());
     for (method, template, path, body, auth) in probes {
         let mut req = app.client.request(method.clone(), format!("{}{}", app.base, path));
         if !auth.is_empty() {
@@ -330,10 +330,67 @@ async fn every_status_served_is_documented(backend: Backend) {
         if let Some(body) = body {
             req = req.json(&body);
         }
-        let status = req.send().await.unwrap().status().as_u16().to_string();
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16().to_string();
         if !documented(&spec, &method, &template).contains(&status) {
             undocumented.push(format!("{method} {template} answered {status} ({path})"));
         }
+        let op = &spec["paths"][template.as_str()][method.as_str().to_lowercase().as_str()];
+        let schema = &op["responses"][status.as_str()]["content"]["application/json"]["schema"];
+        let json = res.headers().get("content-type").is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+        if status.starts_with('2') && json && !schema.is_null() {
+            let body: Value = res.json().await.unwrap();
+            missing_required(&spec, schema, &body, &format!("{method} {template}"), &mut unfilled);
+        }
     }
     assert!(undocumented.is_empty(), "statuses missing from openapi.yaml:\n{}", undocumented.join("\n"));
+    assert!(unfilled.is_empty(), "required fields missing from answers:\n{}", unfilled.join("\n"));
+}
+
+/// The schema allows null: `type: [x, "null"]`, `type: "null"` or a `oneOf` with null.
+fn nullable(schema: &serde_yaml::Value) -> bool {
+    let null = |t: &serde_yaml::Value| t.as_str() == Some("null");
+    schema["type"].as_sequence().is_some_and(|types| types.iter().any(null))
+        || null(&schema["type"])
+        || schema["oneOf"].as_sequence().is_some_and(|options| options.iter().any(|o| null(&o["type"])))
+}
+
+/// Where `value` lacks a field its documented `schema` requires, or is null where it may not be (through
+/// `$ref`s, `allOf`, properties and array items): the clients' types take
+/// required fields as always there.
+fn missing_required(
+    spec: &serde_yaml::Value,
+    schema: &serde_yaml::Value,
+    value: &Value,
+    at: &str,
+    out: &mut Vec<String>,
+) {
+    if let Some(reference) = schema["$ref"].as_str() {
+        let name = reference.rsplit('/').next().unwrap();
+        return missing_required(spec, &spec["components"]["schemas"][name], value, at, out);
+    }
+    for part in schema["allOf"].as_sequence().into_iter().flatten() {
+        missing_required(spec, part, value, at, out);
+    }
+    if value.is_null() && !schema["type"].is_null() && !nullable(schema) {
+        out.push(format!("{at}: null, which its schema does not allow"));
+    }
+    if let Some(object) = value.as_object() {
+        for field in schema["required"].as_sequence().into_iter().flatten().filter_map(|f| f.as_str()) {
+            if !object.contains_key(field) {
+                out.push(format!("{at}: .{field}"));
+            }
+        }
+        for (name, property) in schema["properties"].as_mapping().into_iter().flatten() {
+            let name = name.as_str().unwrap();
+            if let Some(inner) = object.get(name) {
+                missing_required(spec, property, inner, &format!("{at}.{name}"), out);
+            }
+        }
+    }
+    if let Some(items) = value.as_array() {
+        for (i, item) in items.iter().enumerate() {
+            missing_required(spec, &schema["items"], item, &format!("{at}[{i}]"), out);
+        }
+    }
 }

@@ -665,6 +665,50 @@ def test_a_gateways_502_is_retried_for_a_read_and_a_500_only_for_a_get():
         httpd.shutdown()
 
 
+def test_per_call_options_and_raw_responses(server, tenant):
+    seen: list[dict[str, str]] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(dict(self.headers))
+            time.sleep(0.5)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    httpd, base = serve(Slow)
+    try:
+        with Memoryd(base, "mk_x", timeout=5, max_retries=0) as client:
+            hurried = client.with_options(timeout=0.1, headers={"x-trace": "t-1"})
+            with pytest.raises(RequestTimeoutError):
+                hurried.limits()
+            assert seen[-1]["x-trace"] == "t-1"
+            client.limits()
+            assert "x-trace" not in seen[-1], "the client it came from is unchanged"
+            hurried.close()
+            client.limits()  # closing the copy closed no connection of the original
+    finally:
+        httpd.shutdown()
+
+    with Memoryd(server.base_url, tenant[1], retry=FAST) as client:
+        client.open_session("py-raw")
+        answer = client.with_raw_response.get_session("py-raw")
+        assert answer.status_code == 200 and answer.request_id == answer.headers["x-request-id"]
+        assert answer.parse().session_id == "py-raw"
+
+
+async def test_async_raw_responses(server, tenant):
+    async with AsyncMemoryd(server.base_url, tenant[1], retry=FAST) as client:
+        answer = await client.with_raw_response.list_layouts()
+        assert answer.status_code == 200 and [layout.name for layout in answer.parse()] == ["default"]
+        assert (await client.with_options(max_retries=0).list_layouts())[0].name == "default"
+
+
 def test_a_timeout_is_its_own_error():
     class Slow(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:

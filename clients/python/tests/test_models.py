@@ -16,6 +16,15 @@ def load_spec() -> dict:
     return yaml.safe_load((REPO / "openapi.yaml").read_text())
 
 
+def schema_required(schema: dict, schemas: dict) -> set[str]:
+    required = set(schema.get("required", []))
+    for part in schema.get("allOf", []):
+        if "$ref" in part:
+            part = schemas[part["$ref"].rsplit("/", 1)[1]]
+        required |= schema_required(part, schemas)
+    return required
+
+
 def schema_properties(schema: dict, schemas: dict) -> set[str]:
     props = set(schema.get("properties", {}))
     for part in schema.get("allOf", []):
@@ -48,6 +57,16 @@ def drift(spec: dict, module=models) -> list[str]:
                 problems.append(f"{name}: properties without a field: {sorted(wanted - fields)}")
             if fields - wanted:
                 problems.append(f"{name}: fields not in the schema: {sorted(fields - wanted)}")
+            # What memoryd always answers has no default: a model without it is refused.
+            if not isinstance(model, type):
+                continue  # a free-form object (a dict alias) requires nothing
+            required = {n for n, f in model.model_fields.items() if f.is_required()}
+            # A field a model inherits is its base's to check (a Layout is a LayoutConfig,
+            # whose defaults a request may leave out).
+            own = set(vars(model).get("__annotations__", {}))
+            expected = {n for n in schema_required(schema, schemas) if n in own or n in required}
+            if expected != required:
+                problems.append(f"{name}: required {sorted(required)} where the schema requires {sorted(expected)}")
     return problems
 
 
@@ -62,10 +81,12 @@ def test_a_new_schema_or_property_without_a_model_is_found():
     job["properties"]["priority"] = {"type": "integer"}
     spec["components"]["schemas"]["Job"] = job
     spec["components"]["schemas"]["JobState"]["enum"].append("paused")
+    spec["components"]["schemas"]["TenantSummary"]["required"].remove("keys")
     found = drift(spec)
     assert "ConsoleSession: no model in memoryd.models" in found
     assert "Job: properties without a field: ['priority']" in found
     assert any(p.startswith("JobState: values") for p in found)
+    assert any(p.startswith("TenantSummary: required") for p in found), found
 
 
 def test_models_read_what_memoryd_answers(server, tenant):

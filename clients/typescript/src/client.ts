@@ -9,6 +9,7 @@
  */
 
 import type { components } from "./schema.js";
+import type { EventData, WebhookEvent } from "./webhooks.js";
 import { ConnectionFailedError, MemorydError, RequestTimeoutError, errorFromResponse } from "./errors.js";
 
 export type Schemas = components["schemas"];
@@ -382,8 +383,9 @@ export class Memoryd {
     return list.layouts;
   }
 
-  getLayout(layout = "default", options?: CallOptions): Promise<Record<string, unknown>> {
-    return this.send({ method: "GET", path: `/v1/layouts/${segment(layout)}` }, json<Record<string, unknown>>, options);
+  /** The layout's effective config (defaults included), its name and its etag. */
+  getLayout(layout = "default", options?: CallOptions): Promise<S["Layout"]> {
+    return this.send({ method: "GET", path: `/v1/layouts/${segment(layout)}` }, json<S["Layout"]>, options);
   }
 
   putLayout(
@@ -391,10 +393,10 @@ export class Memoryd {
     config: S["LayoutConfig"],
     put: { ifMatch?: string } = {},
     options?: CallOptions,
-  ): Promise<Record<string, unknown>> {
+  ): Promise<S["Layout"]> {
     const headers: Record<string, string> = put.ifMatch ? { "if-match": put.ifMatch } : {};
     const call: Call = { method: "PUT", path: `/v1/layouts/${segment(layout)}`, json: config, headers };
-    return this.send(call, json<Record<string, unknown>>, options);
+    return this.send(call, json<S["Layout"]>, options);
   }
 
   // -- sessions ----------------------------------------------------------------
@@ -411,7 +413,7 @@ export class Memoryd {
   }
 
   listSessions(
-    filter: { state?: string; workspace?: string; limit?: number; cursor?: string } = {},
+    filter: { state?: S["SessionState"]; workspace?: string; limit?: number; cursor?: string } = {},
     options?: CallOptions,
   ): Promise<S["SessionPage"]> {
     return this.send({ method: "GET", path: "/v1/sessions", query: filter }, json<S["SessionPage"]>, options);
@@ -462,7 +464,7 @@ export class Memoryd {
 
   // -- jobs --------------------------------------------------------------------
   listJobs(
-    filter: { state?: string; kind?: string; sessionId?: string; limit?: number; cursor?: string } = {},
+    filter: { state?: S["JobState"]; kind?: S["JobKind"]; sessionId?: string; limit?: number; cursor?: string } = {},
     options?: CallOptions,
   ): Promise<S["JobList"]> {
     const { sessionId, ...rest } = filter;
@@ -482,7 +484,7 @@ export class Memoryd {
   // -- every row of a listing -------------------------------------------------------
   /** Every session of `listSessions` (newest first), page after page over `next_cursor`. */
   iterSessions(
-    filter: { state?: string; workspace?: string; pageSize?: number } = {},
+    filter: { state?: S["SessionState"]; workspace?: string; pageSize?: number } = {},
     options?: CallOptions,
   ): AsyncGenerator<S["SessionSummary"]> {
     const { pageSize, ...rest } = filter;
@@ -491,7 +493,7 @@ export class Memoryd {
 
   /** Every job of `listJobs` (newest first), page after page. */
   iterJobs(
-    filter: { state?: string; kind?: string; sessionId?: string; pageSize?: number } = {},
+    filter: { state?: S["JobState"]; kind?: S["JobKind"]; sessionId?: string; pageSize?: number } = {},
     options?: CallOptions,
   ): AsyncGenerator<S["Job"]> {
     const { pageSize, ...rest } = filter;
@@ -542,9 +544,10 @@ export class Memoryd {
     return this.send({ method: "GET", path, query: { limit: where.limit, cursor: where.cursor } }, json<S["RunList"]>, options);
   }
 
-  getRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<Record<string, unknown>> {
+  /** One consolidation run with the changes it made to each file. */
+  getRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<S["RunDetail"]> {
     const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", `runs/${segment(runId)}`);
-    return this.send({ method: "GET", path }, json<Record<string, unknown>>, options);
+    return this.send({ method: "GET", path }, json<S["RunDetail"]>, options);
   }
 
   restoreRun(runId: string, where: { workspace?: string; layout?: string } = {}, options?: CallOptions): Promise<S["Job"]> {
@@ -750,7 +753,7 @@ export class Memoryd {
    * `lastEventId` resumes an earlier stream. Ends when `signal` aborts.
    */
   async *events(
-    filter: { types?: string[]; lastEventId?: string; signal?: AbortSignal } = {},
+    filter: { types?: (keyof EventData)[]; lastEventId?: string; signal?: AbortSignal } = {},
   ): AsyncGenerator<StreamedEvent, void, undefined> {
     let last = filter.lastEventId;
     for (let attempt = 0; ; attempt++) {
@@ -794,12 +797,8 @@ export class Memoryd {
 }
 
 /** An event of `events()`: the event as webhooks receive it, with its id. */
-export interface StreamedEvent {
-  id: string;
-  type: string;
-  timestamp: string;
-  data: Record<string, unknown>;
-}
+/** An event of the live stream: a {@link WebhookEvent} (discriminated by `type`) with its `id`. */
+export type StreamedEvent = WebhookEvent & { id: string };
 
 /** Server-sent events out of a body (what memoryd sends: `id`, `event`, `data`, comments). */
 async function* parseEventStream(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamedEvent> {
@@ -819,7 +818,7 @@ async function* parseEventStream(body: ReadableStream<Uint8Array>): AsyncGenerat
         buffer = buffer.slice(newline + 1);
         if (line === "") {
           if (data.length > 0) {
-            const event = JSON.parse(data.join("\n")) as Omit<StreamedEvent, "id">;
+            const event = JSON.parse(data.join("\n")) as WebhookEvent;
             data = [];
             yield { ...event, id };
           }

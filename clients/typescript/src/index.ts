@@ -17,4 +17,4 @@ export {
 } from "./errors.js";
 export type { components, paths } from "./schema.js";
 export { WebhookVerificationError, verifyWebhook } from "./webhooks.js";
-export type { WebhookEvent } from "./webhooks.js";
+export type { EventData, WebhookEvent } from "./webhooks.js";

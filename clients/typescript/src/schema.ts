@@ -2531,7 +2531,7 @@ export interface components {
             etag: string;
         };
         LayoutList: {
-            layouts?: components["schemas"]["Layout"][];
+            layouts: components["schemas"]["Layout"][];
         };
         Segment: {
             rollout_id?: string;
@@ -2550,12 +2550,12 @@ export interface components {
             final_output?: unknown;
         };
         AppendedSegment: {
-            session_id?: string;
-            layout?: string;
-            rollout_id?: string;
+            session_id: string;
+            layout: string;
+            rollout_id: string;
             /** @description 0-based within the rollout file */
-            segment_index?: number;
-            rollout_path?: string;
+            segment_index: number;
+            rollout_path: string;
         };
         NewSession: {
             session_id?: components["schemas"]["FileSafeId"];
@@ -2565,83 +2565,83 @@ export interface components {
         /** @enum {string} */
         SessionState: "open" | "closing" | "closed";
         SessionRollout: {
-            layout?: string;
-            rollout_id?: string;
-            segment_count?: number;
+            layout: string;
+            rollout_id: string;
+            segment_count: number;
         };
         Session: {
-            session_id?: string;
-            workspace?: string;
-            state?: components["schemas"]["SessionState"];
-            metadata?: Record<string, unknown>;
-            memory_status?: Record<string, unknown> | null;
+            session_id: string;
+            workspace: string;
+            state: components["schemas"]["SessionState"];
+            metadata: Record<string, unknown>;
+            memory_status: Record<string, unknown> | null;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** Format: date-time */
-            closed_at?: string | null;
+            closed_at: string | null;
             /**
              * @description present while a closing session's jobs wait: model_budget, the tenant's tokens of the UTC day are spent
              * @enum {string}
              */
             waiting?: "model_budget";
-            rollouts?: components["schemas"]["SessionRollout"][];
-            jobs?: components["schemas"]["Job"][];
+            rollouts: components["schemas"]["SessionRollout"][];
+            jobs: components["schemas"]["Job"][];
         };
         CloseResult: {
-            session_id?: string;
-            state?: components["schemas"]["SessionState"];
-            memory_status?: Record<string, unknown> | null;
-            jobs?: components["schemas"]["QueuedJob"][];
+            session_id: string;
+            state: components["schemas"]["SessionState"];
+            memory_status: Record<string, unknown> | null;
+            jobs: components["schemas"]["QueuedJob"][];
         };
         QueuedJob: {
             /** Format: uuid */
-            job_id?: string;
-            kind?: components["schemas"]["JobKind"];
-            layout?: string;
+            job_id: string;
+            kind: components["schemas"]["JobKind"];
+            layout: string;
             rollout_id?: string;
-            state?: components["schemas"]["JobState"];
+            state: components["schemas"]["JobState"];
         };
         SelectionItem: {
-            rollout_id?: string;
-            updated_at?: string;
-            rollout_path?: string;
-            rollout_summary_file?: string;
-            terminal_state?: string;
+            rollout_id: string;
+            updated_at: string;
+            rollout_path: string;
+            rollout_summary_file: string;
+            terminal_state: string;
             /** @description sessions that read it or cited it */
-            usage_count?: number;
+            usage_count: number;
             /** @description when one last did */
-            last_usage?: string | null;
+            last_usage: string | null;
         };
         PhaseTwoSelection: {
-            version?: number;
-            updated_at?: string;
+            version: number;
+            updated_at: string;
             /** Format: uuid */
-            run_id?: string;
-            selected?: components["schemas"]["SelectionItem"][];
-            added_rollout_ids?: string[];
-            retained_rollout_ids?: string[];
-            removed?: components["schemas"]["SelectionItem"][];
+            run_id: string;
+            selected: components["schemas"]["SelectionItem"][];
+            added_rollout_ids: string[];
+            retained_rollout_ids: string[];
+            removed: components["schemas"]["SelectionItem"][];
         };
         PhaseTwoRun: {
             /** Format: uuid */
-            run_id?: string;
+            run_id: string;
             /**
              * @description the kind of job that made the run
              * @enum {string}
              */
-            kind?: "phase_two" | "restore" | "forget" | "edit";
+            kind: "phase_two" | "restore" | "forget" | "edit";
             /** Format: uuid */
-            job_id?: string;
-            session_id?: string;
+            job_id: string;
+            session_id: string;
             /** @enum {string} */
-            state?: "succeeded" | "skipped" | "failed";
-            selected?: number;
-            added?: number;
-            retained?: number;
-            removed?: number;
-            files_changed?: string[];
+            state: "succeeded" | "skipped" | "failed";
+            selected: number;
+            added: number;
+            retained: number;
+            removed: number;
+            files_changed: string[];
             /** @description the sessions whose closes the run served */
-            sessions?: string[];
+            sessions: string[];
             /**
              * Format: uuid
              * @description a restore's run: the run whose memory it put back
@@ -2651,62 +2651,62 @@ export interface components {
             rollout_id?: string;
             /** @description an edit's run: why it was made */
             reason?: string;
-            redactions?: components["schemas"]["Redactions"];
-            usage?: Record<string, unknown>;
-            turns?: number;
-            error?: string | null;
+            redactions: components["schemas"]["Redactions"];
+            usage: Record<string, unknown>;
+            turns: number;
+            error: string | null;
             /** Format: date-time */
-            started_at?: string;
+            started_at: string;
             /** Format: date-time */
-            finished_at?: string;
+            finished_at: string;
         };
         RunList: {
-            runs?: components["schemas"]["PhaseTwoRun"][];
+            runs: components["schemas"]["PhaseTwoRun"][];
             /** @description the next page's cursor; null on the last page */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         Instructions: {
-            instructions?: string;
-            memory_dir?: string;
-            truncated?: boolean;
+            instructions: string;
+            memory_dir: string;
+            truncated: boolean;
         };
         /** @enum {string} */
         JobKind: "phase_one" | "phase_two" | "restore" | "forget" | "import" | "edit";
         MemoryEntry: {
             /** @description relative to memories_dir */
-            path?: string;
+            path: string;
             /** @enum {string} */
-            kind?: "file" | "dir";
+            kind: "file" | "dir";
             /** @description null for a folder */
-            bytes?: number | null;
+            bytes: number | null;
             /** Format: date-time */
-            modified_at?: string | null;
+            modified_at: string | null;
         };
         MemoryListing: {
-            entries?: components["schemas"]["MemoryEntry"][];
-            next_cursor?: string | null;
+            entries: components["schemas"]["MemoryEntry"][];
+            next_cursor: string | null;
         };
         MemoryRead: {
-            path?: string;
-            text?: string;
-            offset?: number;
-            lines?: number;
-            total_lines?: number;
+            path: string;
+            text: string;
+            offset: number;
+            lines: number;
+            total_lines: number;
             /** @description the 80 */
-            truncated?: boolean;
+            truncated: boolean;
             /** @description of the whole file */
-            sha256?: string;
+            sha256: string;
         };
         MemoryMatch: {
-            path?: string;
-            line?: number;
-            text?: string;
-            before?: string[];
-            after?: string[];
+            path: string;
+            line: number;
+            text: string;
+            before: string[];
+            after: string[];
         };
         MemorySearch: {
-            matches?: components["schemas"]["MemoryMatch"][];
-            next_cursor?: string | null;
+            matches: components["schemas"]["MemoryMatch"][];
+            next_cursor: string | null;
         };
         /** @description One command of Anthropic's memory tool: create {path, file_text} (writes or overwrites), str_replace {path, old_str, new_str} (old_str must occur exactly once), insert {path, insert_line, insert_text} (after line insert_line; 0: at the top), delete {path} (a file or a folder), rename {old_path, new_path} (the new path must be free) */
         MemoryCommand: {
@@ -2736,10 +2736,10 @@ export interface components {
         };
         PublishedEdit: {
             /** Format: uuid */
-            job_id?: string;
+            job_id: string;
             /** Format: uuid */
-            run_id?: string;
-            changes?: {
+            run_id: string;
+            changes: {
                 /** @description relative to memories_dir */
                 path?: string;
                 /** @enum {string} */
@@ -2763,22 +2763,22 @@ export interface components {
             open_sessions?: number | null;
         };
         ModelUse: {
-            model_calls?: number;
-            input_tokens?: number;
-            output_tokens?: number;
+            model_calls: number;
+            input_tokens: number;
+            output_tokens: number;
         };
         UsageDay: {
             /** Format: date */
-            date?: string;
-            segments?: number;
-            bytes_ingested?: number;
-            closes?: number;
-            model_calls?: number;
-            input_tokens?: number;
-            output_tokens?: number;
+            date: string;
+            segments: number;
+            bytes_ingested: number;
+            closes: number;
+            model_calls: number;
+            input_tokens: number;
+            output_tokens: number;
             /** @description runs recorded in the memory history (phase two, restore, forget) */
-            runs?: number;
-            by_kind?: {
+            runs: number;
+            by_kind: {
                 [key: string]: components["schemas"]["ModelUse"];
             };
         };
@@ -2800,45 +2800,45 @@ export interface components {
         };
         Webhook: {
             /** Format: uuid */
-            webhook_id?: string;
-            url?: string;
+            webhook_id: string;
+            url: string;
             /** @description the types it receives; ["*"]: all */
-            events?: string[];
-            description?: string | null;
+            events: string[];
+            description: string | null;
             /** @enum {string} */
-            state?: "enabled" | "disabled";
+            state: "enabled" | "disabled";
             /** @description why it was disabled (it answered 410 Gone */
-            disabled_reason?: string | null;
+            disabled_reason: string | null;
             /** Format: date-time */
-            previous_secret_until?: string | null;
+            previous_secret_until: string | null;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** Format: date-time */
-            updated_at?: string;
+            updated_at: string;
         };
         WebhookWithSecret: components["schemas"]["Webhook"] & {
             /** @description whsec_ + base64 of 32 bytes; shown once */
-            secret?: string;
+            secret: string;
         };
         Delivery: {
-            event_id?: string;
-            event_type?: string;
+            event_id: string;
+            event_type: string;
             /** @enum {string} */
-            state?: "pending" | "succeeded" | "failed" | "dropped";
-            attempts?: number;
-            last_status?: number | null;
-            last_error?: string | null;
+            state: "pending" | "succeeded" | "failed" | "dropped";
+            attempts: number;
+            last_status: number | null;
+            last_error: string | null;
             /** @description the start of the receiver's answer (1 KiB) */
-            last_response?: string | null;
+            last_response: string | null;
             /** Format: date-time */
-            last_attempt_at?: string | null;
+            last_attempt_at: string | null;
             /**
              * Format: date-time
              * @description while pending
              */
-            next_attempt_at?: string | null;
+            next_attempt_at: string | null;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
         };
         /** @description What a webhook receives (POST, with webhook-id, webhook-timestamp and webhook-signature per the Standard Webhooks specification) and what the stream's data lines carry. */
         Event: {
@@ -2849,49 +2849,49 @@ export interface components {
             data: components["schemas"]["SessionClosedData"] | components["schemas"]["RunFinishedData"] | components["schemas"]["JobFailedData"] | components["schemas"]["ForgetCompletedData"] | components["schemas"]["WebhookTestData"];
         };
         SessionClosedData: {
-            session_id?: string;
-            workspace?: string;
+            session_id: string;
+            workspace: string;
             /** @description as GET /v1/sessions/{id} shows it */
-            memory_status?: Record<string, unknown>;
+            memory_status: Record<string, unknown>;
         };
         /** @description run.succeeded and run.failed (a phase-two, restore or forget run) */
         RunFinishedData: {
             /** Format: uuid */
-            run_id?: string;
-            workspace?: string;
-            layout?: string;
+            run_id: string;
+            workspace: string;
+            layout: string;
             /** @enum {string} */
-            kind?: "phase_two" | "restore" | "forget";
-            selected?: number;
-            added?: number;
-            retained?: number;
-            removed?: number;
-            error?: string | null;
+            kind: "phase_two" | "restore" | "forget";
+            selected: number;
+            added: number;
+            retained: number;
+            removed: number;
+            error: string | null;
         };
         /** @description a job out of attempts, or refused for good */
         JobFailedData: {
             /** Format: uuid */
-            job_id?: string;
-            kind?: string;
-            workspace?: string;
-            layout?: string;
-            error?: string;
+            job_id: string;
+            kind: string;
+            workspace: string;
+            layout: string;
+            error: string;
         };
         ForgetCompletedData: {
             /** Format: uuid */
-            job_id?: string;
-            workspace?: string;
+            job_id: string;
+            workspace: string;
             /** @description what was forgotten: scope, mode and, for rollouts, their ids */
-            forget?: Record<string, unknown>;
+            forget: Record<string, unknown>;
         };
         WebhookTestData: {
             /** Format: uuid */
-            webhook_id?: string;
-            message?: string;
+            webhook_id: string;
+            message: string;
         };
         Usage: {
-            storage_bytes?: number;
-            days?: components["schemas"]["UsageDay"][];
+            storage_bytes: number;
+            days: components["schemas"]["UsageDay"][];
         };
         /** @description secrets redacted, by rule name; {} when none */
         Redactions: {
@@ -2899,33 +2899,33 @@ export interface components {
         };
         ForgetSpec: {
             /** @enum {string} */
-            scope?: "rollouts" | "workspace" | "tenant";
+            scope: "rollouts" | "workspace" | "tenant";
             /** @enum {string} */
-            mode?: "scrub" | "rebuild";
+            mode: "scrub" | "rebuild";
             /** @description a forget of conversations: which (absent otherwise) */
             rollout_ids?: string[];
         };
         Job: {
             /** Format: uuid */
-            job_id?: string;
-            kind?: components["schemas"]["JobKind"];
-            state?: components["schemas"]["JobState"];
+            job_id: string;
+            kind: components["schemas"]["JobKind"];
+            state: components["schemas"]["JobState"];
             /** @description the session whose close queued the job; null for a forget */
-            session_id?: string | null;
-            workspace?: string;
-            layout?: string;
+            session_id: string | null;
+            workspace: string;
+            layout: string;
             rollout_id?: string;
-            attempts?: number;
+            attempts: number;
             /** Format: date-time */
-            run_after?: string;
-            last_error?: string | null;
-            usage?: Record<string, unknown> | null;
+            run_after: string;
+            last_error: string | null;
+            usage: Record<string, unknown> | null;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** Format: date-time */
-            started_at?: string | null;
+            started_at: string | null;
             /** Format: date-time */
-            finished_at?: string | null;
+            finished_at: string | null;
             /** @description Phase-two jobs only: the sessions whose closes the job serves. Closes of one layout share its waiting phase-two job; a session still extracting when the job starts moves to the next one. */
             sessions?: string[];
             /**
@@ -2937,41 +2937,41 @@ export interface components {
             eager?: boolean;
             /** @description forget jobs only: what they forget */
             forget?: components["schemas"]["ForgetSpec"];
-            redactions?: components["schemas"]["Redactions"];
+            redactions: components["schemas"]["Redactions"];
         };
         JobList: {
-            jobs?: components["schemas"]["Job"][];
+            jobs: components["schemas"]["Job"][];
             /** @description the next page's cursor; null on the last page */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         SessionSummary: {
-            session_id?: string;
-            workspace?: string;
-            state?: components["schemas"]["SessionState"];
+            session_id: string;
+            workspace: string;
+            state: components["schemas"]["SessionState"];
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** Format: date-time */
-            closed_at?: string | null;
+            closed_at: string | null;
             /** @description segments appended in this session */
-            segments?: number;
+            segments: number;
             /** @description rollouts (per layout) the session touched */
-            rollouts?: number;
-            memory_status?: Record<string, unknown> | null;
+            rollouts: number;
+            memory_status: Record<string, unknown> | null;
         };
         SessionPage: {
-            sessions?: components["schemas"]["SessionSummary"][];
+            sessions: components["schemas"]["SessionSummary"][];
             /** @description the next page's cursor; null on the last page */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         FileChange: {
             /** @description relative to memories_dir */
-            path?: string;
+            path: string;
             /** @enum {string} */
-            change?: "added" | "modified" | "deleted";
+            change: "added" | "modified" | "deleted";
             /** @description unified diff; null for binary content, a side over 1 MiB, or a forget's run (which keeps no before-content) */
-            diff?: string | null;
-            before_bytes?: number | null;
-            after_bytes?: number | null;
+            diff: string | null;
+            before_bytes: number | null;
+            after_bytes: number | null;
         };
         RunDetail: components["schemas"]["PhaseTwoRun"] & {
             /** @description false once the run is older than the newest MEMORYD_HISTORY_RUNS of its layout */
@@ -2979,45 +2979,45 @@ export interface components {
             changes?: components["schemas"]["FileChange"][] | null;
         };
         WorkspaceSummary: {
-            name?: string;
+            name: string;
             /** @description layouts with rollouts in this workspace */
-            layouts?: string[];
-            sessions?: number;
+            layouts: string[];
+            sessions: number;
             /** Format: date-time */
-            updated_at?: string | null;
+            updated_at: string | null;
         };
         WorkspaceList: {
-            workspaces?: components["schemas"]["WorkspaceSummary"][];
+            workspaces: components["schemas"]["WorkspaceSummary"][];
         };
         MemoryFile: {
             /** @description relative to memories_dir */
-            path?: string;
-            bytes?: number;
+            path: string;
+            bytes: number;
             /** Format: date-time */
-            modified_at?: string;
+            modified_at: string;
         };
         FileList: {
-            files?: components["schemas"]["MemoryFile"][];
+            files: components["schemas"]["MemoryFile"][];
         };
         TenantSummary: {
             /** Format: uuid */
-            tenant_id?: string;
-            name?: string;
+            tenant_id: string;
+            name: string;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** @description keys not revoked */
-            keys?: number;
-            sessions?: number;
+            keys: number;
+            sessions: number;
             /**
              * @description `deleting` while a forget of the tenant runs
              * @enum {string}
              */
-            state?: "active" | "deleting";
+            state: "active" | "deleting";
         };
         TenantList: {
-            tenants?: components["schemas"]["TenantSummary"][];
+            tenants: components["schemas"]["TenantSummary"][];
             /** @description the next page's cursor; null on the last page */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
     };
     responses: {

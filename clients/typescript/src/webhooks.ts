@@ -4,6 +4,9 @@
  */
 
 import { MemorydError } from "./errors.js";
+import type { components } from "./schema.js";
+
+type Schemas = components["schemas"];
 
 /** A delivery that did not verify; `detail` says why. */
 export class WebhookVerificationError extends MemorydError {
@@ -12,12 +15,24 @@ export class WebhookVerificationError extends MemorydError {
   }
 }
 
-/** A delivered event: `{type, timestamp, data}`. */
-export interface WebhookEvent {
-  type: string;
-  timestamp: string;
-  data: Record<string, unknown>;
+/** The data of each event type, as memoryd sends it. */
+export interface EventData {
+  "session.closed": Schemas["SessionClosedData"];
+  "run.succeeded": Schemas["RunFinishedData"];
+  "run.failed": Schemas["RunFinishedData"];
+  "job.failed": Schemas["JobFailedData"];
+  "forget.completed": Schemas["ForgetCompletedData"];
+  "memory.edited": Record<string, unknown>;
+  "webhook.test": Schemas["WebhookTestData"];
 }
+
+/**
+ * A delivered event, `{type, timestamp, data}`: a union discriminated by `type`, so that
+ * `if (event.type === "session.closed")` gives `event.data` its fields.
+ */
+export type WebhookEvent = {
+  [K in keyof EventData]: { type: K; timestamp: string; data: EventData[K] };
+}[keyof EventData];
 
 type Headers = Record<string, string | string[] | undefined> | globalThis.Headers;
 

@@ -30,21 +30,45 @@ test("every route of openapi.yaml has a method", () => {
   assert.deepEqual(missing, []);
 });
 
-test("the generated types take real data: free-form objects are unknown, not never", () => {
+test("the generated types take real data (free-form objects are unknown, not never) and require what memoryd always answers", () => {
   const dir = mkdtempSync(join(tmpdir(), "memoryd-types-"));
   const file = join(dir, "check.ts");
   const client = JSON.stringify(join(root, "src", "client.js"));
   writeFileSync(
     file,
-    `import type { Schemas } from ${client};
+    `import type { Schemas, StreamedEvent } from ${client};
 const segment: Schemas["Segment"] = {
   rollout_id: "chat-1",
   input: [{ role: "user", content: "hi" }],
   generated_items: [{ type: "message", role: "assistant", content: [{ type: "output_text", text: "hello" }] }],
 };
-const session: Schemas["Session"] = { session_id: "s", metadata: { user: "u1" } };
+const session: Schemas["Session"] = {
+  session_id: "s",
+  workspace: "default",
+  state: "open",
+  metadata: { user: "u1" },
+  memory_status: null,
+  created_at: "2026-12-03T00:00:00Z",
+  closed_at: null,
+  rollouts: [],
+  jobs: [],
+};
+// @ts-expect-error what memoryd always answers is required: a job without its state is no job
+const job: Schemas["Job"] = { job_id: "j", kind: "phase_one" };
+// @ts-expect-error states are the schema's literals, not any string
+const state: Schemas["JobState"] = "paused";
+// Events are a union discriminated by type: each type's data has its own fields.
+function sessionOf(event: StreamedEvent): string | undefined {
+  if (event.type === "session.closed") return event.data.session_id;
+  // @ts-expect-error a run's data names no session
+  if (event.type === "run.succeeded") return event.data.session_id;
+  return undefined;
+}
 void segment;
 void session;
+void job;
+void state;
+void sessionOf;
 `,
   );
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc");

@@ -9,7 +9,7 @@ The openai-agents integration is :mod:`memoryd.agents` (``pip install
 """
 
 from . import models
-from ._transport import RetryPolicy
+from ._transport import RawResponse, RetryPolicy
 from .client import AsyncMemoryd, Memoryd
 from .errors import (
     AuthenticationError,
@@ -42,6 +42,7 @@ __all__ = [
     "ForbiddenError",
     "QuotaExceededError",
     "RateLimitedError",
+    "RawResponse",
     "RetryPolicy",
     "ServerError",
     "UnavailableError",

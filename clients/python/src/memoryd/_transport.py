@@ -139,6 +139,8 @@ class Settings:
     admin_token: str | None
     retry: RetryPolicy
     timeout: float
+    # Sent with every request (a tracing header, say); a call's own win.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def resolve(
@@ -167,7 +169,7 @@ class Settings:
         )
 
     def request_options(self, call: Call[Any], remaining: float | None) -> dict[str, Any]:
-        headers = {"user-agent": "memoryd-python/0.1", **call.headers}
+        headers = {"user-agent": "memoryd-python/0.1", **self.headers, **call.headers}
         token = self.admin_token if call.admin else self.api_key
         if token:
             headers["authorization"] = f"Bearer {token}"
@@ -180,6 +182,52 @@ class Settings:
             "headers": headers,
             "timeout": timeout,
         }
+
+
+@dataclass
+class RawResponse(Generic[T]):
+    """An answer as it came (``with_raw_response``): its status, headers and
+    request id, and the value the method would have returned, on demand."""
+
+    http_response: httpx.Response
+    parser: Callable[[httpx.Response], T]
+
+    @property
+    def status_code(self) -> int:
+        return self.http_response.status_code
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self.http_response.headers
+
+    @property
+    def request_id(self) -> str | None:
+        found: str | None = self.http_response.headers.get("x-request-id")
+        return found
+
+    def parse(self) -> T:
+        return self.parser(self.http_response)
+
+
+def raw(call: Call[T]) -> Call[RawResponse[T]]:
+    """The call, answering its response rather than its value."""
+    parse = call.parse
+
+    def answer(response: httpx.Response) -> RawResponse[T]:
+        return RawResponse(response, parse)
+
+    return Call(
+        call.method,
+        call.path,
+        answer,
+        params=call.params,
+        json=call.json,
+        headers=call.headers,
+        idempotent=call.idempotent,
+        admin=call.admin,
+        extra_time=call.extra_time,
+        budget=call.budget,
+    )
 
 
 @dataclass

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import functools
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import (
     IO,
     Any,
@@ -33,10 +35,12 @@ from ._transport import (
     Answered,
     Attempts,
     Call,
+    RawResponse,
     RetryPolicy,
     Settings,
     connection_error,
     error_from_response,
+    raw,
     segment,
 )
 from .errors import MemorydError
@@ -67,10 +71,18 @@ class _Route(Generic[P, T]):
     @overload
     def __get__(self, client: AsyncMemoryd, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
-    def __get__(self, client: _Client | None, owner: type) -> Any:
+    @overload
+    def __get__(self, client: _RawMemoryd, owner: type) -> Callable[P, RawResponse[T]]: ...
+
+    @overload
+    def __get__(self, client: _RawAsyncMemoryd, owner: type) -> Callable[P, Coroutine[Any, Any, RawResponse[T]]]: ...
+
+    def __get__(self, client: _Client | _RawMemoryd | _RawAsyncMemoryd | None, owner: type) -> Any:
         if client is None:
             return self
         describe = self.describe
+        if isinstance(client, _RawMemoryd | _RawAsyncMemoryd):
+            return client.sender(describe)
         if isinstance(client, AsyncMemoryd):
             async_client = client
 
@@ -306,6 +318,34 @@ class _Routes:
     webhook_deliveries = _Route(routes.webhook_deliveries)
 
 
+class _RawMemoryd(_Routes):
+    """:attr:`Memoryd.with_raw_response`: each method answers a :class:`RawResponse`."""
+
+    def __init__(self, client: Memoryd) -> None:
+        self._client = client
+
+    def sender(self, describe: Callable[..., Call[Any]]) -> Callable[..., Any]:
+        @functools.wraps(describe)
+        def send(*args: Any, **kwargs: Any) -> Any:
+            return self._client._send(raw(describe(*args, **kwargs)))
+
+        return send
+
+
+class _RawAsyncMemoryd(_Routes):
+    """:attr:`AsyncMemoryd.with_raw_response`: each method answers a :class:`RawResponse`."""
+
+    def __init__(self, client: AsyncMemoryd) -> None:
+        self._client = client
+
+    def sender(self, describe: Callable[..., Call[Any]]) -> Callable[..., Any]:
+        @functools.wraps(describe)
+        async def send(*args: Any, **kwargs: Any) -> Any:
+            return await self._client._send(raw(describe(*args, **kwargs)))
+
+        return send
+
+
 class _Client(_Routes):
     """What both clients hold: their settings and their HTTP client."""
 
@@ -327,6 +367,30 @@ class _Client(_Routes):
     @property
     def base_url(self) -> str:
         return self._settings.base_url
+
+    def with_options(
+        self,
+        *,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_retries: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Self:
+        """This client for some calls with another per-attempt ``timeout``, retry
+        policy (``retry`` or ``max_retries``) or extra ``headers``; it shares this
+        client's connections, and closing it closes none of them."""
+        policy = retry or self._settings.retry
+        if max_retries is not None:
+            policy = dataclasses.replace(policy, max_retries=max_retries)
+        other = copy.copy(self)
+        other._settings = dataclasses.replace(
+            self._settings,
+            timeout=self._settings.timeout if timeout is None else timeout,
+            retry=policy,
+            headers={**self._settings.headers, **(headers or {})},
+        )
+        other._owns_http = False
+        return other
 
     def mcp_params(
         self, *, workspace: str | None = None, layout: str | None = None, session_id: str | None = None
@@ -521,6 +585,12 @@ class Memoryd(_Client):
             time.sleep(_reconnect_wait(self._settings.retry, attempt, failure))
             attempt += 1
 
+    @property
+    def with_raw_response(self) -> _RawMemoryd:
+        """The same methods, answering a :class:`RawResponse` (status, headers,
+        request id, and ``parse()`` for the value): ``client.with_raw_response.get_job(id)``."""
+        return _RawMemoryd(self)
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -696,6 +766,11 @@ class AsyncMemoryd(_Client):
                 return
             await asyncio.sleep(_reconnect_wait(self._settings.retry, attempt, failure))
             attempt += 1
+
+    @property
+    def with_raw_response(self) -> _RawAsyncMemoryd:
+        """As :attr:`Memoryd.with_raw_response`: coroutine functions answering a :class:`RawResponse`."""
+        return _RawAsyncMemoryd(self)
 
     async def aclose(self) -> None:
         if self._owns_http:

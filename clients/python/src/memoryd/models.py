@@ -64,10 +64,10 @@ class Key(_Model):
     """A live key as listed: never its secret."""
 
     key_id: str
-    name: str | None = None
+    name: str | None
     workspaces: KeyWorkspaces
     permissions: list[Permission]
-    expires_at: datetime | None = None
+    expires_at: datetime | None
     created_at: datetime
 
 
@@ -136,30 +136,30 @@ class Limits(_Model):
 
 
 class ModelUse(_Model):
-    model_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
 
 
 class UsageDay(_Model):
     """A tenant's counters of one UTC day."""
 
     date: date_type
-    segments: int = 0
-    bytes_ingested: int = 0
-    closes: int = 0
-    model_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    runs: int = 0
-    by_kind: dict[str, ModelUse] = {}
+    segments: int
+    bytes_ingested: int
+    closes: int
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+    runs: int
+    by_kind: dict[str, ModelUse]
 
 
 class Usage(_Model):
     """What a tenant used: the bytes it keeps now, and its days, oldest first."""
 
     storage_bytes: int
-    days: list[UsageDay] = []
+    days: list[UsageDay]
 
 
 class RedactionPattern(_Model):
@@ -188,12 +188,12 @@ class LayoutConfig(_Model):
 
 
 class Layout(LayoutConfig):
-    name: str | None = None
-    etag: str | None = None
+    name: str
+    etag: str
 
 
 class LayoutList(_Model):
-    layouts: list[Layout] = []
+    layouts: list[Layout]
 
 
 class TerminalMetadata(_Model):
@@ -216,11 +216,11 @@ class Segment(_Model):
 
 
 class AppendedSegment(_Model):
-    session_id: str | None = None
-    layout: str | None = None
-    rollout_id: str | None = None
-    segment_index: int | None = None
-    rollout_path: str | None = None
+    session_id: str
+    layout: str
+    rollout_id: str
+    segment_index: int
+    rollout_path: str
 
 
 class NewSession(_Model):
@@ -230,175 +230,175 @@ class NewSession(_Model):
 
 
 class SessionRollout(_Model):
-    layout: str | None = None
-    rollout_id: str | None = None
-    segment_count: int | None = None
+    layout: str
+    rollout_id: str
+    segment_count: int
 
 
 class ForgetSpec(_Model):
     """``Job.forget``: what a forget job removes, and how."""
 
-    scope: Literal["rollouts", "workspace", "tenant"] | None = None
-    mode: Literal["scrub", "rebuild"] | None = None
+    scope: Literal["rollouts", "workspace", "tenant"]
+    mode: Literal["scrub", "rebuild"]
     rollout_ids: list[str] = []
 
 
 class Job(_Model):
-    job_id: str | None = None
-    kind: JobKind | None = None
-    state: JobState | None = None
-    session_id: str | None = None
-    workspace: str | None = None
-    layout: str | None = None
+    job_id: str
+    kind: JobKind
+    state: JobState
+    session_id: str | None
+    workspace: str
+    layout: str
     rollout_id: str | None = None
-    attempts: int | None = None
-    run_after: datetime | None = None
-    last_error: str | None = None
-    usage: dict[str, Any] | None = None
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    attempts: int
+    run_after: datetime
+    last_error: str | None
+    usage: dict[str, Any] | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
     sessions: list[str] = []
     restore_run_id: str | None = None
     eager: bool = False
     forget: ForgetSpec | None = None
-    redactions: dict[str, int] = {}
+    redactions: dict[str, int]
 
 
 class JobList(_Model):
-    jobs: list[Job] = []
-    next_cursor: str | None = None
+    jobs: list[Job]
+    next_cursor: str | None
 
 
 class SessionSummary(_Model):
-    session_id: str | None = None
-    workspace: str | None = None
-    state: SessionState | None = None
-    created_at: datetime | None = None
-    closed_at: datetime | None = None
-    segments: int | None = None
-    rollouts: int | None = None
-    memory_status: dict[str, Any] | None = None
+    session_id: str
+    workspace: str
+    state: SessionState
+    created_at: datetime
+    closed_at: datetime | None
+    segments: int
+    rollouts: int
+    memory_status: dict[str, Any] | None
 
 
 class SessionPage(_Model):
-    sessions: list[SessionSummary] = []
-    next_cursor: str | None = None
+    sessions: list[SessionSummary]
+    next_cursor: str | None
 
 
 class WorkspaceSummary(_Model):
-    name: str | None = None
-    layouts: list[str] = []
-    sessions: int | None = None
-    updated_at: datetime | None = None
+    name: str
+    layouts: list[str]
+    sessions: int
+    updated_at: datetime | None
 
 
 class WorkspaceList(_Model):
-    workspaces: list[WorkspaceSummary] = []
+    workspaces: list[WorkspaceSummary]
 
 
 class MemoryFile(_Model):
-    path: str | None = None
-    bytes: int | None = None
-    modified_at: datetime | None = None
+    path: str
+    bytes: int
+    modified_at: datetime
 
 
 class FileList(_Model):
-    files: list[MemoryFile] = []
+    files: list[MemoryFile]
 
 
 class TenantSummary(_Model):
-    tenant_id: str | None = None
-    name: str | None = None
-    created_at: datetime | None = None
-    keys: int | None = None
-    sessions: int | None = None
-    state: Literal["active", "deleting"] | None = None
+    tenant_id: str
+    name: str
+    created_at: datetime
+    keys: int
+    sessions: int
+    state: Literal["active", "deleting"]
 
 
 class TenantList(_Model):
-    tenants: list[TenantSummary] = []
-    next_cursor: str | None = None
+    tenants: list[TenantSummary]
+    next_cursor: str | None
 
 
 class Session(_Model):
-    session_id: str | None = None
-    workspace: str | None = None
-    state: SessionState | None = None
-    metadata: dict[str, Any] | None = None
-    memory_status: dict[str, Any] | None = None
-    created_at: datetime | None = None
-    closed_at: datetime | None = None
+    session_id: str
+    workspace: str
+    state: SessionState
+    metadata: dict[str, Any]
+    memory_status: dict[str, Any] | None
+    created_at: datetime
+    closed_at: datetime | None
     waiting: str | None = None
     """``"model_budget"`` while a closing session's jobs wait for its tenant's token budget."""
-    rollouts: list[SessionRollout] = []
-    jobs: list[Job] = []
+    rollouts: list[SessionRollout]
+    jobs: list[Job]
 
 
 class QueuedJob(_Model):
-    job_id: str | None = None
-    kind: JobKind | None = None
-    layout: str | None = None
+    job_id: str
+    kind: JobKind
+    layout: str
     rollout_id: str | None = None
-    state: JobState | None = None
+    state: JobState
 
 
 class CloseResult(_Model):
-    session_id: str | None = None
-    state: SessionState | None = None
-    memory_status: dict[str, Any] | None = None
-    jobs: list[QueuedJob] = []
+    session_id: str
+    state: SessionState
+    memory_status: dict[str, Any] | None
+    jobs: list[QueuedJob]
 
 
 class SelectionItem(_Model):
-    rollout_id: str | None = None
-    updated_at: str | None = None
-    rollout_path: str | None = None
-    rollout_summary_file: str | None = None
-    terminal_state: str | None = None
-    usage_count: int = 0
-    last_usage: str | None = None
+    rollout_id: str
+    updated_at: str
+    rollout_path: str
+    rollout_summary_file: str
+    terminal_state: str
+    usage_count: int
+    last_usage: str | None
 
 
 class PhaseTwoSelection(_Model):
-    version: int | None = None
-    updated_at: str | None = None
-    run_id: str | None = None
-    selected: list[SelectionItem] = []
-    added_rollout_ids: list[str] = []
-    retained_rollout_ids: list[str] = []
-    removed: list[SelectionItem] = []
+    version: int
+    updated_at: str
+    run_id: str
+    selected: list[SelectionItem]
+    added_rollout_ids: list[str]
+    retained_rollout_ids: list[str]
+    removed: list[SelectionItem]
 
 
 class PhaseTwoRun(_Model):
-    run_id: str | None = None
-    kind: Literal["phase_two", "restore", "forget", "edit"] | None = None
-    job_id: str | None = None
-    session_id: str | None = None
-    state: Literal["succeeded", "skipped", "failed"] | None = None
-    selected: int | None = None
-    added: int | None = None
-    retained: int | None = None
-    removed: int | None = None
-    files_changed: list[str] = []
-    sessions: list[str] = []
+    run_id: str
+    kind: Literal["phase_two", "restore", "forget", "edit"]
+    job_id: str
+    session_id: str
+    state: Literal["succeeded", "skipped", "failed"]
+    selected: int
+    added: int
+    retained: int
+    removed: int
+    files_changed: list[str]
+    sessions: list[str]
     restored_from: str | None = None
     rollout_id: str | None = None
     reason: str | None = None
-    redactions: dict[str, int] = {}
-    usage: dict[str, Any] | None = None
-    turns: int | None = None
-    error: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    redactions: dict[str, int]
+    usage: dict[str, Any]
+    turns: int
+    error: str | None
+    started_at: datetime
+    finished_at: datetime
 
 
 class FileChange(_Model):
-    path: str | None = None
-    change: Literal["added", "modified", "deleted"] | None = None
-    diff: str | None = None
-    before_bytes: int | None = None
-    after_bytes: int | None = None
+    path: str
+    change: Literal["added", "modified", "deleted"]
+    diff: str | None
+    before_bytes: int | None
+    after_bytes: int | None
 
 
 class RunDetail(PhaseTwoRun):
@@ -407,14 +407,14 @@ class RunDetail(PhaseTwoRun):
 
 
 class RunList(_Model):
-    runs: list[PhaseTwoRun] = []
-    next_cursor: str | None = None
+    runs: list[PhaseTwoRun]
+    next_cursor: str | None
 
 
 class Instructions(_Model):
     instructions: str
-    memory_dir: str | None = None
-    truncated: bool = False
+    memory_dir: str
+    truncated: bool
 
 
 EventType = Literal[
@@ -427,13 +427,13 @@ class MemoryEntry(_Model):
 
     path: str
     kind: Literal["file", "dir"]
-    bytes: int | None = None
-    modified_at: datetime | None = None
+    bytes: int | None
+    modified_at: datetime | None
 
 
 class MemoryListing(_Model):
-    entries: list[MemoryEntry] = []
-    next_cursor: str | None = None
+    entries: list[MemoryEntry]
+    next_cursor: str | None
 
 
 class MemoryRead(_Model):
@@ -444,7 +444,7 @@ class MemoryRead(_Model):
     offset: int
     lines: int
     total_lines: int
-    truncated: bool = False
+    truncated: bool
     sha256: str
 
 
@@ -452,13 +452,13 @@ class MemoryMatch(_Model):
     path: str
     line: int
     text: str
-    before: list[str] = []
-    after: list[str] = []
+    before: list[str]
+    after: list[str]
 
 
 class MemorySearch(_Model):
-    matches: list[MemoryMatch] = []
-    next_cursor: str | None = None
+    matches: list[MemoryMatch]
+    next_cursor: str | None
 
 
 class MemoryCommand(_Model):
@@ -496,7 +496,7 @@ class PublishedEdit(_Model):
 
     job_id: str
     run_id: str
-    changes: list[EditedFile] = []
+    changes: list[EditedFile]
 
 
 class WebhookBody(_Model):
@@ -518,10 +518,10 @@ class Webhook(_Model):
     webhook_id: str
     url: str
     events: list[str]
-    description: str | None = None
+    description: str | None
     state: Literal["enabled", "disabled"]
-    disabled_reason: str | None = None
-    previous_secret_until: datetime | None = None
+    disabled_reason: str | None
+    previous_secret_until: datetime | None
     created_at: datetime
     updated_at: datetime
 
@@ -535,11 +535,11 @@ class Delivery(_Model):
     event_type: str
     state: Literal["pending", "succeeded", "failed", "dropped"]
     attempts: int
-    last_status: int | None = None
-    last_error: str | None = None
-    last_response: str | None = None
-    last_attempt_at: datetime | None = None
-    next_attempt_at: datetime | None = None
+    last_status: int | None
+    last_error: str | None
+    last_response: str | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
     created_at: datetime
 
 
@@ -558,7 +558,7 @@ class RunFinishedData(_Model):
     added: int
     retained: int
     removed: int
-    error: str | None = None
+    error: str | None
 
 
 class JobFailedData(_Model):
