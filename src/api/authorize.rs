@@ -52,8 +52,8 @@ pub enum Reach {
 #[derive(Debug, Clone)]
 pub struct SessionWorkspace(pub WorkspaceName);
 
-/// The key of the request, and how long after a revocation elsewhere it may
-/// still be taken: the key cache's time to live.
+/// The request's live, unexpired key. One revoked on another replica is still
+/// taken here until the key cache's entry lives out its second.
 pub async fn authenticate(state: &AppState, headers: &axum::http::HeaderMap) -> Result<AuthenticatedKey, ApiError> {
     let unauthorized = || ApiError::Unauthorized(Credential::TenantKey);
     let secret = bearer_token(headers).ok_or_else(unauthorized)?;
@@ -98,7 +98,7 @@ pub async fn guard(State(guarded): State<Guarded>, req: Request<Body>, next: Nex
 }
 
 async fn authorize(state: &AppState, permission: Permission, reach: Reach, parts: &mut Parts) -> Result<(), ApiError> {
-    let key = parts.extensions.get::<AuthenticatedKey>().ok_or_else(|| ApiError::internal("no key"))?;
+    let key = parts.extensions.get::<AuthenticatedKey>().ok_or_else(|| ApiError::internal("the key was not found"))?;
     if !key.scope.permissions.has(permission) {
         return Err(ApiError::Forbidden(format!(
             "This key does not hold the {} permission this route takes.",

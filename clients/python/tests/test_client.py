@@ -709,6 +709,33 @@ async def test_async_raw_responses(server, tenant):
         assert (await client.with_options(max_retries=0).list_layouts())[0].name == "default"
 
 
+def test_an_answer_that_is_no_problem_document_is_unexpected_response():
+    class Gateway(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = b"<h1>Bad Gateway</h1>"
+            self.send_response(502)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd, base = serve(Gateway)
+    try:
+        with Memoryd(base, "mk_x", max_retries=0) as client, pytest.raises(MemorydError) as failed:
+            client.get_job("j")
+        value = failed.value
+        assert (value.status, value.code, value.detail) == (
+            502,
+            "unexpected_response",
+            "HTTP 502: <h1>Bad Gateway</h1>",
+        )
+    finally:
+        httpd.shutdown()
+
+
 def test_a_timeout_is_its_own_error():
     class Slow(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:

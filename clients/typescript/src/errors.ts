@@ -92,8 +92,9 @@ export async function errorFromResponse(response: Response): Promise<MemorydErro
     : (BY_STATUS[response.status] ?? (response.status >= 500 ? ServerError : MemorydError));
   return new Kind({
     status: response.status,
-    code: typeof problem.code === "string" ? problem.code : `http_${response.status}`,
-    detail: typeof problem.detail === "string" ? problem.detail : text.slice(0, 500),
+    // An answer that is no problem document (a proxy's page) is named as the Python client names it.
+    code: typeof problem.code === "string" ? problem.code : "unexpected_response",
+    detail: typeof problem.detail === "string" ? problem.detail : `HTTP ${response.status}: ${text.slice(0, 200)}`,
     requestId: response.headers.get("x-request-id") ?? undefined,
     retryAfter,
     body,

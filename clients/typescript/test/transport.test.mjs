@@ -196,6 +196,19 @@ test("a gateway's 502 is retried for a read, a 500 only for a GET", async () => 
   }
 });
 
+test("an answer that is no problem document is unexpected_response, as in Python", async () => {
+  const server = await stub((req, res) => res.writeHead(502, { "content-type": "text/html" }).end("<h1>Bad Gateway</h1>"));
+  try {
+    const client = new Memoryd({ baseUrl: server.base, apiKey: "k", retry: { maxRetries: 0 } });
+    await assert.rejects(client.getJob("j"), (e) => {
+      assert.deepEqual([e.status, e.code, e.detail], [502, "unexpected_response", "HTTP 502: <h1>Bad Gateway</h1>"]);
+      return true;
+    });
+  } finally {
+    server.close();
+  }
+});
+
 test("a timeout is its own error, and still a ConnectionFailedError", async () => {
   const { RequestTimeoutError } = await import("../dist/index.js");
   const server = await stub((_req, res) => {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -256,7 +256,7 @@ def open_session(
 
 def list_sessions(
     *,
-    state: str | None = None,
+    state: m.SessionState | None = None,
     workspace: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
@@ -318,8 +318,8 @@ def close_session(session_id: str, *, wait: int | None = None) -> Call[m.CloseRe
 # -- jobs ------------------------------------------------------------------
 def list_jobs(
     *,
-    state: str | None = None,
-    kind: str | None = None,
+    state: m.JobState | None = None,
+    kind: m.JobKind | None = None,
     session_id: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
@@ -550,7 +550,7 @@ def update_webhook(
     url: str | None = None,
     events: Sequence[str] | None = None,
     description: str | None | _Unset = UNSET,
-    state: str | None = None,
+    state: Literal["enabled", "disabled"] | None = None,
 ) -> Call[m.Webhook]:
     """``PATCH /v1/webhooks/{webhook_id}``: a new url, event types or
     description (``None`` clears it), or ``state="enabled"`` to turn a disabled

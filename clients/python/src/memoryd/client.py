@@ -499,7 +499,7 @@ class Memoryd(_Client):
             time.sleep(outcome.wait)
 
     def iter_sessions(
-        self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
+        self, *, state: m.SessionState | None = None, workspace: str | None = None, page_size: int | None = None
     ) -> Iterator[m.SessionSummary]:
         """Every session of ``list_sessions`` (newest first), page after page."""
         return self._every(
@@ -510,8 +510,8 @@ class Memoryd(_Client):
     def iter_jobs(
         self,
         *,
-        state: str | None = None,
-        kind: str | None = None,
+        state: m.JobState | None = None,
+        kind: m.JobKind | None = None,
         session_id: str | None = None,
         page_size: int | None = None,
     ) -> Iterator[m.Job]:
@@ -683,7 +683,7 @@ class AsyncMemoryd(_Client):
             await asyncio.sleep(outcome.wait)
 
     def iter_sessions(
-        self, *, state: str | None = None, workspace: str | None = None, page_size: int | None = None
+        self, *, state: m.SessionState | None = None, workspace: str | None = None, page_size: int | None = None
     ) -> AsyncIterator[m.SessionSummary]:
         """As :meth:`Memoryd.iter_sessions`, an async iterator."""
         return self._every(
@@ -694,8 +694,8 @@ class AsyncMemoryd(_Client):
     def iter_jobs(
         self,
         *,
-        state: str | None = None,
-        kind: str | None = None,
+        state: m.JobState | None = None,
+        kind: m.JobKind | None = None,
         session_id: str | None = None,
         page_size: int | None = None,
     ) -> AsyncIterator[m.Job]:
