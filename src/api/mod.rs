@@ -14,6 +14,7 @@ mod forget;
 mod health;
 mod history;
 mod import;
+mod ingest_rate;
 mod jobs;
 mod keys;
 mod layouts;
@@ -89,7 +90,7 @@ pub struct Caches {
     /// Tenant → its stored layouts.
     pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
     /// Segments appended per tenant per minute on this replica.
-    pub ingest: rate::IngestRate,
+    pub ingest: ingest_rate::IngestRate,
     /// Failed console sign-ins per client address on this replica.
     pub sign_ins: console::SignInThrottle,
     /// Failed admin-token checks per client address on this replica.

@@ -183,7 +183,7 @@ pub async fn append_segment(
     match outcome {
         AppendOutcome::Appended { receipt, opened_session } => {
             crate::metrics::segment_ingested(bytes);
-            state.caches.ingest.record(tenant, super::rate::current_minute());
+            state.caches.ingest.record(tenant, super::ingest_rate::current_minute());
             if opened_session {
                 crate::metrics::session_opened();
             }

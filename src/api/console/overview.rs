@@ -23,7 +23,7 @@ pub(super) async fn overview(State(state): State<AppState>, signed: Signed) -> P
     let filter = SessionFilter { within: signed.within(), ..SessionFilter::default() };
     let sessions = state.store.list_sessions(tenant, &filter, &PageRequest { limit: 10, after: None }).await?;
     let activity = state.store.workspace_activity(tenant).await?;
-    let ingest_rate = state.caches.ingest.per_minute(tenant, crate::api::rate::now_secs(), 10);
+    let ingest_rate = state.caches.ingest.per_minute(tenant, crate::api::ingest_rate::now_secs(), 10);
     let mut runs = Vec::new();
     for (workspace, layout, _) in &activity.layouts {
         let (Some(ws), Some(l)) = (WorkspaceName::parse(workspace), LayoutName::parse(layout)) else { continue };
