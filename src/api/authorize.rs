@@ -7,7 +7,7 @@ use super::AppState;
 use super::error::{ApiError, Credential};
 use super::extract::{bearer_token, sha256_hex};
 use crate::domain::ids::{SessionId, WorkspaceName};
-use crate::domain::key_scope::Permission;
+use crate::domain::key_scope::{Permission, Workspaces};
 use crate::store::AuthenticatedKey;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, RawPathParams, State};
@@ -115,9 +115,7 @@ async fn authorize(state: &AppState, permission: Permission, reach: Reach, parts
         Reach::Workspace => {
             let workspace =
                 param("workspace").ok_or_else(|| ApiError::internal("a workspace route without {workspace}"))?;
-            if !key.scope.workspaces.sees(&workspace) {
-                return Err(ApiError::NotFound(format!("No workspace {workspace}.")));
-            }
+            reach_workspace(&key.scope.workspaces, &workspace)?;
         }
         Reach::Session => {
             let raw = param("session_id").ok_or_else(|| ApiError::internal("a session route without {session_id}"))?;
@@ -173,6 +171,11 @@ async fn session_workspace(
         }
         None => Ok(None),
     }
+}
+
+/// A workspace outside the key's list does not exist for it: 404, as one that does not exist.
+pub fn reach_workspace(workspaces: &Workspaces, workspace: &str) -> Result<(), ApiError> {
+    if workspaces.sees(workspace) { Ok(()) } else { Err(ApiError::NotFound(format!("No workspace {workspace}."))) }
 }
 
 /// A session may not be opened in a workspace the key does not reach.

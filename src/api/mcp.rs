@@ -89,9 +89,7 @@ pub async fn serve(
         Workspaces::All => None,
     };
     let workspace = name(query.workspace.or(first_reached), "workspace", |w| WorkspaceName::parse(w).is_some())?;
-    if !key.scope.workspaces.sees(&workspace) {
-        return Err(ApiError::NotFound(format!("No workspace {workspace}.")));
-    }
+    super::authorize::reach_workspace(&key.scope.workspaces, &workspace)?;
     let layout = name(query.layout, "layout", |l| LayoutName::parse(l).is_some())?;
     if let Some(session) = &query.session_id
         && SessionId::parse(session).is_none()
@@ -106,11 +104,7 @@ pub async fn serve(
 impl Caller {
     /// A workspace outside the key's list does not exist for it.
     fn reach(&self, workspace: &str) -> Result<(), ApiError> {
-        if self.scope.workspaces.sees(workspace) {
-            Ok(())
-        } else {
-            Err(ApiError::NotFound(format!("No workspace {workspace}.")))
-        }
+        super::authorize::reach_workspace(&self.scope.workspaces, workspace)
     }
 }
 

@@ -169,11 +169,7 @@ impl Signed {
 
     /// A workspace outside the key's list does not exist for it.
     fn reach(&self, workspace: &str) -> Result<(), ConsoleError> {
-        if self.scope.workspaces.sees(workspace) {
-            Ok(())
-        } else {
-            Err(ConsoleError(ApiError::NotFound(format!("No workspace {workspace}."))))
-        }
+        Ok(super::authorize::reach_workspace(&self.scope.workspaces, workspace)?)
     }
 
     /// The workspace a memory page asked for; without one, `default` (or,
