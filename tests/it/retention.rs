@@ -68,6 +68,8 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
         let forgets = app.json(Method::GET, "/v1/jobs?kind=forget", &t.key).await;
         let done = forgets["jobs"].as_array().unwrap().iter().any(|j| j["state"] == "succeeded");
         if done && !app.workspace_dir(&t, "default").join("chats/chat-idle.jsonl").exists() {
+            // Its files are renamed into place just after its finish commits.
+            app.publishes_done().await;
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(30), "the idle rollout was never forgotten: {forgets}");
