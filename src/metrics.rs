@@ -45,10 +45,11 @@ pub fn append_group(appends: usize) {
     histogram!("memoryd_append_group_size").record(appends as f64);
 }
 
-/// This replica's append queue, set at each scrape.
-pub fn append_queue(load: crate::ingest::QueueLoad) {
-    gauge!("memoryd_appends_waiting").set(load.waiting as f64);
-    gauge!("memoryd_append_groups_running").set(load.groups_running as f64);
+/// This replica's append queue, set at each scrape: appends waiting for a
+/// group, and groups under way.
+pub fn append_queue(waiting: usize, groups_running: usize) {
+    gauge!("memoryd_appends_waiting").set(waiting as f64);
+    gauge!("memoryd_append_groups_running").set(groups_running as f64);
 }
 
 pub fn session_opened() {

@@ -64,12 +64,12 @@ pub(crate) async fn workspace_archive(
 
     let by_path: HashMap<&str, &ExportedRollout> = view.rollouts.iter().map(|r| (r.rollout_path.as_str(), r)).collect();
     let mut entries = Vec::with_capacity(taken.files.len());
-    let mut held: Vec<&ExportedRollout> = Vec::new();
+    let mut exported_rollouts: Vec<&ExportedRollout> = Vec::new();
     for file in &taken.files {
         let len = match take(&file.relative, &by_path, &layouts) {
             Take::Whole => file.len,
             Take::Prefix(committed) => {
-                held.push(by_path[file.relative.as_str()]);
+                exported_rollouts.push(by_path[file.relative.as_str()]);
                 committed
             }
             Take::Nothing => continue,
@@ -81,9 +81,9 @@ pub(crate) async fn workspace_archive(
             modified: file.modified,
         });
     }
-    let document = manifest(workspace.as_str(), &layouts, &view, &held);
+    let document = manifest(workspace.as_str(), &layouts, &view, &exported_rollouts);
     let manifest_bytes = serde_json::to_vec_pretty(&document).map_err(ApiError::internal)?;
-    tracing::info!(%workspace, files = entries.len(), rollouts = held.len(), "export started");
+    tracing::info!(%workspace, files = entries.len(), rollouts = exported_rollouts.len(), "export started");
 
     let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
     let failures = sender.clone();

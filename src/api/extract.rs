@@ -5,6 +5,7 @@ use super::AppState;
 use super::error::{ApiError, Credential};
 use crate::domain::ids::constant_time_eq;
 pub use crate::domain::ids::sha256_hex;
+use crate::domain::page::{Listing, PageRequest};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
@@ -61,7 +62,7 @@ impl FromRequestParts<AppState> for AdminAuth {
         }
         // Guesses are throttled per address, as console sign-ins are.
         let peer = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0);
-        let addr = super::console::Client::of(peer, &parts.headers).addr;
+        let addr = super::client::Client::of(peer, &parts.headers).addr;
         let now = std::time::Instant::now();
         if let Some(wait) = addr.and_then(|a| state.caches.admin_failures.wait(a, now)) {
             let secs = wait.as_secs().max(1);
@@ -173,4 +174,10 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for QueryParams<T> {
             .map(|Query(q)| QueryParams(q))
             .map_err(|e| ApiError::InvalidRequest(e.body_text()))
     }
+}
+
+/// The page of `listing` a request asks for: a limit out of range or a
+/// cursor that is not one of this listing's is a 400.
+pub fn page_of(listing: Listing, limit: Option<i64>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
+    PageRequest::parse(listing, limit, cursor).map_err(ApiError::InvalidRequest)
 }

@@ -54,7 +54,8 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 /// does not answer within a second, the last figures read are served.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let handle = crate::metrics::handle();
-    crate::metrics::append_queue(state.appends.load());
+    let load = state.appends.load();
+    crate::metrics::append_queue(load.waiting, load.groups_running);
     match tokio::time::timeout(METRICS_DB_TIMEOUT, state.store.job_counts()).await {
         Ok(Ok(counts)) => {
             for kind in crate::domain::job::JobKind::ALL.map(|k| k.as_str()) {

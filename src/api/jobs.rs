@@ -2,8 +2,8 @@
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::page_of;
 use super::extract::{QueryParams, TenantAuth};
-use super::listings::page_of;
 use crate::domain::ids::SessionId;
 use crate::domain::page::{Listing, PageCursor};
 use crate::store::AuthenticatedKey;

@@ -4,10 +4,10 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{AdminAuth, QueryParams, TenantAuth};
+use super::extract::{AdminAuth, QueryParams, TenantAuth, page_of};
 use super::memory::locate;
 use crate::domain::ids::WorkspaceName;
-use crate::domain::page::{Listing, PageCursor, PageRequest};
+use crate::domain::page::{Listing, PageCursor};
 use crate::store::{AuthenticatedKey, SessionFilter, SessionState};
 use crate::workspace::{confine, folder_files};
 use axum::Json;
@@ -16,12 +16,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::Path as FsPath;
-
-/// The page a request asks for. `uuid_keys`: the listing's rows are keyed by
-/// UUIDs, so a cursor of another listing is refused too.
-pub fn page_of(listing: Listing, limit: Option<i64>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
-    PageRequest::parse(listing, limit, cursor).map_err(ApiError::InvalidRequest)
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,9 +4,9 @@
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::page_of;
 use super::extract::{QueryParams, TenantAuth};
 use super::layouts::find_layout;
-use super::listings::page_of;
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::page::{Listing, PageCursor};

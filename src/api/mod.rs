@@ -5,8 +5,10 @@ mod admin;
 mod agent_memory;
 pub mod authorize;
 mod cache;
+mod client;
 mod console;
-pub use console::{ConsoleKeys, SignInThrottle};
+pub use client::SignInThrottle;
+pub use console::ConsoleKeys;
 pub mod error;
 mod export;
 mod extract;
@@ -92,9 +94,9 @@ pub struct Caches {
     /// Segments appended per tenant per minute on this replica.
     pub ingest: ingest_rate::IngestRate,
     /// Failed console sign-ins per client address on this replica.
-    pub sign_ins: console::SignInThrottle,
+    pub sign_ins: SignInThrottle,
     /// Failed admin-token checks per client address on this replica.
-    pub admin_failures: console::SignInThrottle,
+    pub admin_failures: SignInThrottle,
     /// Tenant → its limits in force.
     pub limits: cache::TtlCache<uuid::Uuid, crate::domain::limits::Limits>,
     /// Each tenant's request bucket on this replica.
@@ -182,8 +184,14 @@ const fn key(permission: Permission, reach: Reach) -> Access {
 
 /// Every route memoryd serves; `openapi.yaml` is tested against this list.
 fn endpoints() -> Vec<Endpoint> {
-    use Permission::{Close, Edit, Ingest, Manage, Read};
-    use Reach::{EveryWorkspace, Filtered, Job, Session, Tenant, Workspace};
+    [operational_and_admin_endpoints(), tenant_endpoints(), memory_endpoints(), event_endpoints()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The probes, the spec, and the admin's routes (the admin token).
+fn operational_and_admin_endpoints() -> Vec<Endpoint> {
     vec![
         endpoint(Method::GET, "/healthz", OPEN, health::healthz),
         endpoint(Method::GET, "/readyz", OPEN, health::readyz),
@@ -198,6 +206,14 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::PUT, "/v1/admin/tenants/{tenant_id}/limits", ADMIN, limits::set_limits),
         endpoint(Method::GET, "/v1/admin/tenants/{tenant_id}/usage", ADMIN, limits::tenant_usage),
         endpoint(Method::GET, "/v1/admin/tenants", ADMIN, listings::list_tenants),
+    ]
+}
+
+/// A tenant's keys, limits, layouts, sessions, workspaces and jobs.
+fn tenant_endpoints() -> Vec<Endpoint> {
+    use Permission::{Close, Ingest, Manage, Read};
+    use Reach::{EveryWorkspace, Filtered, Job, Session, Tenant, Workspace};
+    vec![
         endpoint(Method::POST, "/v1/keys", key(Manage, Filtered), keys::create_key),
         endpoint(Method::GET, "/v1/keys", key(Manage, Filtered), keys::list_keys),
         endpoint(Method::DELETE, "/v1/keys/{key_id}", key(Manage, Filtered), keys::revoke_key),
@@ -229,6 +245,14 @@ fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/v1/jobs", key(Read, Filtered), jobs::list_jobs),
         endpoint(Method::GET, "/v1/jobs/{job_id}", key(Read, Job), jobs::get_job),
         endpoint(Method::POST, "/v1/jobs/{job_id}/retry", key(Manage, Job), jobs::retry_job),
+    ]
+}
+
+/// A workspace's memory: runs, files, instructions, and the running agent's tools.
+fn memory_endpoints() -> Vec<Endpoint> {
+    use Permission::{Edit, Read};
+    use Reach::Workspace;
+    vec![
         endpoint(
             Method::GET,
             "/v1/workspaces/{workspace}/layouts/{layout}/phase_two_selection",
@@ -293,6 +317,14 @@ fn endpoints() -> Vec<Endpoint> {
             ),
             crate::domain::memory_edit::MAX_EDIT_BYTES,
         ),
+    ]
+}
+
+/// Webhooks, the event stream and the MCP endpoint.
+fn event_endpoints() -> Vec<Endpoint> {
+    use Permission::{Manage, Read};
+    use Reach::{EveryWorkspace, Filtered};
+    vec![
         endpoint(Method::POST, "/v1/webhooks", key(Manage, EveryWorkspace), webhooks::create_webhook),
         endpoint(Method::GET, "/v1/webhooks", key(Manage, EveryWorkspace), webhooks::list_webhooks),
         endpoint(Method::GET, "/v1/webhooks/{webhook_id}", key(Manage, EveryWorkspace), webhooks::get_webhook),

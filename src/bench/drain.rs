@@ -7,7 +7,7 @@
 
 use super::{Bench, BenchResult, Figure, figure, percentile};
 use crate::store::{JobFilter, PageRequest};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -39,127 +39,188 @@ fn stage_totals(kind: &str) -> BTreeMap<String, (f64, f64)> {
     totals
 }
 
+/// The per-job figures a drain gathers, in milliseconds.
+#[derive(Default)]
+struct JobTimes {
+    /// Phase ones, created to started.
+    waits: Vec<f64>,
+    /// Every job, started to finished.
+    works: Vec<f64>,
+    /// A fresh tenant's one-rollout close, while the drain runs.
+    fresh_closes: Vec<f64>,
+}
+
 impl Bench {
     pub(super) async fn drain(&self, tenants: usize, sessions: usize, rollouts: usize) -> BenchResult<Vec<Figure>> {
         let (mut rates, mut drains, mut closing) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut waits, mut works) = (Vec::new(), Vec::new());
-        let mut fresh_closes = Vec::new();
+        let mut times = JobTimes::default();
         let before = stage_totals("phase_one");
         let fresh_key = self.tenant_key("fresh").await?;
         for run in 0..self.runs {
-            let mut keys = Vec::with_capacity(tenants);
-            for _ in 0..tenants {
-                let tenant: Value = self
-                    .http
-                    .post(format!("{}/v1/admin/tenants", self.base))
-                    .bearer_auth(&self.admin)
-                    .json(&json!({"name": "drain"}))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
-                let id = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
-                keys.push((id, key));
-            }
+            let keys = self.drain_tenants(tenants).await?;
             // Seed every rollout first, then close everything at once.
-            let mut seeders = tokio::task::JoinSet::new();
-            for (_, key) in &keys {
-                let (http, base, key) = (self.http.clone(), self.base.clone(), key.clone());
-                seeders.spawn(async move {
-                    for s in 0..sessions {
-                        for r in 0..rollouts {
-                            let url = format!("{base}/v1/sessions/d{run}-{s}/layouts/default/segments");
-                            let body = json!({"rollout_id": format!("d{run}-{s}-{r}"), "input": format!("conversation {s}.{r}"), "final_output": "ok"});
-                            let res = http.post(url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
-                            if res.status() != 201 {
-                                let status = res.status();
-                                return Err(format!("drain seeding answered {status}: {}", res.text().await.unwrap_or_default()));
-                            }
-                        }
-                    }
-                    Ok(())
-                });
-            }
-            while let Some(done) = seeders.join_next().await {
-                done??;
-            }
+            self.seed_drain(&keys, run, sessions, rollouts).await?;
             let started = Instant::now();
-            let mut closers = tokio::task::JoinSet::new();
-            // As many clients closing at once as the database pool serves.
-            let at_once = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
-            for (_, key) in &keys {
-                for s in 0..sessions {
-                    let (http, url, key) =
-                        (self.http.clone(), format!("{}/v1/sessions/d{run}-{s}/close", self.base), key.clone());
-                    let at_once = at_once.clone();
-                    closers.spawn(async move {
-                        let _turn = at_once.acquire_owned().await;
-                        http.post(url).bearer_auth(key).send().await.map(|r| r.status().as_u16())
-                    });
-                }
-            }
-            while let Some(closed) = closers.join_next().await {
-                let status = closed??;
-                if status != 200 && status != 202 {
-                    return Err(format!("a close answered {status}").into());
-                }
-            }
+            self.close_every_session(&keys, run, sessions).await?;
             closing.push(started.elapsed().as_secs_f64());
-            // Meanwhile another tenant closes fresh one-rollout sessions, one after another.
             let probed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let probing = {
-                let (http, base, key, times) =
-                    (self.http.clone(), self.base.clone(), fresh_key.clone(), probed.clone());
-                tokio::spawn(async move {
-                    for i in 0usize.. {
-                        let session = format!("fresh{run}-{i}");
-                        let url = format!("{base}/v1/sessions/{session}/layouts/default/segments");
-                        let body =
-                            json!({"rollout_id": session, "input": "a fresh conversation", "final_output": "ok"});
-                        let appended = http.post(url).bearer_auth(&key).json(&body).send().await;
-                        if let Some(problem) = unexpected(appended, 201).await {
-                            tracing::error!(problem, "the drain's fresh append failed");
-                            break;
-                        }
-                        let started = Instant::now();
-                        let url = format!("{base}/v1/sessions/{session}/close?wait=300");
-                        let closed = http.post(url).bearer_auth(&key).send().await;
-                        if let Some(problem) = unexpected(closed, 200).await {
-                            tracing::error!(problem, "the drain's fresh close failed");
-                            break;
-                        }
-                        times.lock().expect("not poisoned").push(started.elapsed().as_secs_f64() * 1000.0);
-                    }
-                })
-            };
+            let probing = self.probe_fresh_closes(run, fresh_key.clone(), probed.clone());
             self.wait_for_the_queue().await?;
             let drained = started.elapsed().as_secs_f64();
             probing.abort();
-            fresh_closes.extend(probed.lock().expect("not poisoned").iter().copied());
-            let mut jobs = 0usize;
-            for (tenant, _) in &keys {
-                let page = PageRequest { limit: 10_000, after: None };
-                for job in self.server.state.store.list_jobs(*tenant, &JobFilter::default(), &page).await? {
-                    if let (Some(began), Some(ended)) = (job.started_at, job.finished_at) {
-                        // A phase two waits for its closes' phase ones by design: only
-                        // phase one's wait is the queue's.
-                        if job.kind == crate::store::JobKind::PhaseOne {
-                            waits.push((began - job.created_at).num_microseconds().unwrap_or(0) as f64 / 1000.0);
-                        }
-                        works.push((ended - began).num_microseconds().unwrap_or(0) as f64 / 1000.0);
-                        jobs += 1;
-                    }
-                }
-            }
+            times.fresh_closes.extend(probed.lock().expect("not poisoned").iter().copied());
+            let jobs = self.job_times(&keys, &mut times).await?;
             drains.push(drained);
             rates.push(jobs as f64 / drained);
         }
-        waits.sort_by(f64::total_cmp);
-        works.sort_by(f64::total_cmp);
-        fresh_closes.sort_by(f64::total_cmp);
         let case = format!("{tenants} tenants × {sessions} sessions × {rollouts} rollouts");
-        let one = |v: f64| vec![v];
+        let mut figures = vec![
+            figure("drain", self.backend, case.clone(), "jobs drained per second", "jobs/s", rates),
+            figure("drain", self.backend, case.clone(), "time to drain", "s", drains),
+            figure("drain", self.backend, case.clone(), "of it, until every close was answered", "s", closing),
+        ];
+        figures.extend(self.time_figures(&case, times));
+        figures.extend(self.stage_figures(&case, &before));
+        Ok(figures)
+    }
+
+    /// `n` new tenants: their ids and keys.
+    async fn drain_tenants(&self, n: usize) -> BenchResult<Vec<(uuid::Uuid, String)>> {
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            keys.push(super::new_tenant(&self.http, &self.base, &self.admin, "drain").await?);
+        }
+        Ok(keys)
+    }
+
+    /// One segment for each rollout of each session of each tenant, the tenants at once.
+    async fn seed_drain(
+        &self,
+        keys: &[(uuid::Uuid, String)],
+        run: usize,
+        sessions: usize,
+        rollouts: usize,
+    ) -> BenchResult<()> {
+        let mut seeders = tokio::task::JoinSet::new();
+        for (_, key) in keys {
+            let (http, base, key) = (self.http.clone(), self.base.clone(), key.clone());
+            seeders.spawn(async move {
+                for s in 0..sessions {
+                    for r in 0..rollouts {
+                        let url = format!("{base}/v1/sessions/d{run}-{s}/layouts/default/segments");
+                        let body = json!({"rollout_id": format!("d{run}-{s}-{r}"), "input": format!("conversation {s}.{r}"), "final_output": "ok"});
+                        let res = http.post(url).bearer_auth(&key).json(&body).send().await.map_err(|e| e.to_string())?;
+                        if res.status() != 201 {
+                            let status = res.status();
+                            return Err(format!("drain seeding answered {status}: {}", res.text().await.unwrap_or_default()));
+                        }
+                    }
+                }
+                Ok(())
+            });
+        }
+        while let Some(done) = seeders.join_next().await {
+            done??;
+        }
+        Ok(())
+    }
+
+    /// Closes every seeded session, as many at once as the database pool serves.
+    async fn close_every_session(&self, keys: &[(uuid::Uuid, String)], run: usize, sessions: usize) -> BenchResult<()> {
+        let mut closers = tokio::task::JoinSet::new();
+        let at_once = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+        for (_, key) in keys {
+            for s in 0..sessions {
+                let (http, url, key) =
+                    (self.http.clone(), format!("{}/v1/sessions/d{run}-{s}/close", self.base), key.clone());
+                let at_once = at_once.clone();
+                closers.spawn(async move {
+                    let _turn = at_once.acquire_owned().await;
+                    http.post(url).bearer_auth(key).send().await.map(|r| r.status().as_u16())
+                });
+            }
+        }
+        while let Some(closed) = closers.join_next().await {
+            let status = closed??;
+            if status != 200 && status != 202 {
+                return Err(format!("a close answered {status}").into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Meanwhile another tenant closes fresh one-rollout sessions, one after
+    /// another, until it is aborted; each close's milliseconds go to `times`.
+    fn probe_fresh_closes(
+        &self,
+        run: usize,
+        key: String,
+        times: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (http, base) = (self.http.clone(), self.base.clone());
+        tokio::spawn(async move {
+            for i in 0usize.. {
+                let session = format!("fresh{run}-{i}");
+                let url = format!("{base}/v1/sessions/{session}/layouts/default/segments");
+                let body = json!({"rollout_id": session, "input": "a fresh conversation", "final_output": "ok"});
+                let appended = http.post(url).bearer_auth(&key).json(&body).send().await;
+                if let Some(problem) = unexpected(appended, 201).await {
+                    tracing::error!(problem, "the drain's fresh append failed");
+                    break;
+                }
+                let started = Instant::now();
+                let url = format!("{base}/v1/sessions/{session}/close?wait=300");
+                let closed = http.post(url).bearer_auth(&key).send().await;
+                if let Some(problem) = unexpected(closed, 200).await {
+                    tracing::error!(problem, "the drain's fresh close failed");
+                    break;
+                }
+                times.lock().expect("not poisoned").push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+        })
+    }
+
+    /// Adds the tenants' finished jobs' waits and works to `times`; how many there were.
+    async fn job_times(&self, keys: &[(uuid::Uuid, String)], times: &mut JobTimes) -> BenchResult<usize> {
+        let mut jobs = 0usize;
+        for (tenant, _) in keys {
+            let page = PageRequest { limit: 10_000, after: None };
+            for job in self.server.state.store.list_jobs(*tenant, &JobFilter::default(), &page).await? {
+                if let (Some(began), Some(ended)) = (job.started_at, job.finished_at) {
+                    // A phase two waits for its closes' phase ones by design: only
+                    // phase one's wait is the queue's.
+                    if job.kind == crate::store::JobKind::PhaseOne {
+                        times.waits.push((began - job.created_at).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+                    }
+                    times.works.push((ended - began).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+                    jobs += 1;
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// The percentiles of the per-job times.
+    fn time_figures(&self, case: &str, mut times: JobTimes) -> Vec<Figure> {
+        times.waits.sort_by(f64::total_cmp);
+        times.works.sort_by(f64::total_cmp);
+        times.fresh_closes.sort_by(f64::total_cmp);
+        let mut figures = Vec::new();
+        for (metric, values, p) in [
+            ("phase-one claim wait p50 (created to started)", &times.waits, 0.5),
+            ("phase-one claim wait p99", &times.waits, 0.99),
+            ("attempt and record p50 (started to finished)", &times.works, 0.5),
+            ("attempt and record p99", &times.works, 0.99),
+            ("a fresh one-rollout close during the drain, p50", &times.fresh_closes, 0.5),
+            ("a fresh one-rollout close during the drain, p99", &times.fresh_closes, 0.99),
+        ] {
+            figures.push(figure("drain", self.backend, case.to_owned(), metric, "ms", vec![percentile(values, p)]));
+        }
+        figures
+    }
+
+    /// The mean time phase ones spent in each stage since `before`.
+    fn stage_figures(&self, case: &str, before: &BTreeMap<String, (f64, f64)>) -> Vec<Figure> {
         let after = stage_totals("phase_one");
         let mut stages = Vec::new();
         for stage in STAGES {
@@ -168,57 +229,10 @@ impl Bench {
             let jobs = count - count_before;
             if jobs > 0.0 {
                 let mean = (sum - sum_before) / jobs * 1000.0;
-                stages.push(figure("drain", self.backend, case.clone(), stage_metric(stage), "ms", one(mean)));
+                stages.push(figure("drain", self.backend, case.to_owned(), stage_metric(stage), "ms", vec![mean]));
             }
         }
-        let mut figures = vec![
-            figure("drain", self.backend, case.clone(), "jobs drained per second", "jobs/s", rates),
-            figure("drain", self.backend, case.clone(), "time to drain", "s", drains),
-            figure("drain", self.backend, case.clone(), "of it, until every close was answered", "s", closing),
-            figure(
-                "drain",
-                self.backend,
-                case.clone(),
-                "phase-one claim wait p50 (created to started)",
-                "ms",
-                one(percentile(&waits, 0.5)),
-            ),
-            figure(
-                "drain",
-                self.backend,
-                case.clone(),
-                "phase-one claim wait p99",
-                "ms",
-                one(percentile(&waits, 0.99)),
-            ),
-            figure(
-                "drain",
-                self.backend,
-                case.clone(),
-                "attempt and record p50 (started to finished)",
-                "ms",
-                one(percentile(&works, 0.5)),
-            ),
-            figure("drain", self.backend, case.clone(), "attempt and record p99", "ms", one(percentile(&works, 0.99))),
-            figure(
-                "drain",
-                self.backend,
-                case.clone(),
-                "a fresh one-rollout close during the drain, p50",
-                "ms",
-                one(percentile(&fresh_closes, 0.5)),
-            ),
-            figure(
-                "drain",
-                self.backend,
-                case,
-                "a fresh one-rollout close during the drain, p99",
-                "ms",
-                one(percentile(&fresh_closes, 0.99)),
-            ),
-        ];
-        figures.extend(stages);
-        Ok(figures)
+        stages
     }
 }
 

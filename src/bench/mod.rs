@@ -107,16 +107,7 @@ impl Bench {
 
     /// A new tenant's API key.
     async fn tenant_key(&self, name: &str) -> BenchResult<String> {
-        let tenant: Value = self
-            .http
-            .post(format!("{}/v1/admin/tenants", self.base))
-            .bearer_auth(&self.admin)
-            .json(&json!({"name": name}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(tenant["api_key"].as_str().ok_or("no api key")?.to_owned())
+        Ok(new_tenant(&self.http, &self.base, &self.admin, name).await?.1)
     }
 
     async fn segment(&self, session: &str, workspace: &str, rollout: &str, input: &str) -> BenchResult<()> {
@@ -393,18 +384,10 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     let server = start(config, listener).await?;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
-    let tenant: Value = http
-        .post(format!("{base}/v1/admin/tenants"))
-        .bearer_auth(&admin)
-        .json(&json!({"name": "bench"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+    let (tenant_id, key) = new_tenant(&http, &base, &admin, "bench").await?;
     if args.limits_high {
         let res = http
-            .put(format!("{base}/v1/admin/tenants/{}/limits", tenant["tenant_id"].as_str().unwrap_or("")))
+            .put(format!("{base}/v1/admin/tenants/{tenant_id}/limits"))
             .bearer_auth(&admin)
             .json(&json!({
                 "requests_per_second": 1_000_000, "burst": 1_000_000, "storage_bytes": 1u64 << 50,
@@ -432,10 +415,22 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
             return Err(format!("turning redaction off answered {}", res.status()).into());
         }
     }
-    let tenant = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
     let runs = args.runs.max(1);
     let extractive = args.extractive;
-    Ok(Bench { server, base, http, key, tenant, admin, backend, runs, eager: args.eager, fake, extractive, _dir: dir })
+    Ok(Bench {
+        server,
+        base,
+        http,
+        key,
+        tenant: tenant_id,
+        admin,
+        backend,
+        runs,
+        eager: args.eager,
+        fake,
+        extractive,
+        _dir: dir,
+    })
 }
 
 async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> BenchResult<()> {
@@ -576,4 +571,17 @@ pub fn render_table(figures: &[Figure]) -> String {
         ));
     }
     out
+}
+
+/// A new tenant made with the admin token: its id and key.
+async fn new_tenant(http: &reqwest::Client, base: &str, admin: &str, name: &str) -> BenchResult<(uuid::Uuid, String)> {
+    let res =
+        http.post(format!("{base}/v1/admin/tenants")).bearer_auth(admin).json(&json!({"name": name})).send().await?;
+    if res.status() != 201 {
+        return Err(format!("creating a tenant answered {}", res.status()).into());
+    }
+    let tenant: Value = res.json().await?;
+    let key = tenant["api_key"].as_str().ok_or("no api key")?.to_owned();
+    let id = uuid::Uuid::parse_str(tenant["tenant_id"].as_str().ok_or("no tenant id")?)?;
+    Ok((id, key))
 }

@@ -99,18 +99,8 @@ async fn p50_of(request: impl Fn() -> reqwest::RequestBuilder) -> BenchResult<f6
 /// A new tenant that appended one segment and closed its session.
 async fn one_closed_conversation(http: &reqwest::Client, base: &str, admin: &str) -> Result<(), String> {
     let answer = |what: &str, status: reqwest::StatusCode| format!("{what} answered {status}");
-    let res = http
-        .post(format!("{base}/v1/admin/tenants"))
-        .bearer_auth(admin)
-        .json(&json!({"name": "scale"}))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if res.status() != 201 {
-        return Err(answer("creating a tenant", res.status()));
-    }
-    let tenant: serde_json::Value = res.json().await.map_err(|e| e.to_string())?;
-    let key = tenant["api_key"].as_str().ok_or("no api key")?;
+    let (_, key) = super::new_tenant(http, base, admin, "scale").await.map_err(|e| e.to_string())?;
+    let key = key.as_str();
     let body = json!({"rollout_id": "r", "input": "a conversation", "final_output": "ok"});
     let res = http
         .post(format!("{base}/v1/sessions/s/layouts/default/segments"))

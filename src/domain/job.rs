@@ -2,8 +2,6 @@
 //! the jobs a close queues.
 
 use super::ids::{LayoutName, RolloutId};
-use super::memory_status::MemoryStatus;
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -220,28 +218,6 @@ pub struct ForgetSpec {
     pub rollout_ids: Vec<RolloutId>,
 }
 
-/// The status of a session whose workspace or tenant was forgotten while
-/// it was open or closing: it ended without memory.
-/// Where a close leaves a session: closed at once when it touched nothing,
-/// otherwise closing until its jobs finish.
-pub struct CloseTransition {
-    pub state: SessionState,
-    pub memory_status: Option<MemoryStatus>,
-    pub closed_at: Option<DateTime<Utc>>,
-}
-
-pub fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> CloseTransition {
-    if touched_nothing {
-        CloseTransition {
-            state: SessionState::Closed,
-            memory_status: Some(MemoryStatus::settled(Vec::new())),
-            closed_at: Some(now),
-        }
-    } else {
-        CloseTransition { state: SessionState::Closing, memory_status: None, closed_at: None }
-    }
-}
-
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
 /// and layout, and a phase-two job per touched layout. `touched` lists
 /// `(layout, rollout)` pairs.
@@ -316,8 +292,5 @@ mod tests {
         assert_eq!(ForgetMode::parse("rebuild"), Some(ForgetMode::Rebuild));
         assert_eq!(ForgetMode::parse("erase"), None);
         assert_eq!(JobKind::parse("phase_three"), None);
-        let now = Utc::now();
-        assert_eq!(close_transition(true, now).state, SessionState::Closed);
-        assert_eq!(close_transition(false, now).closed_at, None);
     }
 }

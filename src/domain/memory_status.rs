@@ -3,7 +3,8 @@
 //! in the session's row and answered as is, so the field order is the format.
 
 use super::ids::{LayoutName, RolloutId};
-use super::job::JobKind;
+use super::job::{JobKind, SessionState};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -104,9 +105,39 @@ pub fn ledger_without(ledger: &serde_json::Value, ids: &[RolloutId]) -> Option<s
     changed.then_some(cleaned)
 }
 
+/// Where a close leaves a session: closed at once when it touched nothing,
+/// otherwise closing until its jobs finish.
+pub struct CloseTransition {
+    pub state: SessionState,
+    pub memory_status: Option<MemoryStatus>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+pub fn close_transition(touched_nothing: bool, now: DateTime<Utc>) -> CloseTransition {
+    if touched_nothing {
+        CloseTransition {
+            state: SessionState::Closed,
+            memory_status: Some(MemoryStatus::settled(Vec::new())),
+            closed_at: Some(now),
+        }
+    } else {
+        CloseTransition { state: SessionState::Closing, memory_status: None, closed_at: None }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_close_that_touched_nothing_is_closed_at_once() {
+        let now = Utc::now();
+        let settled = close_transition(true, now);
+        assert_eq!((settled.state, settled.closed_at), (SessionState::Closed, Some(now)));
+        assert_eq!(settled.memory_status, Some(MemoryStatus::settled(Vec::new())));
+        let closing = close_transition(false, now);
+        assert_eq!((closing.state, closing.closed_at, closing.memory_status), (SessionState::Closing, None, None));
+    }
 
     #[test]
     fn a_ledger_drops_forgotten_ids_only() {

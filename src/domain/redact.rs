@@ -12,7 +12,7 @@ use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// A built-in rule: its name, its pattern, and the capture group that is the
 /// secret (0: the whole match).
@@ -55,7 +55,7 @@ pub fn built_in_rules() -> impl Iterator<Item = &'static str> {
 }
 
 /// Which built-in rules a layout uses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RuleChoice {
     /// `"default"`: all of them.
@@ -71,7 +71,7 @@ impl Default for RuleChoice {
 }
 
 /// A layout's own rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CustomPattern {
     pub name: String,
@@ -79,7 +79,7 @@ pub struct CustomPattern {
 }
 
 /// The layout's `redaction` (SPEC §2.1, §4).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedactionConfig {
     pub rules: RuleChoice,
@@ -276,21 +276,14 @@ impl Redactor {
     }
 }
 
-/// The compiled rules of a config, compiled once per process and config.
+/// The compiled rules of a config, compiled once per process and config
+/// (the 256 most recently used configs are kept).
 pub fn redactor_for(config: &RedactionConfig) -> Result<Arc<Redactor>, String> {
-    type Compiled = Vec<(RedactionConfig, Arc<Redactor>)>;
-    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some((_, found)) = cache.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(c, _)| c == config) {
-        return Ok(found.clone());
-    }
-    let compiled = Arc::new(Redactor::new(config)?);
-    let mut entries = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if entries.len() >= 256 {
-        entries.clear();
-    }
-    entries.push((config.clone(), compiled.clone()));
-    Ok(compiled)
+    static CACHE: OnceLock<moka::sync::Cache<RedactionConfig, Arc<Redactor>>> = OnceLock::new();
+    CACHE
+        .get_or_init(|| moka::sync::Cache::new(256))
+        .try_get_with_by_ref(config, || Redactor::new(config).map(Arc::new))
+        .map_err(|e| e.as_ref().clone())
 }
 
 #[cfg(test)]

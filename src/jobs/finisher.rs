@@ -26,7 +26,7 @@ struct PendingFinish {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// `false`: the worker no longer owned the job; its result is discarded.
-    pub kept: bool,
+    pub owned: bool,
     /// The sessions the job served that had no job left queued or running
     /// once it was committed: the ones to settle after its files are published.
     pub settleable: Vec<SessionId>,
@@ -66,9 +66,9 @@ impl Finisher {
         // The recording task is gone only while the runtime shuts down:
         // then the finish is recorded here, alone.
         if let Err(mpsc::error::SendError(pending)) = self.queue.send(pending) {
-            let kept = self.store.finish_job(&pending.claimed, &pending.finish).await?;
-            let settleable = if kept { super::served_sessions(&pending.claimed) } else { Vec::new() };
-            return Ok(Recorded { kept, settleable });
+            let owned = self.store.finish_job(&pending.claimed, &pending.finish).await?;
+            let settleable = if owned { super::served_sessions(&pending.claimed) } else { Vec::new() };
+            return Ok(Recorded { owned, settleable });
         }
         match answer.await {
             Ok(recorded) => recorded,
@@ -81,10 +81,10 @@ async fn record_batch(store: &dyn Store, mut batch: Vec<PendingFinish>) {
     // Every batch takes its jobs' row locks in the same order, so two
     // replicas' batches do not deadlock on them.
     batch.sort_by_key(|p| (p.claimed.tenant_id, p.claimed.job.job_id));
-    let kept = record_finishes(store, &batch).await;
-    let settleable = settleable_sessions(store, &batch, &kept).await;
-    for ((pending, kept), settleable) in batch.into_iter().zip(kept).zip(settleable) {
-        let _ = pending.recorded.send(kept.map(|kept| Recorded { kept, settleable }));
+    let owned = record_finishes(store, &batch).await;
+    let settleable = settleable_sessions(store, &batch, &owned).await;
+    for ((pending, owned), settleable) in batch.into_iter().zip(owned).zip(settleable) {
+        let _ = pending.recorded.send(owned.map(|owned| Recorded { owned, settleable }));
     }
 }
 
@@ -118,14 +118,14 @@ async fn record_finishes(store: &dyn Store, batch: &[PendingFinish]) -> Vec<Stor
 async fn settleable_sessions(
     store: &dyn Store,
     batch: &[PendingFinish],
-    kept: &[StoreResult<bool>],
+    owned: &[StoreResult<bool>],
 ) -> Vec<Vec<SessionId>> {
     let served: Vec<Vec<SessionId>> = batch
         .iter()
-        .zip(kept)
-        .map(|(pending, kept)| {
+        .zip(owned)
+        .map(|(pending, owned)| {
             let finished = !matches!(pending.finish.outcome, JobOutcome::RetryAt { .. });
-            if finished && matches!(kept, Ok(true)) { super::served_sessions(&pending.claimed) } else { Vec::new() }
+            if finished && matches!(owned, Ok(true)) { super::served_sessions(&pending.claimed) } else { Vec::new() }
         })
         .collect();
     let asked: Vec<(TenantId, SessionId)> = batch

@@ -11,6 +11,8 @@ use super::phase_two::{
 use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::RolloutId;
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
+use crate::domain::layout::ValidLayout;
+use crate::domain::redact::Counts;
 use crate::llm::TokenUsage;
 use crate::pipeline::selection::SelectionPolicy;
 use crate::pipeline::selection::raw_memories_md;
@@ -67,13 +69,7 @@ async fn remove_folder(ctx: &WorkerContext, root: Result<PathBuf, String>) -> Re
     .await
     .map_err(|e| io_failure("removing the folder failed", e))?
     .map_err(|e| io_failure("removing the folder failed", e))?;
-    Ok(Completion {
-        outcome: JobOutcome::Succeeded { raw_memory: None },
-        files: None,
-        usage: TokenUsage::default(),
-        redactions: Default::default(),
-        imported: None,
-    })
+    Ok(Completion::without_files(JobOutcome::Succeeded { raw_memory: None }, TokenUsage::default(), Counts::new()))
 }
 
 /// The rollout summaries of `ids` in `summaries` (any slug), but not one
@@ -117,6 +113,76 @@ fn list_names(dir: &Path) -> std::io::Result<Vec<String>> {
     }
 }
 
+/// Removes the rollout files of `ids`: marked, they take no segment, and a
+/// crash before the finish leaves the job to be run again.
+async fn remove_rollout_files(root: &Path, layout: &ValidLayout, ids: &[RolloutId]) -> Result<(), AttemptError> {
+    let rollout_files = ids
+        .iter()
+        .map(|id| confine(root, &layout.rollout_path(id)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| AttemptError::Fatal { message: format!("rollout path refused: {e}") })?;
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        for file in &rollout_files {
+            remove_if_present(file)?;
+            if let Some(dir) = file.parent() {
+                match sync_dir(dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| io_failure("removing a rollout file failed", e))?
+    .map_err(|e| io_failure("removing a rollout file failed", e))
+}
+
+/// The names in the memory folder's `rollout_summaries/`, and its skills' paths.
+async fn list_memory_folder(memory_root: &Path) -> Result<(Vec<String>, Vec<String>), AttemptError> {
+    let summaries_dir = memory_root.join("rollout_summaries");
+    let skills_dir = memory_root.join("skills");
+    tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        let skills = match folder_files(&skills_dir) {
+            Ok(files) => files.into_iter().map(|(path, _)| path).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok((list_names(&summaries_dir)?, skills))
+    })
+    .await
+    .map_err(|e| io_failure("listing the memory folder failed", e))?
+    .map_err(|e| io_failure("listing the memory folder failed", e))
+}
+
+/// The paths (from the workspace root) of the raw memories and rollout
+/// summaries of `ids`: by name in `summaries`, or as the raw-memory index
+/// recorded them (`indexed`), but none of the rollouts that stay (`others`).
+fn forgotten_paths(
+    memory_root: &Path,
+    memories: &str,
+    ids: &[RolloutId],
+    summaries: &[String],
+    others: &[String],
+    indexed: &[String],
+) -> Vec<String> {
+    let mut paths = Vec::new();
+    for id in ids {
+        if memory_root.join(format!("raw_memories/{id}.md")).exists() {
+            paths.push(format!("{memories}/raw_memories/{id}.md"));
+        }
+    }
+    let mut doomed = summaries_of(summaries, ids, others);
+    for indexed in indexed {
+        let name = indexed.trim_start_matches("rollout_summaries/").to_owned();
+        if !doomed.contains(&name) && summaries.contains(&name) {
+            doomed.push(name);
+        }
+    }
+    paths.extend(doomed.iter().map(|name| format!("{memories}/rollout_summaries/{name}")));
+    paths
+}
+
 async fn forget_and_consolidate(
     ctx: &WorkerContext,
     claimed: &ClaimedJob,
@@ -142,26 +208,7 @@ async fn forget_and_consolidate(
 
     // The conversations themselves go now: marked, they take no segment, and
     // a crash before the finish leaves the job to be run again.
-    let rollout_files = ids
-        .iter()
-        .map(|id| confine(&root, &layout.rollout_path(id)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fatal(format!("rollout path refused: {e}")))?;
-    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        for file in &rollout_files {
-            remove_if_present(file)?;
-            if let Some(dir) = file.parent() {
-                match sync_dir(dir) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|e| io_failure("removing a rollout file failed", e))?
-    .map_err(|e| io_failure("removing a rollout file failed", e))?;
+    remove_rollout_files(&root, layout, ids).await?;
 
     // Their raw memories and summaries leave the working copy before the
     // agent can read them.
@@ -176,19 +223,7 @@ async fn forget_and_consolidate(
             indexed_summaries.push(raw.rollout_summary_file);
         }
     }
-    let summaries_dir = memory_root.join("rollout_summaries");
-    let skills_dir = memory_root.join("skills");
-    let (names, skills) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        let skills = match folder_files(&skills_dir) {
-            Ok(files) => files.into_iter().map(|(path, _)| path).collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        Ok((list_names(&summaries_dir)?, skills))
-    })
-    .await
-    .map_err(|e| io_failure("listing the memory folder failed", e))?
-    .map_err(|e| io_failure("listing the memory folder failed", e))?;
+    let (names, skills) = list_memory_folder(&memory_root).await?;
     let policy = layout
         .config
         .generate
@@ -210,20 +245,7 @@ async fn forget_and_consolidate(
     let mut tools =
         MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized).redacting(layout.redactor());
     // Their paths name them: the run record lists the files it changed without these.
-    let mut forgotten_paths = Vec::new();
-    for id in ids {
-        if memory_root.join(format!("raw_memories/{id}.md")).exists() {
-            forgotten_paths.push(format!("{memories}/raw_memories/{id}.md"));
-        }
-    }
-    let mut doomed = summaries_of(&names, ids, &others);
-    for indexed in &indexed_summaries {
-        let name = indexed.trim_start_matches("rollout_summaries/").to_owned();
-        if !doomed.contains(&name) && names.contains(&name) {
-            doomed.push(name);
-        }
-    }
-    forgotten_paths.extend(doomed.iter().map(|name| format!("{memories}/rollout_summaries/{name}")));
+    let forgotten_paths = forgotten_paths(&memory_root, &memories, ids, &names, &others, &indexed_summaries);
     for path in &forgotten_paths {
         tools.delete_owned(path);
     }
@@ -241,11 +263,11 @@ async fn forget_and_consolidate(
     if spec.mode == ForgetMode::Rebuild || chunks.is_empty() {
         empty_memory(&mut tools);
     }
-    // The ledger that is kept names no forgotten rollout, though the agent
+    // The ledger recorded names no forgotten rollout, though the agent
     // is told of them under `removed`; a failed run's record keeps none either.
-    let mut kept = selection.clone();
-    kept.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
-    log.selection = Some(kept.clone());
+    let mut ledger = selection.clone();
+    ledger.removed.retain(|item| !ids.iter().any(|id| id.as_str() == item.rollout_id));
+    log.selection = Some(ledger.clone());
     if chunks.is_empty() || layout.config.generate.is_none() {
         // Nothing left to consolidate, or no model config to do it with.
         tools.write_owned(&format!("{memories}/raw_memories.md"), &raw_memories_md(&chunks));
@@ -256,7 +278,7 @@ async fn forget_and_consolidate(
     }
     log.files_changed = changed(&tools);
 
-    Ok(succeeded(tools, &memories, &kept, log))
+    Ok(succeeded(tools, &memories, &ledger, log))
 }
 
 #[cfg(test)]

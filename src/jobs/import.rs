@@ -156,6 +156,7 @@ struct Plan {
 }
 
 /// What an archive must fit in.
+#[derive(Clone, Copy)]
 struct Bounds {
     /// The bytes the disk can spare.
     room: u64,
@@ -208,8 +209,9 @@ pub(crate) fn merged_layouts(
     Ok((all, created))
 }
 
-/// The first pass: every entry checked, nothing written.
-fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -> Result<Plan, ImportError> {
+/// Before any entry is read: the workspace folder holds no files, and the
+/// body is gzip. The archive's compressed size.
+fn check_first(archive: &Path, root: &Path) -> Result<u64, ImportError> {
     if crate::workspace::files_under(root)?
         .iter()
         .any(|(p, _)| !p.file_name().is_some_and(crate::workspace::is_temporary_file))
@@ -222,6 +224,54 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
     if read < 2 || magic != [0x1f, 0x8b] {
         return Err(invalid("the body is not gzip"));
     }
+    Ok(compressed)
+}
+
+/// The entries so far expand to `expanded` bytes: no bomb, and within the
+/// disk's room and the tenant's storage limit.
+fn check_expansion(expanded: u64, compressed: u64, bounds: Bounds) -> Result<(), ImportError> {
+    if expanded > compressed.saturating_mul(MAX_EXPANSION) {
+        return Err(invalid(entries::EXPANDED));
+    }
+    if expanded > bounds.room {
+        return Err(ImportError::Refused(format!(
+            "insufficient_storage: the archive's {expanded}+ bytes do not fit in the space the disk can spare"
+        )));
+    }
+    if bounds.quota_left.is_some_and(|left| expanded > left) {
+        return Err(ImportError::Refused(format!(
+            "quota_exceeded: the archive's {expanded}+ bytes would take the tenant past its storage limit"
+        )));
+    }
+    Ok(())
+}
+
+/// A raw memory was extracted from what its manifest says, or else from
+/// the whole rollout the archive holds (an SDK's memory of a finished run).
+fn with_extracted_lengths(
+    raw_memories: Vec<(LayoutName, crate::store::RawMemoryRecord)>,
+    manifest: Option<&[ManifestLayout]>,
+    rollouts: &[ImportedRollout],
+) -> Vec<(LayoutName, crate::store::RawMemoryRecord)> {
+    raw_memories
+        .into_iter()
+        .map(|(layout, mut row)| {
+            let from_manifest = manifest
+                .iter()
+                .copied()
+                .flatten()
+                .find(|m| m.name == layout)
+                .and_then(|m| m.extracted.get(row.rollout_id.as_str()).copied());
+            let whole = rollouts.iter().find(|r| r.layout == layout && r.rollout_id == row.rollout_id).map(|r| r.len);
+            row.extracted_len = from_manifest.or(whole).unwrap_or(0);
+            (layout, row)
+        })
+        .collect()
+}
+
+/// The first pass: every entry checked, nothing written.
+fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -> Result<Plan, ImportError> {
+    let compressed = check_first(archive, root)?;
     let mut reader = entries::open(archive)?;
     let mut layouts = layouts.to_vec();
     let mut manifest: Option<Vec<ManifestLayout>> = None;
@@ -242,19 +292,7 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
         }
         let size = entry.size();
         expanded += size;
-        if expanded > compressed.saturating_mul(MAX_EXPANSION) {
-            return Err(invalid(entries::EXPANDED));
-        }
-        if expanded > bounds.room {
-            return Err(ImportError::Refused(format!(
-                "insufficient_storage: the archive's {expanded}+ bytes do not fit in the space the disk can spare"
-            )));
-        }
-        if bounds.quota_left.is_some_and(|left| expanded > left) {
-            return Err(ImportError::Refused(format!(
-                "quota_exceeded: the archive's {expanded}+ bytes would take the tenant past its storage limit"
-            )));
-        }
+        check_expansion(expanded, compressed, bounds)?;
         if path == MANIFEST_NAME {
             if !is_first {
                 return Err(invalid(format!("{MANIFEST_NAME} must be the archive's first entry")));
@@ -315,19 +353,7 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
             }
         }
     }
-    // A raw memory was extracted from what its manifest says, or else from
-    // the whole rollout the archive holds (an SDK's memory of a finished run).
-    for (layout, mut row) in raw_memories {
-        let from_manifest = manifest
-            .iter()
-            .flatten()
-            .find(|m| m.name == layout)
-            .and_then(|m| m.extracted.get(row.rollout_id.as_str()).copied());
-        let whole =
-            record.rollouts.iter().find(|r| r.layout == layout && r.rollout_id == row.rollout_id).map(|r| r.len);
-        row.extracted_len = from_manifest.or(whole).unwrap_or(0);
-        record.raw_memories.push((layout, row));
-    }
+    record.raw_memories = with_extracted_lengths(raw_memories, manifest.as_deref(), &record.rollouts);
     Ok(Plan { files, bytes: expanded, record, layouts })
 }
 

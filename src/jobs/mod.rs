@@ -103,6 +103,13 @@ pub struct Completion {
     pub imported: Option<Box<Imported>>,
 }
 
+impl Completion {
+    /// An attempt that publishes no file.
+    pub fn without_files(outcome: JobOutcome, usage: TokenUsage, redactions: Counts) -> Self {
+        Self { outcome, files: None, usage, redactions, imported: None }
+    }
+}
+
 /// What an import attempt staged and will register.
 pub struct Imported {
     pub staged: Manifest,
@@ -154,8 +161,7 @@ async fn remove_earlier_leftovers(claimed: &ClaimedJob, dir: std::path::PathBuf)
 pub fn backoff(attempt: i64, base: Duration, retry_after: Option<Duration>) -> Duration {
     let exponent = attempt.clamp(1, 20) as u32 - 1;
     let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(Duration::from_secs(3600));
-    let random = (uuid::Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0;
-    let jittered = full.mul_f64(0.5 + random / 2.0);
+    let jittered = full.mul_f64(0.5 + fastrand::f64() / 2.0);
     retry_after.map_or(jittered, |after| jittered.max(after))
 }
 

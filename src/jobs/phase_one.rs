@@ -3,11 +3,12 @@
 
 use super::{AttemptError, Completion, WorkerContext};
 use crate::domain::redact::Counts;
-use crate::llm::{FailureClass, ModelError, Provider, StructuredRequest, TokenUsage};
+use crate::llm::{FailureClass, Model, ModelError, Provider, StructuredRequest, TokenUsage};
 use crate::pipeline::extractive;
 use crate::pipeline::phase_one::{
-    Extraction, PHASE_ONE_TOKEN_LIMIT, RolloutArtifacts, SCHEMA_NAME, check_artifacts, format_raw_memory,
-    format_rollout_summary, redact_slug, render_phase_one, rollout_extraction_schema, rollout_summary_file,
+    Extraction, PHASE_ONE_TOKEN_LIMIT, PhaseOnePrompt, RolloutArtifacts, SCHEMA_NAME, check_artifacts,
+    format_raw_memory, format_rollout_summary, redact_slug, render_phase_one, rollout_extraction_schema,
+    rollout_summary_file,
 };
 use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
 use crate::workspace::publish::FileChanges;
@@ -46,6 +47,42 @@ impl super::JobRunner for PhaseOne {
     }
 }
 
+/// The first `committed_len` bytes of the rollout file: what was acknowledged.
+async fn read_rollout(root: &std::path::Path, rollout_path: &str, committed_len: u64) -> Result<Vec<u8>, AttemptError> {
+    let rollout_file = confine(root, rollout_path)
+        .map_err(|e| AttemptError::Fatal { message: format!("rollout path refused: {e}") })?;
+    tokio::task::spawn_blocking(move || read_committed(&rollout_file, committed_len))
+        .await
+        .map_err(|e| io_error("reading the rollout failed", e))?
+        .map_err(|e| io_error("reading the rollout failed", e))
+}
+
+/// The model's extraction of a rollout from its phase-one prompt.
+async fn ask_model(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    model: &dyn Model,
+    generate: &crate::domain::layout::GenerateConfig,
+    prompt: PhaseOnePrompt,
+    token_limit: usize,
+) -> Result<(RolloutArtifacts, TokenUsage), AttemptError> {
+    let request = StructuredRequest {
+        model: generate.phase_one_model.clone(),
+        instructions: prompt.instructions,
+        user_message: prompt.user_message,
+        schema_name: SCHEMA_NAME.into(),
+        schema: rollout_extraction_schema(),
+        reasoning_effort: generate.phase_one_reasoning_effort.clone(),
+    };
+    let reply = model.structured(&request).await.map_err(|e| model_failure(e, token_limit))?;
+    if ctx.settings.log_content {
+        tracing::debug!(job_id = %claimed.job.job_id, output = %reply.text, "phase-one model output");
+    }
+    let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text)
+        .map_err(|e| retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage))?;
+    Ok((artifacts, reply.usage))
+}
+
 async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let job = &claimed.job;
     let fatal = |message: String| AttemptError::Fatal { message };
@@ -66,26 +103,15 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .map_err(|e| io_error("reading the raw-memory index failed", e))?;
     if let Some(made) = existing.as_ref().filter(|m| m.extracted_len == committed.committed_len) {
         crate::metrics::phase_one_reused();
-        return Ok(Completion {
-            outcome: JobOutcome::Succeeded { raw_memory: Some(made.clone()) },
-            files: None,
-            usage: TokenUsage::default(),
-            redactions: Counts::new(),
-            imported: None,
-        });
+        let outcome = JobOutcome::Succeeded { raw_memory: Some(made.clone()) };
+        return Ok(Completion::without_files(outcome, TokenUsage::default(), Counts::new()));
     }
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
         .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
     let layout = claimed.layout.clone();
-    let rollout_file =
-        confine(&root, &committed.rollout_path).map_err(|e| fatal(format!("rollout path refused: {e}")))?;
-    let committed_len = committed.committed_len;
-    let bytes = tokio::task::spawn_blocking(move || read_committed(&rollout_file, committed_len))
-        .await
-        .map_err(|e| io_error("reading the rollout failed", e))?
-        .map_err(|e| io_error("reading the rollout failed", e))?;
+    let bytes = read_rollout(&root, &committed.rollout_path, committed.committed_len).await?;
     let contents = String::from_utf8_lossy(&bytes);
 
     let token_limit = claimed.token_limit.map_or(PHASE_ONE_TOKEN_LIMIT, |l| l.max(1) as usize);
@@ -110,35 +136,13 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         Provider::Extractive => {
             (extractive::extract(&redactor.redact_jsonl(&contents, &mut Counts::new())), TokenUsage::default())
         }
-        Provider::Model(model) => {
-            let request = StructuredRequest {
-                model: generate.phase_one_model.clone(),
-                instructions: prompt.instructions,
-                user_message: prompt.user_message,
-                schema_name: SCHEMA_NAME.into(),
-                schema: rollout_extraction_schema(),
-                reasoning_effort: generate.phase_one_reasoning_effort.clone(),
-            };
-            let reply = model.structured(&request).await.map_err(|e| model_failure(e, token_limit))?;
-            if ctx.settings.log_content {
-                tracing::debug!(job_id = %job.job_id, output = %reply.text, "phase-one model output");
-            }
-            let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text)
-                .map_err(|e| retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage))?;
-            (artifacts, reply.usage)
-        }
+        Provider::Model(model) => ask_model(ctx, claimed, model.as_ref(), &generate, prompt, token_limit).await?,
     };
     artifacts.rollout_slug =
         redact_slug(&artifacts.rollout_slug, |slug| redactor.redact_text(slug, &mut Counts::new()));
     let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
         Extraction::Empty => {
-            return Ok(Completion {
-                outcome: JobOutcome::Skipped,
-                files: None,
-                usage,
-                redactions: sent_redacted,
-                imported: None,
-            });
+            return Ok(Completion::without_files(JobOutcome::Skipped, usage, sent_redacted));
         }
         Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
     };

@@ -138,10 +138,7 @@ impl super::JobRunner for PhaseTwo {
 }
 
 fn skipped(usage: TokenUsage) -> (Completion, Option<serde_json::Value>) {
-    (
-        Completion { outcome: JobOutcome::Skipped, files: None, usage, redactions: Default::default(), imported: None },
-        None,
-    )
+    (Completion::without_files(JobOutcome::Skipped, usage, Default::default()), None)
 }
 
 async fn attempt(

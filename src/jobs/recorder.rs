@@ -188,7 +188,7 @@ async fn stage_files(
                 }
                 report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
-            (Ok(Completion { outcome, files: None, usage, redactions, imported: None }), Some((manifest, None)))
+            (Ok(Completion::without_files(outcome, usage, redactions)), Some((manifest, None)))
         }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
@@ -319,6 +319,33 @@ pub(super) async fn prepare_attempt(ctx: &WorkerContext, claimed: &ClaimedJob) {
     recover_publishes(ctx, Some(&scope_of(claimed))).await;
 }
 
+/// Settles the sessions a finished job served that have nothing left to
+/// run, and wakes the deliveries and streams when that recorded an event.
+async fn settle_served_sessions(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    settleable: &[crate::domain::ids::SessionId],
+    failed: bool,
+) {
+    let stage_started = std::time::Instant::now();
+    let mut closed_any = false;
+    for session in settleable {
+        match ctx.store.settle_session(claimed.tenant_id, session).await {
+            Ok(closed) => closed_any |= closed,
+            Err(e) => {
+                tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will")
+            }
+        }
+    }
+    crate::metrics::job_stage(claimed.job.kind.as_str(), "settle", stage_started.elapsed());
+    // A phase one that did not fail records no event of its own, only a
+    // session it closed does: waking the deliveries and the streams for
+    // nothing would cost them a query for every job.
+    if closed_any || claimed.job.kind != JobKind::PhaseOne || failed {
+        ctx.events.committed();
+    }
+}
+
 /// Records an attempt's outcome, if this worker still owns the job, and
 /// then makes its files visible.
 pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
@@ -346,34 +373,18 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
     let stage_started = std::time::Instant::now();
     match (staged, &recorded) {
-        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, recorded.kept).await,
+        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, recorded.owned).await,
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
     }
     crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
-    if let Ok(Recorded { kept: true, settleable }) = &recorded
+    if let Ok(Recorded { owned: true, settleable }) = &recorded
         && finished
     {
-        let stage_started = std::time::Instant::now();
-        let mut closed_any = false;
-        for session in settleable {
-            match ctx.store.settle_session(claimed.tenant_id, session).await {
-                Ok(closed) => closed_any |= closed,
-                Err(e) => {
-                    tracing::warn!(session_id = %session, error = %crate::error_chain(&e), "settling the session failed; the sweep will")
-                }
-            }
-        }
-        crate::metrics::job_stage(kind, "settle", stage_started.elapsed());
-        // A phase one that did not fail records no event of its own, only a
-        // session it closed does: waking the deliveries and the streams for
-        // nothing would cost them a query for every job.
-        if closed_any || claimed.job.kind != JobKind::PhaseOne || failed {
-            ctx.events.committed();
-        }
+        settle_served_sessions(ctx, &claimed, settleable, failed).await;
     }
-    let recorded = recorded.map(|r| r.kept);
+    let recorded = recorded.map(|r| r.owned);
     let refused =
         finished && claimed.job.kind == JobKind::Import && import_refused_at_finish(ctx, &claimed, &recorded).await;
     if finished && claimed.job.kind == JobKind::Import && (matches!(recorded, Ok(true)) || refused) {

@@ -187,7 +187,7 @@ async fn finishes_recorded_together_keep_each_ones_fence(backend: Backend) {
     let mut owned = taken;
     owned.push(claimed[0].clone());
     let answers = futures_util::future::join_all(owned.iter().map(|job| recorder.finish(job, skipped()))).await;
-    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap().kept).collect();
+    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap().owned).collect();
     let expected: Vec<bool> = owned.iter().map(|j| j.job.job_id != done).collect();
     assert_eq!(answers, expected);
     for job in owned.iter().filter(|j| j.job.job_id != done) {

@@ -3,7 +3,6 @@
 //! with a tenant's API key or the admin token. Every id links to its page.
 
 mod auth;
-mod client;
 mod forget;
 mod jobs;
 mod login;
@@ -16,8 +15,8 @@ mod sessions;
 mod usage;
 mod webhooks;
 
+use super::client::Client;
 pub use auth::ConsoleKeys;
-pub use client::{Client, SignInThrottle};
 use forget::*;
 use jobs::*;
 use login::*;

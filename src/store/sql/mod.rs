@@ -133,15 +133,3 @@ fn sortable_instant(updated_at: &str) -> String {
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
-
-/// The highest `$n` a statement uses: Postgres refuses more arguments than that.
-fn parameter_count(sql: &str) -> usize {
-    let mut highest = 0;
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        rest = &rest[at + 1..];
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        highest = highest.max(digits.parse().unwrap_or(0));
-    }
-    highest
-}

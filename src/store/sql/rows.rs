@@ -281,3 +281,112 @@ impl TryFrom<LayoutRow> for StoredLayout {
         })
     }
 }
+
+#[derive(FromRow)]
+pub(super) struct WebhookRow {
+    id: Uuid,
+    url: String,
+    /// `*` or the subscribed types, comma-separated.
+    events: String,
+    description: Option<String>,
+    state: String,
+    disabled_reason: Option<String>,
+    previous_until: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<WebhookRow> for WebhookRecord {
+    fn from(row: WebhookRow) -> Self {
+        let events = if row.events == "*" {
+            vec!["*".to_owned()]
+        } else {
+            crate::domain::events::subscription_types(&row.events)
+        };
+        Self {
+            webhook_id: row.id,
+            url: row.url,
+            events,
+            description: row.description,
+            state: row.state,
+            disabled_reason: row.disabled_reason,
+            previous_secret_until: row.previous_until,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct DeliveryRow {
+    event_seq: i64,
+    event_type: String,
+    state: String,
+    attempts: i64,
+    last_status: Option<i64>,
+    last_error: Option<String>,
+    last_response: Option<String>,
+    last_attempt_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+
+impl DeliveryRow {
+    pub(super) fn into_record(self, tenant: TenantId) -> DeliveryRecord {
+        let pending = self.state == "pending";
+        DeliveryRecord {
+            event_id: crate::domain::events::event_id(tenant, self.event_seq),
+            event_type: self.event_type,
+            state: self.state,
+            attempts: self.attempts,
+            last_status: self.last_status,
+            last_error: self.last_error,
+            last_response: self.last_response,
+            last_attempt_at: self.last_attempt_at,
+            next_attempt_at: self.next_attempt_at.filter(|_| pending),
+            created_at: self.created_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct ClaimedDeliveryRow {
+    tenant_id: Uuid,
+    webhook_id: Uuid,
+    event_seq: i64,
+    attempts: i64,
+    url: String,
+    secret: String,
+    previous_secret: Option<String>,
+    payload: String,
+}
+
+impl ClaimedDeliveryRow {
+    pub(super) fn leased_under(self, token: Uuid) -> ClaimedDelivery {
+        ClaimedDelivery {
+            tenant_id: self.tenant_id,
+            webhook_id: self.webhook_id,
+            event_seq: self.event_seq,
+            attempts: self.attempts,
+            url: self.url,
+            sealed_secret: self.secret,
+            sealed_previous: self.previous_secret,
+            payload: self.payload,
+            token,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct EventRow {
+    seq: i64,
+    event_type: String,
+    payload: String,
+    workspace: Option<String>,
+}
+
+impl From<EventRow> for EventRecord {
+    fn from(row: EventRow) -> Self {
+        Self { seq: row.seq, event_type: row.event_type, payload: row.payload, workspace: row.workspace }
+    }
+}

@@ -18,6 +18,15 @@ macro_rules! not_ended_by_this_forget {
     };
 }
 
+/// What an erasing statement binds: the scope it erases (`$1`… naming the
+/// tenant, workspace and so on), then, for some, the forget job itself
+/// (`$n + 1`), which must survive its own erasure.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Binds {
+    Scope,
+    ScopeAndOwnJob,
+}
+
 impl SqlStore<DB> {
     /// Drops the history blobs of a tenant that no kept run refers to.
     pub(super) async fn drop_unreferenced_blobs(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
@@ -84,27 +93,66 @@ impl SqlStore<DB> {
                 freed += row.try_get::<i64, _>("committed_len")?;
             }
         }
-        const BY_ROLLOUT: [&str; 7] = [
-            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "UPDATE phase_two_runs SET rollout_id = NULL
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            "DELETE FROM session_rollouts WHERE tenant_id = $1 AND layout = $3 AND rollout_id = $4
-                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
+        // `$1`–`$4` name the rollout.
+        const BY_ROLLOUT: [(Binds, &str); 7] = [
+            (
+                Binds::Scope,
+                "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            (
+                Binds::Scope,
+                "UPDATE phase_two_runs SET rollout_id = NULL
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM session_rollouts WHERE tenant_id = $1 AND layout = $3 AND rollout_id = $4
+                    AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
+            ),
             // Its phase-one jobs (no phase-two job names a rollout).
-            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND id <> $5",
+            (
+                Binds::ScopeAndOwnJob,
+                "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND id <> $5",
+            ),
         ];
         for id in ids {
-            for sql in BY_ROLLOUT {
+            for (binds, sql) in BY_ROLLOUT {
                 let query =
                     sqlx::query(sql).bind(tenant).bind(workspace.as_str()).bind(layout.as_str()).bind(id.as_str());
-                let query = if parameter_count(sql) == 5 { query.bind(own_job) } else { query };
+                let query = if binds == Binds::ScopeAndOwnJob { query.bind(own_job) } else { query };
                 query.execute(&mut *conn).await?;
             }
         }
-        // Earlier forgets of several rollouts that named one of these.
+        Self::erase_earlier_forgets_naming(conn, tenant, workspace, layout, ids, own_job).await?;
+        Self::scrub_errors_naming(conn, tenant, workspace, ids, own_job).await?;
+        Self::erase_ledgers_naming(conn, tenant, workspace, layout, ids).await?;
+        Self::erase_events_naming(conn, tenant, workspace, ids).await?;
+        Self::erase_statuses_naming(conn, tenant, workspace, layout, ids).await?;
+        Ok(freed)
+    }
+
+    /// Earlier forgets of several rollouts that named one of `ids`: their
+    /// records would name it.
+    async fn erase_earlier_forgets_naming(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        ids: &[RolloutId],
+        own_job: Uuid,
+    ) -> StoreResult<()> {
         let earlier = sqlx::query(
             "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
                AND kind = 'forget' AND id <> $4 AND forget_rollouts IS NOT NULL",
@@ -124,7 +172,17 @@ impl SqlStore<DB> {
                     .await?;
             }
         }
-        // Error texts and session statuses that name one of them.
+        Ok(())
+    }
+
+    /// Jobs' and runs' error texts that name one of `ids` are replaced.
+    async fn scrub_errors_naming(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        ids: &[RolloutId],
+        own_job: Uuid,
+    ) -> StoreResult<()> {
         for (select, update) in [
             (
                 "SELECT id, last_error AS error FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND last_error IS NOT NULL",
@@ -143,8 +201,17 @@ impl SqlStore<DB> {
                 }
             }
         }
-        Self::erase_ledgers_naming(conn, tenant, workspace, layout, ids).await?;
-        Self::erase_events_naming(conn, tenant, workspace, ids).await?;
+        Ok(())
+    }
+
+    /// Sessions' memory statuses lose the rollouts' entries.
+    async fn erase_statuses_naming(
+        conn: &mut DbConnection,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        layout: &LayoutName,
+        ids: &[RolloutId],
+    ) -> StoreResult<()> {
         let statuses = sqlx::query(
             "SELECT session_id, memory_status FROM sessions
              WHERE tenant_id = $1 AND workspace = $2 AND memory_status IS NOT NULL",
@@ -168,7 +235,7 @@ impl SqlStore<DB> {
                     .await?;
             }
         }
-        Ok(freed)
+        Ok(())
     }
 
     /// Earlier runs' ledgers (added, retained, removed) lose the ids; their
@@ -240,36 +307,52 @@ impl SqlStore<DB> {
         workspace: &WorkspaceName,
         own_job: Uuid,
     ) -> StoreResult<()> {
-        const BY_WORKSPACE: [&str; 16] = [
-            "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2",
+        // `$1`, `$2` name the workspace.
+        const BY_WORKSPACE: [(Binds, &str); 16] = [
+            (Binds::Scope, "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2"),
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
             // (the `forget.completed` is recorded after this).
-            concat!(
-                "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
-                    SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND ",
-                not_ended_by_this_forget!(),
-                ")"
+            (
+                Binds::ScopeAndOwnJob,
+                concat!(
+                    "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
+                        SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND ",
+                    not_ended_by_this_forget!(),
+                    ")"
+                ),
             ),
-            concat!("DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND ", not_ended_by_this_forget!()),
-            "DELETE FROM session_rollouts WHERE tenant_id = $1
-                AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
-            "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM job_sessions WHERE job_id IN (SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3)",
-            "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3",
-            "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM run_files WHERE run_id IN (SELECT run_id FROM run_history WHERE tenant_id = $1 AND workspace = $2)",
-            "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2",
-            "DELETE FROM workspaces WHERE tenant_id = $1 AND workspace = $2",
+            (
+                Binds::ScopeAndOwnJob,
+                concat!("DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND ", not_ended_by_this_forget!()),
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM session_rollouts WHERE tenant_id = $1
+                    AND session_id IN (SELECT session_id FROM sessions WHERE tenant_id = $1 AND workspace = $2)",
+            ),
+            (Binds::Scope, "DELETE FROM sessions WHERE tenant_id = $1 AND workspace = $2"),
+            (
+                Binds::ScopeAndOwnJob,
+                "DELETE FROM job_sessions WHERE job_id IN (SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3)",
+            ),
+            (Binds::ScopeAndOwnJob, "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3"),
+            (Binds::Scope, "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM phase_two_runs WHERE tenant_id = $1 AND workspace = $2"),
+            (
+                Binds::Scope,
+                "DELETE FROM run_files WHERE run_id IN (SELECT run_id FROM run_history WHERE tenant_id = $1 AND workspace = $2)",
+            ),
+            (Binds::Scope, "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM workspaces WHERE tenant_id = $1 AND workspace = $2"),
         ];
-        for sql in BY_WORKSPACE {
+        for (binds, sql) in BY_WORKSPACE {
             let query = sqlx::query(sql).bind(tenant).bind(workspace.as_str());
-            let query = if parameter_count(sql) == 3 { query.bind(own_job) } else { query };
+            let query = if binds == Binds::ScopeAndOwnJob { query.bind(own_job) } else { query };
             query.execute(&mut *conn).await?;
         }
         Self::drop_unreferenced_blobs(conn, tenant).await

@@ -6,10 +6,12 @@
 //! are numbered without gaps in commit order, and a reader that sees number
 //! n has every event before it.
 
+use super::rows::{ClaimedDeliveryRow, DeliveryRow, EventRow, WebhookRow};
 use super::*;
-use crate::domain::events::{NewEvent, event_id, subscription_types};
+use crate::domain::events::NewEvent;
 use crate::store::*;
 use chrono::{DateTime, Utc};
+use sqlx::FromRow;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -87,18 +89,7 @@ impl SqlStore<DB> {
     }
 
     fn webhook_record(row: &DbRow) -> StoreResult<WebhookRecord> {
-        let events: String = row.try_get("events")?;
-        Ok(WebhookRecord {
-            webhook_id: row.try_get("id")?,
-            url: row.try_get("url")?,
-            events: if events == "*" { vec!["*".to_owned()] } else { subscription_types(&events) },
-            description: row.try_get("description")?,
-            state: row.try_get("state")?,
-            disabled_reason: row.try_get("disabled_reason")?,
-            previous_secret_until: row.try_get("previous_until")?,
-            created_at: row.try_get("created_at")?,
-            updated_at: row.try_get("updated_at")?,
-        })
+        Ok(WebhookRow::from_row(row)?.into())
     }
 
     async fn webhook_in(
@@ -261,24 +252,7 @@ impl EventStore for SqlStore<DB> {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                let state: String = row.try_get("state")?;
-                let pending = state == "pending";
-                Ok(DeliveryRecord {
-                    event_id: event_id(tenant, row.try_get("event_seq")?),
-                    event_type: row.try_get("event_type")?,
-                    state,
-                    attempts: row.try_get("attempts")?,
-                    last_status: row.try_get("last_status")?,
-                    last_error: row.try_get("last_error")?,
-                    last_response: row.try_get("last_response")?,
-                    last_attempt_at: row.try_get("last_attempt_at")?,
-                    next_attempt_at: if pending { Some(row.try_get("next_attempt_at")?) } else { None },
-                    created_at: row.try_get("created_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| Ok(DeliveryRow::from_row(row)?.into_record(tenant))).collect()
     }
 
     async fn record_event(&self, tenant: TenantId, event: &NewEvent) -> StoreResult<i64> {
@@ -360,21 +334,7 @@ impl EventStore for SqlStore<DB> {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ClaimedDelivery {
-                    tenant_id: row.try_get("tenant_id")?,
-                    webhook_id: row.try_get("webhook_id")?,
-                    event_seq: row.try_get("event_seq")?,
-                    attempts: row.try_get("attempts")?,
-                    url: row.try_get("url")?,
-                    sealed_secret: row.try_get("secret")?,
-                    sealed_previous: row.try_get("previous_secret")?,
-                    payload: row.try_get("payload")?,
-                    token,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| Ok(ClaimedDeliveryRow::from_row(row)?.leased_under(token))).collect()
     }
 
     async fn finish_delivery(&self, claimed: &ClaimedDelivery, attempt: &DeliveryAttempt) -> StoreResult<bool> {
@@ -461,16 +421,7 @@ impl EventStore for SqlStore<DB> {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(EventRecord {
-                    seq: row.try_get("seq")?,
-                    event_type: row.try_get("event_type")?,
-                    payload: row.try_get("payload")?,
-                    workspace: row.try_get("workspace")?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| Ok(EventRow::from_row(row)?.into())).collect()
     }
 
     async fn latest_event_seqs(&self, tenants: &[TenantId]) -> StoreResult<Vec<(TenantId, i64)>> {

@@ -15,24 +15,24 @@ use uuid::Uuid;
 /// after every finish, tenants in order, as every transaction takes the
 /// counter rows (see `usage`).
 #[derive(Default)]
-struct BatchNews {
-    tenants: BTreeMap<TenantId, (usage::Tally, Vec<events::NewEvent>)>,
+struct BatchEffects {
+    tenants: BTreeMap<TenantId, (usage::UsageDelta, Vec<events::NewEvent>)>,
     /// Tenants a forget erased: nothing of theirs is counted any more.
     gone: BTreeSet<TenantId>,
     /// Tokens each tenant's finishes of the batch used so far, not yet counted.
     tokens: BTreeMap<TenantId, u64>,
 }
 
-impl BatchNews {
+impl BatchEffects {
     /// Bytes the batch's earlier finishes add to the tenant's storage, not yet counted.
     fn storage_added(&self, tenant: TenantId) -> i64 {
-        self.tenants.get(&tenant).map_or(0, |(tally, _)| tally.storage.values().sum())
+        self.tenants.get(&tenant).map_or(0, |(delta, _)| delta.storage.values().sum())
     }
 
-    fn add(&mut self, tenant: TenantId, tally: usage::Tally, news: Vec<events::NewEvent>) {
+    fn add(&mut self, tenant: TenantId, delta: usage::UsageDelta, recorded_events: Vec<events::NewEvent>) {
         let (counted, recorded) = self.tenants.entry(tenant).or_default();
-        counted.merge(tally);
-        recorded.extend(news);
+        counted.merge(delta);
+        recorded.extend(recorded_events);
     }
 }
 
@@ -79,7 +79,7 @@ impl SqlStore<DB> {
     /// The event a finished run reports: `memory.edited` for an edit that
     /// published (a failed one reports `job.failed`), `run.succeeded` or
     /// `run.failed` for the others.
-    fn run_news(job: &JobRecord, run: &PhaseTwoRun) -> Option<events::NewEvent> {
+    fn run_event(job: &JobRecord, run: &PhaseTwoRun) -> Option<events::NewEvent> {
         if job.kind == JobKind::Edit {
             let paths: Vec<&str> = run.files_changed.iter().map(String::as_str).collect();
             return (run.state == RunState::Succeeded)
@@ -109,23 +109,23 @@ impl SqlStore<DB> {
     ) -> StoreResult<Vec<bool>> {
         let owned = Self::lock_owned_jobs(&mut *tx, batch).await?;
         let mut recorded: Vec<bool> = batch.iter().map(|(claimed, _)| owned.contains(&claimed.job.job_id)).collect();
-        let mut news = BatchNews::default();
+        let mut effects = BatchEffects::default();
         let plain: Vec<_> =
             batch.iter().zip(&recorded).filter(|((c, f), owned)| **owned && is_plain(c, f)).map(|(b, _)| *b).collect();
-        Self::finish_plain_in(&mut *tx, &plain, now, &mut news).await?;
+        Self::finish_plain_in(&mut *tx, &plain, now, &mut effects).await?;
         for ((claimed, finish), recorded) in batch.iter().zip(recorded.iter_mut()) {
             if *recorded && !is_plain(claimed, finish) {
-                *recorded = Self::finish_owned_in(&mut *tx, claimed, finish, now, &mut news).await?;
+                *recorded = Self::finish_owned_in(&mut *tx, claimed, finish, now, &mut effects).await?;
             }
         }
-        for tenant in &news.gone {
-            news.tenants.remove(tenant);
+        for tenant in &effects.gone {
+            effects.tenants.remove(tenant);
         }
-        let tallies: BTreeMap<TenantId, usage::Tally> =
-            news.tenants.iter_mut().map(|(tenant, (tally, _))| (*tenant, std::mem::take(tally))).collect();
-        Self::count_usage_in(&mut *tx, &tallies, now).await?;
-        for (tenant, (_, recorded_news)) in &news.tenants {
-            Self::record_events_in(&mut *tx, *tenant, recorded_news, now).await?;
+        let deltas: BTreeMap<TenantId, usage::UsageDelta> =
+            effects.tenants.iter_mut().map(|(tenant, (delta, _))| (*tenant, std::mem::take(delta))).collect();
+        Self::count_usage_in(&mut *tx, &deltas, now).await?;
+        for (tenant, (_, recorded_events)) in &effects.tenants {
+            Self::record_events_in(&mut *tx, *tenant, recorded_events, now).await?;
         }
         Ok(recorded)
     }
@@ -153,7 +153,7 @@ impl SqlStore<DB> {
         tx: &mut DbConnection,
         plain: &[(&ClaimedJob, &JobFinish)],
         now: DateTime<Utc>,
-        news: &mut BatchNews,
+        effects: &mut BatchEffects,
     ) -> StoreResult<()> {
         if plain.is_empty() {
             return Ok(());
@@ -192,10 +192,10 @@ impl SqlStore<DB> {
                 let key = (claimed.tenant_id, job.workspace.as_str(), job.layout.as_str(), raw.rollout_id.as_str());
                 made.insert(key, (raw, job.job_id));
             }
-            let mut tally = usage::Tally::default();
-            tally.add_model_use(claimed.job.kind, finish.accounting.attempt_usage);
-            tally.add_storage(claimed.job.workspace.as_str(), finish.accounting.storage_delta);
-            news.add(claimed.tenant_id, tally, Vec::new());
+            let mut delta = usage::UsageDelta::default();
+            delta.add_model_use(claimed.job.kind, finish.accounting.attempt_usage);
+            delta.add_storage(claimed.job.workspace.as_str(), finish.accounting.storage_delta);
+            effects.add(claimed.tenant_id, delta, Vec::new());
         }
         let made: Vec<_> = made
             .into_iter()
@@ -211,23 +211,72 @@ impl SqlStore<DB> {
     }
 
     /// A finish of a job this worker owns (its row locked); its counters and
-    /// events are added to `news`.
+    /// events are added to `effects`. `false` when an import's finish finds
+    /// it may not land after all: the job then fails and publishes nothing.
     async fn finish_owned_in(
         tx: &mut DbConnection,
         claimed: &ClaimedJob,
         finish: &JobFinish,
         now: DateTime<Utc>,
-        news: &mut BatchNews,
+        effects: &mut BatchEffects,
     ) -> StoreResult<bool> {
         let job = &claimed.job;
-        let columns = OutcomeColumns::of(job, finish, now);
+        Self::record_outcome_in(&mut *tx, claimed, finish, now).await?;
+        let succeeded = matches!(finish.outcome, JobOutcome::Succeeded { .. });
+        if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
+            Self::upsert_raw_memory(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
+                .await?;
+        }
+        if let (JobKind::Import, true, Some(record)) = (job.kind, succeeded, &finish.import) {
+            let storage_added = finish.accounting.storage_delta + effects.storage_added(claimed.tenant_id);
+            if !Self::land_import_in(&mut *tx, claimed, record, storage_added, now).await? {
+                return Ok(false);
+            }
+        }
+        let mut delta = usage::UsageDelta::default();
+        delta.add_model_use(job.kind, finish.accounting.attempt_usage);
+        delta.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
+        let mut recorded_events = Vec::new();
+        if let JobOutcome::Failed { error } = &finish.outcome {
+            recorded_events.push(job_failed_event(claimed, error));
+        }
+        if job.kind == JobKind::Forget && succeeded {
+            match Self::finish_forget_in(&mut *tx, claimed, &mut delta).await? {
+                Some(completed) => recorded_events.push(completed),
+                None => {
+                    effects.gone.insert(claimed.tenant_id);
+                    return Ok(true);
+                }
+            }
+        }
+        if let Some(report) = &finish.phase_two {
+            Self::record_run_in(&mut *tx, claimed, report, now, &mut delta).await?;
+            recorded_events.extend(Self::run_event(job, &report.run));
+        }
+        if job.kind == JobKind::Edit && succeeded {
+            // Published: the request (up to a megabyte of text) is not kept.
+            sqlx::query("UPDATE jobs SET edit_spec = NULL WHERE id = $1").bind(job.job_id).execute(&mut *tx).await?;
+        }
+        Self::count_tokens_in(&mut *tx, claimed, finish, now, effects).await?;
+        effects.add(claimed.tenant_id, delta, recorded_events);
+        Ok(true)
+    }
+
+    /// The job row's outcome: state, error, usage, the publish to complete.
+    async fn record_outcome_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        finish: &JobFinish,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let columns = OutcomeColumns::of(&claimed.job, finish, now);
         sqlx::query(
             "UPDATE jobs SET state = $2, run_after = $3, last_error = $4, token_limit = COALESCE($5, token_limit),
                     finished_at = $6, usage = $7, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                     publish_id = COALESCE($8, publish_id), redactions = COALESCE($9, redactions)
              WHERE id = $1",
         )
-        .bind(job.job_id)
+        .bind(claimed.job.job_id)
         .bind(columns.state.as_str())
         .bind(columns.run_after)
         .bind(columns.error)
@@ -238,141 +287,145 @@ impl SqlStore<DB> {
         .bind(columns.redactions)
         .execute(&mut *tx)
         .await?;
-        if let JobOutcome::Succeeded { raw_memory: Some(raw) } = &finish.outcome {
-            Self::upsert_raw_memory(&mut *tx, claimed.tenant_id, &job.workspace, &job.layout, raw, job.job_id, now)
-                .await?;
-        }
-        if let (JobKind::Import, JobOutcome::Succeeded { .. }, Some(record)) =
-            (job.kind, &finish.outcome, &finish.import)
-            && let Err(refused) = Self::register_import(
-                &mut *tx,
-                claimed,
-                record,
-                finish.accounting.storage_delta + news.storage_added(claimed.tenant_id),
-                now,
-            )
-            .await?
-        {
-            // Its files are not published: the job fails with why.
-            sqlx::query(
-                "UPDATE jobs SET state = 'failed', last_error = $2, finished_at = $3, lease_owner = NULL,
-                        lease_token = NULL, lease_expires_at = NULL WHERE id = $1",
-            )
-            .bind(job.job_id)
-            .bind(refused.as_str())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            let failed = events::job_failed(
-                job.job_id,
-                job.kind.as_str(),
-                job.workspace.as_str(),
-                job.layout.as_str(),
-                &refused,
-            );
-            Self::record_events_in(&mut *tx, claimed.tenant_id, &[failed], now).await?;
-            return Ok(false);
-        }
-        let mut tally = usage::Tally::default();
-        tally.add_model_use(job.kind, finish.accounting.attempt_usage);
-        let mut recorded_news = Vec::new();
-        if let JobOutcome::Failed { error } = &finish.outcome {
-            recorded_news.push(events::job_failed(
-                job.job_id,
-                job.kind.as_str(),
-                job.workspace.as_str(),
-                job.layout.as_str(),
-                error,
-            ));
-        }
-        tally.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
-        if job.kind == JobKind::Forget && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
-            match Self::erase_forgotten(&mut *tx, claimed).await? {
-                Freed::RolloutBytes(bytes) => tally.add_storage(job.workspace.as_str(), -bytes),
-                Freed::Workspace => {
-                    tally.dropped_scopes.push(job.workspace.as_str().to_owned());
-                    tally.recount_history = true;
-                }
-                Freed::Tenant => {
-                    news.gone.insert(claimed.tenant_id);
-                    return Ok(true);
-                }
+        Ok(())
+    }
+
+    /// Registers a succeeded import's workspace; when it may not land (the
+    /// workspace was taken meanwhile, or the storage limit is reached) the
+    /// job fails with why and `false` is answered.
+    async fn land_import_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        record: &ImportRecord,
+        storage_added: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let Err(refused) = Self::register_import(&mut *tx, claimed, record, storage_added, now).await? else {
+            return Ok(true);
+        };
+        sqlx::query(
+            "UPDATE jobs SET state = 'failed', last_error = $2, finished_at = $3, lease_owner = NULL,
+                    lease_token = NULL, lease_expires_at = NULL WHERE id = $1",
+        )
+        .bind(claimed.job.job_id)
+        .bind(refused.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        Self::record_events_in(&mut *tx, claimed.tenant_id, &[job_failed_event(claimed, &refused)], now).await?;
+        Ok(false)
+    }
+
+    /// Erases what a succeeded forget forgot; its `forget.completed` event,
+    /// or `None` when the tenant itself is gone.
+    async fn finish_forget_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        delta: &mut usage::UsageDelta,
+    ) -> StoreResult<Option<events::NewEvent>> {
+        let job = &claimed.job;
+        match Self::erase_forgotten(&mut *tx, claimed).await? {
+            Freed::RolloutBytes(bytes) => delta.add_storage(job.workspace.as_str(), -bytes),
+            Freed::Workspace => {
+                delta.dropped_scopes.push(job.workspace.as_str().to_owned());
+                delta.recount_history = true;
             }
-            let spec = job.forget.as_ref().map(|f| serde_json::to_value(f).expect("a forget spec serialises"));
-            recorded_news.push(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default()));
+            Freed::Tenant => return Ok(None),
         }
-        if let Some(report) = &finish.phase_two {
-            let run = &report.run;
+        let spec = job.forget.as_ref().map(|f| serde_json::to_value(f).expect("a forget spec serialises"));
+        Ok(Some(events::forget_completed(job.job_id, job.workspace.as_str(), spec.unwrap_or_default())))
+    }
+
+    /// A phase-two, restore, forget or edit run's record, the layout's
+    /// selection it settled on and its memory history.
+    async fn record_run_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        report: &PhaseTwoReport,
+        now: DateTime<Utc>,
+        delta: &mut usage::UsageDelta,
+    ) -> StoreResult<()> {
+        let (job, run) = (&claimed.job, &report.run);
+        sqlx::query(
+            "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
+                                         retained, removed, files_changed, usage, turns, error, started_at, finished_at,
+                                         sessions, restored_from, kind, ledger, redactions, rollout_id, reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                     $23, $24)",
+        )
+        .bind(run.run_id)
+        .bind(claimed.tenant_id)
+        .bind(job.workspace.as_str())
+        .bind(job.layout.as_str())
+        .bind(job.job_id)
+        .bind(run.session_id.as_str())
+        .bind(run.state.as_str())
+        .bind(run.selected)
+        .bind(run.added)
+        .bind(run.retained)
+        .bind(run.removed)
+        .bind(serde_json::to_string(&run.files_changed).expect("a list of paths serialises"))
+        .bind(run.usage.to_string())
+        .bind(run.turns)
+        .bind(run.error.as_deref())
+        .bind(run.started_at)
+        .bind(run.finished_at)
+        .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
+        .bind(run.restored_from)
+        .bind(run.kind.as_str())
+        .bind(run.ledger.as_ref().map(serde_json::Value::to_string))
+        .bind(serde_json::to_string(&run.redactions).expect("counts serialise"))
+        .bind(run.rollout_id.as_deref())
+        .bind(run.reason.as_deref())
+        .execute(&mut *tx)
+        .await?;
+        if let Some(document) = &report.selection {
             sqlx::query(
-                "INSERT INTO phase_two_runs (id, tenant_id, workspace, layout, job_id, session_id, state, selected, added,
-                                             retained, removed, files_changed, usage, turns, error, started_at, finished_at,
-                                             sessions, restored_from, kind, ledger, redactions, rollout_id, reason)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                         $23, $24)",
+                "INSERT INTO phase_two_selections (tenant_id, workspace, layout, run_id, document, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
+                    run_id = excluded.run_id, document = excluded.document, updated_at = excluded.updated_at",
             )
-            .bind(run.run_id)
             .bind(claimed.tenant_id)
             .bind(job.workspace.as_str())
             .bind(job.layout.as_str())
-            .bind(job.job_id)
-            .bind(run.session_id.as_str())
-            .bind(run.state.as_str())
-            .bind(run.selected)
-            .bind(run.added)
-            .bind(run.retained)
-            .bind(run.removed)
-            .bind(serde_json::to_string(&run.files_changed).expect("a list of paths serialises"))
-            .bind(run.usage.to_string())
-            .bind(run.turns)
-            .bind(run.error.as_deref())
-            .bind(run.started_at)
-            .bind(run.finished_at)
-            .bind(serde_json::to_string(&run.sessions).expect("a list of ids serialises"))
-            .bind(run.restored_from)
-            .bind(run.kind.as_str())
-            .bind(run.ledger.as_ref().map(serde_json::Value::to_string))
-            .bind(serde_json::to_string(&run.redactions).expect("counts serialise"))
-            .bind(run.rollout_id.as_deref())
-            .bind(run.reason.as_deref())
+            .bind(run.run_id)
+            .bind(document.to_string())
+            .bind(now)
             .execute(&mut *tx)
             .await?;
-            if let Some(document) = &report.selection {
-                sqlx::query(
-                    "INSERT INTO phase_two_selections (tenant_id, workspace, layout, run_id, document, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6)
-                     ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
-                        run_id = excluded.run_id, document = excluded.document, updated_at = excluded.updated_at",
-                )
-                .bind(claimed.tenant_id)
-                .bind(job.workspace.as_str())
-                .bind(job.layout.as_str())
-                .bind(run.run_id)
-                .bind(document.to_string())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
-            if let Some(history) = &report.history {
-                Self::record_history(&mut *tx, claimed, run, history).await?;
-                tally.recount_history = true;
-            }
-            tally.runs += 1;
-            recorded_news.extend(Self::run_news(job, run));
         }
-        if job.kind == JobKind::Edit && matches!(finish.outcome, JobOutcome::Succeeded { .. }) {
-            // Published: the request (up to a megabyte of text) is not kept.
-            sqlx::query("UPDATE jobs SET edit_spec = NULL WHERE id = $1").bind(job.job_id).execute(&mut *tx).await?;
+        if let Some(history) = &report.history {
+            Self::record_history(&mut *tx, claimed, run, history).await?;
+            delta.recount_history = true;
         }
+        delta.runs += 1;
+        Ok(())
+    }
+
+    /// Adds the attempt's tokens to what the batch has used of the tenant's
+    /// daily budget, and holds the tenant's model jobs once it is spent.
+    async fn count_tokens_in(
+        tx: &mut DbConnection,
+        claimed: &ClaimedJob,
+        finish: &JobFinish,
+        now: DateTime<Utc>,
+        effects: &mut BatchEffects,
+    ) -> StoreResult<()> {
         let used = finish.accounting.attempt_usage;
         let tokens = used.input_tokens + used.output_tokens;
-        let uncounted = news.tokens.entry(claimed.tenant_id).or_default();
+        let uncounted = effects.tokens.entry(claimed.tenant_id).or_default();
         *uncounted += tokens;
         if let Some(limit) = finish.accounting.model_tokens_per_day
             && tokens > 0
         {
             Self::enforce_token_budget_in(&mut *tx, claimed.tenant_id, Some(limit), *uncounted, now).await?;
         }
-        news.add(claimed.tenant_id, tally, recorded_news);
-        Ok(true)
+        Ok(())
     }
+}
+
+fn job_failed_event(claimed: &ClaimedJob, error: &str) -> events::NewEvent {
+    let job = &claimed.job;
+    events::job_failed(job.job_id, job.kind.as_str(), job.workspace.as_str(), job.layout.as_str(), error)
 }

@@ -516,14 +516,14 @@ impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
                 .await?;
             }
         }
-        let mut tallies: BTreeMap<TenantId, usage::Tally> = BTreeMap::new();
+        let mut deltas: BTreeMap<TenantId, usage::UsageDelta> = BTreeMap::new();
         for (row, _) in &lines {
-            let tally = tallies.entry(row.tenant).or_default();
-            tally.segments += 1;
-            tally.bytes_ingested += row.bytes;
-            tally.add_storage(&row.workspace, row.bytes);
+            let change = deltas.entry(row.tenant).or_default();
+            change.segments += 1;
+            change.bytes_ingested += row.bytes;
+            change.add_storage(&row.workspace, row.bytes);
         }
-        let storage = SqlStore::<DB>::count_usage_in(&mut self.tx, &tallies, self.now).await?;
+        let storage = SqlStore::<DB>::count_usage_in(&mut self.tx, &deltas, self.now).await?;
         for (tenant, limit) in &self.storage_limits {
             if storage.get(tenant).is_some_and(|bytes| *bytes > 0 && *bytes as u64 > *limit) {
                 return Err(StoreError::StorageRaced);

@@ -150,155 +150,14 @@ impl JobQueue for SqlStore<DB> {
         .bind(req.now)
         .execute(&mut *tx)
         .await?;
-        // A layout's lane runs one phase two, restore, forget or edit at a
-        // time, and a waiting edit goes before the layout's next other run
-        // (SPEC §2.10: it lands between them, and is quick).
-        // A tenant's n-th due job takes its turn after the tenant's running
-        // ones and its n - 1 before it: claiming in turn order is claiming
-        // one job at a time, each to the tenant with the fewest running.
-        const DUE: &str = "q.state = 'queued' AND q.run_after <= $3
-            AND ((q.kind = 'phase_one' AND $1 = 1) OR (q.kind IN ('phase_two', 'restore', 'edit') AND $2 = 1)
-                 OR (q.kind = 'forget' AND $4 = 1) OR (q.kind = 'import' AND $5 = 1))
-            AND (q.kind <> 'phase_two' OR EXISTS (
-                  SELECT 1 FROM job_sessions js WHERE js.job_id = q.id AND NOT EXISTS (
-                     SELECT 1 FROM jobs p WHERE p.tenant_id = q.tenant_id AND p.session_id = js.session_id
-                        AND p.layout = q.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
-            AND (q.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
-                  SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = q.tenant_id AND h.until > $3))
-            AND (q.kind = 'phase_one' OR NOT EXISTS (
-                  SELECT 1 FROM jobs o WHERE o.tenant_id = q.tenant_id AND o.workspace = q.workspace
-                     AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget', 'edit')
-                     AND o.state = 'running'))
-            AND (q.kind NOT IN ('phase_two', 'restore', 'forget') OR NOT EXISTS (
-                  SELECT 1 FROM jobs e WHERE e.tenant_id = q.tenant_id AND e.workspace = q.workspace
-                     AND e.layout = q.layout AND e.kind = 'edit' AND e.state = 'queued' AND e.run_after <= $3))";
-        // Only each tenant's first `limit` jobs can be among the first
-        // `limit` turns, and only they are read: the tenants with queued
-        // jobs are found by skipping through the index, one probe per
-        // tenant, and each is asked for its first few (Postgres joins them
-        // laterally; SQLite, which cannot, looks them up by id).
-        let by_tenant = DB::QUEUED_BY_TENANT;
-        let queued_tenants = format!(
-            "WITH RECURSIVE queued_tenants(tenant_id) AS (
-                SELECT (SELECT tenant_id FROM jobs{by_tenant} WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.tenant_id FROM jobs j{by_tenant} WHERE j.state = 'queued' AND j.tenant_id > t.tenant_id
-                        ORDER BY j.tenant_id LIMIT 1)
-                FROM queued_tenants t WHERE t.tenant_id IS NOT NULL)"
-        );
-        const FIRST_DUE: &str = "FROM jobs q WHERE q.tenant_id = t.tenant_id AND {DUE}
-                ORDER BY q.run_after, q.created_at LIMIT $7";
-        let first_due = FIRST_DUE.replace("{DUE}", DUE);
-        let due_jobs = if DB::LATERAL {
-            format!(
-                "({queued_tenants}
-                  SELECT f.* FROM queued_tenants t CROSS JOIN LATERAL (
-                    SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at {first_due}) f
-                  WHERE t.tenant_id IS NOT NULL)"
-            )
-        } else {
-            format!(
-                "({queued_tenants}
-                  SELECT f.id, f.kind, f.tenant_id, f.workspace, f.layout, f.run_after, f.created_at
-                  FROM queued_tenants t JOIN jobs f ON f.id IN (SELECT q.id {first_due})
-                  WHERE t.tenant_id IS NOT NULL)"
-            )
-        };
-        // Equal turns go to the tenant served longest ago (one never served
-        // first), then to the older job: a tenant new to a backlog of many
-        // does not wait for every other tenant's whole queue.
-        let candidates_sql = format!(
-            "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout, c.turn FROM (
-               SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
-                      COALESCE(share.running, 0)
-                        + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn,
-                      served.last_claimed_at
-               FROM {due_jobs} j
-               LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
-                          WHERE state = 'running' GROUP BY tenant_id) share
-                      ON share.tenant_id = j.tenant_id
-               LEFT JOIN tenant_turns served ON served.tenant_id = j.tenant_id
-             ) c
-             ORDER BY c.turn, c.last_claimed_at NULLS FIRST, c.run_after, c.created_at
-             LIMIT $6"
-        );
-        // Most claims are served by each tenant's first due job alone: when
-        // the batch fills with jobs of the smallest turn, no tenant's second
-        // job (a turn later at least) could have come before them. Otherwise
-        // each tenant's first `limit` are read.
-        let mut chosen = Vec::with_capacity(limit);
-        for per_tenant in [1, limit] {
-            let candidates = sqlx::query(AssertSqlSafe(candidates_sql.clone()))
-                .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
-                .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
-                .bind(req.now)
-                .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
-                .bind(i64::from(req.kinds.contains(&JobKind::Import)))
-                .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
-                .bind(i64::try_from(per_tenant).unwrap_or(i64::MAX))
-                .fetch_all(&mut *tx)
-                .await?;
-            // At most one job runs alone per layout (a phase two, a restore, a
-            // forget): a batch takes one of them per layout.
-            chosen.clear();
-            let mut layouts_taken = std::collections::HashSet::new();
-            let mut last_turn = None;
-            for row in &candidates {
-                if chosen.len() == limit {
-                    break;
-                }
-                let kind: String = row.try_get("kind")?;
-                let layout = (
-                    row.try_get::<Uuid, _>("tenant_id")?,
-                    row.try_get::<String, _>("workspace")?,
-                    row.try_get::<String, _>("layout")?,
-                );
-                if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
-                    continue;
-                }
-                chosen.push(row.try_get::<Uuid, _>("id")?);
-                last_turn = Some(row.try_get::<i64, _>("turn")?);
-            }
-            let first_turn = candidates.first().map(|row| row.try_get::<i64, _>("turn")).transpose()?;
-            if per_tenant == limit || (chosen.len() == limit && last_turn == first_turn) {
-                break;
-            }
-        }
+        let chosen = Self::choose_claims(&mut tx, req, limit).await?;
         if chosen.is_empty() {
             return Ok(Vec::new());
         }
         let token = Uuid::new_v4();
-        let mut update = sqlx::QueryBuilder::<DB>::new("UPDATE jobs SET state = 'running', lease_owner = ");
-        update.push_bind(req.worker);
-        update.push(", lease_token = ").push_bind(token);
-        update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
-        update.push(", attempts = attempts + 1, started_at = COALESCE(started_at, ").push_bind(req.now);
-        // The state is wrapped so that no planner ranges over an index on it
-        // (both would, on statistics that lag a burst of closes) instead of
-        // looking up the few ids.
-        update.push(") WHERE COALESCE(state, '') = 'queued' AND run_after <= ").push_bind(req.now);
-        update.push(" AND id IN (");
-        let mut ids = update.separated(", ");
-        for id in &chosen {
-            ids.push_bind(*id);
-        }
-        update.push(") RETURNING *");
-        let rows = match update.build().fetch_all(&mut *tx).await {
-            Ok(rows) => rows,
-            // Another replica started one of these layouts' phase two first.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+        let Some(rows) = Self::lease_chosen(&mut tx, req, &chosen, token).await? else {
+            return Ok(Vec::new());
         };
-        let tenants: std::collections::BTreeSet<Uuid> =
-            rows.iter().map(|row| row.try_get::<Uuid, _>("tenant_id")).collect::<Result<_, _>>()?;
-        if !tenants.is_empty() {
-            let mut served = sqlx::QueryBuilder::<DB>::new("INSERT INTO tenant_turns (tenant_id, last_claimed_at) ");
-            served.push_values(&tenants, |mut values, tenant| {
-                values.push_bind(*tenant).push_bind(req.now);
-            });
-            served.push(" ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at");
-            served.build().execute(&mut *tx).await?;
-        }
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut job = <ClaimedRow as sqlx::FromRow<_>>::from_row(row)?.into_claimed(token)?;
@@ -531,5 +390,176 @@ impl JobQueue for SqlStore<DB> {
             counts.failed_recently += row.try_get::<i64, _>("failed_recently")?;
         }
         Ok(counts)
+    }
+}
+
+/// A queued job that may start now: its kind is asked for (`$1`, `$2`,
+/// `$4`, `$5`), it is due (`$3`), its phase two's closes have their raw
+/// memories, its tenant's model budget is not held, and its layout's lane
+/// is free. A layout's lane runs one phase two, restore, forget or edit at
+/// a time, and a waiting edit goes before the layout's next other run
+/// (SPEC §2.10: it lands between them, and is quick).
+const DUE: &str = "q.state = 'queued' AND q.run_after <= $3
+    AND ((q.kind = 'phase_one' AND $1 = 1) OR (q.kind IN ('phase_two', 'restore', 'edit') AND $2 = 1)
+         OR (q.kind = 'forget' AND $4 = 1) OR (q.kind = 'import' AND $5 = 1))
+    AND (q.kind <> 'phase_two' OR EXISTS (
+          SELECT 1 FROM job_sessions js WHERE js.job_id = q.id AND NOT EXISTS (
+             SELECT 1 FROM jobs p WHERE p.tenant_id = q.tenant_id AND p.session_id = js.session_id
+                AND p.layout = q.layout AND p.kind = 'phase_one' AND p.state IN ('queued', 'running'))))
+    AND (q.kind NOT IN ('phase_one', 'phase_two') OR NOT EXISTS (
+          SELECT 1 FROM model_budget_holds h WHERE h.tenant_id = q.tenant_id AND h.until > $3))
+    AND (q.kind = 'phase_one' OR NOT EXISTS (
+          SELECT 1 FROM jobs o WHERE o.tenant_id = q.tenant_id AND o.workspace = q.workspace
+             AND o.layout = q.layout AND o.kind IN ('phase_two', 'restore', 'forget', 'edit')
+             AND o.state = 'running'))
+    AND (q.kind NOT IN ('phase_two', 'restore', 'forget') OR NOT EXISTS (
+          SELECT 1 FROM jobs e WHERE e.tenant_id = q.tenant_id AND e.workspace = q.workspace
+             AND e.layout = q.layout AND e.kind = 'edit' AND e.state = 'queued' AND e.run_after <= $3))";
+
+/// The claim's candidates in turn order (`$6` of them, at most `$7` per
+/// tenant), written once for this database.
+///
+/// A tenant's n-th due job takes its turn after the tenant's running ones
+/// and its n - 1 before it: claiming in turn order is claiming one job at a
+/// time, each to the tenant with the fewest running. Only each tenant's
+/// first `limit` jobs can be among the first `limit` turns, and only they
+/// are read: the tenants with queued jobs are found by skipping through the
+/// index, one probe per tenant, and each is asked for its first few
+/// (Postgres joins them laterally; SQLite, which cannot, looks them up by
+/// id). Equal turns go to the tenant served longest ago (one never served
+/// first), then to the older job: a tenant new to a backlog of many does
+/// not wait for every other tenant's whole queue.
+static CLAIM_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let by_tenant = DB::QUEUED_BY_TENANT;
+    let queued_tenants = format!(
+        "WITH RECURSIVE queued_tenants(tenant_id) AS (
+            SELECT (SELECT tenant_id FROM jobs{by_tenant} WHERE state = 'queued' ORDER BY tenant_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.tenant_id FROM jobs j{by_tenant} WHERE j.state = 'queued' AND j.tenant_id > t.tenant_id
+                    ORDER BY j.tenant_id LIMIT 1)
+            FROM queued_tenants t WHERE t.tenant_id IS NOT NULL)"
+    );
+    let first_due =
+        format!("FROM jobs q WHERE q.tenant_id = t.tenant_id AND {DUE} ORDER BY q.run_after, q.created_at LIMIT $7");
+    let due_jobs = if DB::LATERAL {
+        format!(
+            "({queued_tenants}
+              SELECT f.* FROM queued_tenants t CROSS JOIN LATERAL (
+                SELECT q.id, q.kind, q.tenant_id, q.workspace, q.layout, q.run_after, q.created_at {first_due}) f
+              WHERE t.tenant_id IS NOT NULL)"
+        )
+    } else {
+        format!(
+            "({queued_tenants}
+              SELECT f.id, f.kind, f.tenant_id, f.workspace, f.layout, f.run_after, f.created_at
+              FROM queued_tenants t JOIN jobs f ON f.id IN (SELECT q.id {first_due})
+              WHERE t.tenant_id IS NOT NULL)"
+        )
+    };
+    format!(
+        "SELECT c.id, c.kind, c.tenant_id, c.workspace, c.layout, c.turn FROM (
+           SELECT j.id, j.kind, j.tenant_id, j.workspace, j.layout, j.run_after, j.created_at,
+                  COALESCE(share.running, 0)
+                    + row_number() OVER (PARTITION BY j.tenant_id ORDER BY j.run_after, j.created_at) AS turn,
+                  served.last_claimed_at
+           FROM {due_jobs} j
+           LEFT JOIN (SELECT tenant_id, count(*) AS running FROM jobs
+                      WHERE state = 'running' GROUP BY tenant_id) share
+                  ON share.tenant_id = j.tenant_id
+           LEFT JOIN tenant_turns served ON served.tenant_id = j.tenant_id
+         ) c
+         ORDER BY c.turn, c.last_claimed_at NULLS FIRST, c.run_after, c.created_at
+         LIMIT $6"
+    )
+});
+
+impl SqlStore<DB> {
+    /// The ids of the jobs a claim of `limit` takes, in turn order.
+    async fn choose_claims(tx: &mut DbConnection, req: &ClaimRequest<'_>, limit: usize) -> StoreResult<Vec<Uuid>> {
+        // Most claims are served by each tenant's first due job alone: when
+        // the batch fills with jobs of the smallest turn, no tenant's second
+        // job (a turn later at least) could have come before them. Otherwise
+        // each tenant's first `limit` are read.
+        let mut chosen = Vec::with_capacity(limit);
+        for per_tenant in [1, limit] {
+            let candidates = sqlx::query(AssertSqlSafe(CLAIM_CANDIDATES.as_str()))
+                .bind(i64::from(req.kinds.contains(&JobKind::PhaseOne)))
+                .bind(i64::from(req.kinds.contains(&JobKind::PhaseTwo)))
+                .bind(req.now)
+                .bind(i64::from(req.kinds.contains(&JobKind::Forget)))
+                .bind(i64::from(req.kinds.contains(&JobKind::Import)))
+                .bind(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX))
+                .bind(i64::try_from(per_tenant).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await?;
+            // At most one job runs alone per layout (a phase two, a restore, a
+            // forget): a batch takes one of them per layout.
+            chosen.clear();
+            let mut layouts_taken = std::collections::HashSet::new();
+            let mut last_turn = None;
+            for row in &candidates {
+                if chosen.len() == limit {
+                    break;
+                }
+                let kind: String = row.try_get("kind")?;
+                let layout = (
+                    row.try_get::<Uuid, _>("tenant_id")?,
+                    row.try_get::<String, _>("workspace")?,
+                    row.try_get::<String, _>("layout")?,
+                );
+                if kind != JobKind::PhaseOne.as_str() && !layouts_taken.insert(layout) {
+                    continue;
+                }
+                chosen.push(row.try_get::<Uuid, _>("id")?);
+                last_turn = Some(row.try_get::<i64, _>("turn")?);
+            }
+            let first_turn = candidates.first().map(|row| row.try_get::<i64, _>("turn")).transpose()?;
+            if per_tenant == limit || (chosen.len() == limit && last_turn == first_turn) {
+                break;
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Leases the chosen jobs to the claiming worker under `token` and
+    /// records their tenants' turn; `None` when another replica started one
+    /// of these layouts' phase two first.
+    async fn lease_chosen(
+        tx: &mut DbConnection,
+        req: &ClaimRequest<'_>,
+        chosen: &[Uuid],
+        token: Uuid,
+    ) -> StoreResult<Option<Vec<DbRow>>> {
+        let mut update = sqlx::QueryBuilder::<DB>::new("UPDATE jobs SET state = 'running', lease_owner = ");
+        update.push_bind(req.worker);
+        update.push(", lease_token = ").push_bind(token);
+        update.push(", lease_expires_at = ").push_bind(req.now + req.lease);
+        update.push(", attempts = attempts + 1, started_at = COALESCE(started_at, ").push_bind(req.now);
+        // The state is wrapped so that no planner ranges over an index on it
+        // (both would, on statistics that lag a burst of closes) instead of
+        // looking up the few ids.
+        update.push(") WHERE COALESCE(state, '') = 'queued' AND run_after <= ").push_bind(req.now);
+        update.push(" AND id IN (");
+        let mut ids = update.separated(", ");
+        for id in chosen {
+            ids.push_bind(*id);
+        }
+        update.push(") RETURNING *");
+        let rows = match update.build().fetch_all(&mut *tx).await {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let tenants: std::collections::BTreeSet<Uuid> =
+            rows.iter().map(|row| row.try_get::<Uuid, _>("tenant_id")).collect::<Result<_, _>>()?;
+        if !tenants.is_empty() {
+            let mut served = sqlx::QueryBuilder::<DB>::new("INSERT INTO tenant_turns (tenant_id, last_claimed_at) ");
+            served.push_values(&tenants, |mut values, tenant| {
+                values.push_bind(*tenant).push_bind(req.now);
+            });
+            served.push(" ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at");
+            served.build().execute(&mut *tx).await?;
+        }
+        Ok(Some(rows))
     }
 }

@@ -4,7 +4,8 @@ use super::rows::*;
 use super::*;
 use crate::domain::events::session_closed;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{JobKind, close_transition, jobs_for_close};
+use crate::domain::job::{JobKind, jobs_for_close};
+use crate::domain::memory_status::close_transition;
 use crate::domain::memory_status::{MemoryFailure, MemoryStatus};
 use crate::store::*;
 use chrono::Utc;
@@ -386,7 +387,8 @@ impl SessionStore for SqlStore<DB> {
             session.memory_status = transition.memory_status;
             session.closed_at = transition.closed_at;
             Self::hold_new_model_jobs_in(&mut tx, tenant, now).await?;
-            let closes = std::collections::BTreeMap::from([(tenant, usage::Tally { closes: 1, ..Default::default() })]);
+            let closes =
+                std::collections::BTreeMap::from([(tenant, usage::UsageDelta { closes: 1, ..Default::default() })]);
             Self::count_usage_in(&mut tx, &closes, now).await?;
             if let Some(memory_status) =
                 session.memory_status.as_ref().filter(|_| session.state == SessionState::Closed)

@@ -1,7 +1,7 @@
 //! What tenants use (SPEC §2.9): storage by scope, counters per UTC day,
 //! token budgets.
 //!
-//! Every transaction that changes what a tenant uses adds its [`Tally`] as
+//! Every transaction that changes what a tenant uses adds its [`UsageDelta`] as
 //! its last writes. The counter rows are the hottest a tenant has, so they
 //! are held for the shortest time; and since every transaction takes them
 //! last, tenants in one order and each tenant's rows in one order, no two
@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 /// What one transaction changes of one tenant's usage.
 #[derive(Debug, Default)]
-pub(super) struct Tally {
+pub(super) struct UsageDelta {
     pub segments: i64,
     pub bytes_ingested: i64,
     pub closes: i64,
@@ -32,7 +32,7 @@ pub(super) struct Tally {
     pub model: BTreeMap<JobKind, TokenUsage>,
 }
 
-impl Tally {
+impl UsageDelta {
     pub fn add_storage(&mut self, scope: &str, delta: i64) {
         *self.storage.entry(scope.to_owned()).or_default() += delta;
     }
@@ -44,7 +44,7 @@ impl Tally {
     }
 
     /// Another transaction's part of a batch written as one.
-    pub fn merge(&mut self, other: Tally) {
+    pub fn merge(&mut self, other: UsageDelta) {
         self.segments += other.segments;
         self.bytes_ingested += other.bytes_ingested;
         self.closes += other.closes;
@@ -74,22 +74,22 @@ pub(super) const STORAGE_OF_TENANT: &str = "SELECT CAST(
 const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
 
 impl SqlStore<DB> {
-    /// Adds the tallies (by tenant, in order) to the counters of `now`'s
+    /// Adds the deltas (by tenant, in order) to the counters of `now`'s
     /// day; returns each tenant's storage after them. Each counter table is
     /// written by one statement for every tenant (its rows in tenant order),
     /// tables always in the same order, so that a batch of finishes or
     /// appends pays a round trip per table, not per tenant.
     pub(super) async fn count_usage_in(
         conn: &mut DbConnection,
-        tallies: &BTreeMap<TenantId, Tally>,
+        deltas: &BTreeMap<TenantId, UsageDelta>,
         now: DateTime<Utc>,
     ) -> StoreResult<BTreeMap<TenantId, i64>> {
-        if tallies.is_empty() {
+        if deltas.is_empty() {
             return Ok(BTreeMap::new());
         }
         let day = day_of(now);
-        for (tenant, tally) in tallies {
-            for scope in &tally.dropped_scopes {
+        for (tenant, change) in deltas {
+            for scope in &change.dropped_scopes {
                 sqlx::query("DELETE FROM storage_usage WHERE tenant_id = $1 AND scope = $2")
                     .bind(*tenant)
                     .bind(scope.as_str())
@@ -97,13 +97,13 @@ impl SqlStore<DB> {
                     .await?;
             }
         }
-        let changed: Vec<(TenantId, &str, i64)> = tallies
+        let changed: Vec<(TenantId, &str, i64)> = deltas
             .iter()
-            .flat_map(|(tenant, tally)| {
-                tally
+            .flat_map(|(tenant, change)| {
+                change
                     .storage
                     .iter()
-                    .filter(|(scope, delta)| **delta != 0 && !tally.dropped_scopes.contains(scope))
+                    .filter(|(scope, delta)| **delta != 0 && !change.dropped_scopes.contains(scope))
                     .map(|(scope, delta)| (*tenant, scope.as_str(), *delta))
             })
             .collect();
@@ -115,20 +115,20 @@ impl SqlStore<DB> {
             storage.push(" ON CONFLICT (tenant_id, scope) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes");
             storage.build().execute(&mut *conn).await?;
         }
-        for (tenant, tally) in tallies {
-            if tally.recount_history {
+        for (tenant, change) in deltas {
+            if change.recount_history {
                 Self::recount_history_in(&mut *conn, *tenant).await?;
             }
         }
         let mut days =
             sqlx::QueryBuilder::<DB>::new("WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs) AS (");
-        days.push_values(tallies, |mut row, (tenant, tally)| {
+        days.push_values(deltas, |mut row, (tenant, change)| {
             row.push_bind(*tenant)
                 .push_bind(day.as_str())
-                .push_bind(tally.segments)
-                .push_bind(tally.bytes_ingested)
-                .push_bind(tally.closes)
-                .push_bind(tally.runs);
+                .push_bind(change.segments)
+                .push_bind(change.bytes_ingested)
+                .push_bind(change.closes)
+                .push_bind(change.runs);
         });
         // `WHERE true`: SQLite would read the `ON` of `ON CONFLICT` as a join's.
         days.push(
@@ -149,9 +149,9 @@ impl SqlStore<DB> {
         for row in days.build().fetch_all(&mut *conn).await? {
             storage.insert(row.try_get("tenant_id")?, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
         }
-        let used: Vec<(TenantId, JobKind, TokenUsage)> = tallies
+        let used: Vec<(TenantId, JobKind, TokenUsage)> = deltas
             .iter()
-            .flat_map(|(tenant, tally)| tally.model.iter().map(|(kind, used)| (*tenant, *kind, *used)))
+            .flat_map(|(tenant, change)| change.model.iter().map(|(kind, used)| (*tenant, *kind, *used)))
             .collect();
         if !used.is_empty() {
             let mut model = sqlx::QueryBuilder::<DB>::new(
@@ -373,8 +373,8 @@ impl UsageStore for SqlStore<DB> {
         .await?
         .is_some();
         if corrected {
-            let tallies = BTreeMap::from([(seen.tenant, Tally::default())]);
-            Self::count_usage_in(&mut tx, &tallies, Utc::now()).await?;
+            let deltas = BTreeMap::from([(seen.tenant, UsageDelta::default())]);
+            Self::count_usage_in(&mut tx, &deltas, Utc::now()).await?;
         }
         tx.commit().await?;
         Ok(corrected)
@@ -382,8 +382,8 @@ impl UsageStore for SqlStore<DB> {
 
     async fn recount_history(&self, tenant: TenantId) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        let tallies = BTreeMap::from([(tenant, Tally { recount_history: true, ..Tally::default() })]);
-        Self::count_usage_in(&mut tx, &tallies, Utc::now()).await?;
+        let deltas = BTreeMap::from([(tenant, UsageDelta { recount_history: true, ..UsageDelta::default() })]);
+        Self::count_usage_in(&mut tx, &deltas, Utc::now()).await?;
         tx.commit().await?;
         Ok(())
     }

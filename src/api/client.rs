@@ -1,6 +1,7 @@
-//! Who is asking the console, as far as it can tell: the client's address
-//! (from a trusted proxy's `X-Forwarded-For`, else the peer) and whether the
-//! request came over HTTPS; and the throttle on failed sign-ins per address.
+//! Who is asking the console or the admin API, as far as it can tell: the
+//! client's address (from a trusted proxy's `X-Forwarded-For`, else the
+//! peer) and whether the request came over HTTPS; and the throttle on failed
+//! sign-ins per address.
 //! A trusted proxy is one on this host (a loopback peer): only it can have
 //! seen the client's own connection. `X-Forwarded-For` is read from the
 //! right, where each proxy appends the peer it saw: the first entry that is
