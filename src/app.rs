@@ -58,6 +58,7 @@ fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limit
         },
         default_limits,
         storage_reconcile: Duration::from_secs(config.storage_reconcile_secs.max(1)),
+        reclaim_dead_rows: (config.reclaim_dead_rows > 0).then_some(config.reclaim_dead_rows),
         max_segment_bytes: config.max_segment_bytes,
         body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
     }

@@ -131,6 +131,11 @@ pub struct Config {
     /// How often the workers walk the volume to correct the storage counters.
     #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
     pub storage_reconcile_secs: u64,
+    /// Postgres: a table of the job queue, sessions or outbox with more dead
+    /// row versions than this (and than a fiftieth of its rows) is vacuumed
+    /// by memoryd itself, checked every 5 s; 0 turns it off.
+    #[arg(long = "reclaim-dead-rows", env = "MEMORYD_RECLAIM_DEAD_ROWS", default_value_t = 5000)]
+    pub reclaim_dead_rows: i64,
     /// Webhook endpoints may be plain `http://` URLs (development and tests).
     #[arg(long = "webhook-allow-http", env = "MEMORYD_WEBHOOK_ALLOW_HTTP", default_value_t = false)]
     pub webhook_allow_http: bool,
@@ -206,6 +211,7 @@ impl Config {
             retention_sweep_secs: 3600,
             default_limits: "{}".into(),
             storage_reconcile_secs: 3600,
+            reclaim_dead_rows: 5000,
             max_import_bytes: 1 << 30,
             max_exports: 8,
             export_stall_secs: 60,

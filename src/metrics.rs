@@ -52,6 +52,11 @@ pub fn append_queue(waiting: usize, groups_running: usize) {
     gauge!("memoryd_append_groups_running").set(groups_running as f64);
 }
 
+/// A hot table memoryd vacuumed itself.
+pub fn table_vacuumed(table: &str) {
+    counter!("memoryd_tables_vacuumed_total", "table" => table.to_owned()).increment(1);
+}
+
 pub fn session_opened() {
     counter!("memoryd_sessions_opened_total").increment(1);
 }

@@ -78,6 +78,15 @@ pub struct BenchArgs {
     /// Tenants of the drain probe (each closes 10 sessions of 4 rollouts).
     #[arg(long, default_value_t = 30)]
     pub tenants: usize,
+    /// The drain's runs as steps of one aging database: each step's figures
+    /// apart, and after each a scrape, appends, closes and (on Postgres) the
+    /// hot tables' dead rows and index sizes.
+    #[arg(long, default_value_t = false)]
+    pub steps: bool,
+    /// `MEMORYD_RECLAIM_DEAD_ROWS` of the memoryd under test (0: Postgres's
+    /// dead rows are left to its autovacuum).
+    #[arg(long, default_value_t = 5000)]
+    pub reclaim_dead_rows: i64,
     /// memoryd's extractive provider instead of the fake model (no model calls at all).
     #[arg(long, default_value_t = false)]
     pub extractive: bool,

@@ -55,6 +55,7 @@ impl Bench {
         let (mut rates, mut drains, mut closing) = (Vec::new(), Vec::new(), Vec::new());
         let mut times = JobTimes::default();
         let before = stage_totals("phase_one");
+        let (mut stepped, mut step_began) = (Vec::new(), before.clone());
         let fresh_key = self.tenant_key("fresh").await?;
         for run in 0..self.runs {
             let keys = self.drain_tenants(tenants).await?;
@@ -72,6 +73,20 @@ impl Bench {
             let jobs = self.job_times(&keys, &mut times).await?;
             drains.push(drained);
             rates.push(jobs as f64 / drained);
+            if self.steps {
+                let case = format!("{tenants} tenants × {sessions} sessions × {rollouts} rollouts, step {}", run + 1);
+                stepped.push(figure(
+                    "drain",
+                    self.backend,
+                    case.clone(),
+                    "jobs drained per second",
+                    "jobs/s",
+                    vec![jobs as f64 / drained],
+                ));
+                stepped.extend(self.stage_figures(&case, &step_began));
+                stepped.extend(self.aging_probes(&case, run + 1).await?);
+                step_began = stage_totals("phase_one");
+            }
         }
         let case = format!("{tenants} tenants × {sessions} sessions × {rollouts} rollouts");
         let mut figures = vec![
@@ -81,6 +96,7 @@ impl Bench {
         ];
         figures.extend(self.time_figures(&case, times));
         figures.extend(self.stage_figures(&case, &before));
+        figures.extend(stepped);
         Ok(figures)
     }
 

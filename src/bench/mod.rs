@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod aging;
 mod args;
 mod drain;
 mod events;
@@ -93,6 +94,10 @@ struct Bench {
     /// The model memoryd calls (unless `extractive`); it records requests only when asked.
     fake: FakeLlm,
     extractive: bool,
+    /// The drain reports each run as a step of an aging database.
+    steps: bool,
+    /// The Postgres database under test (its schema on the search path).
+    database_url: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -361,6 +366,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     fake.set_agent_default(Reply::Consolidate.after(latency));
     let model = fake.base_url.clone();
     let admin = uuid::Uuid::new_v4().to_string();
+    let postgres_url = database_url.clone();
     let config = Config {
         admin_token: Some(admin.clone()),
         llm_provider: Some(if args.extractive {
@@ -375,6 +381,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         retry_base_ms: 100,
         phase_two_debounce_ms: args.phase_two_debounce_ms,
         eager_phase_one_secs: if args.eager { EAGER_IDLE_SECS } else { 0 },
+        reclaim_dead_rows: args.reclaim_dead_rows,
         // The events workload's receivers listen on plain http on loopback.
         webhook_allow_http: true,
         webhook_allow_private: true,
@@ -429,6 +436,8 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         eager: args.eager,
         fake,
         extractive,
+        steps: args.steps,
+        database_url: postgres_url,
         _dir: dir,
     })
 }

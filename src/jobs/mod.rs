@@ -19,7 +19,7 @@ pub use leftovers::sweep as sweep_leftovers;
 pub use recorder::{PublishOwner, finish_pending_publishes, recover_publishes};
 use recorder::{prepare_attempt, record, served_sessions};
 pub use storage::{Reconciled, reconcile_storage};
-use sweepers::{eager_sweeper, retention_sweeper, session_sweeper, storage_reconciler};
+use sweepers::{dead_row_reclaimer, eager_sweeper, retention_sweeper, session_sweeper, storage_reconciler};
 pub use sweepers::{expire_idempotency_keys, sweep_retention};
 
 use crate::domain::redact::Counts;
@@ -54,6 +54,9 @@ pub struct WorkerSettings {
     /// `MEMORYD_STORAGE_RECONCILE_SECS`: how often the volume is walked to
     /// correct the storage counters.
     pub storage_reconcile: Duration,
+    /// `MEMORYD_RECLAIM_DEAD_ROWS`: the dead row versions past which a hot
+    /// table is vacuumed; `None`: never by memoryd.
+    pub reclaim_dead_rows: Option<i64>,
     /// `MEMORYD_MAX_SEGMENT_BYTES`: also the longest line an imported file may have.
     pub max_segment_bytes: usize,
     /// `MEMORYD_BODY_TIMEOUT_SECS`: an upload silent this long is not arriving any more.
@@ -373,6 +376,9 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(storage_reconciler(ctx.clone(), shutdown.clone()));
+    if let Some(floor) = ctx.settings.reclaim_dead_rows {
+        set.spawn(dead_row_reclaimer(ctx.clone(), floor, shutdown.clone()));
+    }
     if let Some(idle) = ctx.settings.eager_phase_one {
         set.spawn(eager_sweeper(ctx.clone(), idle, shutdown.clone()));
     }

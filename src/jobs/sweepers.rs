@@ -114,6 +114,29 @@ pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, mut shutdown: wa
     }
 }
 
+/// Every few seconds: vacuums the hot tables that carry more than `floor`
+/// dead row versions (Postgres), so that claims, settles and scrapes do not
+/// walk past them when the server's autovacuum is off or behind.
+pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        match ctx.store.reclaim_dead_rows(floor).await {
+            Ok(vacuumed) => {
+                for (table, dead) in vacuumed {
+                    crate::metrics::table_vacuumed(&table);
+                    tracing::info!(table, dead_rows = dead, "vacuumed a table");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "reclaiming dead rows failed; it runs again later")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => {}
+        }
+    }
+}
+
 /// Queues eager phase one for rollouts idle `idle` long in open sessions
 /// (SPEC §5), looking every quarter of that (at most every 5 s).
 pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {

@@ -597,6 +597,12 @@ pub trait Store:
     async fn ping(&self) -> StoreResult<()>;
     /// Write transactions of this store run one at a time (SQLite).
     fn one_writer(&self) -> bool;
+    /// Vacuums the tables every job, append and close writes that carry more
+    /// than `floor` dead row versions (Postgres: a queue row leaves one at
+    /// every state it moves through, and every later scan walks past them
+    /// until a vacuum), whether or not the server's autovacuum runs. The
+    /// tables vacuumed, with the dead versions each had.
+    async fn reclaim_dead_rows(&self, floor: i64) -> StoreResult<Vec<(String, i64)>>;
 }
 
 pub type DynStore = Arc<dyn Store>;

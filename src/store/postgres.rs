@@ -40,6 +40,12 @@ impl Dialect for Postgres {
     const SESSION_LIST: &'static str = "string_agg(js.session_id, ',' ORDER BY js.session_id)";
     const LAYOUT_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 7235159010003))");
     const AFTER_FORGET: Option<&'static str> = None;
+    const DEAD_ROWS: Option<&'static str> = Some(
+        "SELECT relname::text AS name, n_dead_tup AS dead FROM pg_stat_user_tables
+         WHERE schemaname = current_schema() AND relname::text IN (SELECT jsonb_array_elements_text(CAST($1 AS JSONB)))
+           AND n_dead_tup > GREATEST($2, n_live_tup / 50)
+         ORDER BY relname",
+    );
 
     fn json_texts(param: &str) -> String {
         format!("SELECT jsonb_array_elements_text(CAST({param} AS JSONB))")

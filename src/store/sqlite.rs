@@ -29,6 +29,8 @@ impl Dialect for Sqlite {
     const SESSION_LIST: &'static str = "group_concat(js.session_id, ',')";
     const LAYOUT_LOCK: Option<&'static str> = None;
     const AFTER_FORGET: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
+    // A deleted or updated row's space is reused in place: nothing to reclaim.
+    const DEAD_ROWS: Option<&'static str> = None;
 
     fn json_texts(param: &str) -> String {
         format!("SELECT value FROM json_each({param})")

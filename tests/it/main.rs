@@ -7,6 +7,7 @@ mod harness;
 mod admin;
 mod agent_memory;
 mod bounds;
+mod churn;
 mod coalesce;
 mod connections;
 mod console;

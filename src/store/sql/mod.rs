@@ -58,6 +58,10 @@ pub trait Dialect: Database {
     /// Run after a forget so that the database's files keep no copy of the
     /// deleted rows (SQLite: fold the WAL into the main file and truncate it).
     const AFTER_FORGET: Option<&'static str>;
+    /// The tables of `$1` (a JSON array of names) in the current schema with more than
+    /// `$2` dead row versions, and more than a fiftieth of their live rows:
+    /// `name`, `dead`. `None` where the database keeps no dead versions.
+    const DEAD_ROWS: Option<&'static str>;
     /// The database admits one writer at a time: queue writers in the process
     /// (fairly, without the busy-wait sleeps of a contended lock).
     const ONE_WRITER: bool;

@@ -63,7 +63,37 @@ impl Store for SqlStore<DB> {
     fn one_writer(&self) -> bool {
         DB::ONE_WRITER
     }
+
+    async fn reclaim_dead_rows(&self, floor: i64) -> StoreResult<Vec<(String, i64)>> {
+        use sqlx::Row;
+        let Some(dead_rows) = DB::DEAD_ROWS else { return Ok(Vec::new()) };
+        let tables = serde_json::to_string(&CHURNING_TABLES).expect("names serialise");
+        let rows = sqlx::query(dead_rows).bind(tables).bind(floor).fetch_all(&self.pool).await?;
+        let mut vacuumed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (name, dead): (String, i64) = (row.try_get("name")?, row.try_get("dead")?);
+            // Only names of the fixed list reach the statement.
+            let Some(table) = CHURNING_TABLES.iter().find(|t| **t == name) else { continue };
+            // A transaction may not hold a vacuum: the simple protocol sends it alone.
+            sqlx::raw_sql(AssertSqlSafe(format!("VACUUM (ANALYZE) {table}"))).execute(&self.pool).await?;
+            vacuumed.push((name, dead));
+        }
+        Ok(vacuumed)
+    }
 }
+
+/// The tables whose rows move through states or come and go with every
+/// job, append, close and delivery.
+const CHURNING_TABLES: [&str; 8] = [
+    "jobs",
+    "job_sessions",
+    "sessions",
+    "session_rollouts",
+    "rollouts",
+    "events",
+    "webhook_deliveries",
+    "tenant_turns",
+];
 
 impl SqlStore<DB> {
     /// A row as `R`, then as the record `T`.
