@@ -5,22 +5,18 @@
 -- versions (or a fiftieth of the table) rather than a fifth of it, and
 -- without pausing between pages. (memoryd also vacuums them itself past
 -- MEMORYD_RECLAIM_DEAD_ROWS, for servers whose autovacuum is off or behind.)
-ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE job_sessions SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE sessions SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE session_rollouts SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE events SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE webhook_deliveries SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
-ALTER TABLE rollouts SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
+DO $$
+DECLARE
+    churning TEXT;
+BEGIN
+    FOREACH churning IN ARRAY ARRAY['jobs', 'job_sessions', 'sessions', 'session_rollouts', 'rollouts',
+                                     'events', 'webhook_deliveries', 'tenant_turns'] LOOP
+        EXECUTE format('ALTER TABLE %I SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
+            autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000,
+            autovacuum_vacuum_cost_delay = 0)', churning);
+    END LOOP;
+END $$;
 -- A claim rewrites its tenants' turns in a column no index holds: room left
 -- on each page lets the new version stay beside the old one (a HOT update,
 -- no new index entry).
-ALTER TABLE tenant_turns SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
-    autovacuum_vacuum_cost_delay = 0);
+ALTER TABLE tenant_turns SET (fillfactor = 50);
