@@ -117,7 +117,7 @@ fn default_limits(text: &str) -> Result<crate::domain::limits::Limits, StartErro
 
 impl Core {
     fn app_state(&self) -> AppState {
-        AppState {
+        AppState::new(crate::api::SharedState {
             store: self.store.clone(),
             volumes: self.volumes.clone(),
             appends: self.appends.clone(),
@@ -130,7 +130,7 @@ impl Core {
             default_limits: self.default_limits,
             events: self.events.clone(),
             slots: Arc::new(crate::api::slots::Slots::new(self.config.max_exports, self.config.max_streams_per_tenant)),
-        }
+        })
     }
 }
 

@@ -59,8 +59,26 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(1);
 /// Longer than the longest `?wait=` of a close (300 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(330);
 
+/// What every handler reaches. Cloned for each request by every layer and
+/// extractor that takes it, so a clone is one reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<SharedState>);
+
+impl AppState {
+    pub fn new(shared: SharedState) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
+pub struct SharedState {
     pub store: DynStore,
     pub volumes: Volumes,
     /// Segments on their way to the disk and the database.

@@ -187,7 +187,8 @@ pub async fn append_segment(
             if opened_session {
                 crate::metrics::session_opened();
             }
-            tracing::info!(
+            // The request's own line says it at `info`; this is the hot path.
+            tracing::debug!(
                 session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
                 segment_index = receipt.segment_index, bytes, "segment appended"
             );

@@ -93,6 +93,18 @@ pub struct BenchArgs {
     /// `MEMORYD_PHASE_TWO_DEBOUNCE_MS` of the memoryd under test.
     #[arg(long, default_value_t = 0)]
     pub phase_two_debounce_ms: u64,
+    /// The ingest workload also measures bare Postgres (`--postgres-url`):
+    /// the same number of clients, each committing one 8 KiB insert per
+    /// transaction, before and after each run, and prints memoryd's ratio to it.
+    #[arg(long, default_value_t = false)]
+    pub against_postgres: bool,
+    /// The ingest workload's numbers of clients (default 1, 8 and 32; with `--quick` 1 and 8).
+    #[arg(long, value_delimiter = ',')]
+    pub clients: Vec<usize>,
+    /// The log filter of the memoryd under test (its logs are formatted and
+    /// dropped): `info` is what `MEMORYD_LOG` defaults to.
+    #[arg(long, default_value = "info")]
+    pub server_log: String,
     /// One JSON document instead of the table.
     #[arg(long, default_value_t = false)]
     pub json: bool,

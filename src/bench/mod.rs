@@ -19,6 +19,7 @@ mod args;
 mod drain;
 mod events;
 mod forget;
+mod ingest;
 mod portability;
 mod scale;
 mod soak;
@@ -98,7 +99,22 @@ struct Bench {
     steps: bool,
     /// The Postgres database under test (its schema on the search path).
     database_url: Option<String>,
+    /// With `--against-postgres`: the server the ingest's bare inserts go to.
+    bare_postgres: Option<String>,
+    /// memoryd's own runtime, so its CPU time is told apart from the clients'.
+    _server_runtime: ServerRuntime,
     _dir: tempfile::TempDir,
+}
+
+/// A runtime may not be dropped where it would block an async context.
+struct ServerRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ServerRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -187,56 +203,6 @@ impl Bench {
         Ok(vec![
             figure("append", self.backend, format!("S={segments}"), "first 100, per segment", "ms", first),
             figure("append", self.backend, format!("S={segments}"), "last 100, per segment", "ms", last),
-        ])
-    }
-
-    async fn ingest(&self, clients: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
-        let (mut rates, mut p50s, mut p99s, mut maxes, mut rss) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for run in 0..self.runs {
-            reset_peak_rss();
-            let started = Instant::now();
-            let mut tasks = Vec::new();
-            for client in 0..clients {
-                let (http, base, key) = (self.http.clone(), self.base.clone(), self.key.clone());
-                let url = format!(
-                    "{base}/v1/sessions/ingest-{clients}-{run}-{client}/layouts/default/segments?workspace=ingest"
-                );
-                tasks.push(tokio::spawn(async move {
-                    let body =
-                        json!({"rollout_id": format!("ingest-{clients}-{run}-{client}"), "input": "x".repeat(8000)});
-                    let mut latencies = Vec::new();
-                    while started.elapsed() < duration {
-                        let t = Instant::now();
-                        let res = http.post(&url).bearer_auth(&key).json(&body).send().await;
-                        match res {
-                            Ok(r) if r.status() == 201 => latencies.push(t.elapsed().as_secs_f64() * 1000.0),
-                            Ok(r) => return Err(format!("ingest answered {}", r.status())),
-                            Err(e) => return Err(e.to_string()),
-                        }
-                    }
-                    Ok(latencies)
-                }));
-            }
-            let mut all = Vec::new();
-            for task in tasks {
-                all.extend(task.await??);
-            }
-            let elapsed = started.elapsed().as_secs_f64();
-            all.sort_by(f64::total_cmp);
-            rates.push(all.len() as f64 / elapsed);
-            p50s.push(percentile(&all, 0.50));
-            p99s.push(percentile(&all, 0.99));
-            maxes.push(all.last().copied().unwrap_or(f64::NAN));
-            rss.push(peak_rss_mib());
-        }
-        let case = format!("C={clients}");
-        Ok(vec![
-            figure("ingest", self.backend, case.clone(), "throughput", "segments/s", rates),
-            figure("ingest", self.backend, case.clone(), "latency p50", "ms", p50s),
-            figure("ingest", self.backend, case.clone(), "latency p99", "ms", p99s),
-            figure("ingest", self.backend, case.clone(), "latency max", "ms", maxes),
-            figure("ingest", self.backend, case, "peak RSS (server and clients)", "MiB", rss),
         ])
     }
 
@@ -353,6 +319,18 @@ async fn drop_schema(url: &str, schema: &str) {
     }
 }
 
+/// memoryd's threads log as a served memoryd does at `filter`, into a sink:
+/// the bench pays for formatting what would be written, not for a terminal.
+fn server_logging(filter: &str) -> impl Fn() + Send + Sync + 'static {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
+    let dispatch =
+        tracing::Dispatch::new(tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::sink).finish());
+    move || {
+        // The guard would end the thread's subscriber; the thread keeps it for its life.
+        std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+    }
+}
+
 /// The idle time after which `--eager` extracts a rollout.
 const EAGER_IDLE_SECS: u64 = 1;
 
@@ -388,7 +366,14 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         ..Config::embedded(dir.path().join("data"), database_url)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = start(config, listener).await?;
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(ingest::SERVER_THREAD)
+        // Its blocking threads stay while the bench runs: their CPU time is read from them.
+        .thread_keep_alive(Duration::from_secs(3600))
+        .on_thread_start(server_logging(&args.server_log))
+        .build()?;
+    let server = server_runtime.spawn(start(config, listener)).await??;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
     let (tenant_id, key) = new_tenant(&http, &base, &admin, "bench").await?;
@@ -438,6 +423,8 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         extractive,
         steps: args.steps,
         database_url: postgres_url,
+        bare_postgres: args.against_postgres.then(|| args.postgres_url.clone()),
+        _server_runtime: ServerRuntime(Some(server_runtime)),
         _dir: dir,
     })
 }
@@ -470,7 +457,12 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
     }
     if wants(Workload::Ingest) {
         let duration = Duration::from_secs(if args.quick { 1 } else { 5 });
-        for c in if args.quick { vec![1, 8] } else { vec![1, 8, 32] } {
+        let clients = match (&args.clients[..], args.quick) {
+            ([], true) => vec![1, 8],
+            ([], false) => vec![1, 8, 32],
+            (chosen, _) => chosen.to_vec(),
+        };
+        for c in clients {
             for f in bench.ingest(c, duration).await? {
                 progress(&f);
                 out.push(f);

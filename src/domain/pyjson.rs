@@ -107,22 +107,33 @@ fn write_string(out: &mut String, s: &str) {
 }
 
 /// A string's escaped content, without its quotes, as [`write_string`] writes it.
+/// Runs of printable ASCII are copied whole: they are most of a segment.
 pub fn write_string_content(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    write!(out, "\\u{unit:04x}").expect("writing to a String cannot fail");
-                }
+    let mut rest = s;
+    while !rest.is_empty() {
+        let plain = rest.bytes().position(|b| !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\');
+        let plain = plain.unwrap_or(rest.len());
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(c) = rest.chars().next() else { break };
+        write_escaped_char(out, c);
+        rest = &rest[c.len_utf8()..];
+    }
+}
+
+fn write_escaped_char(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        _ => {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(out, "\\u{unit:04x}").expect("writing to a String cannot fail");
             }
         }
     }
@@ -215,6 +226,36 @@ pub fn py_float_repr(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Python's `json.dumps` (`ensure_ascii`), one character at a time.
+    fn escaped_char_by_char(s: &str) -> String {
+        let mut out = String::new();
+        for c in s.chars() {
+            if (' '..='~').contains(&c) && c != '"' && c != '\\' {
+                out.push(c);
+            } else {
+                write_escaped_char(&mut out, c);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn string_content_is_escaped_as_python_escapes_it() {
+        let mut out = String::new();
+        write_string_content(&mut out, "a\u{e9}\u{1F600}\"\\\n\u{7f}\u{0}z");
+        assert_eq!(out, r#"a\u00e9\ud83d\ude00\"\\\n\u007f\u0000z"#);
+        let alphabet: Vec<char> =
+            "ab ~\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}\u{80}\u{e9}\u{2028}\u{ffff}\u{10000}\u{1F600}".chars().collect();
+        let mut rng = fastrand::Rng::with_seed(43);
+        for _ in 0..2000 {
+            let text: String = (0..rng.usize(0..40)).map(|_| alphabet[rng.usize(..alphabet.len())]).collect();
+            let mut out = String::new();
+            write_string_content(&mut out, &text);
+            assert_eq!(out, escaped_char_by_char(&text), "{text:?}");
+            assert_eq!(serde_json::from_str::<String>(&format!("\"{out}\"")).unwrap(), text);
+        }
+    }
 
     #[test]
     fn loads_reads_what_json_dumps_writes_for_non_finite_floats() {

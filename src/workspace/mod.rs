@@ -7,7 +7,7 @@ pub mod publish;
 use crate::domain::ids::WorkspaceName;
 use crate::domain::layout::ValidLayout;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 use uuid::Uuid;
 
@@ -42,6 +42,12 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
             Component::ParentDir => return Err(PathError::Escapes(relative.to_owned())),
         }
     }
+    // The common case costs one `lstat` per component below `root` and no
+    // `realpath`: with no symlink among them the path is under `root`,
+    // wherever `root` itself resolves to.
+    if symlink_free_below(root, &joined)? {
+        return Ok(joined);
+    }
     let real_root = match root.canonicalize() {
         Ok(r) => r,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(joined),
@@ -69,6 +75,22 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Whether no component of `joined` below `root` that exists is a symlink
+/// (past the first missing one, none exists).
+fn symlink_free_below(root: &Path, joined: &Path) -> io::Result<bool> {
+    let mut prefix = root.to_path_buf();
+    for part in joined.strip_prefix(root).map_err(io::Error::other)?.components() {
+        prefix.push(part);
+        match fs::symlink_metadata(&prefix) {
+            Ok(meta) if meta.file_type().is_symlink() => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Readiness fails below this much free space even with the watermark off:
@@ -195,13 +217,20 @@ pub fn append_durably(path: &Path, committed_len: u64, line: &[u8]) -> io::Resul
 struct UnsyncedAppend {
     file: File,
     new_len: u64,
+    /// The file may be new: its folder's entry is to be synced too.
     created: bool,
+    /// The filesystem it is on.
+    device: u64,
 }
 
 fn append_unsynced(path: &Path, committed_len: u64, line: &[u8]) -> io::Result<UnsyncedAppend> {
-    let created = !path.exists();
-    let mut file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
-    let on_disk = file.metadata()?.len();
+    let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+    let metadata = file.metadata()?;
+    let on_disk = metadata.len();
+    // A rollout's first line finds an empty file, one this open created or
+    // an earlier attempt left: either way its folder's entry is synced.
+    let created = committed_len == 0 && on_disk == 0;
+    let device = std::os::unix::fs::MetadataExt::dev(&metadata);
     if on_disk < committed_len {
         return Err(io::Error::other(format!(
             "rollout file is shorter ({on_disk} bytes) than its committed length ({committed_len})"
@@ -210,9 +239,8 @@ fn append_unsynced(path: &Path, committed_len: u64, line: &[u8]) -> io::Result<U
     if on_disk > committed_len {
         file.set_len(committed_len)?;
     }
-    file.seek(SeekFrom::Start(committed_len))?;
-    file.write_all(line)?;
-    Ok(UnsyncedAppend { file, new_len: committed_len + line.len() as u64, created })
+    std::os::unix::fs::FileExt::write_all_at(&file, line, committed_len)?;
+    Ok(UnsyncedAppend { file, new_len: committed_len + line.len() as u64, created, device })
 }
 
 /// A line for [`append_all_durably`]: `line` goes at `committed_len` of `path`.
@@ -240,7 +268,7 @@ pub fn append_all_durably(lines: &[LineAppend]) -> Vec<io::Result<u64>> {
         .iter()
         .map(|l| {
             let append = append_unsynced(&l.path, l.committed_len, l.line.as_bytes())?;
-            let device = std::os::unix::fs::MetadataExt::dev(&append.file.metadata()?);
+            let device = append.device;
             Ok((append, device))
         })
         .collect();
@@ -444,6 +472,7 @@ impl StagedFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn confine_refuses_escapes_and_absolute_paths() {
@@ -471,6 +500,14 @@ mod tests {
         assert!(matches!(confine(root, "dangling"), Err(PathError::Escapes(_))));
         assert!(confine(root, "alias/new.md").is_ok());
         assert!(confine(root, "not/yet/there.md").is_ok());
+        // A symlink deeper down, after components that are plain folders.
+        fs::create_dir_all(root.join("inside/deeper")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("inside/deeper/out")).unwrap();
+        assert!(matches!(confine(root, "inside/deeper/out/x.md"), Err(PathError::Escapes(_))));
+        assert!(confine(root, "inside/deeper/x.md").is_ok());
+        // Beneath a file: the path cannot be resolved.
+        fs::write(root.join("inside/file"), "x").unwrap();
+        assert!(matches!(confine(root, "inside/file/x.md"), Err(PathError::Io(_))));
     }
 
     #[test]

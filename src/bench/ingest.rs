@@ -1,0 +1,200 @@
+//! The ingest workload: C clients post 8 KiB segments for a while. Besides
+//! throughput and latency it reports memoryd's CPU time per acknowledged
+//! segment (the server runs on threads of its own, see `SERVER_THREAD`), and
+//! with `--against-postgres` the same number of clients making one durable
+//! 8 KiB insert per transaction straight into Postgres, before and after each
+//! run, so the ratio holds for the disk and the minutes it was measured in.
+
+use super::{
+    Bench, BenchResult, Figure, drop_schema, figure, isolated_postgres, peak_rss_mib, percentile, reset_peak_rss,
+};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The name of the bench's server threads (a `comm` is at most 15 bytes).
+pub(super) const SERVER_THREAD: &str = "memoryd-server";
+
+/// The segment every client posts, and the row every bare insert writes.
+const SEGMENT_BYTES: usize = 8000;
+
+/// The clock ticks of `/proc/*/stat` (Linux's `USER_HZ`, 100 on every architecture memoryd runs on).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+impl Bench {
+    pub(super) async fn ingest(&self, clients: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
+        let case = format!("C={clients}");
+        let mut runs = Vec::new();
+        for run in 0..self.runs {
+            let bare_before = self.bare_inserts(clients, duration).await?;
+            reset_peak_rss();
+            let groups_before = self.append_groups().await?;
+            let cpu_before = server_cpu_seconds();
+            let load = self.post_segments(clients, run, duration).await?;
+            let cpu = server_cpu_seconds() - cpu_before;
+            let groups = self.append_groups().await?;
+            let group_size = (groups.0 - groups_before.0) / (groups.1 - groups_before.1);
+            let bare_after = self.bare_inserts(clients, duration).await?;
+            let bare = match (bare_before, bare_after) {
+                (Some(b), Some(a)) => Some((b + a) / 2.0),
+                _ => None,
+            };
+            let cpu_per_segment_us = cpu * 1e6 / load.latencies.len() as f64;
+            runs.push(IngestRun { cpu_per_segment_us, group_size, bare, ..load });
+        }
+        let column = |f: fn(&IngestRun) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+        let backend = self.backend;
+        let mut figures = vec![
+            figure("ingest", backend, case.clone(), "throughput", "segments/s", column(|r| r.rate)),
+            figure("ingest", backend, case.clone(), "latency p50", "ms", column(|r| percentile(&r.latencies, 0.50))),
+            figure("ingest", backend, case.clone(), "latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
+            figure(
+                "ingest",
+                backend,
+                case.clone(),
+                "latency max",
+                "ms",
+                column(|r| r.latencies.last().copied().unwrap_or(f64::NAN)),
+            ),
+            figure("ingest", backend, case.clone(), "memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
+            figure("ingest", backend, case.clone(), "appends per group", "", column(|r| r.group_size)),
+            figure("ingest", backend, case.clone(), "peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
+        ];
+        if runs.iter().all(|r| r.bare.is_some()) {
+            let bare = column(|r| r.bare.unwrap_or(f64::NAN));
+            let ratio = column(|r| r.rate / r.bare.unwrap_or(f64::NAN));
+            figures.push(figure("ingest", backend, case.clone(), "bare Postgres, same clients", "inserts/s", bare));
+            figures.push(figure("ingest", backend, case, "ratio to bare Postgres", "×", ratio));
+        }
+        Ok(figures)
+    }
+
+    async fn post_segments(&self, clients: usize, run: usize, duration: Duration) -> BenchResult<IngestRun> {
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for client in 0..clients {
+            let (http, key) = (self.http.clone(), self.key.clone());
+            let name = format!("ingest-{clients}-{run}-{client}");
+            let url = format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base);
+            tasks.push(tokio::spawn(async move {
+                let body = json!({"rollout_id": name, "input": "x".repeat(SEGMENT_BYTES)});
+                let mut latencies = Vec::new();
+                while started.elapsed() < duration {
+                    let t = Instant::now();
+                    match http.post(&url).bearer_auth(&key).json(&body).send().await {
+                        Ok(r) if r.status() == 201 => latencies.push(t.elapsed().as_secs_f64() * 1000.0),
+                        Ok(r) => return Err(format!("ingest answered {}", r.status())),
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                Ok(latencies)
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await??);
+        }
+        let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+        latencies.sort_by(f64::total_cmp);
+        Ok(IngestRun {
+            rate,
+            latencies,
+            cpu_per_segment_us: f64::NAN,
+            group_size: f64::NAN,
+            peak_rss: peak_rss_mib(),
+            bare: None,
+        })
+    }
+
+    /// The appends and the groups they went in so far, from `/metrics`.
+    async fn append_groups(&self) -> BenchResult<(f64, f64)> {
+        let text = self.http.get(format!("{}/metrics", self.base)).send().await?.text().await?;
+        let value =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0);
+        Ok((value("memoryd_append_group_size_sum "), value("memoryd_append_group_size_count ")))
+    }
+
+    /// Inserts per second of `clients` connections, each committing one 8 KiB
+    /// row per transaction into a table of a schema of its own, for `duration`;
+    /// `None` without `--against-postgres`.
+    async fn bare_inserts(&self, clients: usize, duration: Duration) -> BenchResult<Option<f64>> {
+        let Some(url) = &self.bare_postgres else { return Ok(None) };
+        let (schema_url, schema) = isolated_postgres(url).await?;
+        let result = bare_insert_loop(&schema_url, clients, duration).await;
+        drop_schema(url, &schema).await;
+        result.map(Some)
+    }
+}
+
+struct IngestRun {
+    rate: f64,
+    /// Sorted, in milliseconds.
+    latencies: Vec<f64>,
+    cpu_per_segment_us: f64,
+    /// Appends per group (one transaction, one sync).
+    group_size: f64,
+    peak_rss: f64,
+    /// Bare Postgres's inserts per second, the mean of before and after.
+    bare: Option<f64>,
+}
+
+async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> BenchResult<f64> {
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(clients as u32).connect(url).await?;
+    // PLAIN storage: the 8 KiB are written as they are, neither compressed nor moved out of line.
+    sqlx::raw_sql(
+        "CREATE TABLE bare_segments (id bigserial PRIMARY KEY, body text NOT NULL);
+         ALTER TABLE bare_segments ALTER COLUMN body SET STORAGE PLAIN;",
+    )
+    .execute(&pool)
+    .await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let mut conn = pool.acquire().await?;
+        tasks.push(tokio::spawn(async move {
+            let body = "x".repeat(SEGMENT_BYTES);
+            let mut inserts = 0u64;
+            while started.elapsed() < duration {
+                sqlx::query("INSERT INTO bare_segments (body) VALUES ($1)").bind(&body).execute(&mut *conn).await?;
+                inserts += 1;
+            }
+            Ok::<_, sqlx::Error>(inserts)
+        }));
+    }
+    let mut inserts = 0;
+    for task in tasks {
+        inserts += task.await??;
+    }
+    let rate = inserts as f64 / started.elapsed().as_secs_f64();
+    pool.close().await;
+    Ok(rate)
+}
+
+/// The CPU time this process spent outside the bench's own threads: the
+/// server runtime's workers and blocking threads, SQLite's connection
+/// threads, and any thread that has ended (so a bench thread that ended is
+/// counted as memoryd's, never the other way round).
+pub(super) fn server_cpu_seconds() -> f64 {
+    let pid = std::process::id().to_string();
+    let total = ticks_of("/proc/self/stat");
+    let mut bench_threads = 0.0;
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let main_thread = task.file_name().to_str() == Some(pid.as_str());
+        // The bench's runtime keeps tokio's default thread name.
+        if main_thread || comm.starts_with("tokio-runtime-w") {
+            bench_threads += ticks_of(&dir.join("stat").to_string_lossy());
+        }
+    }
+    (total - bench_threads) / TICKS_PER_SECOND
+}
+
+/// User and system clock ticks of a `stat` file of `/proc`.
+fn ticks_of(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // The command name in parentheses may hold spaces: the fields follow its last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    field(11) + field(12)
+}
