@@ -570,6 +570,33 @@ fn a_bad_setting_stops_start_up_with_the_usage_message() {
     assert!(!dir.path().join("memoryd-data").exists(), "nothing started");
 }
 
+/// The ingest workload says what a segment costs memoryd and how it compares
+/// with bare Postgres on the same disk.
+#[tokio::test]
+async fn the_ingest_workload_reports_cpu_groups_and_the_bare_postgres_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
+        .args(["bench", "--workload", "ingest", "--quick", "--runs", "1", "--backend", "sqlite", "--clients", "4"])
+        .args(["--against-postgres", "--json", "--postgres-url"])
+        .arg(postgres_url().await)
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let median = |metric: &str| {
+        let found = figures.as_array().unwrap().iter().find(|f| f["metric"] == metric && f["case"] == "C=4");
+        found.and_then(|f| f["median"].as_f64()).unwrap_or_else(|| panic!("no {metric}: {figures}"))
+    };
+    let cpu = median("memoryd CPU per segment");
+    assert!(cpu > 0.0 && cpu < 1_000_000.0, "{cpu} µs");
+    assert!((1.0..=4.0).contains(&median("appends per group")), "{figures}");
+    assert!(median("bare Postgres, same clients") > 0.0);
+    let ratio = median("ratio to bare Postgres");
+    assert!((median("throughput") / ratio - median("bare Postgres, same clients")).abs() < 1.0, "{figures}");
+}
+
 /// The drain probe stays runnable and prints its figures.
 #[tokio::test]
 async fn the_drain_probe_runs() {
