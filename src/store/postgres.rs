@@ -22,6 +22,7 @@ impl Dialect for Postgres {
     const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
     const QUEUED_BY_TENANT: &'static str = "";
     const LATERAL: bool = true;
+    const WRITING_CTES: bool = true;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     // The advisory lock keys are arbitrary; they only have to be the same for
     // every replica. A claim is a millisecond against model calls of seconds,

@@ -22,6 +22,7 @@ impl Dialect for Sqlite {
     const BEGIN_SNAPSHOT: &'static str = "BEGIN";
     const QUEUED_BY_TENANT: &'static str = " INDEXED BY jobs_queued_by_tenant";
     const LATERAL: bool = false;
+    const WRITING_CTES: bool = false;
     const SKIP_LOCKED: &'static str = "";
     const CLAIM_GATE: Option<&'static str> = None;
     const BYTE_ORDER: &'static str = "";

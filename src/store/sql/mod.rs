@@ -31,6 +31,9 @@ pub trait Dialect: Database {
     /// The database joins `LATERAL` subqueries (a claim reads each tenant's
     /// first few queued jobs that way; otherwise it looks them up by id).
     const LATERAL: bool;
+    /// The database runs `INSERT`s and `UPDATE`s inside a `WITH`: writes to
+    /// several tables are then one statement, one round trip.
+    const WRITING_CTES: bool;
     /// Appended to a single-table claim query: skip rows another replica is claiming.
     const SKIP_LOCKED: &'static str;
     /// Run first in a claim transaction where claims are not already

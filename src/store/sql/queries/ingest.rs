@@ -462,43 +462,13 @@ impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
         if lines.is_empty() {
             return Ok(());
         }
-        // One statement per table for the whole batch: the round trips, not
-        // the rows, are what an append costs.
-        let mut update = sqlx::QueryBuilder::<DB>::new(
-            "UPDATE rollouts SET committed_len = v.column5, segment_count = rollouts.segment_count + 1,
-                    last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = ",
-        );
-        update.push_bind(self.now).push(" FROM (");
-        update.push_values(&lines, |mut v, (row, segment)| {
-            v.push_bind(row.tenant)
-                .push_bind(row.workspace.as_str())
-                .push_bind(row.layout.as_str())
-                .push_bind(row.rollout_id.as_str())
-                .push_bind(segment.new_len as i64)
-                .push_bind(row.updated_at.as_str())
-                .push_bind(row.terminal_state.as_str());
-        });
-        update.push(
-            ") AS v WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
-               AND rollouts.layout = v.column3 AND rollouts.rollout_id = v.column4",
-        );
-        update.build().execute(&mut *self.tx).await?;
-        let mut upsert = sqlx::QueryBuilder::<DB>::new(
-            "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count) ",
-        );
-        upsert.push_values(&lines, |mut v, (row, _)| {
-            v.push_bind(row.tenant)
-                .push_bind(row.session_id.as_str())
-                .push_bind(row.layout.as_str())
-                .push_bind(row.rollout_id.as_str())
-                .push_bind(self.now)
-                .push_unseparated(", 1");
-        });
-        upsert.push(
-            " ON CONFLICT (tenant_id, session_id, layout, rollout_id)
-             DO UPDATE SET segment_count = session_rollouts.segment_count + 1",
-        );
-        upsert.build().execute(&mut *self.tx).await?;
+        // One statement per table for the whole batch, or one for both where
+        // the database can: the round trips, not the rows, are what an append costs.
+        if DB::WRITING_CTES {
+            record_lines_together(&mut self.tx, &lines, self.now).await?;
+        } else {
+            record_lines_apart(&mut self.tx, &lines, self.now).await?;
+        }
         for (row, segment) in &lines {
             if let Some(key) = &row.idempotency_key {
                 // Where the append went, so that a forget finds its key.
@@ -532,3 +502,87 @@ impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
         Ok(())
     }
 }
+
+/// A written line, with what its append changes.
+type RecordedLine<'a> = (&'a RolloutUpdate, &'a WrittenSegment);
+
+/// The rollouts' new lengths and the sessions' rollouts, a statement each.
+async fn record_lines_apart(
+    conn: &mut DbConnection,
+    lines: &[RecordedLine<'_>],
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    let mut update = sqlx::QueryBuilder::<DB>::new(
+        "UPDATE rollouts SET committed_len = v.column5, segment_count = rollouts.segment_count + 1,
+                last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = ",
+    );
+    update.push_bind(now).push(" FROM (");
+    update.push_values(lines, |mut v, (row, segment)| {
+        v.push_bind(row.tenant)
+            .push_bind(row.workspace.as_str())
+            .push_bind(row.layout.as_str())
+            .push_bind(row.rollout_id.as_str())
+            .push_bind(segment.new_len as i64)
+            .push_bind(row.updated_at.as_str())
+            .push_bind(row.terminal_state.as_str());
+    });
+    update.push(
+        ") AS v WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
+           AND rollouts.layout = v.column3 AND rollouts.rollout_id = v.column4",
+    );
+    update.build().execute(&mut *conn).await?;
+    let mut upsert = sqlx::QueryBuilder::<DB>::new(
+        "INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count) ",
+    );
+    upsert.push_values(lines, |mut v, (row, _)| {
+        v.push_bind(row.tenant)
+            .push_bind(row.session_id.as_str())
+            .push_bind(row.layout.as_str())
+            .push_bind(row.rollout_id.as_str())
+            .push_bind(now)
+            .push_unseparated(", 1");
+    });
+    upsert.push(SESSION_ROLLOUT_COUNTED);
+    upsert.build().execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Both of [`record_lines_apart`]'s writes in one statement.
+async fn record_lines_together(
+    conn: &mut DbConnection,
+    lines: &[RecordedLine<'_>],
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    let mut both = sqlx::QueryBuilder::<DB>::new(
+        "WITH v (tenant_id, workspace, layout, rollout_id, committed_len, last_updated_at, last_terminal_state,
+                 session_id) AS (",
+    );
+    both.push_values(lines, |mut v, (row, segment)| {
+        v.push_bind(row.tenant)
+            .push_bind(row.workspace.as_str())
+            .push_bind(row.layout.as_str())
+            .push_bind(row.rollout_id.as_str())
+            .push_bind(segment.new_len as i64)
+            .push_bind(row.updated_at.as_str())
+            .push_bind(row.terminal_state.as_str())
+            .push_bind(row.session_id.as_str());
+    });
+    both.push(
+        "), grown AS (
+            UPDATE rollouts SET committed_len = v.committed_len, segment_count = rollouts.segment_count + 1,
+                   last_updated_at = v.last_updated_at, last_terminal_state = v.last_terminal_state, updated_at = ",
+    );
+    both.push_bind(now).push(
+        " FROM v WHERE rollouts.tenant_id = v.tenant_id AND rollouts.workspace = v.workspace
+             AND rollouts.layout = v.layout AND rollouts.rollout_id = v.rollout_id)
+         INSERT INTO session_rollouts (tenant_id, session_id, layout, rollout_id, first_seen_at, segment_count)
+         SELECT tenant_id, session_id, layout, rollout_id, ",
+    );
+    both.push_bind(now).push(", 1 FROM v").push(SESSION_ROLLOUT_COUNTED);
+    both.build().execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// A session's rollout seen again counts one more segment.
+const SESSION_ROLLOUT_COUNTED: &str = " ON CONFLICT (tenant_id, session_id, layout, rollout_id)
+     DO UPDATE SET segment_count = session_rollouts.segment_count + 1";
