@@ -176,9 +176,10 @@ impl Drop for GroupFinished {
 /// its lines, and a group waiting for a lock another replica holds does not
 /// stop the rest. Below that, one group at a time: each group costs a
 /// transaction's round trips and a sync whatever its size, and halving the
-/// groups cost more CPU than the overlap saved (Postgres, 2 cores: 32 clients
-/// 9 appends a group and 290–340 µs of CPU each, against 16 and 220–310). Where they run
-/// one at a time, one: a second group would only wait for the first, and
+/// groups cost more CPU than the overlap saved (Postgres, 2 cores, 32
+/// clients: 9 appends a group and 241–272 µs of CPU each, against 16 and
+/// 216–300).
+/// Where write transactions run one at a time, one: a second group would only wait for the first, and
 /// the appends it took would miss the next, bigger group (SQLite at 32
 /// clients: 3,700 segments/s with one, 2,700 with two).
 fn groups_in_flight(store: &dyn Store) -> usize {

@@ -531,20 +531,27 @@ async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
     }
 }
 
-/// The benchmark command stays runnable: its quick run covers every workload
-/// on both backends and prints parsable figures.
-#[tokio::test]
-async fn the_benchmark_runs_every_workload_on_both_backends() {
+/// `memoryd bench <args> --json`, run in a folder of its own: its figures.
+async fn bench_figures(args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
-        .args(["bench", "--quick", "--runs", "1", "--latency-ms", "10", "--json", "--postgres-url"])
-        .arg(postgres_url().await)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
         .current_dir(dir.path())
         .output()
         .await
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The benchmark command stays runnable: its quick run covers every workload
+/// on both backends and prints parsable figures.
+#[tokio::test]
+async fn the_benchmark_runs_every_workload_on_both_backends() {
+    let url = postgres_url().await;
+    let figures = bench_figures(&["--quick", "--runs", "1", "--latency-ms", "10", "--postgres-url", &url]).await;
     for backend in ["sqlite", "postgres"] {
         for workload in ["close", "append", "ingest", "selection", "forget", "portability"] {
             let found = figures.as_array().unwrap().iter().any(|f| {
@@ -574,17 +581,9 @@ fn a_bad_setting_stops_start_up_with_the_usage_message() {
 /// with bare Postgres on the same disk.
 #[tokio::test]
 async fn the_ingest_workload_reports_cpu_groups_and_the_bare_postgres_ratio() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
-        .args(["bench", "--workload", "ingest", "--quick", "--runs", "1", "--backend", "sqlite", "--clients", "4"])
-        .args(["--against-postgres", "--json", "--postgres-url"])
-        .arg(postgres_url().await)
-        .current_dir(dir.path())
-        .output()
-        .await
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let url = postgres_url().await;
+    let quick = ["--workload", "ingest", "--quick", "--runs", "1", "--backend", "sqlite", "--clients", "4"];
+    let figures = bench_figures(&[&quick[..], &["--against-postgres", "--postgres-url", &url]].concat()).await;
     let median = |metric: &str| {
         let found = figures.as_array().unwrap().iter().find(|f| f["metric"] == metric && f["case"] == "C=4");
         found.and_then(|f| f["median"].as_f64()).unwrap_or_else(|| panic!("no {metric}: {figures}"))
@@ -600,27 +599,8 @@ async fn the_ingest_workload_reports_cpu_groups_and_the_bare_postgres_ratio() {
 /// The drain probe stays runnable and prints its figures.
 #[tokio::test]
 async fn the_drain_probe_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
-        .args([
-            "bench",
-            "--workload",
-            "drain",
-            "--quick",
-            "--runs",
-            "1",
-            "--backend",
-            "sqlite",
-            "--latency-ms",
-            "0",
-            "--json",
-        ])
-        .current_dir(dir.path())
-        .output()
-        .await
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let drain = ["--workload", "drain", "--quick", "--runs", "1", "--backend", "sqlite", "--latency-ms", "0"];
+    let figures = bench_figures(&drain).await;
     let rate = figures.as_array().unwrap().iter().find(|f| f["metric"] == "jobs drained per second").unwrap();
     assert!(rate["median"].as_f64().is_some_and(|r| r > 0.0), "{figures}");
 }
@@ -629,15 +609,8 @@ async fn the_drain_probe_runs() {
 /// its closes share phase-two runs.
 #[tokio::test]
 async fn the_soak_workload_reports_windows_and_the_drain() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
-        .args(["bench", "--workload", "soak", "--duration", "4", "--backend", "sqlite", "--latency-ms", "20", "--json"])
-        .current_dir(dir.path())
-        .output()
-        .await
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let soak = ["--workload", "soak", "--duration", "4", "--backend", "sqlite", "--latency-ms", "20"];
+    let figures = bench_figures(&soak).await;
     let value = |case: &str, metric: &str| {
         figures.as_array().unwrap().iter().find(|f| f["case"] == case && f["metric"] == metric).unwrap()["median"]
             .as_f64()

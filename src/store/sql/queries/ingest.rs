@@ -517,15 +517,7 @@ async fn record_lines_apart(
                 last_updated_at = v.column6, last_terminal_state = v.column7, updated_at = ",
     );
     update.push_bind(now).push(" FROM (");
-    update.push_values(lines, |mut v, (row, segment)| {
-        v.push_bind(row.tenant)
-            .push_bind(row.workspace.as_str())
-            .push_bind(row.layout.as_str())
-            .push_bind(row.rollout_id.as_str())
-            .push_bind(segment.new_len as i64)
-            .push_bind(row.updated_at.as_str())
-            .push_bind(row.terminal_state.as_str());
-    });
+    update.push_values(lines, |mut v, (row, segment)| bind_growth(&mut v, row, segment));
     update.push(
         ") AS v WHERE rollouts.tenant_id = v.column1 AND rollouts.workspace = v.column2
            AND rollouts.layout = v.column3 AND rollouts.rollout_id = v.column4",
@@ -558,14 +550,8 @@ async fn record_lines_together(
                  session_id) AS (",
     );
     both.push_values(lines, |mut v, (row, segment)| {
-        v.push_bind(row.tenant)
-            .push_bind(row.workspace.as_str())
-            .push_bind(row.layout.as_str())
-            .push_bind(row.rollout_id.as_str())
-            .push_bind(segment.new_len as i64)
-            .push_bind(row.updated_at.as_str())
-            .push_bind(row.terminal_state.as_str())
-            .push_bind(row.session_id.as_str());
+        bind_growth(&mut v, row, segment);
+        v.push_bind(row.session_id.as_str());
     });
     both.push(
         "), grown AS (
@@ -581,6 +567,22 @@ async fn record_lines_together(
     both.push_bind(now).push(", 1 FROM v").push(SESSION_ROLLOUT_COUNTED);
     both.build().execute(&mut *conn).await?;
     Ok(())
+}
+
+/// A line's rollout and what it grows to: the first seven values of either
+/// way of recording the lines.
+fn bind_growth(
+    v: &mut sqlx::query_builder::Separated<'_, DB, &'static str>,
+    row: &RolloutUpdate,
+    segment: &WrittenSegment,
+) {
+    v.push_bind(row.tenant)
+        .push_bind(row.workspace.as_str())
+        .push_bind(row.layout.as_str())
+        .push_bind(row.rollout_id.as_str())
+        .push_bind(segment.new_len as i64)
+        .push_bind(row.updated_at.as_str())
+        .push_bind(row.terminal_state.as_str());
 }
 
 /// A session's rollout seen again counts one more segment.
