@@ -9,7 +9,7 @@
 //! their rollouts' committed lengths at most, and such a tail is cut before
 //! the next append or read.
 
-use crate::domain::ids::LayoutName;
+use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::store::{
     AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId,
@@ -358,6 +358,8 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
     let mut lines = Vec::new();
     let mut outcomes = Vec::with_capacity(group.len());
     let mut written = Vec::new();
+    // Most of a group goes to a few workspaces: each is confined once.
+    let mut roots: Vec<((TenantId, &WorkspaceName), std::path::PathBuf)> = Vec::new();
     for (place, start) in batch.starts().iter().enumerate() {
         let position = match start {
             AppendStart::Done(outcome) => {
@@ -367,7 +369,14 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
             AppendStart::Write(position) => position,
         };
         let req = group[place];
-        match volumes.workspace_root(req.tenant_id, &position.workspace) {
+        let workspace = (req.tenant_id, &position.workspace);
+        let root = match roots.iter().find(|(w, _)| *w == workspace) {
+            Some((_, root)) => Ok(root.clone()),
+            None => volumes
+                .workspace_root(req.tenant_id, &position.workspace)
+                .inspect(|root| roots.push((workspace, root.clone()))),
+        };
+        match root {
             Ok(root) => lines.push((place, root, req.layout.clone(), position.clone(), req.segment.line.clone())),
             Err(err) => failures.push((pending[place], err.into())),
         }

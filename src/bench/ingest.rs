@@ -26,11 +26,15 @@ impl Bench {
         let mut runs = Vec::new();
         for run in 0..self.runs {
             let bare_before = self.bare_inserts(clients, duration).await?;
+            let bare_http = self.bare_http(clients, run, duration).await?;
             reset_peak_rss();
             let groups_before = self.append_groups().await?;
             let cpu_before = server_cpu_seconds();
-            let load = self.post_segments(clients, run, duration).await?;
+            let url =
+                |name: &str| format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base);
+            let load = post_segments(clients, &format!("ingest-{clients}-{run}"), url, &self.key, duration).await?;
             let cpu = server_cpu_seconds() - cpu_before;
+            let peak_rss = peak_rss_mib();
             let groups = self.append_groups().await?;
             let group_size = (groups.0 - groups_before.0) / (groups.1 - groups_before.1);
             let bare_after = self.bare_inserts(clients, duration).await?;
@@ -39,70 +43,64 @@ impl Bench {
                 _ => None,
             };
             let cpu_per_segment_us = cpu * 1e6 / load.latencies.len() as f64;
-            runs.push(IngestRun { cpu_per_segment_us, group_size, bare, ..load });
+            runs.push(IngestRun { cpu_per_segment_us, group_size, bare, bare_http, peak_rss, ..load });
         }
         let column = |f: fn(&IngestRun) -> f64| runs.iter().map(f).collect::<Vec<_>>();
         let backend = self.backend;
+        let figure = |metric: &'static str, unit: &'static str, values| {
+            figure("ingest", backend, case.clone(), metric, unit, values)
+        };
         let mut figures = vec![
-            figure("ingest", backend, case.clone(), "throughput", "segments/s", column(|r| r.rate)),
-            figure("ingest", backend, case.clone(), "latency p50", "ms", column(|r| percentile(&r.latencies, 0.50))),
-            figure("ingest", backend, case.clone(), "latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
-            figure(
-                "ingest",
-                backend,
-                case.clone(),
-                "latency max",
-                "ms",
-                column(|r| r.latencies.last().copied().unwrap_or(f64::NAN)),
-            ),
-            figure("ingest", backend, case.clone(), "memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
-            figure("ingest", backend, case.clone(), "appends per group", "", column(|r| r.group_size)),
-            figure("ingest", backend, case.clone(), "peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
+            figure("throughput", "segments/s", column(|r| r.rate)),
+            figure("latency p50", "ms", column(|r| percentile(&r.latencies, 0.50))),
+            figure("latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
+            figure("latency max", "ms", column(|r| r.latencies.last().copied().unwrap_or(f64::NAN))),
+            figure("memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
+            figure("appends per group", "", column(|r| r.group_size)),
+            figure("peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
+            figure("bare HTTP, same clients", "requests/s", column(|r| r.bare_http.rate)),
+            figure("bare HTTP CPU per request", "µs", column(|r| r.bare_http.cpu_per_request_us)),
         ];
         if runs.iter().all(|r| r.bare.is_some()) {
             let bare = column(|r| r.bare.unwrap_or(f64::NAN));
             let ratio = column(|r| r.rate / r.bare.unwrap_or(f64::NAN));
-            figures.push(figure("ingest", backend, case.clone(), "bare Postgres, same clients", "inserts/s", bare));
-            figures.push(figure("ingest", backend, case, "ratio to bare Postgres", "×", ratio));
+            figures.push(figure("bare Postgres, same clients", "inserts/s", bare));
+            figures.push(figure("ratio to bare Postgres", "×", ratio));
         }
         Ok(figures)
     }
 
-    async fn post_segments(&self, clients: usize, run: usize, duration: Duration) -> BenchResult<IngestRun> {
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for client in 0..clients {
-            let (http, key) = (self.http.clone(), self.key.clone());
-            let name = format!("ingest-{clients}-{run}-{client}");
-            let url = format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base);
-            tasks.push(tokio::spawn(async move {
-                let body = json!({"rollout_id": name, "input": "x".repeat(SEGMENT_BYTES)});
-                let mut latencies = Vec::new();
-                while started.elapsed() < duration {
-                    let t = Instant::now();
-                    match http.post(&url).bearer_auth(&key).json(&body).send().await {
-                        Ok(r) if r.status() == 201 => latencies.push(t.elapsed().as_secs_f64() * 1000.0),
-                        Ok(r) => return Err(format!("ingest answered {}", r.status())),
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
-                Ok(latencies)
-            }));
-        }
-        let mut latencies = Vec::new();
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
-        let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
-        latencies.sort_by(f64::total_cmp);
-        Ok(IngestRun {
-            rate,
-            latencies,
-            cpu_per_segment_us: f64::NAN,
-            group_size: f64::NAN,
-            peak_rss: peak_rss_mib(),
-            bare: None,
-        })
+    /// The floor under memoryd's CPU per segment: the same clients posting
+    /// the same body through memoryd's connection handling, on the server's
+    /// runtime, to a route that takes the body and answers a receipt — no
+    /// middleware, parsing, database or disk.
+    async fn bare_http(&self, clients: usize, run: usize, duration: Duration) -> BenchResult<BareHttp> {
+        let receipt = json!({"workspace": "ingest", "session_id": "s", "layout": "default", "rollout_id": "r",
+                             "segment_index": 0, "rollout_path": "sessions/r.jsonl"});
+        let app = axum::Router::new().route(
+            "/{client}",
+            axum::routing::post(move |_body: axum::body::Bytes| {
+                let receipt = receipt.clone();
+                async move { (axum::http::StatusCode::CREATED, axum::Json(receipt)) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let limits = crate::api::serve::ConnectionLimits {
+            max_connections: clients * 2,
+            header_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+        };
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = self.server_runtime.handle().spawn(crate::api::serve::serve(listener, app, limits, stopped));
+        let cpu_before = server_cpu_seconds();
+        let url = |name: &str| format!("{base}/{name}");
+        let load = post_segments(clients, &format!("bare-{clients}-{run}"), url, "bench", duration).await;
+        let cpu = server_cpu_seconds() - cpu_before;
+        let _ = stop.send(true);
+        server.await??;
+        let load = load?;
+        Ok(BareHttp { rate: load.rate, cpu_per_request_us: cpu * 1e6 / load.latencies.len() as f64 })
     }
 
     /// The appends and the groups they went in so far, from `/metrics`.
@@ -135,6 +133,59 @@ struct IngestRun {
     peak_rss: f64,
     /// Bare Postgres's inserts per second, the mean of before and after.
     bare: Option<f64>,
+    bare_http: BareHttp,
+}
+
+struct BareHttp {
+    rate: f64,
+    cpu_per_request_us: f64,
+}
+
+/// `clients` connections posting 8 KiB segments one after the other for
+/// `duration`, each to `url(its name)`.
+async fn post_segments(
+    clients: usize,
+    prefix: &str,
+    url: impl Fn(&str) -> String,
+    key: &str,
+    duration: Duration,
+) -> BenchResult<IngestRun> {
+    // A client of its own, so that the connections are these clients' alone.
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let name = format!("{prefix}-{client}");
+        let (http, url, key) = (http.clone(), url(&name), key.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"rollout_id": name, "input": "x".repeat(SEGMENT_BYTES)});
+            let mut latencies = Vec::new();
+            while started.elapsed() < duration {
+                let t = Instant::now();
+                match http.post(&url).bearer_auth(&key).json(&body).send().await {
+                    Ok(r) if r.status() == 201 => latencies.push(t.elapsed().as_secs_f64() * 1000.0),
+                    Ok(r) => return Err(format!("ingest answered {}", r.status())),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    Ok(IngestRun {
+        rate,
+        latencies,
+        cpu_per_segment_us: f64::NAN,
+        group_size: f64::NAN,
+        peak_rss: f64::NAN,
+        bare: None,
+        bare_http: BareHttp { rate: f64::NAN, cpu_per_request_us: f64::NAN },
+    })
 }
 
 async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> BenchResult<f64> {
@@ -181,12 +232,17 @@ pub(super) fn server_cpu_seconds() -> f64 {
         let dir = task.path();
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
         let main_thread = task.file_name().to_str() == Some(pid.as_str());
-        // The bench's runtime keeps tokio's default thread name.
-        if main_thread || comm.starts_with("tokio-runtime-w") {
+        if main_thread || is_bench_thread(comm.trim_end()) {
             bench_threads += ticks_of(&dir.join("stat").to_string_lossy());
         }
     }
     (total - bench_threads) / TICKS_PER_SECOND
+}
+
+/// The bench's runtime keeps tokio's default thread name: `tokio-rt-worker`
+/// since tokio 1.50, `tokio-runtime-worker` (cut to 15 bytes) before.
+fn is_bench_thread(comm: &str) -> bool {
+    comm == "tokio-rt-worker" || comm == "tokio-runtime-w"
 }
 
 /// User and system clock ticks of a `stat` file of `/proc`.
@@ -197,4 +253,19 @@ fn ticks_of(path: &str) -> f64 {
     // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
     let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     field(11) + field(12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_threads_of_a_default_runtime_count_as_the_bench_s() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+        let comm = runtime.block_on(async {
+            tokio::spawn(async { std::fs::read_to_string("/proc/thread-self/comm").unwrap() }).await.unwrap()
+        });
+        assert!(is_bench_thread(comm.trim_end()), "a bench thread named {comm:?} would count as memoryd's");
+        assert!(!is_bench_thread(SERVER_THREAD));
+    }
 }

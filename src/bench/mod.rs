@@ -102,12 +102,18 @@ struct Bench {
     /// With `--against-postgres`: the server the ingest's bare inserts go to.
     bare_postgres: Option<String>,
     /// memoryd's own runtime, so its CPU time is told apart from the clients'.
-    _server_runtime: ServerRuntime,
+    server_runtime: ServerRuntime,
     _dir: tempfile::TempDir,
 }
 
 /// A runtime may not be dropped where it would block an async context.
 struct ServerRuntime(Option<tokio::runtime::Runtime>);
+
+impl ServerRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("the runtime lives as long as the bench").handle()
+    }
+}
 
 impl Drop for ServerRuntime {
     fn drop(&mut self) {
@@ -323,8 +329,9 @@ async fn drop_schema(url: &str, schema: &str) {
 /// the bench pays for formatting what would be written, not for a terminal.
 fn server_logging(filter: &str) -> impl Fn() + Send + Sync + 'static {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
-    let dispatch =
-        tracing::Dispatch::new(tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::sink).finish());
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::sink).with_ansi(false).finish(),
+    );
     move || {
         // The guard would end the thread's subscriber; the thread keeps it for its life.
         std::mem::forget(tracing::dispatcher::set_default(&dispatch));
@@ -424,7 +431,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
         steps: args.steps,
         database_url: postgres_url,
         bare_postgres: args.against_postgres.then(|| args.postgres_url.clone()),
-        _server_runtime: ServerRuntime(Some(server_runtime)),
+        server_runtime: ServerRuntime(Some(server_runtime)),
         _dir: dir,
     })
 }

@@ -9,6 +9,8 @@ use crate::domain::layout::ValidLayout;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -104,11 +106,24 @@ pub struct Volumes {
     root: PathBuf,
     /// `MEMORYD_MIN_FREE_BYTES`: the free space new data must leave (0: off).
     min_free_bytes: u64,
+    /// The last reading of the free space and when it was taken.
+    last_free: Arc<Mutex<Option<(Instant, u64)>>>,
 }
+
+/// How long a reading of the free space answers [`Volumes::has_room`] while
+/// it is at least [`FREE_READING_MARGIN`] above the watermark: more than any
+/// disk fills in that time, and a `statvfs` a request was 1.4 % of ingest.
+const FREE_READING_LIFE: Duration = Duration::from_millis(250);
+const FREE_READING_MARGIN: u64 = 256 << 20;
 
 impl Volumes {
     pub fn new(data_dir: &Path, min_free_bytes: u64) -> Self {
-        Self { data_dir: data_dir.to_path_buf(), root: data_dir.join("workspaces"), min_free_bytes }
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            root: data_dir.join("workspaces"),
+            min_free_bytes,
+            last_free: Arc::default(),
+        }
     }
 
     /// `(tenant, its volume)` for every tenant volume on disk.
@@ -132,7 +147,23 @@ impl Volumes {
     /// volume) to commit what is already under way. An unreadable volume is
     /// left to the write itself to report.
     pub fn has_room(&self) -> bool {
-        self.min_free_bytes == 0 || self.free_bytes().map_or(true, |free| free >= self.min_free_bytes)
+        if self.min_free_bytes == 0 {
+            return true;
+        }
+        let mut last = self.last_free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, free)) = *last
+            && at.elapsed() < FREE_READING_LIFE
+            && free >= self.min_free_bytes.saturating_add(FREE_READING_MARGIN)
+        {
+            return true;
+        }
+        match self.free_bytes() {
+            Ok(free) => {
+                *last = Some((Instant::now(), free));
+                free >= self.min_free_bytes
+            }
+            Err(_) => true,
+        }
     }
 
     /// The free space below which `/readyz` fails.
@@ -473,6 +504,25 @@ impl StagedFile {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_reading_of_the_free_space_is_reused_only_while_recent_and_far_above_the_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        // A watermark no disk here reaches: every fresh reading is below it.
+        let watermark = 1u64 << 60;
+        let volumes = Volumes::new(dir.path(), watermark);
+        let remember = |age: Duration, free: u64| {
+            *volumes.last_free.lock().unwrap() = Some((Instant::now() - age, free));
+        };
+        assert!(!volumes.has_room(), "a fresh reading is below the watermark");
+        remember(Duration::ZERO, watermark + FREE_READING_MARGIN);
+        assert!(volumes.has_room(), "a recent reading far above it answers");
+        remember(Duration::ZERO, watermark + FREE_READING_MARGIN - 1);
+        assert!(!volumes.has_room(), "a reading near the watermark is taken again");
+        remember(FREE_READING_LIFE, watermark * 2);
+        assert!(!volumes.has_room(), "an old reading is taken again");
+        assert!(Volumes::new(dir.path(), 0).has_room(), "no watermark, always room");
+    }
 
     #[test]
     fn confine_refuses_escapes_and_absolute_paths() {
