@@ -30,20 +30,39 @@ impl Bench {
             reset_peak_rss();
             let groups_before = self.append_groups().await?;
             let cpu_before = server_cpu_seconds();
+            let postgres_before = postgres_cpu_seconds();
             let url =
                 |name: &str| format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base);
             let load = post_segments(clients, &format!("ingest-{clients}-{run}"), url, &self.key, duration).await?;
             let cpu = server_cpu_seconds() - cpu_before;
+            let postgres_cpu = postgres_cpu_seconds() - postgres_before;
             let peak_rss = peak_rss_mib();
             let groups = self.append_groups().await?;
             let group_size = (groups.0 - groups_before.0) / (groups.1 - groups_before.1);
             let bare_after = self.bare_inserts(clients, duration).await?;
             let bare = match (bare_before, bare_after) {
-                (Some(b), Some(a)) => Some((b + a) / 2.0),
+                (Some(b), Some(a)) => Some(BarePostgres {
+                    rate: (b.rate + a.rate) / 2.0,
+                    server_cpu_per_insert_us: (b.server_cpu_per_insert_us + a.server_cpu_per_insert_us) / 2.0,
+                }),
                 _ => None,
             };
-            let cpu_per_segment_us = cpu * 1e6 / load.latencies.len() as f64;
-            runs.push(IngestRun { cpu_per_segment_us, group_size, bare, bare_http, peak_rss, ..load });
+            let segments = load.latencies.len() as f64;
+            let cpu_per_segment_us = cpu * 1e6 / segments;
+            // Only memoryd's own database counts: with SQLite it is in `cpu`.
+            let postgres_cpu_per_segment_us = match self.backend {
+                "postgres" => postgres_cpu * 1e6 / segments,
+                _ => f64::NAN,
+            };
+            runs.push(IngestRun {
+                cpu_per_segment_us,
+                postgres_cpu_per_segment_us,
+                group_size,
+                bare,
+                bare_http,
+                peak_rss,
+                ..load
+            });
         }
         let column = |f: fn(&IngestRun) -> f64| runs.iter().map(f).collect::<Vec<_>>();
         let backend = self.backend;
@@ -61,10 +80,20 @@ impl Bench {
             figure("bare HTTP, same clients", "requests/s", column(|r| r.bare_http.rate)),
             figure("bare HTTP CPU per request", "µs", column(|r| r.bare_http.cpu_per_request_us)),
         ];
+        // Where Postgres is seen on this machine.
+        let postgres_cpu = column(|r| r.postgres_cpu_per_segment_us);
+        if postgres_cpu.iter().all(|c| c.is_finite()) {
+            figures.push(figure("Postgres server CPU per segment", "µs", postgres_cpu));
+        }
         if runs.iter().all(|r| r.bare.is_some()) {
-            let bare = column(|r| r.bare.unwrap_or(f64::NAN));
-            let ratio = column(|r| r.rate / r.bare.unwrap_or(f64::NAN));
-            figures.push(figure("bare Postgres, same clients", "inserts/s", bare));
+            let bare = |r: &IngestRun| r.bare.as_ref().map_or(BarePostgres::NONE, |b| *b);
+            let rates = runs.iter().map(|r| bare(r).rate).collect();
+            let cpus: Vec<f64> = runs.iter().map(|r| bare(r).server_cpu_per_insert_us).collect();
+            let ratio = runs.iter().map(|r| r.rate / bare(r).rate).collect();
+            figures.push(figure("bare Postgres, same clients", "inserts/s", rates));
+            if cpus.iter().all(|c| c.is_finite()) {
+                figures.push(figure("bare Postgres server CPU per insert", "µs", cpus));
+            }
             figures.push(figure("ratio to bare Postgres", "×", ratio));
         }
         Ok(figures)
@@ -114,7 +143,7 @@ impl Bench {
     /// Inserts per second of `clients` connections, each committing one 8 KiB
     /// row per transaction into a table of a schema of its own, for `duration`;
     /// `None` without `--against-postgres`.
-    async fn bare_inserts(&self, clients: usize, duration: Duration) -> BenchResult<Option<f64>> {
+    async fn bare_inserts(&self, clients: usize, duration: Duration) -> BenchResult<Option<BarePostgres>> {
         let Some(url) = &self.bare_postgres else { return Ok(None) };
         let (schema_url, schema) = isolated_postgres(url).await?;
         let result = bare_insert_loop(&schema_url, clients, duration).await;
@@ -131,9 +160,23 @@ struct IngestRun {
     /// Appends per group (one transaction, one sync).
     group_size: f64,
     peak_rss: f64,
-    /// Bare Postgres's inserts per second, the mean of before and after.
-    bare: Option<f64>,
+    /// Bare Postgres, the mean of before and after.
+    bare: Option<BarePostgres>,
+    /// The CPU time of memoryd's Postgres server over segments acknowledged.
+    postgres_cpu_per_segment_us: f64,
     bare_http: BareHttp,
+}
+
+#[derive(Clone, Copy)]
+struct BarePostgres {
+    /// Inserts per second.
+    rate: f64,
+    /// The server's CPU time over inserts.
+    server_cpu_per_insert_us: f64,
+}
+
+impl BarePostgres {
+    const NONE: Self = Self { rate: f64::NAN, server_cpu_per_insert_us: f64::NAN };
 }
 
 struct BareHttp {
@@ -184,6 +227,7 @@ async fn post_segments(
         rate,
         latencies,
         cpu_per_segment_us: f64::NAN,
+        postgres_cpu_per_segment_us: f64::NAN,
         group_size: f64::NAN,
         peak_rss: f64::NAN,
         bare: None,
@@ -191,7 +235,7 @@ async fn post_segments(
     })
 }
 
-async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> BenchResult<f64> {
+async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> BenchResult<BarePostgres> {
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(clients as u32).connect(url).await?;
     // PLAIN storage: the 8 KiB are written as they are, neither compressed nor moved out of line.
     sqlx::raw_sql(
@@ -200,10 +244,14 @@ async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> Benc
     )
     .execute(&pool)
     .await?;
+    let mut conns = Vec::new();
+    for _ in 0..clients {
+        conns.push(pool.acquire().await?);
+    }
+    let server_before = postgres_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let mut conn = pool.acquire().await?;
+    for mut conn in conns {
         tasks.push(tokio::spawn(async move {
             let body = "x".repeat(SEGMENT_BYTES);
             let mut inserts = 0u64;
@@ -219,8 +267,25 @@ async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> Benc
         inserts += task.await??;
     }
     let rate = inserts as f64 / started.elapsed().as_secs_f64();
+    let server_cpu_per_insert_us = (postgres_cpu_seconds() - server_before) * 1e6 / inserts as f64;
     pool.close().await;
-    Ok(rate)
+    Ok(BarePostgres { rate, server_cpu_per_insert_us })
+}
+
+/// CPU time of the processes named `postgres` that this user may read: the
+/// server's backends, writers and checkpointer when it runs on this machine
+/// (`NaN` figures when it runs elsewhere and none is seen).
+fn postgres_cpu_seconds() -> f64 {
+    let mut ticks = 0.0;
+    let mut seen = false;
+    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let dir = process.path();
+        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|comm| comm.trim_end() == "postgres") {
+            seen = true;
+            ticks += ticks_of(&dir.join("stat").to_string_lossy());
+        }
+    }
+    if seen { ticks / TICKS_PER_SECOND } else { f64::NAN }
 }
 
 /// The CPU time this process spent outside the bench's own threads: the
