@@ -215,6 +215,18 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     assert_eq!((fields["data_dir"].as_str(), fields["workers"].as_u64()), (Some("./memoryd-data"), Some(8)));
 }
 
+/// The text format writes no colour codes into a file (stderr is not a terminal).
+#[tokio::test]
+async fn a_text_log_in_a_file_is_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &[("MEMORYD_LOG_FORMAT", "text".into())]);
+    let http = reqwest::Client::new();
+    memoryd.ready(&http).await;
+    let log = memoryd.log_text();
+    assert!(log.contains("INFO") && log.contains("memoryd listening"), "{log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in a log file: {log:?}");
+}
+
 /// A 401 names the credential its route takes; without an admin token the
 /// admin API says it is off.
 #[tokio::test]
