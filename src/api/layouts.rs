@@ -39,17 +39,18 @@ pub(crate) async fn find_layout(
     raw_name: &str,
 ) -> Result<(LayoutName, ValidLayout), ApiError> {
     let name = parse_layout_name(raw_name)?;
-    let stored = match state.caches.layouts.get(&tenant) {
-        Some(stored) => stored,
+    // Cached with the implicit default in place: every append resolves its layout.
+    let layouts = match state.caches.layouts.get(&tenant) {
+        Some(layouts) => layouts,
         None => {
             let stored = state.store.stored_layouts(tenant).await?;
-            state.caches.layouts.put(tenant, stored.clone());
-            stored
+            let layouts: std::sync::Arc<[StoredLayout]> = with_implicit_default(stored).into();
+            state.caches.layouts.put(tenant, layouts.clone());
+            layouts
         }
     };
-    crate::store::resolve_layout(stored, &name)
-        .map(|layout| (name, layout))
-        .ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
+    let found = layouts.iter().find(|l| l.name == name).map(|l| l.layout.clone());
+    found.map(|layout| (name, layout)).ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
 }
 
 pub async fn put_layout(

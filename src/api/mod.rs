@@ -107,8 +107,8 @@ pub struct Caches {
     /// API key hash → the live key (or none). Its time to live bounds how
     /// long another replica's revocation takes to reach this one.
     pub keys: cache::TtlCache<String, Option<crate::store::AuthenticatedKey>>,
-    /// Tenant → its stored layouts.
-    pub layouts: cache::TtlCache<uuid::Uuid, Vec<crate::store::StoredLayout>>,
+    /// Tenant → its layouts, the implicit default among them.
+    pub layouts: cache::TtlCache<uuid::Uuid, Arc<[crate::store::StoredLayout]>>,
     /// Segments appended per tenant per minute on this replica.
     pub ingest: ingest_rate::IngestRate,
     /// Failed console sign-ins per client address on this replica.

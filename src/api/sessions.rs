@@ -129,7 +129,7 @@ pub async fn append_segment(
     found: Option<Extension<SessionWorkspace>>,
     headers: HeaderMap,
     body: JsonBody,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let session_id = SessionId::parse(&raw_session).ok_or_else(|| {
         ApiError::InvalidRequest(format!(
             "session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_session}"
@@ -193,9 +193,9 @@ pub async fn append_segment(
                 segment_index = receipt.segment_index, bytes, "segment appended"
             );
             count_citations(&state, tenant, &receipt, &cited).await;
-            Ok((StatusCode::CREATED, Json(serde_json::to_value(receipt).map_err(ApiError::internal)?)))
+            Ok((StatusCode::CREATED, Json(receipt)).into_response())
         }
-        AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first))),
+        AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first)).into_response()),
         AppendOutcome::IdempotencyConflict => {
             Err(ApiError::IdempotencyConflict("This Idempotency-Key was used with another request.".into()))
         }

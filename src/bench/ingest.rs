@@ -22,7 +22,6 @@ const TICKS_PER_SECOND: f64 = 100.0;
 
 impl Bench {
     pub(super) async fn ingest(&self, clients: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
-        let case = format!("C={clients}");
         let mut runs = Vec::new();
         for run in 0..self.runs {
             let bare_before = self.bare_inserts(clients, duration).await?;
@@ -40,13 +39,7 @@ impl Bench {
             let groups = self.append_groups().await?;
             let group_size = (groups.0 - groups_before.0) / (groups.1 - groups_before.1);
             let bare_after = self.bare_inserts(clients, duration).await?;
-            let bare = match (bare_before, bare_after) {
-                (Some(b), Some(a)) => Some(BarePostgres {
-                    rate: (b.rate + a.rate) / 2.0,
-                    server_cpu_per_insert_us: (b.server_cpu_per_insert_us + a.server_cpu_per_insert_us) / 2.0,
-                }),
-                _ => None,
-            };
+            let bare = BarePostgres::mean(bare_before, bare_after);
             let segments = load.latencies.len() as f64;
             let cpu_per_segment_us = cpu * 1e6 / segments;
             // Only memoryd's own database counts: with SQLite it is in `cpu`.
@@ -64,39 +57,7 @@ impl Bench {
                 ..load
             });
         }
-        let column = |f: fn(&IngestRun) -> f64| runs.iter().map(f).collect::<Vec<_>>();
-        let backend = self.backend;
-        let figure = |metric: &'static str, unit: &'static str, values| {
-            figure("ingest", backend, case.clone(), metric, unit, values)
-        };
-        let mut figures = vec![
-            figure("throughput", "segments/s", column(|r| r.rate)),
-            figure("latency p50", "ms", column(|r| percentile(&r.latencies, 0.50))),
-            figure("latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
-            figure("latency max", "ms", column(|r| r.latencies.last().copied().unwrap_or(f64::NAN))),
-            figure("memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
-            figure("appends per group", "", column(|r| r.group_size)),
-            figure("peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
-            figure("bare HTTP, same clients", "requests/s", column(|r| r.bare_http.rate)),
-            figure("bare HTTP CPU per request", "µs", column(|r| r.bare_http.cpu_per_request_us)),
-        ];
-        // Where Postgres is seen on this machine.
-        let postgres_cpu = column(|r| r.postgres_cpu_per_segment_us);
-        if postgres_cpu.iter().all(|c| c.is_finite()) {
-            figures.push(figure("Postgres server CPU per segment", "µs", postgres_cpu));
-        }
-        if runs.iter().all(|r| r.bare.is_some()) {
-            let bare = |r: &IngestRun| r.bare.as_ref().map_or(BarePostgres::NONE, |b| *b);
-            let rates = runs.iter().map(|r| bare(r).rate).collect();
-            let cpus: Vec<f64> = runs.iter().map(|r| bare(r).server_cpu_per_insert_us).collect();
-            let ratio = runs.iter().map(|r| r.rate / bare(r).rate).collect();
-            figures.push(figure("bare Postgres, same clients", "inserts/s", rates));
-            if cpus.iter().all(|c| c.is_finite()) {
-                figures.push(figure("bare Postgres server CPU per insert", "µs", cpus));
-            }
-            figures.push(figure("ratio to bare Postgres", "×", ratio));
-        }
-        Ok(figures)
+        Ok(ingest_figures(self.backend, &format!("C={clients}"), &runs))
     }
 
     /// The floor under memoryd's CPU per segment: the same clients posting
@@ -152,6 +113,42 @@ impl Bench {
     }
 }
 
+/// The figures of an ingest workload's runs.
+fn ingest_figures(backend: &'static str, case: &str, runs: &[IngestRun]) -> Vec<Figure> {
+    let column = |f: fn(&IngestRun) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+    let figure = |metric: &'static str, unit: &'static str, values| {
+        figure("ingest", backend, case.to_owned(), metric, unit, values)
+    };
+    let mut figures = vec![
+        figure("throughput", "segments/s", column(|r| r.rate)),
+        figure("latency p50", "ms", column(|r| percentile(&r.latencies, 0.50))),
+        figure("latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
+        figure("latency max", "ms", column(|r| r.latencies.last().copied().unwrap_or(f64::NAN))),
+        figure("memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
+        figure("appends per group", "", column(|r| r.group_size)),
+        figure("peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
+        figure("bare HTTP, same clients", "requests/s", column(|r| r.bare_http.rate)),
+        figure("bare HTTP CPU per request", "µs", column(|r| r.bare_http.cpu_per_request_us)),
+    ];
+    // Where Postgres is seen on this machine.
+    let postgres_cpu = column(|r| r.postgres_cpu_per_segment_us);
+    if postgres_cpu.iter().all(|c| c.is_finite()) {
+        figures.push(figure("Postgres server CPU per segment", "µs", postgres_cpu));
+    }
+    if runs.iter().all(|r| r.bare.is_some()) {
+        let bare = |r: &IngestRun| r.bare.as_ref().map_or(BarePostgres::NONE, |b| *b);
+        let rates = runs.iter().map(|r| bare(r).rate).collect();
+        let cpus: Vec<f64> = runs.iter().map(|r| bare(r).server_cpu_per_insert_us).collect();
+        let ratio = runs.iter().map(|r| r.rate / bare(r).rate).collect();
+        figures.push(figure("bare Postgres, same clients", "inserts/s", rates));
+        if cpus.iter().all(|c| c.is_finite()) {
+            figures.push(figure("bare Postgres server CPU per insert", "µs", cpus));
+        }
+        figures.push(figure("ratio to bare Postgres", "×", ratio));
+    }
+    figures
+}
+
 struct IngestRun {
     rate: f64,
     /// Sorted, in milliseconds.
@@ -177,6 +174,14 @@ struct BarePostgres {
 
 impl BarePostgres {
     const NONE: Self = Self { rate: f64::NAN, server_cpu_per_insert_us: f64::NAN };
+
+    fn mean(before: Option<Self>, after: Option<Self>) -> Option<Self> {
+        let (b, a) = (before?, after?);
+        Some(Self {
+            rate: (b.rate + a.rate) / 2.0,
+            server_cpu_per_insert_us: (b.server_cpu_per_insert_us + a.server_cpu_per_insert_us) / 2.0,
+        })
+    }
 }
 
 struct BareHttp {

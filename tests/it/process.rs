@@ -606,6 +606,9 @@ async fn the_ingest_workload_reports_cpu_groups_and_the_bare_postgres_ratio() {
     assert!(median("bare Postgres, same clients") > 0.0);
     let ratio = median("ratio to bare Postgres");
     assert!((median("throughput") / ratio - median("bare Postgres, same clients")).abs() < 1.0, "{figures}");
+    // The floor: the same body over bare HTTP costs less than a segment.
+    let floor = median("bare HTTP CPU per request");
+    assert!(floor > 0.0 && floor < cpu && median("bare HTTP, same clients") > 0.0, "{figures}");
 }
 
 /// The drain probe stays runnable and prints its figures.
