@@ -150,16 +150,18 @@ impl Volumes {
         if self.min_free_bytes == 0 {
             return true;
         }
-        let mut last = self.last_free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((at, free)) = *last
+        let last = || self.last_free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let remembered = *last();
+        if let Some((at, free)) = remembered
             && at.elapsed() < FREE_READING_LIFE
             && free >= self.min_free_bytes.saturating_add(FREE_READING_MARGIN)
         {
             return true;
         }
+        // Read with the lock released: other requests need not wait on the system call.
         match self.free_bytes() {
             Ok(free) => {
-                *last = Some((Instant::now(), free));
+                *last() = Some((Instant::now(), free));
                 free >= self.min_free_bytes
             }
             Err(_) => true,
