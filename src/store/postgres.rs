@@ -2,10 +2,10 @@
 //! row lock (`FOR UPDATE`) that every replica shares.
 
 use super::StoreResult;
-use super::sql::{Dialect, SqlStore};
+use super::sql::{Dialect, SqlStore, pool_options};
 use sqlx::Postgres;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -58,11 +58,10 @@ pub type PgStore = SqlStore<Postgres>;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub async fn connect(url: &str) -> StoreResult<PgStore> {
-    let pool = PgPoolOptions::new()
+    let pool = pool_options::<Postgres>()
         .max_connections(32)
         // A lost database must answer 503 within seconds (SPEC §9), not after a long wait.
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
         // A replica that freezes (SIGSTOP, a stalled VM) inside a transaction
         // would hold its row locks, and the claim gate, until it wakes: the
         // server ends such a transaction after a while so the others go on.

@@ -3,10 +3,10 @@
 //! appends here as the row locks do on Postgres.
 
 use super::StoreResult;
-use super::sql::{Dialect, SqlStore};
+use super::sql::{Dialect, SqlStore, pool_options};
 use sqlx::Sqlite;
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -53,14 +53,7 @@ pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
     if let Some(dir) = options.get_filename().parent() {
         std::fs::create_dir_all(dir).map_err(|e| super::StoreError::Database(sqlx::Error::Io(e)))?;
     }
-    // A commit that fails for want of space can leave SQLite rolled back
-    // while the driver still counts the transaction open (its rollback then
-    // fails too); such a connection would refuse every later `BEGIN`.
-    let pool_of = |size: u32| {
-        SqlitePoolOptions::new()
-            .max_connections(size)
-            .before_acquire(|conn, _| Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) }))
-    };
+    let pool_of = |size: u32| pool_options::<Sqlite>().max_connections(size);
     let pool = pool_of(8).connect_with(options.clone()).await?;
     let writer = pool_of(1).connect_with(options).await?;
     SqliteStore::open(pool, Some(writer)).await

@@ -70,6 +70,30 @@ pub trait Dialect: Database {
     const ONE_WRITER: bool;
 }
 
+/// A pooled connection idle at least this long is pinged before use; one
+/// used more recently is known good: the pool pinged it when it came back.
+const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pool settings both databases share. sqlx pings every connection it
+/// hands out by default: a round trip per transaction (on Postgres a wake-up
+/// of its backend too, 1.5 % of the CPU an append costs), for connections a
+/// busy replica returned moments ago, each after a ping already. Here only
+/// one idle for a while (the database may have gone meanwhile) is pinged,
+/// and one that failed it is replaced. One still counted inside a
+/// transaction is never handed out: a commit that failed for want of space
+/// can leave the database rolled back while the driver still counts it open,
+/// and such a connection would refuse every later `BEGIN`.
+pub(super) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new().test_before_acquire(false).before_acquire(|conn, meta| {
+        Box::pin(async move {
+            if sqlx::Connection::is_in_transaction(conn) {
+                return Ok(false);
+            }
+            Ok(meta.idle_for < PING_AFTER_IDLE || <DB::Connection as sqlx::Connection>::ping(conn).await.is_ok())
+        })
+    })
+}
+
 /// A store on any [`Dialect`].
 pub struct SqlStore<DB: Database> {
     pool: Pool<DB>,
