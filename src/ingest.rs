@@ -188,7 +188,7 @@ impl Drop for GroupFinished {
 /// holds does not stop the rest. Not more: three (each starting once as many
 /// waited as the last one took) made groups of 9 at 32
 /// clients, and each group costs a transaction's round trips and a sync
-/// whatever its size (Postgres spent 100–135 µs a segment against 85–107).
+/// whatever its size (Postgres spent 101–135 µs a segment against 85–107).
 /// Where write transactions run one at a time, one: a second group would only wait for the first, and
 /// the appends it took would miss the next, bigger group (SQLite at 32
 /// clients: 3,700 segments/s with one, 2,700 with two).
