@@ -186,12 +186,12 @@ impl Drop for GroupFinished {
 /// one waits for its commit (the database's log flush) the next locks its
 /// rows and syncs its lines, and a group waiting for a lock another replica
 /// holds does not stop the rest. Not more: three (each starting once as many
-/// waited as the last one took) made groups of 9 at 32
-/// clients, and each group costs a transaction's round trips and a sync
-/// whatever its size (Postgres spent 101–135 µs a segment against 85–107).
-/// Where write transactions run one at a time, one: a second group would only wait for the first, and
-/// the appends it took would miss the next, bigger group (SQLite at 32
-/// clients: 3,700 segments/s with one, 2,700 with two).
+/// waited as the last one took) made groups of 9 at 32 clients, and each
+/// group costs a transaction's round trips and a sync whatever its size
+/// (Postgres spent 101–135 µs a segment against 85–107). Where write
+/// transactions run one at a time, one: a second group would only wait for
+/// the first, and the appends it took would miss the next, bigger group
+/// (SQLite at 32 clients: 3,700 segments/s with one, 2,700 with two).
 fn groups_in_flight(store: &dyn Store) -> usize {
     if store.one_writer() { 1 } else { 2 }
 }
