@@ -49,8 +49,9 @@ pub(crate) async fn find_layout(
             layouts
         }
     };
-    let found = layouts.iter().find(|l| l.name == name).map(|l| l.layout.clone());
-    found.map(|layout| (name, layout)).ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
+    crate::store::layout_named(&layouts, &name)
+        .map(|layout| (name, layout))
+        .ok_or_else(|| ApiError::NotFound(format!("No layout {raw_name}.")))
 }
 
 pub async fn put_layout(

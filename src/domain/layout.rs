@@ -295,9 +295,11 @@ pub fn with_implicit_default(mut stored: Vec<StoredLayout>) -> Vec<StoredLayout>
     stored
 }
 
-/// The layout a job or segment uses: a stored one or the implicit default.
-pub fn resolve_layout(stored: Vec<StoredLayout>, name: &LayoutName) -> Option<ValidLayout> {
-    with_implicit_default(stored).into_iter().find(|l| &l.name == name).map(|l| l.layout)
+/// The layout named `name` among a tenant's layouts, given with the implicit
+/// default in place ([`with_implicit_default`]): loaded once, looked up by
+/// every append and every job a close queues.
+pub fn layout_named(layouts: &[StoredLayout], name: &LayoutName) -> Option<ValidLayout> {
+    layouts.iter().find(|l| &l.name == name).map(|l| l.layout.clone())
 }
 
 fn validate_generate(g: &GenerateConfig) -> Result<(), String> {

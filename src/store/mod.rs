@@ -12,7 +12,7 @@ mod sql;
 mod sqlite;
 
 pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
-pub use crate::domain::layout::{StoredLayout, default_layout, resolve_layout, with_implicit_default};
+pub use crate::domain::layout::{StoredLayout, default_layout, layout_named, with_implicit_default};
 pub use event_records::*;
 pub use postgres::PgStore;
 pub use records::*;

@@ -334,10 +334,11 @@ impl JobQueue for SqlStore<DB> {
             }
             let name = parse_id(LayoutName::parse, &layout_name, "layout name")?;
             if let std::collections::hash_map::Entry::Vacant(slot) = layouts_of.entry(tenant) {
-                slot.insert(Self::layouts_in(&mut *tx, tenant).await?);
+                slot.insert(with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?));
             }
-            let layouts = layouts_of[&tenant].clone();
-            let Some(layout) = resolve_layout(layouts, &name).filter(|l| l.config.generate.is_some()) else { continue };
+            let Some(layout) = layout_named(&layouts_of[&tenant], &name).filter(|l| l.config.generate.is_some()) else {
+                continue;
+            };
             let job_id = Uuid::new_v4();
             sqlx::query(
                 "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,

@@ -328,7 +328,7 @@ impl SessionStore for SqlStore<DB> {
         if closed_now {
             let now = Utc::now();
             let touched = Self::touched_in(&mut *tx, tenant, id).await?;
-            let layouts = Self::layouts_in(&mut *tx, tenant).await?;
+            let layouts = with_implicit_default(Self::layouts_in(&mut *tx, tenant).await?);
             let pairs: Vec<_> = touched.iter().map(|t| (t.layout.clone(), t.rollout_id.clone())).collect();
             let already_extracted = Self::extracted_at_committed_len(&mut tx, tenant, id, &session.workspace).await?;
             for (kind, layout_name, rollout) in jobs_for_close(&pairs) {
@@ -339,7 +339,7 @@ impl SessionStore for SqlStore<DB> {
                         continue;
                     }
                 }
-                let layout = resolve_layout(layouts.clone(), &layout_name)
+                let layout = layout_named(&layouts, &layout_name)
                     .ok_or_else(|| corrupt(format!("layout {layout_name} of a session is gone")))?;
                 let job_id = Uuid::new_v4();
                 let run_after = if kind == JobKind::PhaseTwo { now + phase_two_delay } else { now };
