@@ -27,7 +27,7 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
         ProviderKind::Extractive => Ok(Provider::Extractive),
         ProviderKind::Openai => {
             let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;
-            let timeout = Duration::from_secs(config.llm_timeout_secs.max(1));
+            let timeout = Duration::from_secs(config.llm_timeout_secs);
             let base = &config.llm_base_url;
             let model: Arc<dyn Model> = match config.llm_api {
                 LlmApi::Responses => Arc::new(OpenAiModel::<Responses>::new(base, &key, timeout)?),
@@ -41,26 +41,26 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
 fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limits) -> WorkerSettings {
     WorkerSettings {
         worker_id: format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        concurrency: config.worker_concurrency.max(1),
-        max_attempts: config.max_attempts.max(1),
+        concurrency: config.worker_concurrency,
+        max_attempts: config.max_attempts,
         retry_base: Duration::from_millis(config.retry_base_ms),
-        lease: Duration::from_secs(config.job_lease_secs.max(1)),
+        lease: Duration::from_secs(config.job_lease_secs),
         poll: Duration::from_millis(500),
         log_content: config.log_content,
-        history_runs: i64::from(config.history_runs.max(1)),
+        history_runs: i64::from(config.history_runs),
         eager_phase_one: (config.eager_phase_one_secs > 0).then(|| Duration::from_secs(config.eager_phase_one_secs)),
         retention: RetentionSettings {
-            sweep_every: Duration::from_secs(config.retention_sweep_secs.max(1)),
+            sweep_every: Duration::from_secs(config.retention_sweep_secs),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_secs),
             records: days(config.retain_records_days),
-            rollout_days: config.retain_rollouts_days.max(0.0),
+            rollout_days: config.retain_rollouts_days,
             events: Duration::from_secs(config.events_retain_hours.saturating_mul(3600)),
         },
         default_limits,
-        storage_reconcile: Duration::from_secs(config.storage_reconcile_secs.max(1)),
+        storage_reconcile: Duration::from_secs(config.storage_reconcile_secs),
         reclaim_dead_rows: (config.reclaim_dead_rows > 0).then_some(config.reclaim_dead_rows),
         max_segment_bytes: config.max_segment_bytes,
-        body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
+        body_timeout: Duration::from_secs(config.body_timeout_secs),
     }
 }
 
@@ -83,6 +83,7 @@ struct Core {
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
+    config.validate()?;
     std::fs::create_dir_all(&config.data_dir)?;
     crate::metrics::handle();
     let provider = provider(&config)?;
@@ -183,8 +184,8 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let addr = listener.local_addr()?;
     let limits = ConnectionLimits {
         max_connections: core.config.max_connections,
-        header_timeout: Duration::from_secs(core.config.header_timeout_secs.max(1)),
-        idle_timeout: Duration::from_secs(core.config.idle_timeout_secs.max(1)),
+        header_timeout: Duration::from_secs(core.config.header_timeout_secs),
+        idle_timeout: Duration::from_secs(core.config.idle_timeout_secs),
     };
     tokio::spawn(core.events.hub.clone().run(core.shutdown.subscribe()));
     let server = tokio::spawn(serve(listener, app, limits, core.shutdown.subscribe()));

@@ -176,6 +176,46 @@ pub struct Config {
     /// An idle keep-alive connection is closed after this long.
     #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
+    /// Unexpired keys one tenant may hold at once (beyond: 403 `quota_exceeded`).
+    #[arg(long = "max-keys", env = "MEMORYD_MAX_KEYS", default_value_t = 10_000)]
+    pub max_keys: u64,
+}
+
+const DAY_SECS: u64 = 86_400;
+const GIB: u64 = 1 << 30;
+
+/// Each whole-number setting by its environment variable, its value (a
+/// negative one as more than `i64::MAX`) and its valid range (SPEC §7):
+/// memoryd refuses to start with any other value. docs/operating.md lists them.
+fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
+    let n = |v: usize| v as u64;
+    vec![
+        ("MEMORYD_MAX_SEGMENT_BYTES", n(c.max_segment_bytes), 1024, GIB),
+        ("MEMORYD_LLM_TIMEOUT_SECS", c.llm_timeout_secs, 1, DAY_SECS),
+        ("MEMORYD_WORKER_CONCURRENCY", n(c.worker_concurrency), 1, 1024),
+        ("MEMORYD_RETRY_BASE_MS", c.retry_base_ms, 1, DAY_SECS * 1000),
+        ("MEMORYD_JOB_LEASE_SECS", c.job_lease_secs, 1, DAY_SECS),
+        ("MEMORYD_PHASE_TWO_DEBOUNCE_MS", c.phase_two_debounce_ms, 0, DAY_SECS * 1000),
+        ("MEMORYD_EAGER_PHASE_ONE_SECS", c.eager_phase_one_secs, 0, 30 * DAY_SECS),
+        ("MEMORYD_HISTORY_RUNS", u64::from(c.history_runs), 1, 1_000_000),
+        ("MEMORYD_IDEMPOTENCY_TTL_SECS", c.idempotency_ttl_secs, 1, 365 * DAY_SECS),
+        ("MEMORYD_RETENTION_SWEEP_SECS", c.retention_sweep_secs, 1, 30 * DAY_SECS),
+        ("MEMORYD_MAX_IMPORT_BYTES", c.max_import_bytes, 1024, 1024 * GIB),
+        ("MEMORYD_MAX_EXPORTS", n(c.max_exports), 1, 1024),
+        ("MEMORYD_EXPORT_STALL_SECS", c.export_stall_secs, 1, DAY_SECS),
+        ("MEMORYD_MAX_STREAMS_PER_TENANT", n(c.max_streams_per_tenant), 1, 100_000),
+        ("MEMORYD_STORAGE_RECONCILE_SECS", c.storage_reconcile_secs, 1, 30 * DAY_SECS),
+        ("MEMORYD_RECLAIM_DEAD_ROWS", c.reclaim_dead_rows.max(-1) as u64, 0, i64::MAX as u64),
+        ("MEMORYD_EVENTS_RETAIN_HOURS", c.events_retain_hours, 1, 24 * 365),
+        ("MEMORYD_MIN_FREE_BYTES", c.min_free_bytes, 0, 1024 * GIB),
+        ("MEMORYD_MAX_CONNECTIONS", n(c.max_connections), 1, 1_000_000),
+        ("MEMORYD_HEADER_TIMEOUT_SECS", c.header_timeout_secs, 1, 3600),
+        ("MEMORYD_BODY_TIMEOUT_SECS", c.body_timeout_secs, 1, 3600),
+        ("MEMORYD_IDLE_TIMEOUT_SECS", c.idle_timeout_secs, 1, DAY_SECS),
+        ("MEMORYD_MAX_KEYS", c.max_keys, 1, 100_000_000),
+        ("--test-publish-pause-ms", c.test_publish_pause_ms, 0, 600_000),
+        ("MEMORYD_MAX_ATTEMPTS", c.max_attempts.max(-1) as u64, 1, 1000),
+    ]
 }
 
 impl Config {
@@ -228,7 +268,28 @@ impl Config {
             body_timeout_secs: 60,
             idle_timeout_secs: 60,
             test_publish_pause_ms: 0,
+            max_keys: 10_000,
         }
+    }
+
+    /// Every duration, size and count in its range (SPEC §7), else the
+    /// message naming the setting, its range and the value given.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value, min, max) in whole_ranges(self) {
+            if !(min..=max).contains(&value) {
+                let given = if value > i64::MAX as u64 { "a negative number".to_owned() } else { value.to_string() };
+                return Err(format!("{name} must be from {min} to {max}; it is {given}."));
+            }
+        }
+        for (name, days) in [
+            ("MEMORYD_RETAIN_RECORDS_DAYS", self.retain_records_days),
+            ("MEMORYD_RETAIN_ROLLOUTS_DAYS", self.retain_rollouts_days),
+        ] {
+            if !(days.is_finite() && (0.0..=36_500.0).contains(&days)) {
+                return Err(format!("{name} must be from 0 to 36500 days (0: kept); it is {days}."));
+            }
+        }
+        Ok(())
     }
 
     /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.

@@ -4,8 +4,8 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AdminAuth, JsonBody, OptionalJsonBody};
-use super::keys::{issued, new_key};
-use crate::domain::key_scope::{KeyRequest, KeyScope, parse_key_request};
+use super::keys::{checked_request, issued, new_key, store_key};
+use crate::domain::key_scope::{KeyRequest, KeyScope};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -31,7 +31,7 @@ pub async fn create_tenant(
         return Err(ApiError::InvalidRequest("name must be 1 to 200 characters".into()));
     }
     let every = KeyRequest { name: None, scope: KeyScope::unrestricted() };
-    let (secret, key) = new_key(Uuid::new_v4(), every);
+    let (secret, key) = new_key(Uuid::new_v4(), every, None);
     let tenant = state.store.create_tenant(&name, &key).await?;
     tracing::info!(tenant_id = %tenant.tenant_id, key_id = %key.key_id, "tenant created");
     Ok((
@@ -50,11 +50,9 @@ pub async fn create_key(
 ) -> Result<impl IntoResponse, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {tenant_id}."));
     let id = Uuid::parse_str(&tenant_id).map_err(|_| not_found())?;
-    let request = parse_key_request(&body.value, chrono::Utc::now(), true).map_err(ApiError::InvalidRequest)?;
-    let (secret, key) = new_key(id, request);
-    if !state.store.create_api_key(&key).await? {
-        return Err(not_found());
-    }
+    let request = checked_request(&body.value, true)?;
+    let (secret, key) = new_key(id, request, None);
+    store_key(&state, &key, not_found()).await?;
     tracing::info!(tenant_id = %id, key_id = %key.key_id, "api key issued");
     let mut answer = issued(&secret, &key);
     answer["tenant_id"] = json!(id);

@@ -8,10 +8,11 @@ use super::extract::{EditBody, QueryParams, TenantAuth};
 use super::memory::{locate, settle_publishes};
 use crate::domain::diff::Change;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
+use crate::domain::key_scope::{KeyScope, Permission};
 use crate::domain::layout::ValidLayout;
 use crate::domain::memory_edit::{EditRefusal, MemoryEdit, memory_relative, normalize};
-use crate::store::{JobRecord, JobState};
-use crate::tools::read::{self, ReadError, SearchQuery};
+use crate::store::{AuthenticatedKey, JobRecord, JobState};
+use crate::tools::read::{self, ReadError, SearchQuery, SearchStop};
 use crate::workspace::confine;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -21,7 +22,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The longest `?wait=` of an edit.
 const MAX_EDIT_WAIT_SECS: u64 = 60;
@@ -84,17 +87,48 @@ async fn on_disk<T: Send + 'static>(
     tokio::task::spawn_blocking(work).await.map_err(ApiError::internal)?.map_err(read_problem)
 }
 
-/// An opaque cursor: URL-safe base64 of a JSON value.
-fn encode_cursor(value: Value) -> String {
-    URL_SAFE_NO_PAD.encode(value.to_string())
+/// Which listing a cursor continues: one route's cursor is refused by another.
+#[derive(Clone, Copy)]
+enum CursorOf {
+    List,
+    Search,
 }
 
-fn decode_cursor<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
-    URL_SAFE_NO_PAD
-        .decode(raw)
-        .ok()
+/// What a cursor is bound to: the route, and the tenant's layout it pages.
+fn cursor_context(of: CursorOf, tenant: uuid::Uuid, workspace: &str, layout: &str) -> Vec<u8> {
+    let route = match of {
+        CursorOf::List => "memory/list",
+        CursorOf::Search => "memory/search",
+    };
+    format!("{route}|{tenant}|{workspace}|{layout}").into_bytes()
+}
+
+/// An opaque cursor: a position sealed under the deployment's secrets key,
+/// so that the only cursors a route takes are those it gave (SPEC §2.10).
+fn encode_cursor(state: &AppState, context: &[u8], value: Value) -> String {
+    URL_SAFE_NO_PAD.encode(state.events.key.seal_bytes(context, value.to_string().as_bytes()))
+}
+
+fn decode_cursor<T: serde::de::DeserializeOwned>(state: &AppState, context: &[u8], raw: &str) -> Result<T, ApiError> {
+    Some(raw)
+        .filter(|raw| raw.len() <= MAX_CURSOR_CHARS)
+        .and_then(|raw| URL_SAFE_NO_PAD.decode(raw).ok())
+        .and_then(|sealed| state.events.key.open_bytes(context, &sealed))
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .ok_or_else(|| ApiError::InvalidRequest(format!("cursor is not one this listing gave: {raw}")))
+        .ok_or_else(|| ApiError::InvalidRequest("cursor is not one this route gave for this layout.".into()))
+}
+
+/// A cursor is at most this long (a path of the memory folder and a line, sealed).
+const MAX_CURSOR_CHARS: usize = 8192;
+
+/// Tells a blocking search that its request is gone (or answered): set
+/// when the handler's future is dropped, as it is when the client leaves.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 #[derive(Deserialize)]
@@ -122,12 +156,14 @@ pub(crate) async fn list_memory(
     layout: &str,
     query: ListQuery,
 ) -> Result<Value, ApiError> {
-    let after: Option<String> = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let context = cursor_context(CursorOf::List, tenant, workspace, layout);
+    let after: Option<String> = query.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(query.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
     let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref())).await?;
-    Ok(json!({"entries": page.entries, "next_cursor": page.next_after.map(|p| encode_cursor(json!(p)))}))
+    let next_cursor = page.next_after.map(|p| encode_cursor(state, &context, json!(p)));
+    Ok(json!({"entries": page.entries, "next_cursor": next_cursor}))
 }
 
 #[derive(Deserialize)]
@@ -141,21 +177,31 @@ pub struct ReadQuery {
 
 /// `GET …/memory/read`.
 pub async fn read_file(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ReadQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    read_memory(&state, tenant, &workspace, &layout, query).await.map(Json)
+    let usage = counts_usage(&key.scope, &workspace);
+    read_memory(&state, key.tenant_id, &workspace, &layout, query, usage).await.map(Json)
 }
 
-/// What `memory/read` answers (the route's and MCP's `memory_read`).
+/// A read counts as usage only for a key that may also ingest in the
+/// workspace (a runtime's): a dashboard's read-only key never moves what the
+/// selection ranks (SPEC §2.10).
+pub(crate) fn counts_usage(scope: &KeyScope, workspace: &str) -> bool {
+    scope.permissions.has(Permission::Ingest) && scope.workspaces.sees(workspace)
+}
+
+/// What `memory/read` answers (the route's and MCP's `memory_read`); the
+/// session it names counts a use when `usage` (see [`counts_usage`]).
 pub(crate) async fn read_memory(
     state: &AppState,
     tenant: uuid::Uuid,
     workspace: &str,
     layout: &str,
     query: ReadQuery,
+    usage: bool,
 ) -> Result<Value, ApiError> {
     if query.offset == Some(0) || query.limit == Some(0) {
         return Err(ApiError::InvalidRequest("offset and limit count from 1.".into()));
@@ -170,7 +216,7 @@ pub(crate) async fn read_memory(
     }
     let (memory_root, at) = (folder.memory_root.clone(), path.clone());
     let slice = on_disk(move || read::read(&memory_root, &at, query.offset.unwrap_or(1), query.limit)).await?;
-    if let Some(session) = session {
+    if let Some(session) = session.filter(|_| usage) {
         count_read(state, tenant, &folder, &session, &path).await;
     }
     serde_json::to_value(slice).map_err(ApiError::internal)
@@ -227,31 +273,37 @@ pub(crate) async fn search_memory(
 ) -> Result<Value, ApiError> {
     let text =
         params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
-    let context = params.context.unwrap_or(0);
+    let lines_around = params.context.unwrap_or(0);
     let limit = params.limit.unwrap_or(50);
-    if context > read::MAX_CONTEXT || !(1..=read::MAX_MATCHES).contains(&limit) {
+    if lines_around > read::MAX_CONTEXT || !(1..=read::MAX_MATCHES).contains(&limit) {
         return Err(ApiError::InvalidRequest(format!(
             "context must be 0 to {} and limit 1 to {}.",
             read::MAX_CONTEXT,
             read::MAX_MATCHES
         )));
     }
-    let after: Option<(String, u64)> = params.cursor.as_deref().map(decode_cursor).transpose()?;
+    let context = cursor_context(CursorOf::Search, tenant, workspace, layout);
+    let after: Option<(String, u64)> =
+        params.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
     let (regex, case_sensitive) = (params.regex.unwrap_or(false), params.case_sensitive.unwrap_or(false));
     // Checked before any file is opened: a bad pattern is the caller's, not the folder's.
-    read::matcher(&SearchQuery { query: &text, regex, case_sensitive, context, limit, after: None })
+    read::matcher(&SearchQuery { query: &text, regex, case_sensitive, context: lines_around, limit, after: None })
         .map_err(read_problem)?;
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(params.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let _cancel_when_gone = CancelOnDrop(cancelled.clone());
+    let stop = SearchStop::new(Instant::now() + read::SEARCH_DEADLINE, cancelled);
+    let asked = (text, regex, case_sensitive, lines_around, limit, after);
     let page = on_disk(move || {
-        read::search(&memory_root, &dir, &SearchQuery { query: &text, regex, case_sensitive, context, limit, after })
+        let (query, regex, case_sensitive, context, limit, after) = asked;
+        let query = SearchQuery { query: &query, regex, case_sensitive, context, limit, after };
+        read::search(&memory_root, &dir, &query, &stop)
     })
     .await?;
-    Ok(json!({
-        "matches": page.matches,
-        "next_cursor": page.next_after.map(|(path, line)| encode_cursor(json!([path, line]))),
-    }))
+    let next_cursor = page.next_after.map(|(path, line)| encode_cursor(state, &context, json!([path, line])));
+    Ok(json!({"matches": page.matches, "next_cursor": next_cursor}))
 }
 
 #[derive(Deserialize)]

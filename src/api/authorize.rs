@@ -99,7 +99,7 @@ pub async fn guard(State(guarded): State<Guarded>, req: Request<Body>, next: Nex
 
 async fn authorize(state: &AppState, permission: Permission, reach: Reach, parts: &mut Parts) -> Result<(), ApiError> {
     let key = parts.extensions.get::<AuthenticatedKey>().ok_or_else(|| ApiError::internal("the key was not found"))?;
-    if !key.scope.permissions.has(permission) {
+    if !key.scope.permissions.allow(permission) {
         return Err(ApiError::Forbidden(format!(
             "This key does not hold the {} permission this route takes.",
             permission.as_str()

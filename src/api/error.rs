@@ -43,6 +43,9 @@ pub enum ApiError {
     InvalidLayout(String),
     #[error("{0}")]
     InvalidRequest(String),
+    /// Well formed, but asks for what cannot be had together (422).
+    #[error("{0}")]
+    UnprocessableRequest(String),
     #[error("{0}")]
     LayoutConflict(String),
     #[error("{0}")]
@@ -115,6 +118,7 @@ impl ApiError {
             Self::InvalidSegment { status, .. } => (*status, "invalid_segment"),
             Self::InvalidLayout(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_layout"),
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Self::UnprocessableRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             Self::LayoutConflict(_) => (StatusCode::CONFLICT, "layout_conflict"),
             Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             Self::GenerationDisabled(_) => (StatusCode::CONFLICT, "generation_disabled"),

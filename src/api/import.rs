@@ -5,10 +5,9 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::TenantAuth;
 use crate::domain::ids::WorkspaceName;
 use crate::jobs::import::{ImportError, precheck};
-use crate::store::{ImportQueued, with_implicit_default};
+use crate::store::{AuthenticatedKey, ImportQueued, with_implicit_default};
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
@@ -18,11 +17,12 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 pub async fn import_workspace(
-    TenantAuth(tenant): TenantAuth,
+    key: AuthenticatedKey,
     State(state): State<AppState>,
     Path(raw_workspace): Path<String>,
     request: Request,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let tenant = key.tenant_id;
     let workspace = WorkspaceName::parse(&raw_workspace).ok_or_else(|| {
         ApiError::InvalidRequest(format!(
             "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_workspace}"
@@ -84,7 +84,15 @@ pub async fn import_workspace(
     let path = archive.clone();
     let checked = tokio::task::spawn_blocking(move || precheck(&path, &layouts)).await.map_err(ApiError::internal)?;
     match checked {
-        Ok(()) => {}
+        // A layout is the tenant's, in every workspace (SPEC §2.11).
+        Ok(created) if !created.is_empty() && !key.scope.workspaces.is_all() => {
+            return Err(ApiError::Forbidden(format!(
+                "The archive's manifest brings layouts this tenant does not have ({}); only a key for every \
+                 workspace may create a layout. Nothing was imported.",
+                created.join(", ")
+            )));
+        }
+        Ok(_) => {}
         Err(ImportError::Io(e)) => return Err(ApiError::internal(e)),
         Err(ImportError::Refused(message)) => {
             return Err(match message.split_once(": ") {
@@ -144,7 +152,7 @@ async fn receive(state: &AppState, request: Request, path: &std::path::Path, lim
     }
     let mut file = tokio::fs::File::create(path).await.map_err(Received::Failed)?;
     let mut body = request.into_body();
-    let stall = Duration::from_secs(state.config.body_timeout_secs.max(1));
+    let stall = Duration::from_secs(state.config.body_timeout_secs);
     let mut received = 0u64;
     loop {
         let frame = match tokio::time::timeout(stall, body.frame()).await {

@@ -3,10 +3,11 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{AdminAuth, OptionalJsonBody, sha256_hex};
+use super::extract::{AdminAuth, OptionalJsonBody, QueryParams, page_of, sha256_hex};
 use crate::domain::ids::random_hex;
 use crate::domain::key_scope::{KeyRequest, KeyScope, parse_key_request};
-use crate::store::{ApiKeyRecord, AuthenticatedKey, NewApiKey};
+use crate::domain::page::{Listing, PageCursor, PageRequest};
+use crate::store::{ApiKeyRecord, AuthenticatedKey, KeyCreated, NewApiKey};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -16,7 +17,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 /// A fresh secret and the record that stores its hash.
-pub(crate) fn new_key(tenant_id: Uuid, request: KeyRequest) -> (String, NewApiKey) {
+pub(crate) fn new_key(tenant_id: Uuid, request: KeyRequest, created_by: Option<Uuid>) -> (String, NewApiKey) {
     let secret = format!("mk_{}", random_hex(32));
     let record = NewApiKey {
         key_id: Uuid::new_v4(),
@@ -24,29 +25,53 @@ pub(crate) fn new_key(tenant_id: Uuid, request: KeyRequest) -> (String, NewApiKe
         key_hash: sha256_hex(secret.as_bytes()),
         name: request.name,
         scope: request.scope,
+        created_by,
     };
     (secret, record)
 }
 
+/// A key request's body, checked: well formed (else 400) and a scope a key
+/// may have (else 422).
+pub(crate) fn checked_request(body: &Value, defaults_to_every: bool) -> Result<KeyRequest, ApiError> {
+    let request = parse_key_request(body, Utc::now(), defaults_to_every).map_err(ApiError::InvalidRequest)?;
+    match request.scope.permissions.refusal() {
+        Some(refusal) => Err(ApiError::UnprocessableRequest(refusal.into())),
+        None => Ok(request),
+    }
+}
+
+/// Stores a new key: 404-like `gone` when its tenant is, 403 past the cap.
+pub(crate) async fn store_key(state: &AppState, key: &NewApiKey, gone: ApiError) -> Result<(), ApiError> {
+    let max = state.config.max_keys;
+    match state.store.create_api_key(key, max).await? {
+        KeyCreated::Created => Ok(()),
+        KeyCreated::NoTenant => Err(gone),
+        KeyCreated::AtLimit => Err(ApiError::QuotaExceeded(format!(
+            "The tenant holds {max} unexpired keys, as many as it may (MEMORYD_MAX_KEYS); revoke one first."
+        ))),
+    }
+}
+
 /// A key as listed: never its secret.
-pub(crate) fn key_json(key_id: Uuid, name: Option<&str>, scope: &KeyScope, created_at: chrono::DateTime<Utc>) -> Value {
+fn key_json(key_id: Uuid, name: Option<&str>, scope: &KeyScope, made: (chrono::DateTime<Utc>, Option<Uuid>)) -> Value {
     json!({
         "key_id": key_id,
         "name": name,
         "workspaces": scope.workspaces.to_json(),
         "permissions": scope.permissions.names(),
         "expires_at": scope.expires_at,
-        "created_at": created_at,
+        "created_at": made.0,
+        "created_by": made.1,
     })
 }
 
 fn listed(key: &ApiKeyRecord) -> Value {
-    key_json(key.key_id, key.name.as_deref(), &key.scope, key.created_at)
+    key_json(key.key_id, key.name.as_deref(), &key.scope, (key.created_at, key.created_by))
 }
 
 /// The answer to a key made: the key as listed, with its secret (shown once).
 pub(crate) fn issued(secret: &str, key: &NewApiKey) -> Value {
-    let mut body = key_json(key.key_id, key.name.as_deref(), &key.scope, Utc::now());
+    let mut body = key_json(key.key_id, key.name.as_deref(), &key.scope, (Utc::now(), key.created_by));
     body["api_key"] = json!(secret);
     body
 }
@@ -56,24 +81,63 @@ pub async fn create_key(
     State(state): State<AppState>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
-    let request = parse_key_request(&body.value, Utc::now(), false).map_err(ApiError::InvalidRequest)?;
+    let request = checked_request(&body.value, false)?;
     if !caller.scope.grants(&request.scope) {
         return Err(ApiError::Forbidden(
             "A key may grant only what it holds: its workspaces, its permissions, its lifetime.".into(),
         ));
     }
-    let (secret, key) = new_key(caller.tenant_id, request);
-    if !state.store.create_api_key(&key).await? {
-        return Err(ApiError::Unauthorized(super::error::Credential::TenantKey));
-    }
-    tracing::info!(tenant_id = %key.tenant_id, key_id = %key.key_id, "api key issued");
+    let (secret, key) = new_key(caller.tenant_id, request, Some(caller.key_id));
+    store_key(&state, &key, ApiError::Unauthorized(super::error::Credential::TenantKey)).await?;
+    tracing::info!(tenant_id = %key.tenant_id, key_id = %key.key_id, created_by = %caller.key_id, "api key issued");
     Ok((StatusCode::CREATED, Json(issued(&secret, &key))))
 }
 
-pub async fn list_keys(caller: AuthenticatedKey, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let keys = state.store.list_api_keys(caller.tenant_id).await?;
-    let seen: Vec<Value> = keys.iter().filter(|k| caller.scope.grants(&k.scope)).map(listed).collect();
-    Ok(Json(json!({"keys": seen})))
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+/// `GET /v1/keys`: a page of the keys the caller could have made, newest first.
+pub async fn list_keys(
+    caller: AuthenticatedKey,
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<KeysQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let page = page_of(Listing::Keys, query.limit, query.cursor.as_deref())?;
+    let (keys, next_cursor) = visible_keys(&state, caller.tenant_id, page, |k| caller.scope.grants(&k.scope)).await?;
+    Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>(), "next_cursor": next_cursor})))
+}
+
+/// A page of the tenant's keys that `visible` lets through: the store's
+/// pages are read on until this one is full, one page of rows at a time.
+async fn visible_keys(
+    state: &AppState,
+    tenant: Uuid,
+    page: PageRequest,
+    visible: impl Fn(&ApiKeyRecord) -> bool,
+) -> Result<(Vec<ApiKeyRecord>, Option<String>), ApiError> {
+    let mut shown = Vec::new();
+    let mut read = PageRequest { limit: page.limit, after: page.after.clone() };
+    loop {
+        let rows = state.store.list_api_keys(tenant, &read).await?;
+        let more = rows.len() as i64 > read.limit;
+        for row in rows.into_iter().take(read.limit as usize) {
+            read.after = Some(PageCursor { at: row.created_at, key: row.key_id.to_string() });
+            if visible(&row) {
+                shown.push(row);
+            }
+            if shown.len() as i64 > page.limit {
+                break;
+            }
+        }
+        if !more || shown.len() as i64 > page.limit {
+            break;
+        }
+    }
+    Ok(page.finish(Listing::Keys, shown, |k| PageCursor { at: k.created_at, key: k.key_id.to_string() }))
 }
 
 pub async fn revoke_key(
@@ -83,29 +147,31 @@ pub async fn revoke_key(
 ) -> Result<StatusCode, ApiError> {
     let not_found = || ApiError::NotFound(format!("No live key {raw_id}."));
     let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
-    let keys = state.store.list_api_keys(caller.tenant_id).await?;
-    if !keys.iter().any(|k| k.key_id == id && caller.scope.grants(&k.scope)) {
+    let key = state.store.api_key(caller.tenant_id, id).await?;
+    if !key.is_some_and(|k| caller.scope.grants(&k.scope)) {
         return Err(not_found());
     }
     if !state.store.revoke_api_key(Some(caller.tenant_id), id).await? {
         return Err(not_found());
     }
     state.caches.keys.clear();
-    tracing::info!(tenant_id = %caller.tenant_id, key_id = %id, "api key revoked");
+    tracing::info!(tenant_id = %caller.tenant_id, key_id = %id, "api key revoked, with the keys it made");
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /v1/admin/tenants/{tenant_id}/keys`: a tenant's live keys and scopes.
+/// `GET /v1/admin/tenants/{tenant_id}/keys`: a page of a tenant's live keys and scopes.
 pub async fn tenant_keys(
     _: AdminAuth,
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
+    QueryParams(query): QueryParams<KeysQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {raw_id}."));
     let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
+    let page = page_of(Listing::Keys, query.limit, query.cursor.as_deref())?;
     if !state.store.tenant_exists(id).await? {
         return Err(not_found());
     }
-    let keys = state.store.list_api_keys(id).await?;
-    Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>()})))
+    let (keys, next_cursor) = visible_keys(&state, id, page, |_| true).await?;
+    Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>(), "next_cursor": next_cursor})))
 }

@@ -202,7 +202,7 @@ fn tools(editable: bool) -> Vec<Tool> {
 
 /// Whether the layout lets running agents change its memory, and the key may.
 async fn editable(caller: &Caller) -> bool {
-    if !caller.scope.permissions.has(Permission::Edit) {
+    if !caller.scope.permissions.allow(Permission::Edit) {
         return false;
     }
     match super::layouts::find_layout(&caller.state, caller.tenant, &caller.layout).await {
@@ -242,7 +242,8 @@ async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) 
         "memory_read" => {
             let mut query = arguments::<ReadQuery>(args)?;
             query.session_id = caller.session.clone();
-            let read = agent_memory::read_memory(state, tenant, &workspace, &layout, query).await?;
+            let usage = agent_memory::counts_usage(&caller.scope, &workspace);
+            let read = agent_memory::read_memory(state, tenant, &workspace, &layout, query, usage).await?;
             Ok((text::slice(&read), read))
         }
         "memory_search" => {
@@ -256,7 +257,7 @@ async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) 
 }
 
 async fn edit(caller: &Caller, workspace: &str, layout: &str, mut args: Value) -> Result<(String, Value), ApiError> {
-    if !caller.scope.permissions.has(Permission::Edit) {
+    if !caller.scope.permissions.allow(Permission::Edit) {
         return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
     }
     if let (Some(session), Some(map)) = (&caller.session, args.as_object_mut()) {

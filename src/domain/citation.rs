@@ -4,36 +4,64 @@
 
 use super::ids::RolloutId;
 use serde_json::Value;
+use std::collections::HashSet;
 
 pub const CITATION_OPEN: &str = "<oai-mem-citation>";
 pub const CITATION_CLOSE: &str = "</oai-mem-citation>";
 /// The id lists a block may hold: Codex's, and its legacy name.
 const ID_LISTS: [(&str, &str); 2] = [("<rollout_ids>", "</rollout_ids>"), ("<thread_ids>", "</thread_ids>")];
 
+/// At most this many ids of a segment's citation blocks are read (SPEC §2.10).
+pub const MAX_CITED_IDS: usize = 1000;
+
+/// The rollout ids a segment's citations name, deduplicated in the order
+/// they first appear, each id looked up once (in time linear in the text).
+#[derive(Default)]
+struct Cited {
+    ids: Vec<RolloutId>,
+    seen: HashSet<RolloutId>,
+    /// Ids read so far, repeated ones included.
+    read: usize,
+}
+
+impl Cited {
+    fn full(&self) -> bool {
+        self.read >= MAX_CITED_IDS
+    }
+
+    /// Reads the ids of every citation block of `text`, until [`MAX_CITED_IDS`]; text that
+    /// is not a valid rollout id is skipped.
+    fn read_blocks(&mut self, text: &str) {
+        let mut rest = text;
+        while let Some(open) = rest.find(CITATION_OPEN).filter(|_| !self.full()) {
+            let block = &rest[open + CITATION_OPEN.len()..];
+            let (inside, after) = match block.find(CITATION_CLOSE) {
+                Some(close) => (&block[..close], &block[close + CITATION_CLOSE.len()..]),
+                None => (block, ""),
+            };
+            for (start, end) in ID_LISTS {
+                let Some(at) = inside.find(start) else { continue };
+                let list = &inside[at + start.len()..];
+                let list = list.find(end).map_or(list, |e| &list[..e]);
+                let ids = list.split(|c: char| c.is_whitespace() || c == ',').filter_map(RolloutId::parse);
+                for id in ids.take(MAX_CITED_IDS - self.read.min(MAX_CITED_IDS)) {
+                    self.read += 1;
+                    if self.seen.insert(id.clone()) {
+                        self.ids.push(id);
+                    }
+                }
+            }
+            rest = after;
+        }
+    }
+}
+
 /// The rollout ids every citation block of `text` names, deduplicated in
 /// the order they appear; text that is not a valid rollout id is skipped.
 pub fn cited_rollout_ids(text: &str) -> Vec<RolloutId> {
-    let mut ids: Vec<RolloutId> = Vec::new();
-    let mut rest = text;
-    while let Some(open) = rest.find(CITATION_OPEN) {
-        let block = &rest[open + CITATION_OPEN.len()..];
-        let (inside, after) = match block.find(CITATION_CLOSE) {
-            Some(close) => (&block[..close], &block[close + CITATION_CLOSE.len()..]),
-            None => (block, ""),
-        };
-        for (start, end) in ID_LISTS {
-            let Some(at) = inside.find(start) else { continue };
-            let list = &inside[at + start.len()..];
-            let list = list.find(end).map_or(list, |e| &list[..e]);
-            for id in list.split(|c: char| c.is_whitespace() || c == ',').filter_map(RolloutId::parse) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-        rest = after;
-    }
-    ids
+    let mut cited = Cited::default();
+    cited.read_blocks(text);
+    cited.ids
 }
 
 /// The rollouts a segment cites: in its `final_output` and in the text of
@@ -51,15 +79,11 @@ pub fn segment_citations(final_output: &Value, generated_items: &[Value]) -> Vec
             _ => {}
         }
     }
-    let mut ids: Vec<RolloutId> = Vec::new();
+    let mut cited = Cited::default();
     for text in texts.into_iter().filter(|t| t.contains(CITATION_OPEN)) {
-        for id in cited_rollout_ids(text) {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
+        cited.read_blocks(text);
     }
-    ids
+    cited.ids
 }
 
 #[cfg(test)]
@@ -97,5 +121,17 @@ mod tests {
         let found = ids(segment_citations(&json!(block("from-final")), &items));
         assert_eq!(found, ["from-final", "from-parts", "from-text"]);
         assert!(segment_citations(&json!({"structured": true}), &[]).is_empty());
+    }
+
+    #[test]
+    fn at_most_a_thousand_ids_are_read() {
+        let many: Vec<String> = (0..60_000).map(|i| format!("r-{i}")).collect();
+        let text = format!("<oai-mem-citation><rollout_ids>\n{}\n</rollout_ids></oai-mem-citation>", many.join("\n"));
+        let found = cited_rollout_ids(&text);
+        assert_eq!(found.len(), MAX_CITED_IDS);
+        assert_eq!(found.last().unwrap().as_str(), "r-999");
+        let repeated =
+            format!("<oai-mem-citation><rollout_ids>{}</rollout_ids></oai-mem-citation>", "a b ".repeat(800));
+        assert_eq!(ids(cited_rollout_ids(&(repeated + "<oai-mem-citation><rollout_ids>c</rollout_ids>"))), ["a", "b"]);
     }
 }

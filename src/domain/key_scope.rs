@@ -68,6 +68,19 @@ impl Permissions {
         other.0 & !self.0 == 0
     }
 
+    /// Whether these open a route that takes `permission`. An edit's answer
+    /// tells what the files hold, so `edit` works only beside `read`, even
+    /// for a key stored before that was refused at creation (SPEC §2.11).
+    pub fn allow(self, permission: Permission) -> bool {
+        self.has(permission) && (permission != Permission::Edit || self.has(Permission::Read))
+    }
+
+    /// Why a key may not be made with these, if it may not.
+    pub fn refusal(self) -> Option<&'static str> {
+        (self.has(Permission::Edit) && !self.has(Permission::Read))
+            .then_some("A key with edit must also hold read: an edit's answer tells what the memory files hold.")
+    }
+
     /// In the order of [`Permission::ALL`], whatever order they were given in.
     pub fn names(self) -> Vec<&'static str> {
         Permission::ALL.into_iter().filter(|p| self.has(*p)).map(Permission::as_str).collect()

@@ -17,6 +17,7 @@ pub enum Listing {
     Jobs,
     Runs,
     Tenants,
+    Keys,
 }
 
 impl Listing {
@@ -26,13 +27,16 @@ impl Listing {
             Self::Jobs => "jobs",
             Self::Runs => "runs",
             Self::Tenants => "tenants",
+            Self::Keys => "keys",
         }
     }
 
     fn key_is_valid(self, key: &str) -> bool {
         match self {
             Self::Sessions => super::ids::SessionId::parse(key).is_some_and(|id| id.as_str() == key),
-            Self::Jobs | Self::Runs | Self::Tenants => uuid::Uuid::parse_str(key).is_ok_and(|id| id.to_string() == key),
+            Self::Jobs | Self::Runs | Self::Tenants | Self::Keys => {
+                uuid::Uuid::parse_str(key).is_ok_and(|id| id.to_string() == key)
+            }
         }
     }
 }

@@ -88,31 +88,36 @@ impl SecretsKey {
     }
 
     pub fn seal(&self, webhook: Uuid, secret: &str) -> String {
-        let mut nonce = [0u8; 12];
-        getrandom::fill(&mut nonce).expect("the operating system's random source");
-        let sealed = self
-            .cipher
-            .encrypt(&Nonce::from(nonce), Payload { msg: secret.as_bytes(), aad: webhook.as_bytes() })
-            .expect("sealing a short secret cannot fail");
-        let mut out = nonce.to_vec();
-        out.extend_from_slice(&sealed);
-        format!("{SEALED_PREFIX}{}", BASE64.encode(out))
+        format!("{SEALED_PREFIX}{}", BASE64.encode(self.seal_bytes(webhook.as_bytes(), secret.as_bytes())))
     }
 
     pub fn open(&self, webhook: Uuid, sealed: &str) -> Result<String, SealError> {
         let bytes = BASE64
             .decode(sealed.strip_prefix(SEALED_PREFIX).ok_or(SealError::Unreadable)?)
             .map_err(|_| SealError::Unreadable)?;
-        if bytes.len() < 12 {
-            return Err(SealError::Unreadable);
-        }
-        let (nonce, body) = bytes.split_at(12);
-        let nonce: [u8; 12] = nonce.try_into().map_err(|_| SealError::Unreadable)?;
-        let opened = self
-            .cipher
-            .decrypt(&Nonce::from(nonce), Payload { msg: body, aad: webhook.as_bytes() })
-            .map_err(|_| SealError::Unreadable)?;
+        let opened = self.open_bytes(webhook.as_bytes(), &bytes).ok_or(SealError::Unreadable)?;
         String::from_utf8(opened).map_err(|_| SealError::Unreadable)
+    }
+
+    /// `message` sealed for `context`: unreadable without the key, and it
+    /// opens under that context only (a nonce, then the ciphertext and tag).
+    pub fn seal_bytes(&self, context: &[u8], message: &[u8]) -> Vec<u8> {
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).expect("the operating system's random source");
+        let sealed = self
+            .cipher
+            .encrypt(&Nonce::from(nonce), Payload { msg: message, aad: context })
+            .expect("sealing a short message cannot fail");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// What [`Self::seal_bytes`] sealed for `context`; `None` for anything else.
+    pub fn open_bytes(&self, context: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        let (nonce, body) = sealed.split_at_checked(12)?;
+        let nonce: [u8; 12] = nonce.try_into().ok()?;
+        self.cipher.decrypt(&Nonce::from(nonce), Payload { msg: body, aad: context }).ok()
     }
 }
 

@@ -506,15 +506,15 @@ impl<R: Read> Read for LineRedactor<'_, R> {
 
 /// What can be told of an archive before its job starts: gzip bytes, a tar,
 /// and a memoryd manifest (if it begins with one) whose layouts do not clash
-/// with the tenant's.
-pub(crate) fn precheck(archive: &Path, layouts: &[StoredLayout]) -> Result<(), ImportError> {
+/// with the tenant's; the names of the layouts it would create.
+pub(crate) fn precheck(archive: &Path, layouts: &[StoredLayout]) -> Result<Vec<String>, ImportError> {
     let mut magic = [0u8; 2];
     let read = File::open(archive)?.read(&mut magic)?;
     if read < 2 || magic != [0x1f, 0x8b] {
         return Err(invalid("the body is not gzip"));
     }
     let mut reader = entries::open(archive)?;
-    let Some(first) = entries::checked(&mut reader)?.next() else { return Ok(()) };
+    let Some(first) = entries::checked(&mut reader)?.next() else { return Ok(Vec::new()) };
     let (name, mut first) = first?;
     let path = archive_path(&name).map_err(invalid)?;
     if path == MANIFEST_NAME {
@@ -526,9 +526,10 @@ pub(crate) fn precheck(archive: &Path, layouts: &[StoredLayout]) -> Result<(), I
         }
         let mut bytes = Vec::with_capacity(first.size() as usize);
         first.read_to_end(&mut bytes).map_err(entries::unreadable)?;
-        merged_layouts(layouts, &read_manifest(&bytes).map_err(invalid)?)?;
+        let (_, created) = merged_layouts(layouts, &read_manifest(&bytes).map_err(invalid)?)?;
+        return Ok(created.into_iter().map(|(name, _)| name.as_str().to_owned()).collect());
     }
-    Ok(())
+    Ok(Vec::new())
 }
 
 #[cfg(test)]

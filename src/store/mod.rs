@@ -128,15 +128,19 @@ fn database_failure(e: &sqlx::Error) -> Failure {
 #[async_trait]
 pub trait TenantStore: Send + Sync {
     async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant>;
-    /// `false` when the tenant does not exist.
-    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool>;
-    /// `false` when no live key has that id (of `tenant`, when given).
+    /// Stores the key unless its tenant is gone or already holds
+    /// `max_keys` unexpired keys.
+    async fn create_api_key(&self, key: &NewApiKey, max_keys: u64) -> StoreResult<KeyCreated>;
+    /// Revokes the live key with that id (of `tenant`, when given), the keys
+    /// it made, and theirs; `false` when no live key has that id.
     async fn revoke_api_key(&self, tenant: Option<TenantId>, key_id: Uuid) -> StoreResult<bool>;
     /// The live (not revoked) key with this SHA-256, expired or not, of a
     /// tenant not being forgotten.
     async fn key_for_hash(&self, key_hash: &str) -> StoreResult<Option<AuthenticatedKey>>;
-    /// The tenant's keys not revoked, oldest first.
-    async fn list_api_keys(&self, tenant: TenantId) -> StoreResult<Vec<ApiKeyRecord>>;
+    /// A page of the tenant's keys not revoked, newest first.
+    async fn list_api_keys(&self, tenant: TenantId, page: &PageRequest) -> StoreResult<Vec<ApiKeyRecord>>;
+    /// The tenant's live key with that id.
+    async fn api_key(&self, tenant: TenantId, key_id: Uuid) -> StoreResult<Option<ApiKeyRecord>>;
     /// A page of the tenants, oldest first, with their live keys and
     /// sessions counted: the cost follows the page, not every tenant.
     async fn list_tenants(&self, page: &PageRequest) -> StoreResult<Vec<TenantSummary>>;

@@ -28,6 +28,17 @@ pub struct NewApiKey {
     pub key_hash: String,
     pub name: Option<String>,
     pub scope: KeyScope,
+    /// The key that made it (`None`: the tenant's first key, or the admin's).
+    pub created_by: Option<Uuid>,
+}
+
+/// What became of a key to store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyCreated {
+    Created,
+    NoTenant,
+    /// The tenant holds as many unexpired keys as it may.
+    AtLimit,
 }
 
 /// A live key as a request presents it: whose it is and what it reaches.
@@ -45,6 +56,7 @@ pub struct ApiKeyRecord {
     pub name: Option<String>,
     pub scope: KeyScope,
     pub created_at: DateTime<Utc>,
+    pub created_by: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

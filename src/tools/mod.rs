@@ -54,7 +54,10 @@ pub(crate) use crate::domain::memory_edit::normalize;
 /// Whether the consolidation agent may write `path` (relative to the memory
 /// folder): anything there but the files memoryd maintains.
 pub fn agent_may_write(path: &str) -> bool {
-    !MEMORYD_OWNED.iter().any(|owned| is_under(path, owned))
+    // A part named like memoryd's temporary files would be stored, yet hidden
+    // from every listing and read, and removed by the next leftover sweep.
+    let temporary = path.split('/').any(|part| crate::workspace::is_temporary_file(std::ffi::OsStr::new(part)));
+    !temporary && !MEMORYD_OWNED.iter().any(|owned| is_under(path, owned))
 }
 
 fn is_under(path: &str, dir: &str) -> bool {

@@ -8,6 +8,9 @@ use crate::workspace::is_temporary_file;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Entries a listing page holds at most (Codex's limit).
 pub const MAX_LISTED: usize = 2000;
@@ -247,6 +250,13 @@ fn cut_at_char(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// A search answer holds at most this much text, lines and context together.
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
+/// How long one search may scan before it answers with what it found.
+pub const SEARCH_DEADLINE: Duration = Duration::from_secs(2);
+/// Lines scanned between two looks at the clock and the cancellation flag.
+const LINES_BETWEEN_CHECKS: usize = 1024;
+
 /// A search as `memory/search` asks it.
 pub struct SearchQuery<'a> {
     pub query: &'a str,
@@ -267,10 +277,35 @@ pub struct SearchMatch {
     pub after: Vec<String>,
 }
 
+impl SearchMatch {
+    fn text_bytes(&self) -> usize {
+        self.text.len() + self.before.iter().chain(&self.after).map(String::len).sum::<usize>()
+    }
+}
+
 pub struct SearchPage {
     pub matches: Vec<SearchMatch>,
-    /// The `(path, line)` of a full page's last match, to continue after.
+    /// Where the next page starts: after this `(path, line)`. Set when the
+    /// page is full, the answer's budget is spent or the deadline passed.
     pub next_after: Option<(String, u64)>,
+}
+
+/// When a search must stop scanning: at its deadline, or as soon as the
+/// request that asked for it is gone (the flag is set from another thread).
+#[derive(Clone)]
+pub struct SearchStop {
+    deadline: Instant,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl SearchStop {
+    pub fn new(deadline: Instant, cancelled: Arc<AtomicBool>) -> Self {
+        Self { deadline, cancelled }
+    }
+
+    fn now(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
 }
 
 /// The linear-time matcher of a query (the `regex` crate has no
@@ -300,9 +335,31 @@ fn search_order(path: &str) -> (u8, &str) {
     }
 }
 
+/// What is left of one page while files are searched.
+struct Room {
+    matches: usize,
+    bytes: usize,
+}
+
+/// How the search of one file ended.
+enum FileEnd {
+    /// Every line was looked at.
+    Done,
+    /// The page is full or its budget spent: the next page starts after the last match.
+    Full,
+    /// Stopped after this line (1-based) without a match there.
+    StoppedAfter(u64),
+}
+
 /// `memory/search`: matching lines of the files under `dir`, in search
-/// order, one match per line.
-pub fn search(memory_root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<SearchPage, ReadError> {
+/// order, one match per line. A page ends at `limit` matches, at
+/// [`MAX_ANSWER_BYTES`] of text, or when `stop` says so, with where to go on.
+pub fn search(
+    memory_root: &Path,
+    dir: &str,
+    query: &SearchQuery<'_>,
+    stop: &SearchStop,
+) -> Result<SearchPage, ReadError> {
     let matcher = matcher(query)?;
     let mut files: Vec<String> = entries_under(memory_root, dir, false)?
         .into_iter()
@@ -311,63 +368,135 @@ pub fn search(memory_root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<
         .collect();
     files.sort_by(|a, b| search_order(a).cmp(&search_order(b)));
     let limit = query.limit.clamp(1, MAX_MATCHES);
+    // One match more than the page holds tells whether there is a next page.
+    let mut room = Room { matches: limit + 1, bytes: MAX_ANSWER_BYTES };
     let mut matches = Vec::new();
+    let mut last_scanned: Option<(String, u64)> = None;
     for path in files {
         let skip_through = match &query.after {
+            // A file the last page searched to its end.
+            Some((after, u64::MAX)) if search_order(&path) <= search_order(after) => continue,
             Some((after, line)) if search_order(&path) == search_order(after) => *line,
             Some((after, _)) if search_order(&path) < search_order(after) => continue,
             _ => 0,
         };
+        // Each page looks at one file at least, so that following its cursors always ends.
+        if let Some(scanned) = last_scanned.as_ref().filter(|_| stop.now()) {
+            return Ok(SearchPage { matches, next_after: Some(scanned.clone()) });
+        }
         let Ok(bytes) = std::fs::read(memory_root.join(&path)) else { continue };
         let text = decoded(&bytes);
-        search_text(&path, &text, &matcher, query.context, skip_through, limit + 1 - matches.len(), &mut matches);
-        if matches.len() > limit {
-            break;
+        let scan =
+            FileScan { path: &path, text: &text, matcher: &matcher, literal: !query.regex, context: query.context };
+        match scan.run(skip_through, &mut room, &mut matches, stop) {
+            FileEnd::Done => last_scanned = Some((path.clone(), u64::MAX)),
+            FileEnd::Full => break,
+            FileEnd::StoppedAfter(line) => return Ok(SearchPage { matches, next_after: Some((path, line)) }),
         }
     }
-    let next_after = (matches.len() > limit).then(|| {
-        matches.truncate(limit);
-        matches.last().map(|m| (m.path.clone(), m.line)).unwrap_or_default()
-    });
+    let full = room.matches == 0 || room.bytes == 0;
+    matches.truncate(limit);
+    let next_after = full.then(|| matches.last().map(|m: &SearchMatch| (m.path.clone(), m.line))).flatten();
     Ok(SearchPage { matches, next_after })
 }
 
-/// Up to `room` matching lines of one file after line `skip_through`.
-fn search_text(
-    path: &str,
-    text: &str,
-    matcher: &regex::Regex,
+/// What one look for a match found.
+enum Probe {
+    /// A match on this line (0-based), starting at this byte of it.
+    Hit(usize, usize),
+    /// None on the line looked at.
+    Miss,
+    /// None in the rest of the file.
+    End,
+}
+
+/// One file's text searched line by line.
+struct FileScan<'a> {
+    path: &'a str,
+    text: &'a str,
+    matcher: &'a regex::Regex,
+    /// A plain substring: found in the whole text at once (never empty).
+    literal: bool,
     context: usize,
-    skip_through: u64,
-    room: usize,
-    out: &mut Vec<SearchMatch>,
-) {
-    let mut starts: Option<Vec<usize>> = None;
-    let mut at = 0;
-    let mut found = 0;
-    while found < room && at <= text.len() {
-        let Some(hit) = matcher.find_at(text, at) else { break };
-        let starts = starts.get_or_insert_with(|| line_starts(text));
-        let index = starts.partition_point(|s| *s <= hit.start()) - 1;
-        let end = line_end(text, starts, index);
-        at = end + 1;
-        if (index as u64) < skip_through {
-            continue;
+}
+
+impl FileScan<'_> {
+    /// Matches after line `skip_through`, while the page has room.
+    fn run(&self, skip_through: u64, room: &mut Room, out: &mut Vec<SearchMatch>, stop: &SearchStop) -> FileEnd {
+        let first = usize::try_from(skip_through).unwrap_or(usize::MAX);
+        // Most files of a search hold no match: they are passed over without their lines found.
+        if self.literal && first == 0 && !self.matcher.is_match(self.text) {
+            return FileEnd::Done;
         }
-        let line = |i: usize| text[starts[i]..line_end(text, starts, i)].trim_end_matches('\r').to_owned();
-        out.push(SearchMatch {
-            path: path.to_owned(),
+        let starts = line_starts(self.text);
+        let (mut index, mut steps) = (first, 0usize);
+        while index < starts.len() {
+            steps += 1;
+            if steps.is_multiple_of(LINES_BETWEEN_CHECKS) && stop.now() {
+                return FileEnd::StoppedAfter(index as u64);
+            }
+            let (line, at) = match self.probe(&starts, index) {
+                Probe::Hit(line, at) => (line, at),
+                Probe::Miss => {
+                    index += 1;
+                    continue;
+                }
+                Probe::End => return FileEnd::Done,
+            };
+            let found = self.found(&starts, line, at);
+            if found.text_bytes() > room.bytes {
+                room.bytes = 0;
+                return FileEnd::Full;
+            }
+            room.bytes -= found.text_bytes();
+            room.matches -= 1;
+            out.push(found);
+            if room.matches == 0 {
+                return FileEnd::Full;
+            }
+            index = line + 1;
+        }
+        FileEnd::Done
+    }
+
+    /// Looks for a match from line `index` (0-based) on. A substring is
+    /// found in the whole text at once; a regex is tried on line `index`
+    /// alone, so that nothing it matches reaches past the line (an empty
+    /// match included).
+    fn probe(&self, starts: &[usize], index: usize) -> Probe {
+        if self.literal {
+            let Some(hit) = self.matcher.find_at(self.text, starts[index]) else { return Probe::End };
+            let line = starts.partition_point(|s| *s <= hit.start()) - 1;
+            return Probe::Hit(line, hit.start() - starts[line]);
+        }
+        match self.matcher.find(self.line(starts, index)) {
+            Some(hit) => Probe::Hit(index, hit.start()),
+            None => Probe::Miss,
+        }
+    }
+
+    fn line<'t>(&'t self, starts: &[usize], index: usize) -> &'t str {
+        &self.text[starts[index]..line_end(self.text, starts, index)]
+    }
+
+    fn found(&self, starts: &[usize], index: usize, at: usize) -> SearchMatch {
+        let shown = |i: usize| cut_around(self.line(starts, i).trim_end_matches('\r'), 0);
+        SearchMatch {
+            path: self.path.to_owned(),
             line: index as u64 + 1,
-            text: cut_around(&line(index), hit.start() - starts[index]),
-            before: (index.saturating_sub(context)..index).map(line).collect(),
-            after: (index + 1..(index + 1 + context).min(starts.len())).map(line).collect(),
-        });
-        found += 1;
+            text: cut_around(self.line(starts, index).trim_end_matches('\r'), at),
+            before: (index.saturating_sub(self.context)..index).map(shown).collect(),
+            after: (index + 1..(index + 1 + self.context).min(starts.len())).map(shown).collect(),
+        }
     }
 }
 
-/// Where each line starts (a final empty line after a last newline is none).
+/// Where each line starts (a final empty line after a last newline is
+/// none; an empty text has no line).
 fn line_starts(text: &str) -> Vec<usize> {
+    if text.is_empty() {
+        return Vec::new();
+    }
     let mut starts = vec![0];
     starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1).filter(|i| *i < text.len()));
     starts
@@ -425,6 +554,30 @@ mod tests {
 
     fn query(text: &str) -> SearchQuery<'_> {
         SearchQuery { query: text, regex: false, case_sensitive: false, context: 0, limit: 50, after: None }
+    }
+
+    fn unhurried() -> SearchStop {
+        SearchStop::new(Instant::now() + Duration::from_secs(600), Arc::default())
+    }
+
+    fn search(root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<SearchPage, ReadError> {
+        super::search(root, dir, query, &unhurried())
+    }
+
+    /// Every `(path, line)` that following the cursors from the first page
+    /// visits, and how many pages it took.
+    fn every_page(root: &Path, query: SearchQuery<'_>, stop: impl Fn() -> SearchStop) -> (Vec<(String, u64)>, usize) {
+        let (mut seen, mut pages, mut after) = (Vec::new(), 0, None);
+        loop {
+            pages += 1;
+            assert!(pages < 10_000, "the cursors never end: {seen:?}");
+            let page = super::search(root, "", &SearchQuery { after: after.clone(), ..query }, &stop()).unwrap();
+            seen.extend(page.matches.into_iter().map(|m| (m.path, m.line)));
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return (seen, pages),
+            }
+        }
     }
 
     #[test]
@@ -509,17 +662,101 @@ mod tests {
     #[test]
     fn search_pages_continue_after_the_cursor() {
         let (_dir, root) = folder();
-        let mut after = None;
-        let mut seen = Vec::new();
-        loop {
-            let page = search(&root, "", &SearchQuery { limit: 1, after: after.clone(), ..query("tea") }).unwrap();
-            seen.extend(page.matches.into_iter().map(|m| (m.path, m.line)));
-            match page.next_after {
-                Some(next) => after = Some(next),
-                None => break,
-            }
-        }
+        let (seen, pages) = every_page(&root, SearchQuery { limit: 1, ..query("tea") }, unhurried);
         assert_eq!(seen.len(), 4, "{seen:?}");
+        assert_eq!(pages, 4, "a page of exactly the last match says there is no more");
+    }
+
+    #[test]
+    fn a_regex_that_matches_empty_pages_to_the_end() {
+        let (_dir, root) = folder();
+        let (seen, _) = every_page(&root, SearchQuery { regex: true, limit: 2, ..query("^") }, unhurried);
+        let mut lines = 0;
+        for file in ["MEMORY.md", "memory_summary.md", "rollout_summaries/chat-1_tea.md", "skills/ci/SKILL.md"] {
+            lines += std::fs::read_to_string(root.join(file)).unwrap().lines().count();
+        }
+        assert_eq!(seen.len(), lines, "each line once, no line after a last newline: {seen:?}");
+        let ends = search(&root, "", &SearchQuery { regex: true, ..query("$") }).unwrap();
+        assert_eq!(ends.matches.len(), lines);
+    }
+
+    #[test]
+    fn an_answer_keeps_to_its_budget_and_says_where_to_go_on() {
+        let (_dir, root) = folder();
+        let long = format!("{}\n", "needle ".repeat(400));
+        std::fs::write(root.join("big.md"), long.repeat(3000)).unwrap();
+        let wide = SearchQuery { limit: MAX_MATCHES, context: MAX_CONTEXT, ..query("needle") };
+        let page = search(&root, "big.md", &wide).unwrap();
+        let bytes: usize = page.matches.iter().map(SearchMatch::text_bytes).sum();
+        assert!(bytes <= MAX_ANSWER_BYTES, "{bytes}");
+        assert!(page.matches.len() < MAX_MATCHES && page.next_after.is_some());
+        assert!(page.matches.iter().flat_map(|m| &m.before).all(|l| l.len() <= MAX_LINE_BYTES + 6), "context is cut");
+    }
+
+    #[test]
+    fn a_search_past_its_deadline_answers_with_where_it_stopped() {
+        let (_dir, root) = folder();
+        std::fs::write(root.join("many.md"), "x\n".repeat(50_000)).unwrap();
+        let late = || SearchStop::new(Instant::now(), Arc::default());
+        let (seen, pages) = every_page(&root, SearchQuery { regex: true, limit: 200, ..query("q|tea") }, late);
+        assert_eq!(seen.len(), 4, "every match, each once: {seen:?}");
+        assert!(pages > 40, "each page stopped at its deadline: {pages}");
+        let cancelled = SearchStop::new(Instant::now() + Duration::from_secs(600), Arc::new(AtomicBool::new(true)));
+        let page = super::search(&root, "many.md", &SearchQuery { regex: true, ..query("y") }, &cancelled).unwrap();
+        assert_eq!(page.next_after, Some(("many.md".into(), LINES_BETWEEN_CHECKS as u64 - 1)));
+    }
+
+    /// Random files (empty lines, no last newline, long lines, CRLF) and
+    /// random patterns (some matching empty): following the cursors from
+    /// the first page visits exactly the lines a line-by-line scan matches,
+    /// each once, whatever the page size, the budget or the deadline.
+    #[test]
+    fn search_paging_visits_each_match_once_property() {
+        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
+        let pieces = ["", "a", "ab", "b a", "\r", "é", "tea", "x"];
+        let patterns = ["^", "$", "a*", "a", "^$", "b|$", "(?s).*", "\\b", "a+b?", "é"];
+        for case in 0..300 {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().to_path_buf();
+            for file in 0..(1 + rng.next() % 3) {
+                let mut text = String::new();
+                for _ in 0..rng.next() % 40 {
+                    for _ in 0..rng.next() % 4 {
+                        text.push_str(pieces[(rng.next() % pieces.len() as u64) as usize]);
+                    }
+                    if rng.next().is_multiple_of(17) {
+                        text.push_str(&"a".repeat(1500));
+                    }
+                    text.push('\n');
+                }
+                if rng.next().is_multiple_of(2) {
+                    text.pop();
+                }
+                let name = ["MEMORY.md", "notes/b.md", "memory_summary.md"][file as usize];
+                std::fs::create_dir_all(root.join(name).parent().unwrap()).unwrap();
+                std::fs::write(root.join(name), &text).unwrap();
+            }
+            let pattern = patterns[(rng.next() % patterns.len() as u64) as usize];
+            let regex = regex::RegexBuilder::new(pattern).case_insensitive(true).multi_line(true).build().unwrap();
+            let mut expected = Vec::new();
+            for name in ["MEMORY.md", "memory_summary.md", "notes/b.md"] {
+                let Ok(text) = std::fs::read_to_string(root.join(name)) else { continue };
+                let lines: Vec<&str> = text.split_inclusive('\n').map(|l| l.strip_suffix('\n').unwrap_or(l)).collect();
+                expected.extend(
+                    lines
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, l)| regex.is_match(l))
+                        .map(|(i, _)| (name.to_owned(), i as u64 + 1)),
+                );
+            }
+            let limit = 1 + (rng.next() % 7) as usize;
+            let asked = SearchQuery { regex: true, limit, context: (rng.next() % 3) as usize, ..query(pattern) };
+            let late = rng.next().is_multiple_of(3);
+            let stop = || if late { SearchStop::new(Instant::now(), Arc::default()) } else { unhurried() };
+            let (seen, _) = every_page(&root, asked, stop);
+            assert_eq!(seen, expected, "case {case}: {pattern:?} limit {limit}");
+        }
     }
 
     #[test]

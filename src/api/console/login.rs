@@ -205,7 +205,9 @@ pub(super) async fn tenant_keys(State(state): State<AppState>, signed: Signed, P
     if !state.store.tenant_exists(id).await? {
         return Err(not_found());
     }
-    let keys = state.store.list_api_keys(id).await?;
+    // The newest keys, a listing's longest page: the rest are paged by GET /v1/admin/tenants/{id}/keys.
+    let newest = crate::domain::page::PageRequest { limit: crate::domain::page::MAX_LIMIT, after: None };
+    let keys = state.store.list_api_keys(id, &newest).await?;
     signed.page(
         &format!("Keys of tenant {id}"),
         html! {

@@ -56,14 +56,27 @@ pub fn markdown(text: &str) -> Markup {
     PreEscaped(mark_redactions(&out))
 }
 
-/// Every `[REDACTED:<rule>]` of rendered HTML set apart, so a reader sees
-/// where a secret was taken out. The marker holds no character HTML escapes,
-/// so it reads the same in escaped text.
+/// Every `[REDACTED:<rule>]` in the text of rendered HTML set apart, so a
+/// reader sees where a secret was taken out. The marker holds no character
+/// HTML escapes, so it reads the same in escaped text; inside a tag (an
+/// attribute: a link's title, a class) it is left as it is, where markup
+/// would break the attribute. Both renderers escape `<` and `>` in text and
+/// attributes alike, so a raw `<` always opens a tag and `>` closes it.
 pub fn mark_redactions(html: &str) -> String {
     static MARKER: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let marker =
         MARKER.get_or_init(|| regex::Regex::new(r"\[REDACTED:[a-z0-9_]{1,40}\]").expect("the marker pattern compiles"));
-    marker.replace_all(html, r#"<mark class="redacted">$0</mark>"#).into_owned()
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    while !rest.is_empty() {
+        let text_end = rest.find('<').unwrap_or(rest.len());
+        out.push_str(&marker.replace_all(&rest[..text_end], r#"<mark class="redacted">$0</mark>"#));
+        let tag = &rest[text_end..];
+        let tag_end = tag.find('>').map_or(tag.len(), |end| end + 1);
+        out.push_str(&tag[..tag_end]);
+        rest = &tag[tag_end..];
+    }
+    out
 }
 
 /// Redaction counts, by rule.
@@ -313,6 +326,10 @@ mod tests {
         let html = markdown("The key is [REDACTED:openai_key], <b>not</b> [REDACTED:x y].").into_string();
         assert!(html.contains(r#"<mark class="redacted">[REDACTED:openai_key]</mark>"#), "{html}");
         assert!(html.contains("[REDACTED:x y]") && html.contains("&lt;b&gt;"), "{html}");
+        let titled = markdown(r#"[docs](https://example.com "see [REDACTED:openai_key] here")"#).into_string();
+        assert!(titled.contains(r#"title="see [REDACTED:openai_key] here""#), "the attribute holds: {titled}");
+        let role = conversation(r#"{"input":[{"role":"[REDACTED:x]","content":"hi"}]}"#).into_string();
+        assert!(role.contains(r#"class="turn [REDACTED:x]""#), "{role}");
         let line = r#"{"input":[{"role":"user","content":"token [REDACTED:github_token]"}]}"#;
         assert!(conversation(line).into_string().contains(r#"<mark class="redacted">[REDACTED:github_token]</mark>"#));
     }

@@ -4,18 +4,19 @@ use super::*;
 use crate::domain::key_scope::{KeyScope, Permissions, Workspaces};
 use crate::store::StoreError;
 use crate::store::{
-    ApiKeyRecord, AuthenticatedKey, NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantStore,
+    ApiKeyRecord, AuthenticatedKey, KeyCreated, NewApiKey, PageRequest, TENANT_DELETING, Tenant, TenantId, TenantStore,
     TenantSummary,
 };
 use chrono::Utc;
 use sqlx::Row;
 use uuid::Uuid;
 
-/// The insert of a key, its rows given by `source` over `$1`…`$8`: id,
-/// tenant, hash, created, name, workspaces, permissions, expiry.
+/// The insert of a key, its rows given by `source` over `$1`…`$9`: id,
+/// tenant, hash, created, name, workspaces, permissions, expiry, maker.
 fn insert_key<'q>(key: &'q NewApiKey, source: &str) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments> {
     sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO api_keys (id, tenant_id, key_hash, created_at, name, workspaces, permissions, expires_at) {source}"
+        "INSERT INTO api_keys (id, tenant_id, key_hash, created_at, name, workspaces, permissions, expires_at, created_by)
+         {source}"
     )))
     .bind(key.key_id)
     .bind(key.tenant_id)
@@ -25,6 +26,19 @@ fn insert_key<'q>(key: &'q NewApiKey, source: &str) -> sqlx::query::Query<'q, DB
     .bind(key.scope.workspaces.stored())
     .bind(key.scope.permissions.stored())
     .bind(key.scope.expires_at)
+    .bind(key.created_by)
+}
+
+const KEY_COLUMNS: &str = "id, name, workspaces, permissions, expires_at, created_at, created_by";
+
+fn key_record(row: &<DB as sqlx::Database>::Row) -> StoreResult<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        key_id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        scope: scope_of(row)?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+    })
 }
 
 fn scope_of(row: &<DB as sqlx::Database>::Row) -> StoreResult<KeyScope> {
@@ -50,23 +64,34 @@ impl TenantStore for SqlStore<DB> {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        insert_key(key, "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)").execute(&mut *tx).await?;
+        insert_key(key, "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(Tenant { tenant_id: key.tenant_id, name: name.to_owned(), created_at: now })
     }
 
-    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<bool> {
+    async fn create_api_key(&self, key: &NewApiKey, max_keys: u64) -> StoreResult<KeyCreated> {
         // An explicit transaction: its commit reports a failure that an
         // autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
+        let tenant = sqlx::query("SELECT id FROM tenants WHERE id = $1 AND deleting_at IS NULL")
+            .bind(key.tenant_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if tenant.is_none() {
+            return Ok(KeyCreated::NoTenant);
+        }
         let inserted = insert_key(
             key,
-            "SELECT $1, id, $3, $4, $5, $6, $7, $8 FROM tenants WHERE id = $2 AND deleting_at IS NULL RETURNING id",
+            "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+             WHERE (SELECT COUNT(*) FROM api_keys
+                    WHERE tenant_id = $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $4)) < $10
+             RETURNING id",
         )
+        .bind(i64::try_from(max_keys).unwrap_or(i64::MAX))
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(inserted.is_some())
+        Ok(if inserted.is_some() { KeyCreated::Created } else { KeyCreated::AtLimit })
     }
 
     async fn revoke_api_key(&self, tenant: Option<TenantId>, key_id: Uuid) -> StoreResult<bool> {
@@ -74,16 +99,20 @@ impl TenantStore for SqlStore<DB> {
         // autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
         let revoked = sqlx::query(
-            "UPDATE api_keys SET revoked_at = $2
-             WHERE id = $1 AND revoked_at IS NULL AND ($3 IS NULL OR tenant_id = $3) RETURNING id",
+            "WITH RECURSIVE made(id) AS (
+                 SELECT id FROM api_keys WHERE id = $1 AND revoked_at IS NULL AND ($3 IS NULL OR tenant_id = $3)
+                 UNION
+                 SELECT k.id FROM api_keys k JOIN made m ON k.created_by = m.id WHERE k.revoked_at IS NULL
+             )
+             UPDATE api_keys SET revoked_at = $2 WHERE id IN (SELECT id FROM made) RETURNING id",
         )
         .bind(key_id)
         .bind(Utc::now())
         .bind(tenant)
-        .fetch_optional(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(revoked.is_some())
+        Ok(!revoked.is_empty())
     }
 
     async fn key_for_hash(&self, key_hash: &str) -> StoreResult<Option<AuthenticatedKey>> {
@@ -101,24 +130,32 @@ impl TenantStore for SqlStore<DB> {
         .transpose()
     }
 
-    async fn list_api_keys(&self, tenant: TenantId) -> StoreResult<Vec<ApiKeyRecord>> {
-        let rows = sqlx::query(
-            "SELECT id, name, workspaces, permissions, expires_at, created_at FROM api_keys
-             WHERE tenant_id = $1 AND revoked_at IS NULL ORDER BY created_at, id",
-        )
+    async fn list_api_keys(&self, tenant: TenantId, page: &PageRequest) -> StoreResult<Vec<ApiKeyRecord>> {
+        let (after_at, after_id) = page.after.as_ref().map(|c| (c.at, Uuid::parse_str(&c.key).ok())).unzip();
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys
+             WHERE tenant_id = $1 AND revoked_at IS NULL
+               AND ($2 IS NULL OR created_at < $2 OR (created_at = $2 AND id < $3))
+             ORDER BY created_at DESC, id DESC LIMIT $4"
+        )))
         .bind(tenant)
+        .bind(after_at)
+        .bind(after_id.flatten())
+        .bind(page.fetch())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ApiKeyRecord {
-                    key_id: r.try_get("id")?,
-                    name: r.try_get("name")?,
-                    scope: scope_of(r)?,
-                    created_at: r.try_get("created_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(key_record).collect()
+    }
+
+    async fn api_key(&self, tenant: TenantId, key_id: Uuid) -> StoreResult<Option<ApiKeyRecord>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL"
+        )))
+        .bind(tenant)
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(key_record).transpose()
     }
 
     async fn tenant_limits(&self, tenant: TenantId) -> StoreResult<Option<crate::domain::limits::Limits>> {
