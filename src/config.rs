@@ -187,10 +187,10 @@ const GIB: u64 = 1 << 30;
 /// Each whole-number setting by its environment variable, its value (a
 /// negative one as more than `i64::MAX`) and its valid range (SPEC §7):
 /// memoryd refuses to start with any other value. docs/operating.md lists them.
-fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
+pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
     let n = |v: usize| v as u64;
     vec![
-        ("MEMORYD_MAX_SEGMENT_BYTES", n(c.max_segment_bytes), 1024, GIB),
+        ("MEMORYD_MAX_SEGMENT_BYTES", n(c.max_segment_bytes), 1, GIB),
         ("MEMORYD_LLM_TIMEOUT_SECS", c.llm_timeout_secs, 1, DAY_SECS),
         ("MEMORYD_WORKER_CONCURRENCY", n(c.worker_concurrency), 1, 1024),
         ("MEMORYD_RETRY_BASE_MS", c.retry_base_ms, 1, DAY_SECS * 1000),
@@ -200,13 +200,13 @@ fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
         ("MEMORYD_HISTORY_RUNS", u64::from(c.history_runs), 1, 1_000_000),
         ("MEMORYD_IDEMPOTENCY_TTL_SECS", c.idempotency_ttl_secs, 1, 365 * DAY_SECS),
         ("MEMORYD_RETENTION_SWEEP_SECS", c.retention_sweep_secs, 1, 30 * DAY_SECS),
-        ("MEMORYD_MAX_IMPORT_BYTES", c.max_import_bytes, 1024, 1024 * GIB),
+        ("MEMORYD_MAX_IMPORT_BYTES", c.max_import_bytes, 1, 1024 * GIB),
         ("MEMORYD_MAX_EXPORTS", n(c.max_exports), 1, 1024),
         ("MEMORYD_EXPORT_STALL_SECS", c.export_stall_secs, 1, DAY_SECS),
         ("MEMORYD_MAX_STREAMS_PER_TENANT", n(c.max_streams_per_tenant), 1, 100_000),
         ("MEMORYD_STORAGE_RECONCILE_SECS", c.storage_reconcile_secs, 1, 30 * DAY_SECS),
         ("MEMORYD_RECLAIM_DEAD_ROWS", c.reclaim_dead_rows.max(-1) as u64, 0, i64::MAX as u64),
-        ("MEMORYD_EVENTS_RETAIN_HOURS", c.events_retain_hours, 1, 24 * 365),
+        ("MEMORYD_EVENTS_RETAIN_HOURS", c.events_retain_hours, 0, 24 * 365),
         ("MEMORYD_MIN_FREE_BYTES", c.min_free_bytes, 0, 1024 * GIB),
         ("MEMORYD_MAX_CONNECTIONS", n(c.max_connections), 1, 1_000_000),
         ("MEMORYD_HEADER_TIMEOUT_SECS", c.header_timeout_secs, 1, 3600),

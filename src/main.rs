@@ -139,6 +139,10 @@ async fn run() -> std::process::ExitCode {
         Command::Worker(config) => (config, false),
         Command::Bench(args) => return run_bench(args).await,
     };
+    if let Err(refused) = config.validate() {
+        eprintln!("memoryd: {refused}");
+        return std::process::ExitCode::FAILURE;
+    }
     init_logging(&config);
     let config_summary = EffectiveConfig::of(&config);
     let started = if api {

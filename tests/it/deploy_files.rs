@@ -169,4 +169,39 @@ fn the_operating_guide_documents_every_setting() {
         .filter(|env| !guide.contains(&format!("| `{env}` |")))
         .collect();
     assert!(missing.is_empty(), "settings missing from the configuration table of docs/operating.md: {missing:?}");
+    let defaults = memoryd::config::Config::embedded("d".into(), None);
+    let wrong: Vec<&str> = memoryd::config::whole_ranges(&defaults)
+        .into_iter()
+        .filter(|(name, ..)| name.starts_with("MEMORYD_"))
+        .filter(|(name, _, min, max)| {
+            !guide.lines().any(|l| l.starts_with(&format!("| `{name}` |")) && l.ends_with(&format!("| {min}–{max} |")))
+        })
+        .map(|(name, ..)| name)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "settings whose valid range docs/operating.md does not give as the code checks it: {wrong:?}"
+    );
+}
+
+#[tokio::test]
+async fn memoryd_refuses_to_start_with_a_setting_out_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    for (setting, value) in [
+        ("MEMORYD_JOB_LEASE_SECS", "0"),
+        ("MEMORYD_BODY_TIMEOUT_SECS", "0"),
+        ("MEMORYD_MAX_ATTEMPTS", "-1"),
+        ("MEMORYD_RETAIN_RECORDS_DAYS", "-2"),
+        ("MEMORYD_MAX_SEGMENT_BYTES", "0"),
+    ] {
+        let mut memoryd = crate::process::Memoryd::spawn(dir.path(), setting, &["serve"], &[(setting, value.into())]);
+        let status = memoryd.exit().await;
+        assert!(!status.success(), "{setting}={value} started");
+        let log = memoryd.log_text();
+        assert!(log.contains(setting), "{setting}={value}: the message names the setting: {log}");
+    }
+    let mut memoryd =
+        crate::process::Memoryd::spawn(dir.path(), "negative", &["serve"], &[("MEMORYD_JOB_LEASE_SECS", "-5".into())]);
+    assert!(!memoryd.exit().await.success());
+    assert!(memoryd.log_text().contains("job-lease-secs"), "{}", memoryd.log_text());
 }

@@ -35,6 +35,7 @@ mod process;
 mod publish;
 mod redaction;
 mod retention;
+mod round_three;
 mod scoped_keys;
 mod sessions;
 mod usage;

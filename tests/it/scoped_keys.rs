@@ -50,6 +50,13 @@ async fn elsewhere(app: &TestApp, t: &Tenant) -> Elsewhere {
     }
 }
 
+/// The tenant's first key: the one no key made.
+async fn first_key_id(app: &TestApp, t: &Tenant) -> String {
+    let keys = app.json(Method::GET, "/v1/keys", &t.key).await;
+    let first = keys["keys"].as_array().unwrap().iter().find(|k| k["created_by"].is_null()).cloned();
+    first.unwrap_or_else(|| panic!("no first key: {keys}"))["key_id"].as_str().unwrap().to_owned()
+}
+
 async fn make_key(app: &TestApp, maker: &str, body: Value) -> (String, String) {
     let res = app.request(Method::POST, "/v1/keys", maker).json(&body).send().await.unwrap();
     assert_eq!(res.status(), 201, "{body}");
@@ -99,7 +106,7 @@ async fn a_key_for_one_workspace_reaches_no_other_by_any_route(backend: Backend)
     conversation(&app, &t.key, "alice", "alice-s1").await;
     let every = ["ingest", "close", "read", "edit", "manage"];
     let (_, alice) = make_key(&app, &t.key, json!({"workspaces": ["alice"], "permissions": every})).await;
-    let own_key_id = app.json(Method::GET, "/v1/keys", &t.key).await["keys"][0]["key_id"].as_str().unwrap().to_owned();
+    let own_key_id = first_key_id(&app, &t).await;
     for (method, template, access) in memoryd::api::route_list() {
         let path = concrete(template, &there, &own_key_id);
         let mut req =
@@ -156,9 +163,11 @@ async fn each_route_needs_its_permission(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     let there = elsewhere(&app, &t).await;
-    let own_key_id = app.json(Method::GET, "/v1/keys", &t.key).await["keys"][0]["key_id"].as_str().unwrap().to_owned();
+    let own_key_id = first_key_id(&app, &t).await;
     for lacking in Permission::ALL {
-        let held: Vec<&str> = Permission::ALL.iter().filter(|p| **p != lacking).map(|p| p.as_str()).collect();
+        // edit is granted only beside read.
+        let without = |p: &Permission| *p != lacking && !(lacking == Permission::Read && *p == Permission::Edit);
+        let held: Vec<&str> = Permission::ALL.iter().filter(|p| without(p)).map(|p| p.as_str()).collect();
         let (_, key) = make_key(&app, &t.key, json!({"workspaces": "*", "permissions": held})).await;
         for (method, template, access) in memoryd::api::route_list() {
             let Access::Key(needed, _) = access else { continue };
@@ -213,7 +222,7 @@ async fn keys_grant_only_what_they_hold_and_end_at_once(backend: Backend) {
     // A key sees the keys it could have made, never a secret.
     let listed = app.json(Method::GET, "/v1/keys", &dashboard).await;
     let ids: Vec<&str> = listed["keys"].as_array().unwrap().iter().map(|k| k["key_id"].as_str().unwrap()).collect();
-    assert_eq!(ids, [made["key_id"].as_str().unwrap(), child_id.as_str()]);
+    assert_eq!(ids, [child_id.as_str(), made["key_id"].as_str().unwrap()], "newest first");
     assert!(!listed.to_string().contains("mk_"), "{listed}");
     assert_eq!(app.json(Method::GET, "/v1/keys", &t.key).await["keys"].as_array().unwrap().len(), 3);
 
@@ -248,7 +257,7 @@ async fn keys_grant_only_what_they_hold_and_end_at_once(backend: Backend) {
     let all = app.json(Method::GET, &format!("/v1/admin/tenants/{}/keys", t.id), ADMIN_TOKEN).await;
     let names: Vec<&Value> = all["keys"].as_array().unwrap().iter().map(|k| &k["name"]).collect();
     // Not the revoked one; the expired one, with its expiry, until revoked.
-    assert_eq!(names, [&Value::Null, &json!("dashboard"), &Value::Null, &json!("runtime")], "{all}");
+    assert_eq!(names, [&json!("runtime"), &Value::Null, &json!("dashboard"), &Value::Null], "newest first: {all}");
     let mut browser = Browser::new(&app);
     assert_eq!(browser.sign_in(ADMIN_TOKEN).await.0, StatusCode::SEE_OTHER);
     let (status, _, page) = browser.get(&format!("/console/tenants/{}/keys", t.id)).await;
