@@ -306,9 +306,13 @@ def test_scoped_keys(server):
         alice = owner.create_key(["py-alice"], ["ingest", "read"], name="alice", expires_at=until)
         assert (alice.workspaces, alice.permissions, alice.name) == (["py-alice"], ["ingest", "read"], "alice")
         assert alice.expires_at is not None and abs((alice.expires_at - until).total_seconds()) < 0.001
-        listed = owner.list_keys()
-        assert [k.name for k in listed] == [None, "dashboard", "alice"]
+        listed = owner.list_keys().keys
+        assert [k.name for k in listed] == ["alice", "dashboard", None], "newest first"
         assert all(isinstance(k, m.Key) and not hasattr(k, "api_key") for k in listed)
+        assert listed[0].created_by == listed[2].key_id and listed[2].created_by is None
+        first = owner.list_keys(limit=1)
+        assert len(first.keys) == 1 and first.next_cursor is not None
+        assert [k.name for k in owner.list_keys(limit=5, cursor=first.next_cursor).keys] == ["dashboard", None]
     with Memoryd(server.base_url, alice.api_key, retry=FAST) as runtime:
         runtime.open_session("py-a1", workspace="py-alice")
         with pytest.raises(ForbiddenError) as elsewhere:
@@ -326,7 +330,7 @@ def test_scoped_keys(server):
     with Memoryd(server.base_url, alice.api_key, retry=FAST) as revoked, pytest.raises(AuthenticationError):
         revoked.list_sessions()
     with Memoryd(server.base_url, admin_token=server.admin_token, retry=FAST) as admin:
-        assert [k.name for k in admin.tenant_keys(issued.tenant_id)] == [None, "dashboard"]
+        assert [k.name for k in admin.tenant_keys(issued.tenant_id).keys] == ["dashboard", None]
 
 
 @pytest.mark.parametrize("fault", ["503", "429", "drop"])

@@ -311,10 +311,14 @@ export class Memoryd {
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 
-  /** The tenant's live keys with their scopes (admin). */
-  async tenantKeys(tenantId: string, options?: CallOptions): Promise<S["Key"][]> {
-    const call: Call = { method: "GET", path: `/v1/admin/tenants/${segment(tenantId)}/keys`, admin: true };
-    return (await this.send(call, json<S["KeyList"]>, options)).keys;
+  /** One page of the tenant's live keys with their scopes, newest first (admin); pass `next_cursor` as `cursor`. */
+  tenantKeys(
+    tenantId: string,
+    page: { limit?: number; cursor?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["KeyList"]> {
+    const call: Call = { method: "GET", path: `/v1/admin/tenants/${segment(tenantId)}/keys`, query: page, admin: true };
+    return this.send(call, json<S["KeyList"]>, options);
   }
 
   /**
@@ -326,9 +330,12 @@ export class Memoryd {
     return this.send(call, json<S["IssuedKey"]>, options);
   }
 
-  /** The live keys this client's key could have made, oldest first (never their secrets). */
-  async listKeys(options?: CallOptions): Promise<S["Key"][]> {
-    return (await this.send({ method: "GET", path: "/v1/keys" }, json<S["KeyList"]>, options)).keys;
+  /**
+   * One page of the live keys this client's key could have made, newest first (never their
+   * secrets); pass `next_cursor` as `cursor` for the next.
+   */
+  listKeys(page: { limit?: number; cursor?: string } = {}, options?: CallOptions): Promise<S["KeyList"]> {
+    return this.send({ method: "GET", path: "/v1/keys", query: page }, json<S["KeyList"]>, options);
   }
 
   /** Revokes a key this client's key could have made: refused on every replica within a second. */

@@ -467,7 +467,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Import a gzip tar into an empty workspace: an archive from export, or a workspace the SDK wrote (sessions/*.jsonl and memories/… in the tenant's layouts' folders). The body is streamed to disk (up to MEMORYD_MAX_IMPORT_BYTES; 413 at once from Content-Length). What can be told at once (not gzip, not tar, a manifest whose layout clashes with the tenant's) is refused here; the `import` job checks the rest before writing anything (absolute paths, `..`, links, devices, FIFOs, control characters, files outside every layout's folder, more than 100,000 entries, more than 10× expansion, more than the disk can spare or the tenant's storage limit allows; a rollout line that is not JSON, named by file and line) and fails with the code at the start of its error. It then places the files, registers each rollout at its whole length, creates the manifest's layouts the tenant lacks and indexes every raw memory from its header lines. */
+        /** Import a gzip tar into an empty workspace: an archive from export, or a workspace the SDK wrote (sessions/*.jsonl and memories/… in the tenant's layouts' folders). The body is streamed to disk (up to MEMORYD_MAX_IMPORT_BYTES; 413 at once from Content-Length). What can be told at once (not gzip, not tar, a manifest whose layout clashes with the tenant's) is refused here; the `import` job checks the rest before writing anything (absolute paths, `..`, links, devices, FIFOs, control characters, files outside every layout's folder, more than 100,000 entries, more than 10× expansion, more than the disk can spare or the tenant's storage limit allows; a rollout line that is not JSON, named by file and line) and fails with the code at the start of its error. It then places the files, registers each rollout at its whole length, creates the manifest's layouts the tenant lacks and indexes every raw memory from its header lines. A layout is the tenant's, in every workspace: a manifest that brings one the tenant lacks is refused (403, nothing imported) for a key of some workspaces only. */
         post: {
             parameters: {
                 query?: never;
@@ -564,10 +564,14 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** A tenant's live (not revoked) keys with their scopes, oldest first */
+        /** A page of a tenant's live (not revoked) keys with their scopes, newest first */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    limit?: components["parameters"]["Limit"];
+                    /** @description the `next_cursor` of the page before (opaque; one that is not is 400 `invalid_request`) */
+                    cursor?: components["parameters"]["Cursor"];
+                };
                 header?: never;
                 path: {
                     tenant_id: string;
@@ -585,6 +589,7 @@ export interface paths {
                         "application/json": components["schemas"]["KeyList"];
                     };
                 };
+                400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -618,7 +623,9 @@ export interface paths {
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -674,10 +681,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The tenant's live keys this key could have made (no secrets), oldest first */
+        /** A page of the tenant's live keys this key could have made (no secrets), newest first */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    limit?: components["parameters"]["Limit"];
+                    /** @description the `next_cursor` of the page before (opaque; one that is not is 400 `invalid_request`) */
+                    cursor?: components["parameters"]["Cursor"];
+                };
                 header?: never;
                 path?: never;
                 cookie?: never;
@@ -693,6 +704,7 @@ export interface paths {
                         "application/json": components["schemas"]["KeyList"];
                     };
                 };
+                400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 403: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
@@ -725,6 +737,7 @@ export interface paths {
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 403: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
         };
@@ -744,7 +757,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Revoke a key this key could have made; refused on every replica within a second */
+        /** Revoke a key this key could have made, with the keys it made and theirs; refused on every replica within a second */
         delete: {
             parameters: {
                 query?: never;
@@ -1842,7 +1855,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lines of the memory files under `path` that contain `query` (case-insensitive unless `case_sensitive`), or match it as a regex (linear-time syntax, at most 1,000 bytes): MEMORY.md first, then memory_summary.md, then the rest by path; one match per line, a line longer than 1,000 bytes cut around the match, with `context` lines before and after. */
+        /** Lines of the memory files under `path` that contain `query` (case-insensitive unless `case_sensitive`), or match it as a regex (linear-time syntax, at most 1,000 bytes): MEMORY.md first, then memory_summary.md, then the rest by path; one match per line (a regex is tried on each line alone), a line longer than 1,000 bytes cut around the match, with `context` lines before and after (cut alike). An answer holds at most 256 KiB of text and a search scans for at most 2 seconds: past either, it ends with `next_cursor`. A cursor is only ever one this route gave (else 400). */
         get: {
             parameters: {
                 query: {
@@ -2447,9 +2460,15 @@ export interface components {
             expires_at: string | null;
             /** Format: date-time */
             created_at: string;
+            /**
+             * Format: uuid
+             * @description the key that made it (null: a tenant's first key, or the admin's); revoking that key revokes this one
+             */
+            created_by: string | null;
         };
         KeyList: {
             keys: components["schemas"]["Key"][];
+            next_cursor: string | null;
         };
         /** @description A key as listed, with its secret (shown once); the admin's routes add tenant_id (and name, the tenant's, on a tenant's creation). */
         IssuedKey: {

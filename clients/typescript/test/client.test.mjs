@@ -136,7 +136,11 @@ for (const backend of backends) {
       const alice = await owner.createKey({ name: "alice", workspaces: ["ts-alice"], permissions: ["ingest", "read"], expiresAt: until });
       assert.equal(new Date(alice.expires_at).getTime(), until.getTime());
       assert.deepEqual([alice.workspaces, alice.permissions], [["ts-alice"], ["ingest", "read"]]);
-      assert.deepEqual((await owner.listKeys()).map((k) => k.name), [null, "dashboard", "alice"]);
+      const listed = (await owner.listKeys()).keys;
+      assert.deepEqual(listed.map((k) => k.name), ["alice", "dashboard", null], "newest first");
+      assert.equal(listed[0].created_by, listed[2].key_id);
+      const first = await owner.listKeys({ limit: 1 });
+      assert.deepEqual([first.keys.length, typeof first.next_cursor], [1, "string"]);
       const runtime = new Memoryd({ baseUrl: server.baseUrl, apiKey: alice.api_key, retry: fast });
       await runtime.openSession({ sessionId: "ts-a1", workspace: "ts-alice" });
       await assert.rejects(runtime.openSession({ sessionId: "ts-b1", workspace: "ts-bob" }), (e) => {
@@ -149,7 +153,7 @@ for (const backend of backends) {
       await owner.deleteKey(alice.key_id);
       await assert.rejects(owner.deleteKey(alice.key_id), NotFoundError);
       await assert.rejects(runtime.listSessions(), AuthenticationError);
-      assert.deepEqual((await admin.tenantKeys(issued.tenant_id)).map((k) => k.name), [null, "dashboard"]);
+      assert.deepEqual((await admin.tenantKeys(issued.tenant_id)).keys.map((k) => k.name), ["dashboard", null]);
     } finally {
       await server.stop();
     }

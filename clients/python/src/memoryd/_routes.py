@@ -136,9 +136,11 @@ def issue_key(
     return Call("POST", path, as_model(m.IssuedKey), json=body, idempotent=False, admin=True)
 
 
-def tenant_keys(tenant_id: str) -> Call[list[m.Key]]:
-    """``GET /v1/admin/tenants/{tenant_id}/keys``: the tenant's live keys and their scopes."""
-    return Call("GET", f"/v1/admin/tenants/{segment(tenant_id)}/keys", _list(m.Key, "keys"), admin=True)
+def tenant_keys(tenant_id: str, *, limit: int | None = None, cursor: str | None = None) -> Call[m.KeyList]:
+    """``GET /v1/admin/tenants/{tenant_id}/keys``: one page of the tenant's live
+    keys and their scopes, newest first; pass ``next_cursor`` as ``cursor`` for the next."""
+    params = {"limit": limit, "cursor": cursor}
+    return Call("GET", f"/v1/admin/tenants/{segment(tenant_id)}/keys", as_model(m.KeyList), params=params, admin=True)
 
 
 def list_tenants(*, limit: int | None = None, cursor: str | None = None) -> Call[m.TenantList]:
@@ -169,9 +171,11 @@ def create_key(
     return Call("POST", "/v1/keys", as_model(m.IssuedKey), json=body, idempotent=False)
 
 
-def list_keys() -> Call[list[m.Key]]:
-    """``GET /v1/keys``: the live keys this client's key could have made, oldest first."""
-    return Call("GET", "/v1/keys", _list(m.Key, "keys"))
+def list_keys(*, limit: int | None = None, cursor: str | None = None) -> Call[m.KeyList]:
+    """``GET /v1/keys``: one page of the live keys this client's key could have
+    made, newest first; pass the page's ``next_cursor`` as ``cursor`` for the next."""
+    params = {"limit": limit, "cursor": cursor}
+    return Call("GET", "/v1/keys", as_model(m.KeyList), params=params)
 
 
 def delete_key(key_id: str) -> Call[None]:

@@ -69,10 +69,14 @@ class Key(_Model):
     permissions: list[Permission]
     expires_at: datetime | None
     created_at: datetime
+    #: The key that made it (``None``: a tenant's first key, or the admin's);
+    #: revoking that key revokes this one too.
+    created_by: str | None
 
 
 class KeyList(_Model):
     keys: list[Key]
+    next_cursor: str | None
 
 
 class IssuedKey(_Model):
