@@ -254,8 +254,8 @@ fn cut_at_char(text: &str, max: usize) -> &str {
 pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
 /// How long one search may scan before it answers with what it found.
 pub const SEARCH_DEADLINE: Duration = Duration::from_secs(2);
-/// Lines scanned between two looks at the clock and the cancellation flag.
-const LINES_BETWEEN_CHECKS: usize = 1024;
+/// Probes for a match between two looks at the clock and the cancellation flag.
+const PROBES_BETWEEN_CHECKS: usize = 256;
 
 /// A search as `memory/search` asks it.
 pub struct SearchQuery<'a> {
@@ -386,8 +386,7 @@ pub fn search(
         }
         let Ok(bytes) = std::fs::read(memory_root.join(&path)) else { continue };
         let text = decoded(&bytes);
-        let scan =
-            FileScan { path: &path, text: &text, matcher: &matcher, literal: !query.regex, context: query.context };
+        let scan = FileScan { path: &path, text: &text, matcher: &matcher, context: query.context };
         match scan.run(skip_through, &mut room, &mut matches, stop) {
             FileEnd::Done => last_scanned = Some((path.clone(), u64::MAX)),
             FileEnd::Full => break,
@@ -404,8 +403,8 @@ pub fn search(
 enum Probe {
     /// A match on this line (0-based), starting at this byte of it.
     Hit(usize, usize),
-    /// None on the line looked at.
-    Miss,
+    /// No line through this one matches alone.
+    MissedThrough(usize),
     /// None in the rest of the file.
     End,
 }
@@ -415,8 +414,6 @@ struct FileScan<'a> {
     path: &'a str,
     text: &'a str,
     matcher: &'a regex::Regex,
-    /// A plain substring: found in the whole text at once (never empty).
-    literal: bool,
     context: usize,
 }
 
@@ -425,20 +422,20 @@ impl FileScan<'_> {
     fn run(&self, skip_through: u64, room: &mut Room, out: &mut Vec<SearchMatch>, stop: &SearchStop) -> FileEnd {
         let first = usize::try_from(skip_through).unwrap_or(usize::MAX);
         // Most files of a search hold no match: they are passed over without their lines found.
-        if self.literal && first == 0 && !self.matcher.is_match(self.text) {
+        if first == 0 && !self.matcher.is_match(self.text) {
             return FileEnd::Done;
         }
         let starts = line_starts(self.text);
         let (mut index, mut steps) = (first, 0usize);
         while index < starts.len() {
             steps += 1;
-            if steps.is_multiple_of(LINES_BETWEEN_CHECKS) && stop.now() {
+            if steps.is_multiple_of(PROBES_BETWEEN_CHECKS) && stop.now() {
                 return FileEnd::StoppedAfter(index as u64);
             }
             let (line, at) = match self.probe(&starts, index) {
                 Probe::Hit(line, at) => (line, at),
-                Probe::Miss => {
-                    index += 1;
+                Probe::MissedThrough(line) => {
+                    index = line + 1;
                     continue;
                 }
                 Probe::End => return FileEnd::Done,
@@ -459,19 +456,21 @@ impl FileScan<'_> {
         FileEnd::Done
     }
 
-    /// Looks for a match from line `index` (0-based) on. A substring is
-    /// found in the whole text at once; a regex is tried on line `index`
-    /// alone, so that nothing it matches reaches past the line (an empty
-    /// match included).
+    /// Looks for the first line from line `index` (0-based) on that matches
+    /// on its own. The text is scanned from the line's start only until a
+    /// match *ends* (never on to where a greedy match would), and only the
+    /// line where it ends can be the first that matches alone (a match
+    /// within an earlier line would have ended sooner), so each probe scans
+    /// past what the last one did: a file costs one pass, whatever the
+    /// pattern. That line is then tried alone, so that nothing a match
+    /// holds reaches past it (an empty match included).
     fn probe(&self, starts: &[usize], index: usize) -> Probe {
-        if self.literal {
-            let Some(hit) = self.matcher.find_at(self.text, starts[index]) else { return Probe::End };
-            let line = starts.partition_point(|s| *s <= hit.start()) - 1;
-            return Probe::Hit(line, hit.start() - starts[line]);
-        }
-        match self.matcher.find(self.line(starts, index)) {
-            Some(hit) => Probe::Hit(index, hit.start()),
-            None => Probe::Miss,
+        let Some(end) = self.matcher.shortest_match_at(self.text, starts[index]) else { return Probe::End };
+        let line = starts.partition_point(|s| *s <= end).max(1) - 1;
+        let alone = &self.text[..line_end(self.text, starts, line)];
+        match self.matcher.find_at(alone, starts[line]) {
+            Some(hit) => Probe::Hit(line, hit.start() - starts[line]),
+            None => Probe::MissedThrough(line),
         }
     }
 
@@ -697,13 +696,24 @@ mod tests {
     fn a_search_past_its_deadline_answers_with_where_it_stopped() {
         let (_dir, root) = folder();
         std::fs::write(root.join("many.md"), "x\n".repeat(50_000)).unwrap();
+        // Matches spanning two lines, never one alone: each probe moves on two lines without a match.
         let late = || SearchStop::new(Instant::now(), Arc::default());
-        let (seen, pages) = every_page(&root, SearchQuery { regex: true, limit: 200, ..query("q|tea") }, late);
+        let (seen, pages) = every_page(&root, SearchQuery { regex: true, limit: 200, ..query("x\\nx|tea") }, late);
         assert_eq!(seen.len(), 4, "every match, each once: {seen:?}");
         assert!(pages > 40, "each page stopped at its deadline: {pages}");
         let cancelled = SearchStop::new(Instant::now() + Duration::from_secs(600), Arc::new(AtomicBool::new(true)));
-        let page = super::search(&root, "many.md", &SearchQuery { regex: true, ..query("y") }, &cancelled).unwrap();
-        assert_eq!(page.next_after, Some(("many.md".into(), LINES_BETWEEN_CHECKS as u64 - 1)));
+        let page = super::search(&root, "many.md", &SearchQuery { regex: true, ..query("x\\nx") }, &cancelled).unwrap();
+        assert_eq!(page.next_after, Some(("many.md".into(), 2 * (PROBES_BETWEEN_CHECKS as u64 - 1))));
+    }
+
+    #[test]
+    fn a_greedy_pattern_scans_each_file_once() {
+        let (_dir, root) = folder();
+        std::fs::write(root.join("many.md"), "x\n".repeat(20_000)).unwrap();
+        let greedy = SearchQuery { regex: true, limit: MAX_MATCHES, ..query("(?s)^.+") };
+        let (seen, pages) = every_page(&root, greedy, unhurried);
+        let lines: usize = 3 + 1 + 2 + 1 + 20_000;
+        assert_eq!((seen.len(), pages), (lines, lines.div_ceil(MAX_MATCHES)));
     }
 
     /// Random files (empty lines, no last newline, long lines, CRLF) and

@@ -228,7 +228,7 @@ async fn an_export_taken_during_appends_holds_whole_lines(backend: Backend) {
 }
 
 /// Uploads an archive; the answer's status, code and body.
-async fn import(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> (u16, String, Value) {
+pub(crate) async fn import(app: &TestApp, t: &Tenant, workspace: &str, archive: Vec<u8>) -> (u16, String, Value) {
     let res = app
         .request(Method::POST, &format!("/v1/workspaces/{workspace}/import"), &t.key)
         .header("content-type", "application/gzip")

@@ -5,6 +5,7 @@
 
 use crate::both_backends;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body};
+use crate::portability::import;
 use crate::process::{Memoryd, database_env, new_tenant};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -246,29 +247,17 @@ async fn scoped_keys_cannot_reach_the_tenant_or_the_selection(backend: Backend) 
         .unwrap();
     assert!(put.status().is_success(), "{}", put.text().await.unwrap());
     let archive = app.request(Method::GET, "/v1/workspaces/default/export", &t.key).send().await.unwrap();
-    let archive = archive.bytes().await.unwrap();
+    let archive = archive.bytes().await.unwrap().to_vec();
     let other = app.tenant().await;
     let (_, scoped) = key_of(&app, &other.key, json!(["w1"]), &["manage", "read"]).await;
-    let import = |key: String, workspace: &'static str| {
-        let (app, archive) = (&app, archive.clone());
-        async move {
-            let res = app
-                .request(Method::POST, &format!("/v1/workspaces/{workspace}/import"), &key)
-                .header("content-type", "application/gzip")
-                .body(archive)
-                .send()
-                .await
-                .unwrap();
-            status_code_body(res).await
-        }
-    };
-    let (status, code, body) = import(scoped.clone(), "w1").await;
+    let as_scoped = Tenant { id: other.id.clone(), key: scoped };
+    let (status, code, body) = import(&app, &as_scoped, "w1", archive.clone()).await;
     assert_eq!((status, code.as_str()), (403, "forbidden"), "{body}");
     let layouts = app.json(Method::GET, "/v1/layouts", &other.key).await;
     assert!(!layouts.to_string().contains("notes_memories"), "nothing was created: {layouts}");
     let jobs = app.json(Method::GET, "/v1/jobs?kind=import", &other.key).await;
     assert_eq!(jobs["jobs"], json!([]), "nothing was queued");
-    let (status, _, job) = import(other.key.clone(), "w1").await;
+    let (status, _, job) = import(&app, &other, "w1", archive).await;
     assert_eq!(status, 202, "a key for every workspace imports it: {job}");
 }
 
