@@ -10,6 +10,8 @@ pub mod key_scope;
 pub mod layout;
 pub mod limits;
 pub mod memory_edit;
+pub mod memory_format;
+pub mod memory_format_check;
 pub mod memory_status;
 pub mod page;
 pub mod portability;

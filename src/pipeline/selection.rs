@@ -180,25 +180,31 @@ pub fn raw_memories_md(chunks: &[String]) -> String {
     chunks.iter().map(|c| c.trim_end_matches('\n')).collect::<Vec<_>>().join("\n\n")
 }
 
-/// An entry: the SDK's five keys, then the usage (keys the SDK's reader ignores).
-fn item_json(item: &SelectionItem) -> Value {
+/// An entry of the SDK's file: its five keys, nothing else (SPEC §3, R-P2-8).
+fn sdk_item_json(item: &SelectionItem) -> Value {
     json!({
         "rollout_id": item.rollout_id,
         "updated_at": item.updated_at,
         "rollout_path": item.rollout_path,
         "rollout_summary_file": item.rollout_summary_file,
         "terminal_state": item.terminal_state,
-        "usage_count": item.usage_count,
-        "last_usage": item.last_usage.map(py_isoformat),
     })
 }
 
-/// R-P2-8: `json.dumps(payload, indent=2) + "\n"`.
+/// An entry as the route serves it: the SDK's five keys, then the usage.
+fn item_json(item: &SelectionItem) -> Value {
+    let mut entry = sdk_item_json(item);
+    entry["usage_count"] = json!(item.usage_count);
+    entry["last_usage"] = json!(item.last_usage.map(py_isoformat));
+    entry
+}
+
+/// R-P2-8: `json.dumps(payload, indent=2) + "\n"`, with the SDK's keys only.
 pub fn selection_file(selected: &[SelectionItem], written_at: &str) -> String {
     let payload = json!({
         "version": 1,
         "updated_at": written_at,
-        "selected": selected.iter().map(item_json).collect::<Vec<_>>(),
+        "selected": selected.iter().map(sdk_item_json).collect::<Vec<_>>(),
     });
     format!("{}\n", dumps(&payload, PyJsonStyle::INDENT2))
 }
@@ -375,7 +381,7 @@ mod tests {
         let text = selection_file(&[item("chat-1", "2026-04-15T00:00:00+00:00")], "2026-04-15T12:34:56.789012+00:00");
         assert_eq!(
             text,
-            "{\n  \"version\": 1,\n  \"updated_at\": \"2026-04-15T12:34:56.789012+00:00\",\n  \"selected\": [\n    {\n      \"rollout_id\": \"chat-1\",\n      \"updated_at\": \"2026-04-15T00:00:00+00:00\",\n      \"rollout_path\": \"sessions/chat-1.jsonl\",\n      \"rollout_summary_file\": \"rollout_summaries/chat-1_s.md\",\n      \"terminal_state\": \"completed\",\n      \"usage_count\": 0,\n      \"last_usage\": null\n    }\n  ]\n}\n"
+            "{\n  \"version\": 1,\n  \"updated_at\": \"2026-04-15T12:34:56.789012+00:00\",\n  \"selected\": [\n    {\n      \"rollout_id\": \"chat-1\",\n      \"updated_at\": \"2026-04-15T00:00:00+00:00\",\n      \"rollout_path\": \"sessions/chat-1.jsonl\",\n      \"rollout_summary_file\": \"rollout_summaries/chat-1_s.md\",\n      \"terminal_state\": \"completed\"\n    }\n  ]\n}\n"
         );
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(prior_from_document(&back), vec![item("chat-1", "2026-04-15T00:00:00+00:00")]);

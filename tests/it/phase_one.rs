@@ -355,5 +355,11 @@ async fn extractive_provider_needs_no_model(backend: Backend) {
     let raw =
         std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-42.md")).unwrap();
     assert!(raw.starts_with("rollout_id: chat-42\nupdated_at: 2026-04-15T12:00:00+00:00\nrollout_path: sessions/chat-42.jsonl\nrollout_summary_file: rollout_summaries/chat-42_fix-the-flaky-test-in-ci.md\nterminal_state: completed\n\n---\n"));
-    assert!(raw.contains("Final answer: Pinned the runner image."));
+    assert!(raw.contains("final answer: \"Pinned the runner image.\""), "{raw}");
+    use memoryd::domain::memory_format_check::{Format, check};
+    assert_eq!(check(Format::RawMemory, &raw), [], "{raw}");
+    let summaries = app.workspace_dir(&t, "default").join("memories/rollout_summaries");
+    let summary = std::fs::read_to_string(summaries.join("chat-42_fix-the-flaky-test-in-ci.md")).unwrap();
+    assert_eq!(check(Format::RolloutSummary, &summary), [], "{summary}");
+    assert!(summary.contains("## Task 1: Fix the flaky test in ci.yml\n\nOutcome: success\n"), "{summary}");
 }

@@ -404,16 +404,19 @@ async fn extractive_provider_builds_memory_and_instructions(backend: Backend) {
     .await;
     let closed = close_and_wait(&app, &t.key, "s1").await;
     assert_eq!(closed["memory_status"]["status"], "complete");
-    assert!(file(&app, &t, "memories/MEMORY.md").contains("## Fix the flaky test in ci.yml"));
-    assert!(
-        file(&app, &t, "memories/memory_summary.md").contains("Follow-up request: Thanks, also bump the cache key")
-    );
+    // The follow-up goes on with the task; its run was interrupted after progress: partial.
+    let memory = file(&app, &t, "memories/MEMORY.md");
+    assert!(memory.contains("## Task 1: Fix the flaky test in ci.yml, partial\n"), "{memory}");
+    let summary = file(&app, &t, "memories/memory_summary.md");
+    use memoryd::domain::memory_format_check::{Format, check, uncovered_groups};
+    assert_eq!((check(Format::MemoryMd, &memory), check(Format::MemorySummary, &summary)), (vec![], vec![]));
+    assert!(uncovered_groups(&memory, &summary).is_empty() && summary.contains("- Fix the flaky test in ci.yml: "));
     let (status, body) = get(&app, &t, "/v1/workspaces/default/layouts/default/instructions").await;
     assert_eq!(status, 200);
     assert_eq!(body["memory_dir"], "memories");
     assert_eq!(body["truncated"], false);
     let text = body["instructions"].as_str().unwrap();
-    assert!(text.contains("========= MEMORY_SUMMARY BEGINS =========\n## User profile"));
+    assert!(text.contains("========= MEMORY_SUMMARY BEGINS =========\n## User Profile"));
     assert!(text.contains("Memory is writable."));
     let (_, read_only) = get(&app, &t, "/v1/workspaces/default/layouts/default/instructions?live_update=false").await;
     assert!(read_only["instructions"].as_str().unwrap().contains("Never update memories. You can only read them."));
@@ -462,7 +465,7 @@ async fn read_side_endpoints(backend: Backend) {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "text/markdown; charset=utf-8");
-    assert!(res.text().await.unwrap().starts_with("# Memory"));
+    assert!(res.text().await.unwrap().starts_with("# Task Group: "));
     let res = app
         .request(Method::GET, "/v1/workspaces/default/layouts/default/files/phase_two_selection.json", &t.key)
         .send()
