@@ -176,7 +176,7 @@ pub struct Config {
     /// An idle keep-alive connection is closed after this long.
     #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
-    /// Unexpired keys one tenant may hold at once (beyond: 403 `quota_exceeded`).
+    /// Keys not revoked (expired ones included) one tenant may hold at once (beyond: 403 `quota_exceeded`).
     #[arg(long = "max-keys", env = "MEMORYD_MAX_KEYS", default_value_t = 10_000)]
     pub max_keys: u64,
 }

@@ -46,8 +46,10 @@ pub(crate) async fn store_key(state: &AppState, key: &NewApiKey, gone: ApiError)
     match state.store.create_api_key(key, max).await? {
         KeyCreated::Created => Ok(()),
         KeyCreated::NoTenant => Err(gone),
+        KeyCreated::MakerRevoked => Err(ApiError::Unauthorized(super::error::Credential::TenantKey)),
         KeyCreated::AtLimit => Err(ApiError::QuotaExceeded(format!(
-            "The tenant holds {max} unexpired keys, as many as it may (MEMORYD_MAX_KEYS); revoke one first."
+            "The tenant holds {max} keys not revoked (expired ones included), as many as it may \
+             (MEMORYD_MAX_KEYS); revoke one first."
         ))),
     }
 }
@@ -111,21 +113,29 @@ pub async fn list_keys(
     Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>(), "next_cursor": next_cursor})))
 }
 
+/// Rows one listing request reads at most: a key that sees few of many
+/// keys gets a short page with a cursor rather than a walk of them all.
+const MAX_KEY_ROWS_READ: i64 = 5_000;
+
 /// A page of the tenant's keys that `visible` lets through: the store's
-/// pages are read on until this one is full, one page of rows at a time.
+/// pages are read on until this one is full, one page of rows at a time, or
+/// [`MAX_KEY_ROWS_READ`] rows were read (then the cursor is the last row read).
 async fn visible_keys(
     state: &AppState,
     tenant: Uuid,
     page: PageRequest,
     visible: impl Fn(&ApiKeyRecord) -> bool,
 ) -> Result<(Vec<ApiKeyRecord>, Option<String>), ApiError> {
+    let cursor_of = |k: &ApiKeyRecord| PageCursor { at: k.created_at, key: k.key_id.to_string() };
     let mut shown = Vec::new();
     let mut read = PageRequest { limit: page.limit, after: page.after.clone() };
+    let mut rows_read = 0;
     loop {
         let rows = state.store.list_api_keys(tenant, &read).await?;
         let more = rows.len() as i64 > read.limit;
         for row in rows.into_iter().take(read.limit as usize) {
-            read.after = Some(PageCursor { at: row.created_at, key: row.key_id.to_string() });
+            rows_read += 1;
+            read.after = Some(cursor_of(&row));
             if visible(&row) {
                 shown.push(row);
             }
@@ -136,8 +146,12 @@ async fn visible_keys(
         if !more || shown.len() as i64 > page.limit {
             break;
         }
+        if rows_read >= MAX_KEY_ROWS_READ {
+            let next = read.after.as_ref().map(|c| c.encode(Listing::Keys));
+            return Ok((shown, next));
+        }
     }
-    Ok(page.finish(Listing::Keys, shown, |k| PageCursor { at: k.created_at, key: k.key_id.to_string() }))
+    Ok(page.finish(Listing::Keys, shown, cursor_of))
 }
 
 pub async fn revoke_key(

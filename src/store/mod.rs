@@ -129,7 +129,7 @@ fn database_failure(e: &sqlx::Error) -> Failure {
 pub trait TenantStore: Send + Sync {
     async fn create_tenant(&self, name: &str, key: &NewApiKey) -> StoreResult<Tenant>;
     /// Stores the key unless its tenant is gone or already holds
-    /// `max_keys` unexpired keys.
+    /// `max_keys` keys not revoked (expired ones included), or its maker is revoked.
     async fn create_api_key(&self, key: &NewApiKey, max_keys: u64) -> StoreResult<KeyCreated>;
     /// Revokes the live key with that id (of `tenant`, when given), the keys
     /// it made, and theirs; `false` when no live key has that id.

@@ -37,8 +37,10 @@ pub struct NewApiKey {
 pub enum KeyCreated {
     Created,
     NoTenant,
-    /// The tenant holds as many unexpired keys as it may.
+    /// The tenant holds as many keys as it may.
     AtLimit,
+    /// The key that would make it is revoked (or gone).
+    MakerRevoked,
 }
 
 /// A live key as a request presents it: whose it is and what it reaches.

@@ -321,9 +321,30 @@ pub fn matcher(query: &SearchQuery<'_>) -> Result<regex::Regex, ReadError> {
     regex::RegexBuilder::new(&pattern)
         .case_insensitive(!query.case_sensitive)
         .multi_line(true)
+        .crlf(true)
         .size_limit(1 << 20)
         .build()
         .map_err(|e| ReadError::Invalid(format!("query is not a valid regex: {e}")))
+}
+
+/// Whether a file without a match of the pattern anywhere in its text can
+/// be passed over whole: true unless the pattern looks at the start or end
+/// of the whole text (`\A`, `\z`), which a line tried alone has at its own
+/// ends. A literal never does.
+fn whole_text_prefilter(query: &SearchQuery<'_>) -> bool {
+    if !query.regex {
+        return true;
+    }
+    let parsed = regex_syntax::ParserBuilder::new()
+        .case_insensitive(!query.case_sensitive)
+        .multi_line(true)
+        .crlf(true)
+        .build()
+        .parse(query.query);
+    parsed.is_ok_and(|hir| {
+        let looks = hir.properties().look_set();
+        !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
+    })
 }
 
 /// Files are searched `MEMORY.md` first, then `memory_summary.md`, then by path.
@@ -361,6 +382,7 @@ pub fn search(
     stop: &SearchStop,
 ) -> Result<SearchPage, ReadError> {
     let matcher = matcher(query)?;
+    let prefilter = whole_text_prefilter(query);
     let mut files: Vec<String> = entries_under(memory_root, dir, false)?
         .into_iter()
         .filter(|e| e.kind == EntryKind::File)
@@ -386,7 +408,14 @@ pub fn search(
         }
         let Ok(bytes) = std::fs::read(memory_root.join(&path)) else { continue };
         let text = decoded(&bytes);
-        let scan = FileScan { path: &path, text: &text, matcher: &matcher, context: query.context };
+        let scan = FileScan {
+            path: &path,
+            text: &text,
+            matcher: &matcher,
+            literal: !query.regex,
+            prefilter,
+            context: query.context,
+        };
         match scan.run(skip_through, &mut room, &mut matches, stop) {
             FileEnd::Done => last_scanned = Some((path.clone(), u64::MAX)),
             FileEnd::Full => break,
@@ -414,6 +443,11 @@ struct FileScan<'a> {
     path: &'a str,
     text: &'a str,
     matcher: &'a regex::Regex,
+    /// A plain substring: found in the whole text at once (its matches are
+    /// as long as the query, so no find reaches far past where it starts).
+    literal: bool,
+    /// A file with no match in its whole text may be passed over.
+    prefilter: bool,
     context: usize,
 }
 
@@ -422,7 +456,7 @@ impl FileScan<'_> {
     fn run(&self, skip_through: u64, room: &mut Room, out: &mut Vec<SearchMatch>, stop: &SearchStop) -> FileEnd {
         let first = usize::try_from(skip_through).unwrap_or(usize::MAX);
         // Most files of a search hold no match: they are passed over without their lines found.
-        if first == 0 && !self.matcher.is_match(self.text) {
+        if first == 0 && self.prefilter && !self.matcher.is_match(self.text) {
             return FileEnd::Done;
         }
         let starts = line_starts(self.text);
@@ -456,17 +490,20 @@ impl FileScan<'_> {
         FileEnd::Done
     }
 
-    /// Looks for the first line from line `index` (0-based) on that matches
-    /// on its own. The text is scanned from the line's start only until a
-    /// match *ends* (never on to where a greedy match would), and only the
-    /// line where it ends can be the first that matches alone (a match
-    /// within an earlier line would have ended sooner), so each probe scans
-    /// past what the last one did: a file costs one pass, whatever the
-    /// pattern. That line is then tried alone, so that nothing a match
-    /// holds reaches past it (an empty match included).
+    /// Looks for a match from line `index` (0-based) on. A literal is found
+    /// in the whole text (leftmost first, so no line before the one it
+    /// starts on holds one), then that line is tried alone; a regex is tried
+    /// on line `index` alone, the text cut at the line's end (what it sees
+    /// before the line stays, for `^` and `\b`). Nothing a match holds reaches
+    /// past its line, an empty match included, and each call reads one line
+    /// of a regex's text: a file costs one pass whatever the pattern.
     fn probe(&self, starts: &[usize], index: usize) -> Probe {
-        let Some(end) = self.matcher.shortest_match_at(self.text, starts[index]) else { return Probe::End };
-        let line = starts.partition_point(|s| *s <= end).max(1) - 1;
+        let line = if self.literal {
+            let Some(hit) = self.matcher.find_at(self.text, starts[index]) else { return Probe::End };
+            starts.partition_point(|s| *s <= hit.start()).max(1) - 1
+        } else {
+            index
+        };
         let alone = &self.text[..line_end(self.text, starts, line)];
         match self.matcher.find_at(alone, starts[line]) {
             Some(hit) => Probe::Hit(line, hit.start() - starts[line]),
@@ -696,14 +733,26 @@ mod tests {
     fn a_search_past_its_deadline_answers_with_where_it_stopped() {
         let (_dir, root) = folder();
         std::fs::write(root.join("many.md"), "x\n".repeat(50_000)).unwrap();
-        // Matches spanning two lines, never one alone: each probe moves on two lines without a match.
+        // Matches spanning two lines, never one alone: each probe moves on one line without a match.
         let late = || SearchStop::new(Instant::now(), Arc::default());
         let (seen, pages) = every_page(&root, SearchQuery { regex: true, limit: 200, ..query("x\\nx|tea") }, late);
         assert_eq!(seen.len(), 4, "every match, each once: {seen:?}");
         assert!(pages > 40, "each page stopped at its deadline: {pages}");
         let cancelled = SearchStop::new(Instant::now() + Duration::from_secs(600), Arc::new(AtomicBool::new(true)));
         let page = super::search(&root, "many.md", &SearchQuery { regex: true, ..query("x\\nx") }, &cancelled).unwrap();
-        assert_eq!(page.next_after, Some(("many.md".into(), 2 * (PROBES_BETWEEN_CHECKS as u64 - 1))));
+        assert_eq!(page.next_after, Some(("many.md".into(), PROBES_BETWEEN_CHECKS as u64 - 1)));
+    }
+
+    #[test]
+    fn a_match_across_lines_hides_no_line_that_matches_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("MEMORY.md"), "111\n222\n333\n").unwrap();
+        let spanning = SearchQuery { regex: true, ..query("111\\n222\\n333|222") };
+        let (seen, _) = every_page(dir.path(), spanning, unhurried);
+        assert_eq!(seen, [("MEMORY.md".to_owned(), 2)]);
+        let anchored = SearchQuery { regex: true, ..query("\\A111|333\\z") };
+        let (seen, _) = every_page(dir.path(), anchored, unhurried);
+        assert_eq!(seen, [("MEMORY.md".to_owned(), 1), ("MEMORY.md".to_owned(), 3)], "\\z is a line's end here");
     }
 
     #[test]
@@ -724,7 +773,8 @@ mod tests {
     fn search_paging_visits_each_match_once_property() {
         let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
         let pieces = ["", "a", "ab", "b a", "\r", "é", "tea", "x"];
-        let patterns = ["^", "$", "a*", "a", "^$", "b|$", "(?s).*", "\\b", "a+b?", "é"];
+        let patterns =
+            ["^", "$", "a*", "a", "^$", "b|$", "(?s).*", "\\b", "a+b?", "é", "a\\nb|b", "(?s)a.*b|x", "tea$"];
         for case in 0..300 {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().to_path_buf();
@@ -747,7 +797,8 @@ mod tests {
                 std::fs::write(root.join(name), &text).unwrap();
             }
             let pattern = patterns[(rng.next() % patterns.len() as u64) as usize];
-            let regex = regex::RegexBuilder::new(pattern).case_insensitive(true).multi_line(true).build().unwrap();
+            let regex =
+                regex::RegexBuilder::new(pattern).case_insensitive(true).multi_line(true).crlf(true).build().unwrap();
             let mut expected = Vec::new();
             for name in ["MEMORY.md", "memory_summary.md", "notes/b.md"] {
                 let Ok(text) = std::fs::read_to_string(root.join(name)) else { continue };

@@ -207,7 +207,8 @@ pub(super) async fn tenant_keys(State(state): State<AppState>, signed: Signed, P
     }
     // The newest keys, a listing's longest page: the rest are paged by GET /v1/admin/tenants/{id}/keys.
     let newest = crate::domain::page::PageRequest { limit: crate::domain::page::MAX_LIMIT, after: None };
-    let keys = state.store.list_api_keys(id, &newest).await?;
+    let mut keys = state.store.list_api_keys(id, &newest).await?;
+    keys.truncate(newest.limit as usize);
     signed.page(
         &format!("Keys of tenant {id}"),
         html! {

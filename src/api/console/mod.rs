@@ -149,7 +149,7 @@ impl Signed {
 
     /// A page the key's permissions do not allow does not exist for it.
     fn require(&self, permission: Permission) -> Result<(), ConsoleError> {
-        if self.scope.permissions.has(permission) {
+        if self.scope.permissions.allow(permission) {
             Ok(())
         } else {
             Err(ConsoleError(ApiError::NotFound("No such page.".into())))

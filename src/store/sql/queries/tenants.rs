@@ -29,6 +29,34 @@ fn insert_key<'q>(key: &'q NewApiKey, source: &str) -> sqlx::query::Query<'q, DB
     .bind(key.created_by)
 }
 
+/// Rounds of a revocation's sweep for keys made while it ran.
+const MAX_REVOKE_ROUNDS: usize = 16;
+
+/// Revokes the key (live, when `live_root`), every key it made and theirs,
+/// walking through keys revoked already; the number of keys it revoked.
+async fn revoke_made_by(
+    conn: &mut DbConnection,
+    tenant: Option<TenantId>,
+    key_id: Uuid,
+    live_root: bool,
+) -> StoreResult<usize> {
+    let root_live = if live_root { " AND revoked_at IS NULL" } else { "" };
+    let revoked = sqlx::query(AssertSqlSafe(format!(
+        "WITH RECURSIVE made(id) AS (
+             SELECT id FROM api_keys WHERE id = $1 AND ($3 IS NULL OR tenant_id = $3){root_live}
+             UNION
+             SELECT k.id FROM api_keys k JOIN made m ON k.created_by = m.id
+         )
+         UPDATE api_keys SET revoked_at = $2 WHERE id IN (SELECT id FROM made) AND revoked_at IS NULL RETURNING id"
+    )))
+    .bind(key_id)
+    .bind(Utc::now())
+    .bind(tenant)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(revoked.len())
+}
+
 const KEY_COLUMNS: &str = "id, name, workspaces, permissions, expires_at, created_at, created_by";
 
 fn key_record(row: &<DB as sqlx::Database>::Row) -> StoreResult<ApiKeyRecord> {
@@ -71,20 +99,39 @@ impl TenantStore for SqlStore<DB> {
 
     async fn create_api_key(&self, key: &NewApiKey, max_keys: u64) -> StoreResult<KeyCreated> {
         // An explicit transaction: its commit reports a failure that an
-        // autocommit `RETURNING` statement on SQLite would not.
+        // autocommit `RETURNING` statement on SQLite would not. The tenant's
+        // row and the maker's are held (Postgres; SQLite has one writer), so
+        // that concurrent creations cannot pass the cap together and a key
+        // being revoked makes no more keys.
         let mut tx = self.begin_write().await?;
-        let tenant = sqlx::query("SELECT id FROM tenants WHERE id = $1 AND deleting_at IS NULL")
-            .bind(key.tenant_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let tenant = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id FROM tenants WHERE id = $1 AND deleting_at IS NULL{}",
+            DB::LOCK_ROWS
+        )))
+        .bind(key.tenant_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         if tenant.is_none() {
             return Ok(KeyCreated::NoTenant);
         }
+        if let Some(maker) = key.created_by {
+            let live = sqlx::query(AssertSqlSafe(format!(
+                "SELECT id FROM api_keys WHERE id = $1 AND revoked_at IS NULL{}",
+                DB::LOCK_ROWS
+            )))
+            .bind(maker)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if live.is_none() {
+                return Ok(KeyCreated::MakerRevoked);
+            }
+        }
+        // Expired keys count until they are revoked: a key made to expire at
+        // once would otherwise grow the table without bound.
         let inserted = insert_key(
             key,
             "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
-             WHERE (SELECT COUNT(*) FROM api_keys
-                    WHERE tenant_id = $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $4)) < $10
+             WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id = $2 AND revoked_at IS NULL) < $10
              RETURNING id",
         )
         .bind(i64::try_from(max_keys).unwrap_or(i64::MAX))
@@ -98,21 +145,20 @@ impl TenantStore for SqlStore<DB> {
         // An explicit transaction: its commit reports a failure that an
         // autocommit `RETURNING` statement on SQLite would not.
         let mut tx = self.begin_write().await?;
-        let revoked = sqlx::query(
-            "WITH RECURSIVE made(id) AS (
-                 SELECT id FROM api_keys WHERE id = $1 AND revoked_at IS NULL AND ($3 IS NULL OR tenant_id = $3)
-                 UNION
-                 SELECT k.id FROM api_keys k JOIN made m ON k.created_by = m.id WHERE k.revoked_at IS NULL
-             )
-             UPDATE api_keys SET revoked_at = $2 WHERE id IN (SELECT id FROM made) RETURNING id",
-        )
-        .bind(key_id)
-        .bind(Utc::now())
-        .bind(tenant)
-        .fetch_all(&mut *tx)
-        .await?;
+        let revoked = revoke_made_by(&mut tx, tenant, key_id, true).await?;
+        if revoked == 0 {
+            return Ok(false);
+        }
+        // A key the revoked ones made while this ran (under read committed,
+        // in a statement begun before it) is found by the next round; a later
+        // one waits for this transaction and finds its maker revoked.
+        for _ in 0..MAX_REVOKE_ROUNDS {
+            if revoke_made_by(&mut tx, tenant, key_id, false).await? == 0 {
+                break;
+            }
+        }
         tx.commit().await?;
-        Ok(!revoked.is_empty())
+        Ok(true)
     }
 
     async fn key_for_hash(&self, key_hash: &str) -> StoreResult<Option<AuthenticatedKey>> {
