@@ -52,6 +52,8 @@ class OfflineModel(Model):
             return ModelResponse(output=[call], usage=Usage(), response_id=None)
         if found:
             hits = [line.split(": ", 1)[1].strip("#-* ") for line in found[0].splitlines() if ": " in line]
+            # A line that quotes the user says most; a heading least.
+            hits.sort(key=lambda hit: ('"' not in hit, hit.startswith("Task Group")))
             text = f"From memory: {hits[0]}" if hits else "I remember nothing about that."
         else:
             text = "Noted, I will remember that."

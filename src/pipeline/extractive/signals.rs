@@ -17,9 +17,9 @@ const STOP_WORDS: [&str; 40] = [
     "to", "of", "in", "on", "it", "be", "do", "does", "i'm",
 ];
 /// Verbs a request starts with: not what the task is about.
-const REQUEST_VERBS: [&str; 16] = [
+const REQUEST_VERBS: [&str; 21] = [
     "fix", "use", "write", "make", "add", "get", "set", "run", "help", "need", "want", "like", "show", "find",
-    "create", "update",
+    "create", "update", "prefer", "always", "never", "remember", "hate",
 ];
 /// A follow-up's first word: the run goes on with the task before it.
 const FOLLOW_UP_WORDS: [&str; 20] = [
