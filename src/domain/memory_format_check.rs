@@ -181,15 +181,22 @@ fn references(found: &mut Found, lines: &[&str], start: usize, end: usize) {
     }
 }
 
-fn raw_memory(found: &mut Found, lines: &[&str]) {
+/// The line that closes a front matter opened on the first line; `what`
+/// names the file in the problem when there is none.
+fn front_matter_end(found: &mut Found, lines: &[&str], what: &str) -> Option<usize> {
     if lines.first().map(|l| l.trim()) != Some("---") {
-        found.at(0, "a raw memory starts with its front matter between `---` lines");
-        return;
+        found.at(0, format!("{what} starts with its front matter between `---` lines"));
+        return None;
     }
-    let Some(close) = (1..lines.len()).find(|i| lines[*i].trim() == "---") else {
+    let close = (1..lines.len()).find(|i| lines[*i].trim() == "---");
+    if close.is_none() {
         found.at(0, "the front matter is not closed by `---`");
-        return;
-    };
+    }
+    close
+}
+
+fn raw_memory(found: &mut Found, lines: &[&str]) {
+    let Some(close) = front_matter_end(found, lines, "a raw memory") else { return };
     let mut seen = Vec::new();
     for (i, line) in lines.iter().enumerate().take(close).skip(1) {
         let Some((key, value)) = line.split_once(':') else {
@@ -370,14 +377,7 @@ pub fn uncovered_groups<'a>(memory: &'a str, summary: &str) -> Vec<&'a str> {
 }
 
 fn skill(found: &mut Found, lines: &[&str]) {
-    if lines.first().map(|l| l.trim()) != Some("---") {
-        found.at(0, "a skill starts with its front matter between `---` lines");
-        return;
-    }
-    let Some(close) = (1..lines.len()).find(|i| lines[*i].trim() == "---") else {
-        found.at(0, "the front matter is not closed by `---`");
-        return;
-    };
+    let Some(close) = front_matter_end(found, lines, "a skill") else { return };
     let field = |key: &str| lines[1..close].iter().find_map(|l| l.strip_prefix(key)).map(str::trim);
     match field("name:") {
         Some(name)
