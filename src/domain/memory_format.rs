@@ -46,6 +46,13 @@ fn is_header_line(line: &str) -> bool {
         .is_some_and(|(key, _)| !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
 }
 
+/// A `YYYY-MM-DD` day, as `memory_summary.md`'s recent topics are headed.
+pub fn is_day(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 10
+        && bytes.iter().enumerate().all(|(i, b)| if i == 4 || i == 7 { *b == b'-' } else { b.is_ascii_digit() })
+}
+
 /// `Task <n>: <name>` after a heading's hashes: the number and the name.
 pub fn task_heading<'a>(line: &'a str, hashes: &str) -> Option<(usize, &'a str)> {
     let rest = line.strip_prefix(hashes)?.strip_prefix(" Task ")?;

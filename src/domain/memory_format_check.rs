@@ -4,7 +4,7 @@
 
 use super::memory_format::{
     BLOCK_SECTIONS, MAX_PROFILE_WORDS, OLDER_TOPICS, OUTCOMES, RAW_SECTIONS, SUMMARY_FILE_SECTIONS, SUMMARY_SECTIONS,
-    body, task_heading,
+    body, is_day, task_heading,
 };
 
 /// Which format a file is held to.
@@ -358,12 +358,6 @@ fn memory_index(found: &mut Found, lines: &[&str], index: usize) {
             }
         }
     }
-}
-
-fn is_day(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    bytes.len() == 10
-        && bytes.iter().enumerate().all(|(i, b)| if i == 4 || i == 7 { *b == b'-' } else { b.is_ascii_digit() })
 }
 
 /// Every `# Task Group` of `memory` is named by some topic line of `summary`.

@@ -4,7 +4,8 @@
 //! memory in another shape (a model's prose, an older memoryd's) keeps every
 //! line it holds, as knowledge of a task of its own.
 
-use crate::domain::memory_format::{RawMemory, RawTask, parse_raw_memory};
+use super::signals::one_line;
+use crate::domain::memory_format::{RawMemory, RawTask, is_day, parse_raw_memory};
 
 /// Topics of this many newest raw memories are the summary's recent ones.
 const RECENT_MEMORIES: usize = 8;
@@ -12,14 +13,6 @@ const RECENT_MEMORIES: usize = 8;
 const MAX_BULLET_CHARS: usize = 600;
 /// The summary's preference and tip lists keep at most this many bullets.
 const MAX_SUMMARY_BULLETS: usize = 40;
-
-fn cut(text: &str, max: usize) -> String {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ").replace("**", "");
-    match one_line.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &one_line[..at]),
-        None => one_line,
-    }
-}
 
 /// A raw memory with its tasks, a shapeless one made one task of its lines.
 fn with_tasks(mut raw: RawMemory) -> RawMemory {
@@ -87,7 +80,7 @@ fn keywords_of(raw: &RawMemory, task: &RawTask) -> String {
 fn block_text(block: &Block<'_>) -> String {
     let mut scope: Vec<String> = Vec::new();
     for (raw, task) in &block.tasks {
-        let line = format!("{} ({})", cut(&task.name, 120), outcome_of(task, raw));
+        let line = format!("{} ({})", one_line(&task.name, 120), outcome_of(task, raw));
         if scope.len() < 3 && !scope.contains(&line) {
             scope.push(line);
         }
@@ -95,7 +88,7 @@ fn block_text(block: &Block<'_>) -> String {
     let mut out = format!("# Task Group: {}\n\nscope: {}\n", block.group, scope.join("; "));
     let mut learned: [Vec<String>; 3] = Default::default();
     for (number, (raw, task)) in block.tasks.iter().enumerate().map(|(i, t)| (i + 1, t)) {
-        out.push_str(&format!("\n## Task {number}: {}, {}\n\n", cut(&task.name, 160), outcome_of(task, raw)));
+        out.push_str(&format!("\n## Task {number}: {}, {}\n\n", one_line(&task.name, 160), outcome_of(task, raw)));
         out.push_str(&format!(
             "### rollout_summary_files\n\n- {} (rollout_id={}, updated_at={}, terminal_state={})\n\n",
             raw.rollout_summary_file,
@@ -106,7 +99,7 @@ fn block_text(block: &Block<'_>) -> String {
         out.push_str(&format!("### keywords\n\n- {}\n", keywords_of(raw, task)));
         for (into, from) in learned.iter_mut().zip([0, 1, 2]) {
             for item in &task.sections[from] {
-                let bullet = format!("- {} [Task {number}]", cut(item, MAX_BULLET_CHARS));
+                let bullet = format!("- {} [Task {number}]", one_line(item, MAX_BULLET_CHARS));
                 if !into.contains(&bullet) {
                     into.push(bullet);
                 }
@@ -127,7 +120,7 @@ fn block_text(block: &Block<'_>) -> String {
 fn every(raws: &[RawMemory], section: usize) -> Vec<String> {
     let mut items: Vec<String> = Vec::new();
     for item in raws.iter().flat_map(|r| &r.tasks).flat_map(|t| &t.sections[section]) {
-        let item = cut(item, MAX_BULLET_CHARS);
+        let item = one_line(item, MAX_BULLET_CHARS);
         if items.len() < MAX_SUMMARY_BULLETS && !items.contains(&item) {
             items.push(item);
         }
@@ -154,21 +147,16 @@ fn profile(raws: &[RawMemory]) -> String {
 
 fn topic(raw: &RawMemory, task: &RawTask, with_learnings: bool) -> String {
     let desc = if raw.description.is_empty() { task.name.clone() } else { raw.description.clone() };
-    let mut out = format!("- {}: {}\n  - desc: {}\n", cut(&task.name, 120), keywords_of(raw, task), cut(&desc, 300));
+    let mut out =
+        format!("- {}: {}\n  - desc: {}\n", one_line(&task.name, 120), keywords_of(raw, task), one_line(&desc, 300));
     if with_learnings {
         let learnings: Vec<String> =
-            task.sections[2].iter().chain(&task.sections[1]).take(2).map(|l| cut(l, 240)).collect();
+            task.sections[2].iter().chain(&task.sections[1]).take(2).map(|l| one_line(l, 240)).collect();
         if !learnings.is_empty() {
             out.push_str(&format!("  - learnings: {}\n", learnings.join("; ")));
         }
     }
     out
-}
-
-fn is_day(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    bytes.len() == 10
-        && bytes.iter().enumerate().all(|(i, b)| if i == 4 || i == 7 { *b == b'-' } else { b.is_ascii_digit() })
 }
 
 /// `## What's in Memory`: the tasks of the newest raw memories by scope and

@@ -26,11 +26,6 @@ fn slug_from(text: &str) -> String {
     if slug.is_empty() { "rollout".into() } else { slug }
 }
 
-/// A task's name, as its heading shows it.
-fn task_name(task: &Task) -> String {
-    task.name.clone()
-}
-
 fn subsection(out: &mut String, label: &str, items: &[String], numbered: bool) {
     if items.is_empty() {
         return;
@@ -51,7 +46,7 @@ fn preference_bullets(task: &Task) -> Vec<String> {
 
 /// The rollout summary (SPEC §3.1): a title, its context, a section a task.
 fn rollout_summary(tasks: &[Task]) -> String {
-    let first = task_name(&tasks[0]);
+    let first = &tasks[0].name;
     let title = match tasks.len() {
         1 => format!("{first} ({}).", tasks[0].outcome),
         n => format!("{first} ({}), and {} more task{}.", tasks[0].outcome, n - 1, if n > 2 { "s" } else { "" }),
@@ -65,7 +60,7 @@ fn rollout_summary(tasks: &[Task]) -> String {
         states.last().copied().unwrap_or("unknown")
     );
     for (i, task) in tasks.iter().enumerate() {
-        out.push_str(&format!("\n## Task {}: {}\n\nOutcome: {}\n", i + 1, task_name(task), task.outcome));
+        out.push_str(&format!("\n## Task {}: {}\n\nOutcome: {}\n", i + 1, task.name, task.outcome));
         subsection(&mut out, "Preference signals:", &preference_bullets(task), false);
         subsection(&mut out, "Key steps:", &task.steps, false);
         subsection(&mut out, "Failures and how to do differently:", &task.failures, false);
@@ -78,7 +73,7 @@ fn rollout_summary(tasks: &[Task]) -> String {
 /// The raw memory (SPEC §3.1): a front matter, then a block a task.
 fn raw_memory(tasks: &[Task]) -> String {
     let group = task_group(&tasks[0].name);
-    let names: Vec<String> = tasks.iter().map(|t| format!("{} ({})", task_name(t), t.outcome)).collect();
+    let names: Vec<String> = tasks.iter().map(|t| format!("{} ({})", t.name, t.outcome)).collect();
     let takeaway = tasks
         .iter()
         .find_map(|t| t.preferences.first().map(|(_, b)| b.clone()).or_else(|| t.failures.first().cloned()))
@@ -101,7 +96,7 @@ fn raw_memory(tasks: &[Task]) -> String {
         out.push_str(&format!(
             "\n### Task {}: {}\n\ntask: {}\ntask_group: {}\ntask_outcome: {}\n",
             i + 1,
-            task_name(task),
+            task.name,
             slug_from(&task.name),
             task_group(&task.name),
             task.outcome

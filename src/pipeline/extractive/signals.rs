@@ -35,11 +35,16 @@ const DISSATISFIED: [&str; 8] =
 
 /// Cuts `text` to one line of at most [`MAX_QUOTE_CHARS`] characters.
 pub fn clip(text: &str) -> String {
+    one_line(text, MAX_QUOTE_CHARS)
+}
+
+/// `text` as one line of at most `max` characters, its white space folded.
+pub fn one_line(text: &str, max: usize) -> String {
     // The memory files use no bold (SPEC §3.1), whoever wrote the text.
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ").replace("**", "");
-    match one_line.char_indices().nth(MAX_QUOTE_CHARS) {
-        Some((cut, _)) => format!("{}…", &one_line[..cut]),
-        None => one_line,
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ").replace("**", "");
+    match folded.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &folded[..cut]),
+        None => folded,
     }
 }
 
