@@ -346,10 +346,12 @@ pub(super) async fn consolidate(
             Ok(())
         }
         Provider::Model(model) => {
+            let max_turns = generate.phase_two_max_turns.max(1);
             let prompt = render(
                 PHASE_TWO,
                 &[
                     ("memory_root", claimed.layout.config.memories_dir.as_str()),
+                    ("max_turns", &max_turns.to_string()),
                     ("phase_two_input_selection", &render_selection_block(selection)),
                     ("extra_prompt_section", &extra_prompt_section(generate.extra_prompt.as_deref())),
                 ],
@@ -359,7 +361,6 @@ pub(super) async fn consolidate(
             }
             let specs = tool_specs();
             let mut items = vec![AgentItem::User(prompt)];
-            let max_turns = generate.phase_two_max_turns.max(1);
             while log.turns < max_turns {
                 log.turns += 1;
                 let request = AgentRequest {

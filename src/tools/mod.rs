@@ -33,17 +33,17 @@ pub fn tool_specs() -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "read_file",
-            description: "Read a text file of the memory or sessions folder, with line numbers. Long files come in slices: pass offset (first line, 1-based) and limit.",
+            description: "Read a text file of the memory or sessions folder, with line numbers: 2,000 lines from offset (first line, 1-based; default 1) unless limit says otherwise. A longer file ends with a line saying which offset reads on.",
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}, "required": ["path"], "additionalProperties": false}),
         },
         ToolSpec {
             name: "list_files",
-            description: "List the files under a folder of the memory folder (default: all of it).",
+            description: "List the files under a folder of the memory folder (default: all of it), each with its line count, at most 1,000.",
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false}),
         },
         ToolSpec {
             name: "search_files",
-            description: "Find lines matching a regular expression (or plain text) in the memory folder or a folder or file under it; answers path:line: text.",
+            description: "Find lines matching a regular expression (or plain text) in the memory folder or a folder or file under it; answers path:line: text, at most 200 lines of 300 characters.",
             parameters: json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false}),
         },
     ]
@@ -58,6 +58,11 @@ pub fn agent_may_write(path: &str) -> bool {
     // from every listing and read, and removed by the next leftover sweep.
     let temporary = path.split('/').any(|part| crate::workspace::is_temporary_file(std::ffi::OsStr::new(part)));
     !temporary && !MEMORYD_OWNED.iter().any(|owned| is_under(path, owned))
+}
+
+/// Lines as `str::lines` counts them, which is how `read_file` numbers them.
+fn line_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| **b == b'\n').count() + usize::from(!bytes.is_empty() && !bytes.ends_with(b"\n"))
 }
 
 fn is_under(path: &str, dir: &str) -> bool {
@@ -401,11 +406,24 @@ impl MemoryTools {
         }
         let more = files.len().saturating_sub(MAX_LISTED);
         files.truncate(MAX_LISTED);
-        let mut out = files.join("\n");
+        let mut out = files.iter().map(|file| self.listed(file)).collect::<Vec<_>>().join("\n");
         if more > 0 {
             out.push_str(&format!("\n… {more} more files"));
         }
         Ok(out)
+    }
+
+    /// One line of a listing: the path and its line count, what the SDK's
+    /// agent learns with `rg --files` and `wc -l` (SPEC §5).
+    fn listed(&self, file: &str) -> String {
+        let bytes = confine(&self.root, file).ok().and_then(|abs| self.current(file, &abs).ok().flatten());
+        match bytes {
+            Some(bytes) => match line_count(&bytes) {
+                1 => format!("{file} (1 line)"),
+                n => format!("{file} ({n} lines)"),
+            },
+            None => file.to_owned(),
+        }
     }
 
     fn search_files(&self, pattern: &str, path: Option<&str>) -> Result<String, String> {
@@ -572,7 +590,8 @@ mod tests {
         assert!(f.tools.call("read_file", r#"{"path":"sessions/r.jsonl"}"#).contains("{\"a\":1}"));
         assert!(f.tools.call("read_file", r#"{"path":"memories/nope.md"}"#).contains("no such file"));
         let listed = f.tools.call("list_files", "{}");
-        assert!(listed.contains("memories/MEMORY.md") && listed.contains("memories/raw_memories/r.md"));
+        assert!(listed.contains("memories/MEMORY.md (3 lines)\n"), "{listed}");
+        assert!(listed.contains("memories/raw_memories/r.md (1 line)") && listed.contains("memories/memory_summary.md (0 lines)"));
         assert_eq!(f.tools.call("search_files", r#"{"pattern":"t[e]a"}"#), "memories/MEMORY.md:2: beta tea");
         assert_eq!(f.tools.call("search_files", r#"{"pattern":"(unclosed"}"#), "No lines match \"(unclosed\".");
         assert!(
@@ -593,7 +612,8 @@ mod tests {
         );
         patch(&mut f.tools, "*** Delete File: memories/memory_summary.md");
         let listed = f.tools.call("list_files", "{}");
-        assert!(listed.contains("memories/skills/new.md") && !listed.contains("memory_summary.md"), "{listed}");
+        assert!(listed.contains("memories/skills/new.md (1 line)") && !listed.contains("memory_summary.md"), "{listed}");
+        assert!(listed.contains("memories/MEMORY.md (1 line)"), "the working copy's lines are counted: {listed}");
         assert_eq!(
             f.tools.call("search_files", r#"{"pattern":"tea"}"#),
             "memories/MEMORY.md:1: after tea\nmemories/skills/new.md:1: tea x"

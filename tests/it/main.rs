@@ -32,6 +32,7 @@ mod phase_one;
 mod phase_two;
 mod portability;
 mod process;
+mod prompts;
 mod publish;
 mod redaction;
 mod retention;
