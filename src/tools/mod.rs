@@ -591,7 +591,10 @@ mod tests {
         assert!(f.tools.call("read_file", r#"{"path":"memories/nope.md"}"#).contains("no such file"));
         let listed = f.tools.call("list_files", "{}");
         assert!(listed.contains("memories/MEMORY.md (3 lines)\n"), "{listed}");
-        assert!(listed.contains("memories/raw_memories/r.md (1 line)") && listed.contains("memories/memory_summary.md (0 lines)"));
+        assert!(
+            listed.contains("memories/raw_memories/r.md (1 line)")
+                && listed.contains("memories/memory_summary.md (0 lines)")
+        );
         assert_eq!(f.tools.call("search_files", r#"{"pattern":"t[e]a"}"#), "memories/MEMORY.md:2: beta tea");
         assert_eq!(f.tools.call("search_files", r#"{"pattern":"(unclosed"}"#), "No lines match \"(unclosed\".");
         assert!(
@@ -612,7 +615,10 @@ mod tests {
         );
         patch(&mut f.tools, "*** Delete File: memories/memory_summary.md");
         let listed = f.tools.call("list_files", "{}");
-        assert!(listed.contains("memories/skills/new.md (1 line)") && !listed.contains("memory_summary.md"), "{listed}");
+        assert!(
+            listed.contains("memories/skills/new.md (1 line)") && !listed.contains("memory_summary.md"),
+            "{listed}"
+        );
         assert!(listed.contains("memories/MEMORY.md (1 line)"), "the working copy's lines are counted: {listed}");
         assert_eq!(
             f.tools.call("search_files", r#"{"pattern":"tea"}"#),
