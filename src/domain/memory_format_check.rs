@@ -283,6 +283,8 @@ fn memory_block(found: &mut Found, lines: &[&str], start: usize, end: usize) {
     sections(found, lines, first_section, end, &BLOCK_SECTIONS);
 }
 
+const RELATED_SKILL: &str = "- Related skill: ";
+
 /// A task's `### rollout_summary_files` (annotated bullets) and `### keywords` (one bullet).
 fn task_anchors(found: &mut Found, lines: &[&str], task: usize, end: usize) {
     let heading = |name: &str| (task..end).find(|i| lines[*i].trim() == name);
@@ -303,7 +305,10 @@ fn task_anchors(found: &mut Found, lines: &[&str], task: usize, end: usize) {
     }
     match heading("### keywords") {
         None => found.at(task, "a task has `### keywords`"),
-        Some(at) if bullets(at).len() != 1 => found.at(at, "keywords are one comma-separated bullet"),
+        // A pointer to a related skill may follow the keywords (the prompt's place for it).
+        Some(at) if bullets(at).iter().filter(|i| !lines[**i].starts_with(RELATED_SKILL)).count() != 1 => {
+            found.at(at, "keywords are one comma-separated bullet")
+        }
         Some(_) => {}
     }
 }

@@ -20,6 +20,11 @@ fn files_in_their_formats_pass() {
     assert_eq!(problems(Format::MemoryMd, MEMORY), Vec::<String>::new());
     assert_eq!(problems(Format::MemorySummary, MEMORY_SUMMARY), Vec::<String>::new());
     assert_eq!(problems(Format::MemoryMd, ""), Vec::<String>::new(), "no memory yet");
+    let with_skill =
+        MEMORY.replace("- ci, cache, pnpm\n", "- ci, cache, pnpm\n- Related skill: skills/pin-ci-cache/SKILL.md\n");
+    assert_eq!(problems(Format::MemoryMd, &with_skill), Vec::<String>::new(), "a related skill after the keywords");
+    let two_keyword_lines = MEMORY.replace("- ci, cache, pnpm\n", "- ci, cache\n- pnpm\n");
+    assert_eq!(problems(Format::MemoryMd, &two_keyword_lines), ["11: keywords are one comma-separated bullet"]);
     let skill = "---\nname: pin-ci-cache\ndescription: when CI caches miss\n---\n\n1. pin the key\n";
     assert_eq!(problems(Format::Skill, skill), Vec::<String>::new());
     assert!(uncovered_groups(MEMORY, MEMORY_SUMMARY).is_empty());

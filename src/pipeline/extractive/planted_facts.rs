@@ -8,6 +8,8 @@ use super::{consolidate, extract};
 use serde_json::{Value, json};
 
 const CORPUS: &str = include_str!("planted_facts.json");
+/// Written after the heuristics were fixed and never used to tune them.
+const HELD_OUT: &str = include_str!("planted_facts_held_out.json");
 
 /// A conversation's segments as JSONL, the way a runtime appends them.
 fn rollout(conversation: &Value) -> String {
@@ -55,8 +57,8 @@ fn raw_file(conversation: &Value, raw_memory: &str, slug: &str) -> String {
 }
 
 /// Facts kept in `MEMORY.md` and in `memory_summary.md`, of all planted.
-fn kept() -> (usize, usize, usize) {
-    let corpus: Value = serde_json::from_str(CORPUS).unwrap();
+fn kept(corpus: &str) -> (usize, usize, usize) {
+    let corpus: Value = serde_json::from_str(corpus).unwrap();
     let conversations = corpus["conversations"].as_array().unwrap();
     let mut raws = Vec::new();
     for conversation in conversations.iter().rev() {
@@ -84,8 +86,18 @@ fn kept() -> (usize, usize, usize) {
 
 #[test]
 fn planted_facts_reach_memory() {
-    let (planted, in_memory, in_summary) = kept();
+    let (planted, in_memory, in_summary) = kept(CORPUS);
     println!("planted facts: {planted}; kept in MEMORY.md: {in_memory}; kept in memory_summary.md: {in_summary}");
     assert!(in_memory * 10 >= planted * 9, "{in_memory} of {planted} facts in MEMORY.md");
+    assert!(in_summary * 2 >= planted, "{in_summary} of {planted} facts in memory_summary.md");
+}
+
+#[test]
+fn held_out_planted_facts_reach_memory() {
+    let (planted, in_memory, in_summary) = kept(HELD_OUT);
+    println!(
+        "held out: planted facts: {planted}; kept in MEMORY.md: {in_memory}; kept in memory_summary.md: {in_summary}"
+    );
+    assert!(in_memory * 10 >= planted * 8, "{in_memory} of {planted} facts in MEMORY.md");
     assert!(in_summary * 2 >= planted, "{in_summary} of {planted} facts in memory_summary.md");
 }
