@@ -5,6 +5,7 @@
 //! run `cargo test --lib planted_facts -- --nocapture` to see them.
 
 use super::{consolidate, extract};
+use crate::domain::memory_format_check::{Format, check, uncovered_groups};
 use serde_json::{Value, json};
 
 const CORPUS: &str = include_str!("planted_facts.json");
@@ -56,6 +57,12 @@ fn raw_file(conversation: &Value, raw_memory: &str, slug: &str) -> String {
     )
 }
 
+/// Every file the provider writes for the corpus is in its format.
+fn formatted(format: Format, text: &str, source: &Value) {
+    let problems = check(format, text);
+    assert!(problems.is_empty(), "{format:?} of {source}: {problems:?}\n{text}");
+}
+
 /// Facts kept in `MEMORY.md` and in `memory_summary.md`, of all planted.
 fn kept(corpus: &str) -> (usize, usize, usize) {
     let corpus: Value = serde_json::from_str(corpus).unwrap();
@@ -63,9 +70,14 @@ fn kept(corpus: &str) -> (usize, usize, usize) {
     let mut raws = Vec::new();
     for conversation in conversations.iter().rev() {
         let artifacts = extract(&rollout(conversation));
+        formatted(Format::RolloutSummary, &artifacts.rollout_summary, conversation);
+        formatted(Format::RawMemory, &artifacts.raw_memory, conversation);
         raws.push(raw_file(conversation, &artifacts.raw_memory, &artifacts.rollout_slug));
     }
     let (memory, summary) = consolidate(&raws);
+    formatted(Format::MemoryMd, &memory, &corpus["about"]);
+    formatted(Format::MemorySummary, &summary, &corpus["about"]);
+    assert!(uncovered_groups(&memory, &summary).is_empty(), "every task group is reachable from the summary");
     let (memory, summary) = (memory.to_lowercase(), summary.to_lowercase());
     let facts: Vec<String> = conversations
         .iter()
