@@ -442,101 +442,68 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
         args.workload == w
             || (args.workload == Workload::All && !matches!(w, Workload::Soak | Workload::Drain | Workload::Scale))
     };
-    let progress = |f: &Figure| {
-        if !args.json {
-            eprintln!("  {} {} {} {}: {:.2} {}", f.workload, f.backend, f.case, f.metric, f.median, f.unit);
+    let mut keep = |figures: Vec<Figure>| {
+        for f in figures {
+            if !args.json {
+                eprintln!("  {} {} {} {}: {:.2} {}", f.workload, f.backend, f.case, f.metric, f.median, f.unit);
+            }
+            out.push(f);
         }
     };
+    let quick = args.quick;
     if wants(Workload::Close) {
-        for k in if args.quick { vec![1, 8] } else { vec![1, 8, 32, 128] } {
-            let f = bench.close(k).await?;
-            progress(&f);
-            out.push(f);
+        for k in if quick { vec![1, 8] } else { vec![1, 8, 32, 128] } {
+            keep(vec![bench.close(k).await?]);
         }
     }
     if wants(Workload::Append) {
-        for s in if args.quick { vec![100] } else { vec![100, 1000, 3000] } {
-            for f in bench.append(s).await? {
-                progress(&f);
-                out.push(f);
-            }
+        for s in if quick { vec![100] } else { vec![100, 1000, 3000] } {
+            keep(bench.append(s).await?);
         }
     }
     if wants(Workload::Ingest) {
-        let duration = Duration::from_secs(if args.quick { 1 } else { 5 });
-        let clients = match (&args.clients[..], args.quick) {
+        let duration = Duration::from_secs(if quick { 1 } else { 5 });
+        let clients = match (&args.clients[..], quick) {
             ([], true) => vec![1, 8],
             ([], false) => vec![1, 8, 32],
             (chosen, _) => chosen.to_vec(),
         };
         for c in clients {
-            for f in bench.ingest(c, duration).await? {
-                progress(&f);
-                out.push(f);
-            }
+            keep(bench.ingest(c, duration).await?);
         }
     }
     if wants(Workload::Soak) {
-        for f in bench.soak(Duration::from_secs(args.duration.max(1)), args.failing_webhook).await? {
-            progress(&f);
-            out.push(f);
-        }
+        keep(bench.soak(Duration::from_secs(args.duration.max(1)), args.failing_webhook).await?);
     }
     if wants(Workload::Forget) {
-        let f = bench.forget(if args.quick { 20 } else { 1000 }).await?;
-        progress(&f);
-        out.push(f);
-        for f in bench.retention_sweep(if args.quick { 2000 } else { 100_000 }).await? {
-            progress(&f);
-            out.push(f);
-        }
+        keep(vec![bench.forget(if quick { 20 } else { 1000 }).await?]);
+        keep(bench.retention_sweep(if quick { 2000 } else { 100_000 }).await?);
     }
     if wants(Workload::Drain) {
-        let (tenants, sessions, rollouts) = if args.quick { (3, 2, 2) } else { (args.tenants.max(1), 10, 4) };
-        for f in bench.drain(tenants, sessions, rollouts).await? {
-            progress(&f);
-            out.push(f);
-        }
+        let (tenants, sessions, rollouts) = if quick { (3, 2, 2) } else { (args.tenants.max(1), 10, 4) };
+        keep(bench.drain(tenants, sessions, rollouts).await?);
     }
     if wants(Workload::Scale) {
-        for f in bench.scale(if args.quick { &[10, 50] } else { &[10, 1000, 10_000] }).await? {
-            progress(&f);
-            out.push(f);
-        }
+        keep(bench.scale(if quick { &[10, 50] } else { &[10, 1000, 10_000] }).await?);
     }
     if wants(Workload::Events) {
-        let (rate, seconds, sessions) = if args.quick { (20, 1, 3) } else { (100, 10, 20) };
-        for f in bench.events(rate, seconds, sessions).await? {
-            progress(&f);
-            out.push(f);
-        }
+        let (rate, seconds, sessions) = if quick { (20, 1, 3) } else { (100, 10, 20) };
+        keep(bench.events(rate, seconds, sessions).await?);
     }
     if wants(Workload::Portability) {
-        let (rollouts, segments) = if args.quick { (20, 2) } else { (1000, 10) };
-        for f in bench.portability(rollouts, segments).await? {
-            progress(&f);
-            out.push(f);
-        }
+        let (rollouts, segments) = if quick { (20, 2) } else { (1000, 10) };
+        keep(bench.portability(rollouts, segments).await?);
     }
     if wants(Workload::Redaction) {
-        for f in bench.redaction(if args.quick { 1 } else { 30 }) {
-            progress(&f);
-            out.push(f);
-        }
+        keep(bench.redaction(if quick { 1 } else { 30 }));
     }
     if wants(Workload::Tools) {
-        let (memory, summaries, requests) = if args.quick { (64 << 10, 50, 20) } else { (1 << 20, 1000, 200) };
-        for f in bench.tools(memory, summaries, requests).await? {
-            progress(&f);
-            out.push(f);
-        }
+        let (memory, summaries, requests) = if quick { (64 << 10, 50, 20) } else { (1 << 20, 1000, 200) };
+        keep(bench.tools(memory, summaries, requests).await?);
     }
     if wants(Workload::Selection) {
-        for r in if args.quick { vec![100] } else { vec![100, 1000, 10_000] } {
-            for f in bench.selection(r).await? {
-                progress(&f);
-                out.push(f);
-            }
+        for r in if quick { vec![100] } else { vec![100, 1000, 10_000] } {
+            keep(bench.selection(r).await?);
         }
     }
     Ok(())

@@ -9,15 +9,6 @@ use crate::store::*;
 use sqlx::Row;
 use uuid::Uuid;
 
-/// An event of the workspace other than the `session.closed` of the sessions
-/// the forget job `$3` ended when it was queued.
-macro_rules! not_ended_by_this_forget {
-    () => {
-        "NOT (event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
-              AND created_at >= (SELECT created_at FROM jobs WHERE id = $3))"
-    };
-}
-
 /// What an erasing statement binds: the scope it erases (`$1`… naming the
 /// tenant, workspace and so on), then, for some, the forget job itself
 /// (`$n + 1`), which must survive its own erasure.
@@ -315,16 +306,18 @@ impl SqlStore<DB> {
             // (the `forget.completed` is recorded after this).
             (
                 Binds::ScopeAndOwnJob,
-                concat!(
-                    "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
-                        SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2 AND ",
-                    not_ended_by_this_forget!(),
-                    ")"
-                ),
+                // Both statements keep the events that are not the
+                // `session.closed` of a session the forget job `$3` ended.
+                "DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND event_seq IN (
+                    SELECT seq FROM events WHERE tenant_id = $1 AND workspace = $2
+                      AND NOT (event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
+                               AND created_at >= (SELECT created_at FROM jobs WHERE id = $3)))",
             ),
             (
                 Binds::ScopeAndOwnJob,
-                concat!("DELETE FROM events WHERE tenant_id = $1 AND workspace = $2 AND ", not_ended_by_this_forget!()),
+                "DELETE FROM events WHERE tenant_id = $1 AND workspace = $2
+                   AND NOT (event_type = 'session.closed' AND payload LIKE '%\"status\":\"forgotten\"%'
+                            AND created_at >= (SELECT created_at FROM jobs WHERE id = $3))",
             ),
             (
                 Binds::Scope,
