@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Every few seconds: settle sessions whose last worker died before it could.
-pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
-    while !*shutdown.borrow() {
+pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+    let ctx = &ctx;
+    every(SWEEP_INTERVAL, shutdown, move || async move {
         match ctx.store.settle_finished_sessions().await {
             Ok(0) => {}
             Ok(n) => {
@@ -18,14 +19,27 @@ pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch
             }
             Err(e) => tracing::warn!(error = %crate::error_chain(&e), "settling finished sessions failed"),
         }
+    })
+    .await;
+}
+
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs `round` at once and then every `period`, until shutdown is asked for
+/// (a round under way finishes; the wait between rounds does not).
+async fn every<F, Fut>(period: Duration, mut shutdown: watch::Receiver<bool>, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    while !*shutdown.borrow() {
+        round().await;
         tokio::select! {
-            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            _ = tokio::time::sleep(period) => {}
             _ = shutdown.wait_for(|stopping| *stopping) => {}
         }
     }
 }
-
-const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Rows one retention statement deletes at most: each batch is a short
 /// transaction of its own, so appends never wait long behind a sweep.
@@ -82,22 +96,21 @@ pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<(
     Ok(())
 }
 
-pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
-    while !*shutdown.borrow() {
-        if let Err(e) = sweep_retention(&ctx).await {
+pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+    let ctx = &ctx;
+    every(ctx.settings.retention.sweep_every, shutdown, move || async move {
+        if let Err(e) = sweep_retention(ctx).await {
             tracing::warn!(error = %crate::error_chain(&e), "the retention sweep failed; it runs again later");
         }
-        tokio::select! {
-            _ = tokio::time::sleep(ctx.settings.retention.sweep_every) => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => {}
-        }
-    }
+    })
+    .await;
 }
 
 /// Walks the volume to correct the storage counters, at start-up and then
 /// every `MEMORYD_STORAGE_RECONCILE_SECS`.
-pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, mut shutdown: watch::Receiver<bool>) {
-    while !*shutdown.borrow() {
+pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+    let ctx = &ctx;
+    every(ctx.settings.storage_reconcile, shutdown, move || async move {
         match reconcile_storage(&ctx.store, &ctx.volumes).await {
             Ok(report) if report.corrected > 0 => {
                 tracing::info!(corrected = report.corrected, drift_bytes = report.drift, "storage reconciled")
@@ -107,18 +120,16 @@ pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, mut shutdown: wa
                 tracing::warn!(error = %crate::error_chain(&e), "reconciling storage failed; it runs again later")
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(ctx.settings.storage_reconcile) => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => {}
-        }
-    }
+    })
+    .await;
 }
 
 /// Every few seconds: vacuums the hot tables that carry more than `floor`
 /// dead row versions (Postgres), so that claims, settles and scrapes do not
 /// walk past them when the server's autovacuum is off or behind.
-pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, mut shutdown: watch::Receiver<bool>) {
-    while !*shutdown.borrow() {
+pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, shutdown: watch::Receiver<bool>) {
+    let ctx = &ctx;
+    every(SWEEP_INTERVAL, shutdown, move || async move {
         match ctx.store.reclaim_dead_rows(floor).await {
             Ok(vacuumed) => {
                 for (table, dead) in vacuumed {
@@ -130,18 +141,16 @@ pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, mut 
                 tracing::warn!(error = %crate::error_chain(&e), "reclaiming dead rows failed; it runs again later")
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => {}
-        }
-    }
+    })
+    .await;
 }
 
 /// Queues eager phase one for rollouts idle `idle` long in open sessions
 /// (SPEC §5), looking every quarter of that (at most every 5 s).
-pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut shutdown: watch::Receiver<bool>) {
-    let every = (idle / 4).clamp(Duration::from_millis(250), SWEEP_INTERVAL);
-    while !*shutdown.borrow() {
+pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, shutdown: watch::Receiver<bool>) {
+    let period = (idle / 4).clamp(Duration::from_millis(250), SWEEP_INTERVAL);
+    let ctx = &ctx;
+    every(period, shutdown, move || async move {
         let idle_since = Utc::now() - chrono::Duration::from_std(idle).unwrap_or(chrono::Duration::MAX);
         match ctx.store.queue_eager_phase_one(idle_since, 500).await {
             Ok(jobs) if jobs.is_empty() => {}
@@ -152,9 +161,6 @@ pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, mut s
             }
             Err(e) => tracing::warn!(error = %crate::error_chain(&e), "queuing eager phase one failed"),
         }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => {}
-        }
-    }
+    })
+    .await;
 }
