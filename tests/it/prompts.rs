@@ -133,13 +133,18 @@ fn prose_pieces(text: &str) -> Vec<String> {
     text.split('\u{0}').map(str::to_owned).collect()
 }
 
-#[test]
-fn no_run_of_seven_upstream_words_is_in_memoryds_prompts() {
-    let hashes: HashSet<u32> = std::fs::read_to_string(Path::new(ROOT).join("tests/data/upstream_prompt_windows.txt"))
+/// The hashed seven-word windows of the SDK's prompts.
+fn upstream_windows() -> HashSet<u32> {
+    std::fs::read_to_string(Path::new(ROOT).join("tests/data/upstream_prompt_windows.txt"))
         .unwrap()
         .lines()
         .map(|line| u32::from_str_radix(line, 16).unwrap())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn no_run_of_seven_upstream_words_is_in_memoryds_prompts() {
+    let hashes = upstream_windows();
     assert!(hashes.len() > 10_000, "the upstream windows are there");
     let mut copied = Vec::new();
     let prompts = Path::new(ROOT).join("src/pipeline/prompts");
@@ -164,11 +169,7 @@ fn no_run_of_seven_upstream_words_is_in_memoryds_prompts() {
 #[test]
 fn the_check_finds_a_copied_run() {
     // A sentence of the SDK's phase-one prompt, as the check would meet it.
-    let hashes: HashSet<u32> = std::fs::read_to_string(Path::new(ROOT).join("tests/data/upstream_prompt_windows.txt"))
-        .unwrap()
-        .lines()
-        .map(|line| u32::from_str_radix(line, 16).unwrap())
-        .collect();
+    let hashes = upstream_windows();
     let words = words("Raw rollouts are immutable evidence. NEVER edit raw rollouts.");
     assert!(words.windows(7).any(|w| hashes.contains(&fnv1a32(&w.join(" ")))));
 }
