@@ -66,7 +66,15 @@ fn every_metric_served_is_documented() {
 /// the documented commands.
 #[test]
 fn the_docs_stay_inside_the_repository_and_are_run() {
-    for doc in ["README.md", "docs/api.md", "docs/operating.md", "docs/architecture.md", "openapi.yaml"] {
+    for doc in [
+        "README.md",
+        "docs/api.md",
+        "docs/operating.md",
+        "docs/architecture.md",
+        "docs/contract.md",
+        "docs/rules.md",
+        "openapi.yaml",
+    ] {
         let text = repo_file(doc);
         assert!(!text.contains("../shared") && !text.contains("SPEC §") && !text.contains("SPEC.md"), "{doc}");
     }
