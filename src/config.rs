@@ -2,7 +2,7 @@
 //! (flags win). Settings with a fixed set of values are enums, so a bad one
 //! stops start-up with clap's usage message.
 
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -227,49 +227,18 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir,
             database_url,
-            admin_token: None,
-            max_segment_bytes: 33_554_432,
             log: "warn".into(),
-            log_format: LogFormat::Text,
-            log_content: false,
-            no_workers: false,
             llm_provider: Some(ProviderKind::Extractive),
-            llm_api: LlmApi::Responses,
-            llm_base_url: "https://api.openai.com/v1".into(),
-            llm_api_key: None,
-            llm_timeout_secs: 600,
-            worker_concurrency: 8,
-            max_attempts: 5,
-            retry_base_ms: 2000,
-            job_lease_secs: 120,
-            phase_two_debounce_ms: 0,
-            history_runs: 100,
-            eager_phase_one_secs: 0,
-            idempotency_ttl_secs: 86_400,
-            retain_records_days: 30.0,
-            retain_rollouts_days: 0.0,
-            retention_sweep_secs: 3600,
-            default_limits: "{}".into(),
-            storage_reconcile_secs: 3600,
-            reclaim_dead_rows: 5000,
-            max_import_bytes: 1 << 30,
-            max_exports: 8,
-            export_stall_secs: 60,
-            max_streams_per_tenant: 16,
-            webhook_allow_http: false,
-            webhook_allow_private: false,
-            events_retain_hours: 24,
-            secrets_key: None,
-            console_secret: None,
-            console_secure_cookies: false,
-            min_free_bytes: 67_108_864,
-            max_connections: 10_000,
-            header_timeout_secs: 10,
-            body_timeout_secs: 60,
-            idle_timeout_secs: 60,
-            test_publish_pause_ms: 0,
-            max_keys: 10_000,
+            ..Self::defaults()
         }
+    }
+
+    /// Every setting at the default its flag declares (the one place
+    /// defaults are written), whatever the environment says.
+    pub fn defaults() -> Self {
+        let command = Self::command().mut_args(|arg| arg.env(None::<&'static str>));
+        let matches = command.try_get_matches_from(["memoryd"]).expect("every setting has a default or is optional");
+        Self::from_arg_matches(&matches).expect("the declared defaults parse")
     }
 
     /// Every duration, size and count in its range (SPEC §7), else the
@@ -314,5 +283,23 @@ impl Config {
             .clone()
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("memoryd.db").display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_flags_and_pass_their_own_checks() {
+        let defaults = Config::defaults();
+        assert_eq!(defaults.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!((defaults.job_lease_secs, defaults.max_keys, defaults.max_segment_bytes), (120, 10_000, 33_554_432));
+        assert_eq!(defaults.llm_provider, None);
+        defaults.validate().expect("the defaults are in range");
+        let embedded = Config::embedded(PathBuf::from("/tmp/x"), None);
+        assert_eq!((embedded.listen.port(), embedded.llm_provider), (0, Some(ProviderKind::Extractive)));
+        assert_eq!(embedded.idle_timeout_secs, defaults.idle_timeout_secs);
+        assert_eq!(embedded.data_dir, PathBuf::from("/tmp/x"));
     }
 }
