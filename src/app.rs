@@ -13,8 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests and jobs get after SIGTERM before the process exits.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -75,7 +76,7 @@ struct Core {
     appends: crate::ingest::AppendQueue,
     config: Arc<Config>,
     wake: Arc<Notify>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
     console: Arc<crate::api::ConsoleKeys>,
     publisher: Publisher,
     default_limits: crate::domain::limits::Limits,
@@ -90,7 +91,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let store = store::connect(&config.database_url()).await?;
     let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
-    let (shutdown, _) = watch::channel(false);
+    let shutdown = CancellationToken::new();
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
     let pause = (config.test_publish_pause_ms > 0).then(|| Duration::from_millis(config.test_publish_pause_ms));
@@ -123,7 +124,7 @@ impl Core {
             volumes: self.volumes.clone(),
             appends: self.appends.clone(),
             config: self.config.clone(),
-            shutdown: self.shutdown.subscribe(),
+            shutdown: self.shutdown.clone(),
             wake: self.wake.clone(),
             caches: Default::default(),
             console: self.console.clone(),
@@ -146,8 +147,8 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         events: core.events.clone(),
         finisher: crate::jobs::Finisher::start(core.store.clone()),
     };
-    let mut workers = spawn_workers(Arc::new(ctx), core.shutdown.subscribe());
-    workers.spawn(crate::events::delivery::run(core.store.clone(), core.events.clone(), core.shutdown.subscribe()));
+    let mut workers = spawn_workers(Arc::new(ctx), core.shutdown.clone());
+    workers.spawn(crate::events::delivery::run(core.store.clone(), core.events.clone(), core.shutdown.clone()));
     workers
 }
 
@@ -155,7 +156,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub state: AppState,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
     server: Option<JoinHandle<std::io::Result<()>>>,
     workers: Option<JoinSet<()>>,
 }
@@ -164,7 +165,7 @@ impl RunningServer {
     /// Stops accepting and claiming, lets in-flight requests finish, gives
     /// back held jobs, and waits for all of that.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
-        let _ = self.shutdown.send(true);
+        self.shutdown.cancel();
         if let Some(mut workers) = self.workers.take() {
             while workers.join_next().await.is_some() {}
         }
@@ -187,8 +188,8 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
         header_timeout: Duration::from_secs(core.config.header_timeout_secs),
         idle_timeout: Duration::from_secs(core.config.idle_timeout_secs),
     };
-    tokio::spawn(core.events.hub.clone().run(core.shutdown.subscribe()));
-    let server = tokio::spawn(serve(listener, app, limits, core.shutdown.subscribe()));
+    tokio::spawn(core.events.hub.clone().run(core.shutdown.clone()));
+    let server = tokio::spawn(serve(listener, app, limits, core.shutdown.clone()));
     Ok(RunningServer { addr, state, shutdown: core.shutdown, server: Some(server), workers })
 }
 

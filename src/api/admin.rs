@@ -10,14 +10,22 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewTenant {
     name: String,
+}
+
+/// A tenant just made, with its first key (shown once).
+#[derive(Debug, Serialize)]
+pub struct NewTenantAnswer {
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub key_id: Uuid,
+    pub api_key: String,
 }
 
 pub async fn create_tenant(
@@ -36,7 +44,7 @@ pub async fn create_tenant(
     tracing::info!(tenant_id = %tenant.tenant_id, key_id = %key.key_id, "tenant created");
     Ok((
         StatusCode::CREATED,
-        Json(json!({"tenant_id": tenant.tenant_id, "name": tenant.name, "key_id": key.key_id, "api_key": secret})),
+        Json(NewTenantAnswer { tenant_id: tenant.tenant_id, name: tenant.name, key_id: key.key_id, api_key: secret }),
     ))
 }
 
@@ -54,9 +62,7 @@ pub async fn create_key(
     let (secret, key) = new_key(id, request, None);
     store_key(&state, &key, not_found()).await?;
     tracing::info!(tenant_id = %id, key_id = %key.key_id, "api key issued");
-    let mut answer = issued(&secret, &key);
-    answer["tenant_id"] = json!(id);
-    Ok((StatusCode::CREATED, Json(answer)))
+    Ok((StatusCode::CREATED, Json(issued(secret, &key, Some(id)))))
 }
 
 pub async fn revoke_key(

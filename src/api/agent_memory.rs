@@ -13,6 +13,7 @@ use crate::domain::layout::ValidLayout;
 use crate::domain::memory_edit::{EditRefusal, MemoryEdit, memory_relative, normalize};
 use crate::store::{AuthenticatedKey, JobRecord, JobState};
 use crate::tools::read::{self, ReadError, SearchQuery, SearchStop};
+use crate::tools::read::{FileSlice, MemoryEntry, SearchMatch};
 use crate::workspace::confine;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -20,8 +21,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -105,8 +105,9 @@ fn cursor_context(of: CursorOf, tenant: uuid::Uuid, workspace: &str, layout: &st
 
 /// An opaque cursor: a position sealed under the deployment's secrets key,
 /// so that the only cursors a route takes are those it gave (SPEC §2.10).
-fn encode_cursor(state: &AppState, context: &[u8], value: Value) -> String {
-    URL_SAFE_NO_PAD.encode(state.events.key.seal_bytes(context, value.to_string().as_bytes()))
+fn encode_cursor<T: Serialize>(state: &AppState, context: &[u8], position: &T) -> String {
+    let bytes = serde_json::to_vec(position).expect("a cursor's position is a path and a line");
+    URL_SAFE_NO_PAD.encode(state.events.key.seal_bytes(context, &bytes))
 }
 
 fn decode_cursor<T: serde::de::DeserializeOwned>(state: &AppState, context: &[u8], raw: &str) -> Result<T, ApiError> {
@@ -131,6 +132,35 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// What `memory/list` and MCP's `memory_list` answer.
+#[derive(Debug, Serialize)]
+pub struct MemoryListing {
+    pub entries: Vec<MemoryEntry>,
+    pub next_cursor: Option<String>,
+}
+
+/// What `memory/search` and MCP's `memory_search` answer.
+#[derive(Debug, Serialize)]
+pub struct MemorySearchPage {
+    pub matches: Vec<SearchMatch>,
+    pub next_cursor: Option<String>,
+}
+
+/// One file a published edit touched.
+#[derive(Debug, Serialize)]
+pub struct EditedFile {
+    pub path: String,
+    pub change: Change,
+}
+
+/// What a published edit changed (`memory/edits` 200, MCP's `memory_edit`).
+#[derive(Debug, Serialize)]
+pub struct PublishedEdit {
+    pub job_id: uuid::Uuid,
+    pub run_id: uuid::Uuid,
+    pub changes: Vec<EditedFile>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
@@ -144,7 +174,7 @@ pub async fn list(
     State(state): State<AppState>,
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MemoryListing>, ApiError> {
     list_memory(&state, tenant, &workspace, &layout, query).await.map(Json)
 }
 
@@ -155,15 +185,15 @@ pub(crate) async fn list_memory(
     workspace: &str,
     layout: &str,
     query: ListQuery,
-) -> Result<Value, ApiError> {
+) -> Result<MemoryListing, ApiError> {
     let context = cursor_context(CursorOf::List, tenant, workspace, layout);
     let after: Option<String> = query.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(query.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
     let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref())).await?;
-    let next_cursor = page.next_after.map(|p| encode_cursor(state, &context, json!(p)));
-    Ok(json!({"entries": page.entries, "next_cursor": next_cursor}))
+    let next_cursor = page.next_after.map(|p| encode_cursor(state, &context, &p));
+    Ok(MemoryListing { entries: page.entries, next_cursor })
 }
 
 #[derive(Deserialize)]
@@ -181,7 +211,7 @@ pub async fn read_file(
     State(state): State<AppState>,
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ReadQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FileSlice>, ApiError> {
     let usage = counts_usage(&key.scope, &workspace);
     read_memory(&state, key.tenant_id, &workspace, &layout, query, usage).await.map(Json)
 }
@@ -202,7 +232,7 @@ pub(crate) async fn read_memory(
     layout: &str,
     query: ReadQuery,
     usage: bool,
-) -> Result<Value, ApiError> {
+) -> Result<FileSlice, ApiError> {
     if query.offset == Some(0) || query.limit == Some(0) {
         return Err(ApiError::InvalidRequest("offset and limit count from 1.".into()));
     }
@@ -219,7 +249,7 @@ pub(crate) async fn read_memory(
     if let Some(session) = session.filter(|_| usage) {
         count_read(state, tenant, &folder, &session, &path).await;
     }
-    serde_json::to_value(slice).map_err(ApiError::internal)
+    Ok(slice)
 }
 
 fn session_of(raw: &str) -> Result<SessionId, ApiError> {
@@ -259,7 +289,7 @@ pub async fn search(
     State(state): State<AppState>,
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(params): QueryParams<SearchParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MemorySearchPage>, ApiError> {
     search_memory(&state, tenant, &workspace, &layout, params).await.map(Json)
 }
 
@@ -270,7 +300,7 @@ pub(crate) async fn search_memory(
     workspace: &str,
     layout: &str,
     params: SearchParams,
-) -> Result<Value, ApiError> {
+) -> Result<MemorySearchPage, ApiError> {
     let text =
         params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
     let lines_around = params.context.unwrap_or(0);
@@ -302,8 +332,8 @@ pub(crate) async fn search_memory(
         read::search(&memory_root, &dir, &query, &stop)
     })
     .await?;
-    let next_cursor = page.next_after.map(|(path, line)| encode_cursor(state, &context, json!([path, line])));
-    Ok(json!({"matches": page.matches, "next_cursor": next_cursor}))
+    let next_cursor = page.next_after.map(|position| encode_cursor(state, &context, &position));
+    Ok(MemorySearchPage { matches: page.matches, next_cursor })
 }
 
 #[derive(Deserialize)]
@@ -399,8 +429,7 @@ async fn check_storage(state: &AppState, tenant: uuid::Uuid, growth: i64) -> Res
 
 /// What became of an edit within the wait.
 pub(crate) enum EditOutcome {
-    /// `{job_id, run_id, changes}`.
-    Published(Value),
+    Published(PublishedEdit),
     /// Still queued or running, or failed for a reason of its own.
     Pending(Box<JobRecord>),
 }
@@ -433,9 +462,7 @@ async fn edit_answer(
 ) -> Result<Response, ApiError> {
     match edit_outcome(state, tenant, job, wait).await? {
         EditOutcome::Published(published) => Ok(Json(published).into_response()),
-        EditOutcome::Pending(job) => {
-            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(&job).map_err(ApiError::internal)?)).into_response())
-        }
+        EditOutcome::Pending(job) => Ok((StatusCode::ACCEPTED, Json(job)).into_response()),
     }
 }
 
@@ -447,7 +474,7 @@ pub(crate) async fn wait_for_job(
     wait: Duration,
 ) -> Result<JobRecord, ApiError> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut shutdown = state.shutdown.clone();
+    let shutdown = state.shutdown.clone();
     // Registered before each read of the job, so that a finish in between is not missed.
     let mut woken = Box::pin(state.wake.notified());
     while matches!(job.state, JobState::Queued | JobState::Running) && tokio::time::Instant::now() < deadline {
@@ -456,7 +483,7 @@ pub(crate) async fn wait_for_job(
         tokio::select! {
             _ = tokio::time::sleep_until(step.min(deadline)) => {}
             _ = woken.as_mut() => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => break,
+            _ = shutdown.cancelled() => break,
         }
         woken = Box::pin(state.wake.notified());
         job = state
@@ -468,24 +495,28 @@ pub(crate) async fn wait_for_job(
     Ok(job)
 }
 
-/// `{job_id, run_id, changes}` of a published edit.
-pub(crate) async fn published_edit(state: &AppState, tenant: uuid::Uuid, job: &JobRecord) -> Result<Value, ApiError> {
+/// What a published edit changed.
+pub(crate) async fn published_edit(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    job: &JobRecord,
+) -> Result<PublishedEdit, ApiError> {
     let run = state
         .store
         .run_of_job(tenant, job.job_id)
         .await?
         .ok_or_else(|| ApiError::internal("an edit without its run"))?;
     let files = state.store.run_files(tenant, run.run_id).await?.unwrap_or_default();
-    let changes: Vec<Value> = files
-        .iter()
+    let changes = files
+        .into_iter()
         .map(|f| {
             let change = match (&f.before_hash, &f.after_hash) {
                 (None, Some(_)) => Change::Added,
                 (_, None) => Change::Deleted,
                 _ => Change::Modified,
             };
-            json!({"path": f.path, "change": change.as_str()})
+            EditedFile { path: f.path, change }
         })
         .collect();
-    Ok(json!({"job_id": job.job_id, "run_id": run.run_id, "changes": changes}))
+    Ok(PublishedEdit { job_id: job.job_id, run_id: run.run_id, changes })
 }

@@ -4,7 +4,6 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 /// The credential a route takes.
 #[derive(Debug, Clone, Copy)]
@@ -179,16 +178,27 @@ pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
-/// The RFC 9457 document itself.
+/// The RFC 9457 document every error answers with.
+#[derive(Debug, serde::Serialize)]
+pub struct ProblemDocument<'a> {
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: &'a str,
+    pub code: &'a str,
+}
+
+/// The problem document of `status`, as text.
 pub fn problem_json(status: StatusCode, code: &str, detail: &str) -> String {
-    json!({
-        "type": format!("urn:memoryd:problem:{code}"),
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail,
-        "code": code,
-    })
-    .to_string()
+    let document = ProblemDocument {
+        problem_type: format!("urn:memoryd:problem:{code}"),
+        title: status.canonical_reason().unwrap_or("Error"),
+        status: status.as_u16(),
+        detail,
+        code,
+    };
+    serde_json::to_string(&document).expect("a problem document serializes")
 }
 
 /// The code for a status that no handler chose (SPEC §8 plus the generic ones).

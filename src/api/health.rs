@@ -6,11 +6,17 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::time::Duration;
 
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `/healthz` (`ok`) and `/readyz` (`ready`).
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 /// How long readiness waits for the database before calling it lost.
@@ -20,7 +26,7 @@ const METRICS_DB_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Ready when the database answers, the data dir takes a write and the data
 /// volume has more free space than the watermark.
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     let unreachable = || ApiError::Unavailable("The database is not reachable.".into());
     tokio::time::timeout(READY_DB_TIMEOUT, state.store.ping())
         .await
@@ -45,7 +51,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     if !writable {
         return Err(ApiError::Unavailable("The data dir is not writable.".into()));
     }
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(Health { status: "ready" }))
 }
 
 /// Prometheus text format; the job queue gauges are read from the database

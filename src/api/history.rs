@@ -6,11 +6,11 @@ use super::error::ApiError;
 use super::extract::TenantAuth;
 use super::memory::locate;
 use crate::domain::diff::{Change, unified_diff};
-use crate::store::{JobRecord, RunFileRecord};
+use crate::store::{JobRecord, PhaseTwoRun, RunFileRecord};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde::Serialize;
 use uuid::Uuid;
 
 pub(crate) fn run_id(raw: &str) -> Result<Uuid, ApiError> {
@@ -29,28 +29,38 @@ async fn blob(state: &AppState, tenant: Uuid, hash: Option<&str>) -> Result<Opti
     }
 }
 
-pub(crate) async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<Value, ApiError> {
+/// One file a run changed, with its diff (`None`: binary, over the diff's
+/// size, or a forget's run, whose before must not be shown).
+#[derive(Debug, Serialize)]
+pub struct FileChange {
+    pub path: String,
+    pub change: Change,
+    pub diff: Option<String>,
+    pub before_bytes: Option<i64>,
+    pub after_bytes: Option<i64>,
+}
+
+/// `GET …/runs/{run_id}`: the run, and what it changed while its history is kept.
+#[derive(Debug, Serialize)]
+pub struct RunWithChanges {
+    #[serde(flatten)]
+    pub run: PhaseTwoRun,
+    pub history_kept: bool,
+    pub changes: Option<Vec<FileChange>>,
+}
+
+pub(crate) async fn change_of(state: &AppState, tenant: Uuid, file: &RunFileRecord) -> Result<FileChange, ApiError> {
+    let path = file.path.clone();
     if file.before_omitted {
         // A forget's run: what the file held before must not be shown, nor a diff against it.
         let change = if file.after_hash.is_some() { Change::Modified } else { Change::Deleted };
-        return Ok(json!({
-            "path": file.path,
-            "change": change.as_str(),
-            "diff": null,
-            "before_bytes": null,
-            "after_bytes": file.after_bytes,
-        }));
+        return Ok(FileChange { path, change, diff: None, before_bytes: None, after_bytes: file.after_bytes });
     }
     let before = blob(state, tenant, file.before_hash.as_deref()).await?;
     let after = blob(state, tenant, file.after_hash.as_deref()).await?;
     let change = Change::of(before.as_deref(), after.as_deref()).unwrap_or(Change::Modified);
-    Ok(json!({
-        "path": file.path,
-        "change": change.as_str(),
-        "diff": unified_diff(&file.path, before.as_deref(), after.as_deref()),
-        "before_bytes": file.before_bytes,
-        "after_bytes": file.after_bytes,
-    }))
+    let diff = unified_diff(&file.path, before.as_deref(), after.as_deref());
+    Ok(FileChange { path, change, diff, before_bytes: file.before_bytes, after_bytes: file.after_bytes })
 }
 
 /// `POST …/runs/{run_id}/restore`: queues a restore job (202 with it).
@@ -58,9 +68,9 @@ pub async fn restore(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<JobRecord>), ApiError> {
     let job = queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
-    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)))
+    Ok((StatusCode::ACCEPTED, Json(job)))
 }
 
 pub(crate) async fn queue_restore(
@@ -99,7 +109,7 @@ pub async fn run(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout, raw_run)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunWithChanges>, ApiError> {
     let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let id = run_id(&raw_run)?;
     let run = state
@@ -117,8 +127,5 @@ pub async fn run(
         }
         None => None,
     };
-    let mut body = serde_json::to_value(run).map_err(ApiError::internal)?;
-    body["history_kept"] = json!(changes.is_some());
-    body["changes"] = json!(changes);
-    Ok(Json(body))
+    Ok(Json(RunWithChanges { run, history_kept: changes.is_some(), changes }))
 }

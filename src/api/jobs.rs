@@ -10,8 +10,14 @@ use crate::store::AuthenticatedKey;
 use crate::store::{JobFilter, JobKind, JobRecord, JobState, RetryOutcome};
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+
+/// A page of `GET /v1/jobs`.
+#[derive(Debug, Serialize)]
+pub struct JobPage {
+    pub jobs: Vec<JobRecord>,
+    pub next_cursor: Option<String>,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +43,7 @@ pub async fn list_jobs(
     key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<JobQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     let filter = JobFilter {
         state: parse_filter(
             query.state.as_deref(),
@@ -61,7 +67,7 @@ pub async fn list_jobs(
     let rows = state.store.list_jobs(tenant, &filter, &page).await?;
     let (jobs, next_cursor) =
         page.finish(Listing::Jobs, rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
-    Ok(Json(json!({"jobs": jobs, "next_cursor": next_cursor})))
+    Ok(Json(JobPage { jobs, next_cursor }))
 }
 
 /// A job id from the path; anything that is not a UUID names no job.
@@ -77,9 +83,9 @@ pub async fn get_job(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobRecord>, ApiError> {
     let job = state.store.get_job(tenant, job_id(&raw_id)?).await?.ok_or_else(|| job_not_found(&raw_id))?;
-    Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+    Ok(Json(job))
 }
 
 /// Puts a `failed` job back in the queue with a fresh attempt budget.
@@ -87,9 +93,8 @@ pub async fn retry_job(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let job = retry(&state, tenant, &raw_id).await?;
-    Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+) -> Result<Json<JobRecord>, ApiError> {
+    Ok(Json(retry(&state, tenant, &raw_id).await?))
 }
 
 /// Queues a failed job again; 409 for a job that has not failed.

@@ -5,7 +5,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{AdminAuth, OptionalJsonBody, QueryParams, page_of, sha256_hex};
 use crate::domain::ids::random_hex;
-use crate::domain::key_scope::{KeyRequest, KeyScope, parse_key_request};
+use crate::domain::key_scope::{KeyRequest, KeyScope, Workspaces, parse_key_request};
 use crate::domain::page::{Listing, PageCursor, PageRequest};
 use crate::store::{ApiKeyRecord, AuthenticatedKey, KeyCreated, NewApiKey};
 use axum::Json;
@@ -13,7 +13,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::Utc;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use uuid::Uuid;
 
 /// A fresh secret and the record that stores its hash.
@@ -55,27 +56,64 @@ pub(crate) async fn store_key(state: &AppState, key: &NewApiKey, gone: ApiError)
 }
 
 /// A key as listed: never its secret.
-fn key_json(key_id: Uuid, name: Option<&str>, scope: &KeyScope, made: (chrono::DateTime<Utc>, Option<Uuid>)) -> Value {
-    json!({
-        "key_id": key_id,
-        "name": name,
-        "workspaces": scope.workspaces.to_json(),
-        "permissions": scope.permissions.names(),
-        "expires_at": scope.expires_at,
-        "created_at": made.0,
-        "created_by": made.1,
-    })
+#[derive(Debug, Serialize)]
+pub struct KeyView {
+    pub key_id: Uuid,
+    pub name: Option<String>,
+    pub workspaces: Workspaces,
+    pub permissions: Vec<&'static str>,
+    pub expires_at: Option<chrono::DateTime<Utc>>,
+    pub created_at: chrono::DateTime<Utc>,
+    pub created_by: Option<Uuid>,
 }
 
-fn listed(key: &ApiKeyRecord) -> Value {
-    key_json(key.key_id, key.name.as_deref(), &key.scope, (key.created_at, key.created_by))
+/// A key just made: as listed, with its secret (shown once) and, for the
+/// admin's route, its tenant.
+#[derive(Debug, Serialize)]
+pub struct IssuedKey {
+    #[serde(flatten)]
+    pub key: KeyView,
+    pub api_key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<Uuid>,
 }
 
-/// The answer to a key made: the key as listed, with its secret (shown once).
-pub(crate) fn issued(secret: &str, key: &NewApiKey) -> Value {
-    let mut body = key_json(key.key_id, key.name.as_deref(), &key.scope, (Utc::now(), key.created_by));
-    body["api_key"] = json!(secret);
-    body
+/// A page of keys, newest first.
+#[derive(Debug, Serialize)]
+pub struct KeyPage {
+    pub keys: Vec<KeyView>,
+    pub next_cursor: Option<String>,
+}
+
+fn key_view(
+    key_id: Uuid,
+    name: Option<&str>,
+    scope: &KeyScope,
+    made: (chrono::DateTime<Utc>, Option<Uuid>),
+) -> KeyView {
+    KeyView {
+        key_id,
+        name: name.map(str::to_owned),
+        workspaces: scope.workspaces.clone(),
+        permissions: scope.permissions.names(),
+        expires_at: scope.expires_at,
+        created_at: made.0,
+        created_by: made.1,
+    }
+}
+
+fn listed(key: &ApiKeyRecord) -> KeyView {
+    key_view(key.key_id, key.name.as_deref(), &key.scope, (key.created_at, key.created_by))
+}
+
+fn key_page(keys: &[ApiKeyRecord], next_cursor: Option<String>) -> KeyPage {
+    KeyPage { keys: keys.iter().map(listed).collect(), next_cursor }
+}
+
+/// The answer to a key made (shown once).
+pub(crate) fn issued(secret: String, key: &NewApiKey, tenant_id: Option<Uuid>) -> IssuedKey {
+    let view = key_view(key.key_id, key.name.as_deref(), &key.scope, (Utc::now(), key.created_by));
+    IssuedKey { key: view, api_key: secret, tenant_id }
 }
 
 pub async fn create_key(
@@ -92,7 +130,7 @@ pub async fn create_key(
     let (secret, key) = new_key(caller.tenant_id, request, Some(caller.key_id));
     store_key(&state, &key, ApiError::Unauthorized(super::error::Credential::TenantKey)).await?;
     tracing::info!(tenant_id = %key.tenant_id, key_id = %key.key_id, created_by = %caller.key_id, "api key issued");
-    Ok((StatusCode::CREATED, Json(issued(&secret, &key))))
+    Ok((StatusCode::CREATED, Json(issued(secret, &key, None))))
 }
 
 #[derive(serde::Deserialize)]
@@ -107,10 +145,10 @@ pub async fn list_keys(
     caller: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<KeysQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyPage>, ApiError> {
     let page = page_of(Listing::Keys, query.limit, query.cursor.as_deref())?;
     let (keys, next_cursor) = visible_keys(&state, caller.tenant_id, page, |k| caller.scope.grants(&k.scope)).await?;
-    Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>(), "next_cursor": next_cursor})))
+    Ok(Json(key_page(&keys, next_cursor)))
 }
 
 /// Rows one listing request reads at most: a key that sees few of many
@@ -179,7 +217,7 @@ pub async fn tenant_keys(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
     QueryParams(query): QueryParams<KeysQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyPage>, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {raw_id}."));
     let id = Uuid::parse_str(&raw_id).map_err(|_| not_found())?;
     let page = page_of(Listing::Keys, query.limit, query.cursor.as_deref())?;
@@ -187,5 +225,5 @@ pub async fn tenant_keys(
         return Err(not_found());
     }
     let (keys, next_cursor) = visible_keys(&state, id, page, |_| true).await?;
-    Ok(Json(json!({"keys": keys.iter().map(listed).collect::<Vec<_>>(), "next_cursor": next_cursor})))
+    Ok(Json(key_page(&keys, next_cursor)))
 }

@@ -10,14 +10,30 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
-fn layout_json(name: &LayoutName, layout: &ValidLayout) -> Value {
-    let mut body = json!({"name": name, "etag": layout.etag()});
-    if let (Value::Object(out), Value::Object(config)) = (&mut body, layout.effective_json()) {
-        out.extend(config);
-    }
-    body
+/// A layout as the API shows it: its name, its etag and its effective config.
+#[derive(Debug, Serialize)]
+pub struct LayoutView {
+    pub name: LayoutName,
+    pub etag: String,
+    #[serde(flatten)]
+    pub config: Map<String, Value>,
+}
+
+/// `GET /v1/layouts`.
+#[derive(Debug, Serialize)]
+pub struct LayoutList {
+    pub layouts: Vec<LayoutView>,
+}
+
+fn layout_json(name: &LayoutName, layout: &ValidLayout) -> LayoutView {
+    let config = match layout.effective_json() {
+        Value::Object(config) => config,
+        _ => Map::new(),
+    };
+    LayoutView { name: name.clone(), etag: layout.etag(), config }
 }
 
 fn with_etag(status: StatusCode, name: &LayoutName, layout: &ValidLayout) -> Response {
@@ -85,10 +101,10 @@ pub async fn put_layout(
 pub async fn list_layouts(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LayoutList>, ApiError> {
     let layouts = with_implicit_default(state.store.stored_layouts(tenant).await?);
-    let items: Vec<Value> = layouts.iter().map(|StoredLayout { name, layout, .. }| layout_json(name, layout)).collect();
-    Ok(Json(json!({"layouts": items})))
+    let layouts = layouts.iter().map(|StoredLayout { name, layout, .. }| layout_json(name, layout)).collect();
+    Ok(Json(LayoutList { layouts }))
 }
 
 pub async fn get_layout(
@@ -98,4 +114,25 @@ pub async fn get_layout(
 ) -> Result<Response, ApiError> {
     let (name, layout) = find_layout(&state, tenant, &raw_name).await?;
     Ok(with_etag(StatusCode::OK, &name, &layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `serde_json`'s `arbitrary_precision` carries numbers through a
+    /// flattened map exactly (serde-rs/json #721 is about deserializing
+    /// through `flatten`, which no answer does).
+    #[test]
+    fn a_flattened_config_keeps_its_numbers_exact() {
+        let config: Map<String, Value> =
+            serde_json::from_str(r#"{"retention": {"rollout_days": 0.5}, "big": 123456789012345678901234567890}"#)
+                .unwrap();
+        let name = LayoutName::parse("default").unwrap();
+        let view = LayoutView { name, etag: "\"e\"".into(), config };
+        assert_eq!(
+            serde_json::to_string(&view).unwrap(),
+            r#"{"name":"default","etag":"\"e\"","retention":{"rollout_days":0.5},"big":123456789012345678901234567890}"#
+        );
+    }
 }

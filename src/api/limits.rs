@@ -7,8 +7,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use super::extract::{AdminAuth, JsonBody, TenantAuth};
-use crate::domain::limits::Limits;
-use crate::domain::usage::{day_view, fill_days, report_range};
+use crate::domain::limits::{Limits, LimitsView};
+use crate::domain::usage::{UsageDay, day_view, fill_days, report_range};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -16,8 +16,7 @@ use axum::http::{HeaderValue, Request};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
-use serde::Deserialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// A tenant's limits in force: what an operator set over the server's defaults.
@@ -35,7 +34,7 @@ pub(crate) async fn effective_limits(state: &AppState, tenant: Uuid) -> Result<L
 pub async fn own_limits(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LimitsView>, ApiError> {
     Ok(Json(effective_limits(&state, tenant).await?.view()))
 }
 
@@ -54,7 +53,7 @@ pub async fn tenant_limits(
     _: AdminAuth,
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LimitsView>, ApiError> {
     let tenant = known_tenant(&state, &raw).await?;
     Ok(Json(effective_limits(&state, tenant).await?.view()))
 }
@@ -67,7 +66,19 @@ pub struct UsageQuery {
 
 /// A tenant's usage report: its storage now, and its counters per UTC day
 /// from `from` to `to`, oldest first, every day present.
-pub(crate) async fn usage_report(state: &AppState, tenant: Uuid, query: &UsageQuery) -> Result<Value, ApiError> {
+/// `GET /v1/usage`: the tenant's storage now and its days, oldest first.
+#[derive(Debug, Serialize)]
+pub struct UsageReport {
+    pub storage_bytes: i64,
+    #[serde(serialize_with = "days_as_shown")]
+    pub days: Vec<UsageDay>,
+}
+
+fn days_as_shown<S: serde::Serializer>(days: &[UsageDay], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(days.iter().map(day_view))
+}
+
+pub(crate) async fn usage_report(state: &AppState, tenant: Uuid, query: &UsageQuery) -> Result<UsageReport, ApiError> {
     let today = chrono::Utc::now().date_naive();
     let (from, to) =
         report_range(query.from.as_deref(), query.to.as_deref(), today).map_err(ApiError::InvalidRequest)?;
@@ -75,10 +86,7 @@ pub(crate) async fn usage_report(state: &AppState, tenant: Uuid, query: &UsageQu
     let history = state.store.usage_history(tenant, &from_text, &to_text).await?;
     let storage_bytes = state.store.storage_bytes(tenant).await?;
     let days = fill_days(from, to, &history.days, history.storage_before);
-    Ok(serde_json::json!({
-        "storage_bytes": storage_bytes,
-        "days": days.iter().map(day_view).collect::<Vec<_>>(),
-    }))
+    Ok(UsageReport { storage_bytes, days })
 }
 
 /// `GET /v1/usage`.
@@ -86,7 +94,7 @@ pub async fn own_usage(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<UsageQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UsageReport>, ApiError> {
     Ok(Json(usage_report(&state, tenant, &query).await?))
 }
 
@@ -96,7 +104,7 @@ pub async fn tenant_usage(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     QueryParams(query): QueryParams<UsageQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UsageReport>, ApiError> {
     let tenant = known_tenant(&state, &raw).await?;
     Ok(Json(usage_report(&state, tenant, &query).await?))
 }
@@ -108,7 +116,7 @@ pub async fn set_limits(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     body: JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LimitsView>, ApiError> {
     let not_found = || ApiError::NotFound(format!("No tenant {raw}."));
     let tenant = Uuid::parse_str(&raw).map_err(|_| not_found())?;
     let limits: Limits = body.into_typed(ApiError::InvalidRequest)?;

@@ -8,14 +8,39 @@ use super::extract::{AdminAuth, QueryParams, TenantAuth, page_of};
 use super::memory::locate;
 use crate::domain::ids::WorkspaceName;
 use crate::domain::page::{Listing, PageCursor};
-use crate::store::{AuthenticatedKey, SessionFilter, SessionState};
+use crate::store::{AuthenticatedKey, SessionFilter, SessionState, SessionSummary, TenantSummary, WorkspaceSummary};
 use crate::workspace::{confine, folder_files};
 use axum::Json;
 use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use std::path::Path as FsPath;
+
+/// A page of `GET /v1/sessions`.
+#[derive(Debug, Serialize)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/workspaces`: every workspace the key sees (a tenant has few).
+#[derive(Debug, Serialize)]
+pub struct WorkspaceList {
+    pub workspaces: Vec<WorkspaceSummary>,
+}
+
+/// `GET …/files`: the memory folder as it is now.
+#[derive(Debug, Serialize)]
+pub struct MemoryFileList {
+    pub files: Vec<MemoryFile>,
+}
+
+/// A page of the admin's `GET /v1/admin/tenants`.
+#[derive(Debug, Serialize)]
+pub struct TenantPage {
+    pub tenants: Vec<TenantSummary>,
+    pub next_cursor: Option<String>,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,7 +55,7 @@ pub async fn list_sessions(
     key: AuthenticatedKey,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<SessionsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionPage>, ApiError> {
     let page = page_of(Listing::Sessions, query.limit, query.cursor.as_deref())?;
     let filter = SessionFilter {
         state: query
@@ -55,13 +80,16 @@ pub async fn list_sessions(
     let rows = state.store.list_sessions(key.tenant_id, &filter, &page).await?;
     let (sessions, next_cursor) = page
         .finish(Listing::Sessions, rows, |s| PageCursor { at: s.created_at, key: s.session_id.as_str().to_owned() });
-    Ok(Json(json!({"sessions": sessions, "next_cursor": next_cursor})))
+    Ok(Json(SessionPage { sessions, next_cursor }))
 }
 
-pub async fn list_workspaces(key: AuthenticatedKey, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list_workspaces(
+    key: AuthenticatedKey,
+    State(state): State<AppState>,
+) -> Result<Json<WorkspaceList>, ApiError> {
     let mut workspaces = state.store.workspace_activity(key.tenant_id).await?.summaries();
     workspaces.retain(|w| key.scope.workspaces.sees(&w.name));
-    Ok(Json(json!({"workspaces": workspaces})))
+    Ok(Json(WorkspaceList { workspaces }))
 }
 
 #[derive(Debug, Serialize)]
@@ -89,12 +117,12 @@ pub async fn list_files(
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
     QueryParams(NoParams {}): QueryParams<NoParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MemoryFileList>, ApiError> {
     let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
     super::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
     let files = memory_files_of(&root, &layout.memories_dir.normalized).await?;
-    Ok(Json(json!({"files": files})))
+    Ok(Json(MemoryFileList { files }))
 }
 
 /// The files of a layout's memory folder in a workspace (`root`).
@@ -117,10 +145,10 @@ pub async fn list_tenants(
     _: AdminAuth,
     State(state): State<AppState>,
     QueryParams(query): QueryParams<TenantsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TenantPage>, ApiError> {
     let page = page_of(Listing::Tenants, query.limit, query.cursor.as_deref())?;
     let rows = state.store.list_tenants(&page).await?;
     let (tenants, next_cursor) =
         page.finish(Listing::Tenants, rows, |t| PageCursor { at: t.created_at, key: t.tenant_id.to_string() });
-    Ok(Json(json!({"tenants": tenants, "next_cursor": next_cursor})))
+    Ok(Json(TenantPage { tenants, next_cursor }))
 }

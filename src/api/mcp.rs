@@ -228,6 +228,12 @@ fn arguments<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError
         .map_err(|e| ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}")))
 }
 
+/// A tool's answer: its text for the model and its structured content.
+fn answer<T: serde::Serialize>(render: impl FnOnce(&T) -> String, typed: T) -> Result<(String, Value), ApiError> {
+    let said = render(&typed);
+    Ok((said, serde_json::to_value(typed).map_err(ApiError::internal)?))
+}
+
 /// Runs one tool: its text for the model and its structured content.
 async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) -> Result<(String, Value), ApiError> {
     let (workspace, layout, args) = split_place(caller, raw);
@@ -237,19 +243,19 @@ async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) 
         "memory_list" => {
             let listed =
                 agent_memory::list_memory(state, tenant, &workspace, &layout, arguments::<ListQuery>(args)?).await?;
-            Ok((text::listing(&listed), listed))
+            answer(text::listing, listed)
         }
         "memory_read" => {
             let mut query = arguments::<ReadQuery>(args)?;
             query.session_id = caller.session.clone();
             let usage = agent_memory::counts_usage(&caller.scope, &workspace);
             let read = agent_memory::read_memory(state, tenant, &workspace, &layout, query, usage).await?;
-            Ok((text::slice(&read), read))
+            answer(text::slice, read)
         }
         "memory_search" => {
             let params = arguments::<SearchParams>(args)?;
             let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params).await?;
-            Ok((text::matches(&found), found))
+            answer(text::matches, found)
         }
         "memory_edit" => edit(caller, &workspace, &layout, args).await,
         other => Err(ApiError::NotFound(format!("No tool {other}."))),
@@ -266,7 +272,7 @@ async fn edit(caller: &Caller, workspace: &str, layout: &str, mut args: Value) -
     let edit = MemoryEdit::from_body(args).map_err(agent_memory::refusal_problem)?;
     let job = agent_memory::queue_checked_edit(&caller.state, caller.tenant, workspace, layout, &edit).await?;
     match agent_memory::edit_outcome(&caller.state, caller.tenant, job, EDIT_WAIT).await? {
-        EditOutcome::Published(published) => Ok((text::published(&published), published)),
+        EditOutcome::Published(published) => answer(text::published, published),
         EditOutcome::Pending(job) => {
             let value = serde_json::to_value(&job).map_err(ApiError::internal)?;
             let said = format!(
@@ -277,6 +283,14 @@ async fn edit(caller: &Caller, workspace: &str, layout: &str, mut args: Value) -
             Ok((said, value))
         }
     }
+}
+
+/// A failed call's structured content: the HTTP route's status and code.
+#[derive(serde::Serialize)]
+struct ToolFailure<'a> {
+    status: u16,
+    code: &'a str,
+    detail: &'a str,
 }
 
 /// A failure as the model should see it: a tool result, never a protocol error.
@@ -290,7 +304,8 @@ fn failed(error: ApiError) -> CallToolResult {
         other => other.to_string(),
     };
     let mut result = CallToolResult::error(vec![ContentBlock::text(detail.clone())]);
-    result.structured_content = Some(json!({"status": status.as_u16(), "code": code, "detail": detail}));
+    let failure = ToolFailure { status: status.as_u16(), code, detail: &detail };
+    result.structured_content = serde_json::to_value(failure).ok();
     result
 }
 
@@ -365,11 +380,8 @@ impl ServerHandler for MemoryServer {
         let instructions = super::memory::memory_instructions(&caller.state, caller.tenant, &workspace, &layout, None)
             .await
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let text = instructions
-            .as_ref()
-            .and_then(|i| i["instructions"].as_str())
-            .unwrap_or("There is no memory to start from yet.")
-            .to_owned();
+        let text =
+            instructions.map(|i| i.instructions).unwrap_or_else(|| "There is no memory to start from yet.".to_owned());
         let mut result = GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]);
         result.description = Some(format!("Memory instructions of {workspace} / {layout}"));
         Ok(result.into())

@@ -11,14 +11,14 @@ use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::page::{Listing, PageCursor};
 use crate::pipeline::read::{ReadAsks, render_instructions};
-use crate::store::FileAtRun;
+use crate::store::{FileAtRun, PhaseTwoRun};
 use crate::workspace::confine;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::path::PathBuf;
 
 /// Before a read of a layout's memory files: a run whose publish was
@@ -82,13 +82,13 @@ pub async fn runs(
     State(state): State<AppState>,
     Path((raw_workspace, raw_layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<RunsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunPage>, ApiError> {
     let page = page_of(Listing::Runs, query.limit, query.cursor.as_deref())?;
     let (workspace, layout_name, _) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
     let rows = state.store.phase_two_runs(tenant, &workspace, &layout_name, &page).await?;
     let (runs, next_cursor) =
         page.finish(Listing::Runs, rows, |r| PageCursor { at: r.finished_at, key: r.run_id.to_string() });
-    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
+    Ok(Json(RunPage { runs, next_cursor }))
 }
 
 /// A path inside the memory folder, refused if it could leave it.
@@ -191,7 +191,22 @@ pub async fn instructions(
     }
 }
 
-/// `{instructions, memory_dir, truncated}` for the next run (SPEC §2.5);
+/// What `GET …/instructions` answers (SPEC §2.5).
+#[derive(Debug, Serialize)]
+pub struct MemoryInstructions {
+    pub instructions: String,
+    pub memory_dir: String,
+    pub truncated: bool,
+}
+
+/// A page of `GET …/runs`, newest first.
+#[derive(Debug, Serialize)]
+pub struct RunPage {
+    pub runs: Vec<PhaseTwoRun>,
+    pub next_cursor: Option<String>,
+}
+
+/// The instructions for the next run (SPEC §2.5);
 /// `None` when the layout does not read memory or its summary is missing or
 /// blank. The route's and MCP's `memory_instructions` prompt.
 pub(crate) async fn memory_instructions(
@@ -200,7 +215,7 @@ pub(crate) async fn memory_instructions(
     raw_workspace: &str,
     raw_layout: &str,
     live_update: Option<bool>,
-) -> Result<Option<Value>, ApiError> {
+) -> Result<Option<MemoryInstructions>, ApiError> {
     let (workspace, layout_name, layout) = locate(state, tenant, raw_workspace, raw_layout).await?;
     let Some(read) = &layout.config.read else {
         return Ok(None);
@@ -224,7 +239,9 @@ pub(crate) async fn memory_instructions(
     };
     let memory_dir = layout.config.memories_dir.as_str();
     let asks = ReadAsks { live_update: live_update.unwrap_or(read.live_update), citations: read.citations };
-    Ok(render_instructions(memory_dir, &summary, asks).map(
-        |rendered| json!({"instructions": rendered.text, "memory_dir": memory_dir, "truncated": rendered.truncated}),
-    ))
+    Ok(render_instructions(memory_dir, &summary, asks).map(|rendered| MemoryInstructions {
+        instructions: rendered.text,
+        memory_dir: memory_dir.to_owned(),
+        truncated: rendered.truncated,
+    }))
 }

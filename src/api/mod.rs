@@ -46,7 +46,7 @@ use axum::routing::{MethodFilter, MethodRouter, on};
 use error::{code_for_status, problem};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -85,7 +85,7 @@ pub struct SharedState {
     pub appends: crate::ingest::AppendQueue,
     pub config: Arc<Config>,
     /// Flips to `true` on SIGTERM, so long polls answer at once.
-    pub shutdown: watch::Receiver<bool>,
+    pub shutdown: CancellationToken,
     /// Signalled when jobs are queued or finish in this process.
     pub wake: Arc<tokio::sync::Notify>,
     pub caches: Arc<Caches>,

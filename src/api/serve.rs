@@ -19,9 +19,10 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 /// The limits of SPEC §9 (configurable so that tests need not wait a minute).
@@ -34,13 +35,13 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
 }
 
-/// Serves `app` on `listener` until `shutdown` turns true, then lets the
+/// Serves `app` on `listener` until `shutdown` is cancelled, then lets the
 /// requests under way finish and returns once every connection has closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
@@ -48,7 +49,7 @@ pub async fn serve(
         // At the cap, further connections wait in the kernel's listen queue.
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = stopped(&mut shutdown) => break,
+            _ = shutdown.cancelled() => break,
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -60,7 +61,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stopped(&mut shutdown) => break,
+            _ = shutdown.cancelled() => break,
         };
         let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
@@ -72,18 +73,12 @@ pub async fn serve(
     Ok(())
 }
 
-/// Resolves once the process is stopping (the guard `wait_for` returns is
-/// not `Send`, so it must not live in a `select!`).
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stopping| *stopping).await;
-}
-
 async fn serve_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     app: Router,
     limits: ConnectionLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
     _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let activity = Arc::new(Activity::new());
@@ -124,7 +119,7 @@ async fn serve_connection(
                 tracing::debug!(?phase, "closing a connection that outstayed its limit");
                 return;
             }
-            _ = stopped(&mut shutdown), if !stopping => {
+            _ = shutdown.cancelled(), if !stopping => {
                 stopping = true;
                 connection.as_mut().graceful_shutdown();
             }

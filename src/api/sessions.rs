@@ -6,7 +6,8 @@ use super::authorize::SessionWorkspace;
 use super::error::{ApiError, STORAGE_FULL};
 use super::extract::{JsonBody, OptionalJsonBody, QueryParams, TenantAuth, sha256_hex};
 use super::layouts::find_layout;
-use crate::domain::ids::{ROLLOUT_ID_ERROR, SessionId, WorkspaceName};
+use crate::domain::ids::{LayoutName, ROLLOUT_ID_ERROR, RolloutId, SessionId, WorkspaceName};
+use crate::domain::memory_status::MemoryStatus;
 use crate::domain::segment::{SegmentError, build_segment_redacted};
 use crate::store::{
     AppendOutcome, AppendRequest, AuthenticatedKey, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind,
@@ -16,8 +17,8 @@ use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::time::Duration;
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -248,19 +249,40 @@ pub struct CloseQuery {
     wait: Option<String>,
 }
 
-fn close_body(outcome: &CloseOutcome) -> Value {
-    json!({
-        "session_id": outcome.session.session_id,
-        "state": outcome.session.state,
-        "memory_status": outcome.session.memory_status,
-        "jobs": outcome.jobs.iter().map(|j| {
-            let mut job = json!({"job_id": j.job_id, "kind": j.kind, "layout": j.layout, "state": j.state});
-            if let Some(r) = &j.rollout_id {
-                job["rollout_id"] = json!(r);
-            }
-            job
-        }).collect::<Vec<_>>(),
-    })
+/// What a close answers: the session and the jobs it queued.
+#[derive(Debug, Serialize)]
+pub struct CloseAnswer {
+    pub session_id: SessionId,
+    pub state: SessionState,
+    pub memory_status: Option<MemoryStatus>,
+    pub jobs: Vec<ClosedJob>,
+}
+
+/// One job of a close, as its answer names it.
+#[derive(Debug, Serialize)]
+pub struct ClosedJob {
+    pub job_id: uuid::Uuid,
+    pub kind: JobKind,
+    pub layout: LayoutName,
+    pub state: JobState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<RolloutId>,
+}
+
+fn close_body(outcome: CloseOutcome) -> CloseAnswer {
+    let jobs = outcome
+        .jobs
+        .into_iter()
+        .map(|j| ClosedJob {
+            job_id: j.job_id,
+            kind: j.kind,
+            layout: j.layout,
+            state: j.state,
+            rollout_id: j.rollout_id,
+        })
+        .collect();
+    let session = outcome.session;
+    CloseAnswer { session_id: session.session_id, state: session.state, memory_status: session.memory_status, jobs }
 }
 
 /// Closes a session (queuing its jobs) and, given `wait`, holds until it is
@@ -286,14 +308,14 @@ pub(crate) async fn close_and_wait(
     }
     if let Some(wait) = wait {
         let deadline = tokio::time::Instant::now() + wait;
-        let mut shutdown = state.shutdown.clone();
+        let shutdown = state.shutdown.clone();
         while outcome.session.state != SessionState::Closed && tokio::time::Instant::now() < deadline {
             // Jobs finished in this process wake us; another replica's are seen by polling.
             let step = tokio::time::Instant::now() + Duration::from_millis(200);
             tokio::select! {
                 _ = tokio::time::sleep_until(step.min(deadline)) => {}
                 _ = state.wake.notified() => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => break,
+                _ = shutdown.cancelled() => break,
             }
             let view = state.store.session_view(tenant, &id).await?.ok_or_else(|| session_not_found(raw_id))?;
             outcome = CloseOutcome { session: view.session, jobs: view.jobs, closed_now: false };
@@ -325,5 +347,5 @@ pub async fn close_session(
     } else {
         StatusCode::ACCEPTED
     };
-    Ok((status, Json(close_body(&outcome))))
+    Ok((status, Json(close_body(outcome))))
 }

@@ -11,14 +11,13 @@ use crate::domain::key_scope::Workspaces;
 use crate::events::delivery::check_endpoint;
 use crate::events::stream::PAGE;
 use crate::store::AuthenticatedKey;
-use crate::store::{EventRecord, NewWebhook, TenantId, WebhookChange, WebhookRecord};
+use crate::store::{DeliveryRecord, EventRecord, NewWebhook, TenantId, WebhookChange, WebhookRecord};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -62,12 +61,37 @@ fn event_types(names: &[String]) -> Result<Vec<EventType>, String> {
         .collect()
 }
 
-fn webhook_view(record: &WebhookRecord, secret: Option<&str>) -> Result<Value, ApiError> {
-    let mut view = serde_json::to_value(record).map_err(ApiError::internal)?;
-    if let (Some(secret), Some(map)) = (secret, view.as_object_mut()) {
-        map.insert("secret".into(), Value::String(secret.to_owned()));
-    }
-    Ok(view)
+/// An endpoint as the API shows it; its secret only when just made or rotated.
+#[derive(Debug, Serialize)]
+pub struct WebhookView {
+    #[serde(flatten)]
+    pub record: WebhookRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// `GET /v1/webhooks`.
+#[derive(Debug, Serialize)]
+pub struct WebhookList {
+    pub webhooks: Vec<WebhookRecord>,
+}
+
+/// `GET …/deliveries`, newest first.
+#[derive(Debug, Serialize)]
+pub struct DeliveryList {
+    pub deliveries: Vec<DeliveryRecord>,
+}
+
+/// `POST …/test`: the event written for the endpoint.
+#[derive(Debug, Serialize)]
+pub struct TestEventQueued {
+    pub event_id: String,
+    #[serde(rename = "type")]
+    pub event_type: &'static str,
+}
+
+fn webhook_view(record: WebhookRecord, secret: Option<String>) -> Json<WebhookView> {
+    Json(WebhookView { record, secret })
 }
 
 fn parse_webhook_id(raw: &str) -> Result<Uuid, ApiError> {
@@ -84,7 +108,7 @@ pub async fn create_webhook(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     body: JsonBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
     let body: WebhookBody = body.into_typed(ApiError::InvalidWebhook)?;
     let types = event_types(body.events.as_deref().unwrap_or_default()).map_err(ApiError::InvalidWebhook)?;
     checked_description(body.description.as_deref())?;
@@ -104,16 +128,16 @@ pub async fn create_webhook(
         sealed_secret: state.events.key.seal(webhook_id, &secret),
     };
     let record = state.store.create_webhook(tenant, new, chrono::Utc::now()).await?;
-    Ok((StatusCode::CREATED, Json(webhook_view(&record, Some(&secret))?)))
+    Ok((StatusCode::CREATED, webhook_view(record, Some(secret))))
 }
 
 /// `GET /v1/webhooks`.
 pub async fn list_webhooks(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WebhookList>, ApiError> {
     let webhooks = state.store.list_webhooks(tenant).await?;
-    Ok(Json(json!({"webhooks": webhooks})))
+    Ok(Json(WebhookList { webhooks }))
 }
 
 /// `GET /v1/webhooks/{webhook_id}`.
@@ -121,8 +145,8 @@ pub async fn get_webhook(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(webhook_view(&existing_webhook(&state, tenant, &raw).await?, None)?))
+) -> Result<Json<WebhookView>, ApiError> {
+    Ok(webhook_view(existing_webhook(&state, tenant, &raw).await?, None))
 }
 
 #[derive(Deserialize)]
@@ -155,7 +179,7 @@ pub async fn update_webhook(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     body: JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WebhookView>, ApiError> {
     let id = parse_webhook_id(&raw)?;
     let patch: WebhookPatch = body.into_typed(ApiError::InvalidWebhook)?;
     checked_description(patch.description.as_ref().and_then(Option::as_deref))?;
@@ -186,7 +210,7 @@ pub async fn update_webhook(
         .update_webhook(tenant, id, &change, chrono::Utc::now())
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
-    Ok(Json(webhook_view(&record, None)?))
+    Ok(webhook_view(record, None))
 }
 
 /// `DELETE /v1/webhooks/{webhook_id}`: the endpoint and its pending deliveries.
@@ -208,7 +232,7 @@ pub async fn rotate_webhook(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WebhookView>, ApiError> {
     let id = parse_webhook_id(&raw)?;
     let secret = new_secret();
     let now = chrono::Utc::now();
@@ -218,7 +242,7 @@ pub async fn rotate_webhook(
         .rotate_webhook(tenant, id, &sealed, now + ROTATION_OVERLAP, now)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
-    Ok(Json(webhook_view(&record, Some(&secret))?))
+    Ok(webhook_view(record, Some(secret)))
 }
 
 #[derive(Deserialize)]
@@ -233,11 +257,11 @@ pub async fn webhook_deliveries(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     QueryParams(query): QueryParams<DeliveriesQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeliveryList>, ApiError> {
     let limit = crate::domain::page::page_limit(query.limit).map_err(ApiError::InvalidRequest)?;
     let webhook = existing_webhook(&state, tenant, &raw).await?;
     let deliveries = state.store.webhook_deliveries(tenant, webhook.webhook_id, limit).await?;
-    Ok(Json(json!({"deliveries": deliveries})))
+    Ok(Json(DeliveryList { deliveries }))
 }
 
 /// `POST /v1/webhooks/{webhook_id}/test`: a `webhook.test` event for this
@@ -246,9 +270,9 @@ pub async fn test_webhook(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let id = send_test_event(&state, tenant, &raw).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"event_id": id, "type": EventType::WebhookTest.as_str()}))))
+) -> Result<(StatusCode, Json<TestEventQueued>), ApiError> {
+    let event_id = send_test_event(&state, tenant, &raw).await?;
+    Ok((StatusCode::ACCEPTED, Json(TestEventQueued { event_id, event_type: EventType::WebhookTest.as_str() })))
 }
 
 /// Writes a `webhook.test` event for the tenant's endpoint `raw`; its event id.
@@ -338,10 +362,9 @@ impl StreamState {
     }
 
     async fn next_event(&mut self) -> Option<Event> {
-        let mut shutdown = self.state.shutdown.clone();
+        let shutdown = self.state.shutdown.clone();
         loop {
-            let stopping = *shutdown.borrow();
-            if stopping {
+            if shutdown.is_cancelled() {
                 return None;
             }
             if self.key_checked.elapsed() >= KEY_RECHECK && !self.key_still_opens().await {
@@ -379,12 +402,7 @@ impl StreamState {
                 continue;
             }
             let received = tokio::select! {
-                changed = shutdown.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    continue;
-                }
+                _ = shutdown.cancelled() => return None,
                 received = self.receiver.recv() => received,
                 _ = tokio::time::sleep_until(self.key_checked + KEY_RECHECK) => continue,
             };

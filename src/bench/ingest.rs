@@ -81,13 +81,13 @@ impl Bench {
             header_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
         };
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let server = self.server_runtime.handle().spawn(crate::api::serve::serve(listener, app, limits, stopped));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let server = self.server_runtime.handle().spawn(crate::api::serve::serve(listener, app, limits, stop.clone()));
         let cpu_before = server_cpu_seconds();
         let url = |name: &str| format!("{base}/{name}");
         let load = post_segments(clients, &format!("bare-{clients}-{run}"), url, "bench", duration).await;
         let cpu = server_cpu_seconds() - cpu_before;
-        let _ = stop.send(true);
+        stop.cancel();
         server.await??;
         let load = load?;
         Ok(BareHttp { rate: load.rate, cpu_per_request_us: cpu * 1e6 / load.latencies.len() as f64 })

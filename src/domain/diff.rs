@@ -6,7 +6,8 @@ use similar::TextDiff;
 pub const MAX_DIFF_BYTES: usize = 1 << 20;
 
 /// How a run changed a file, from its contents before and after (`None`: absent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Change {
     Added,
     Modified,

@@ -103,6 +103,16 @@ pub enum Workspaces {
     Only(BTreeSet<String>),
 }
 
+/// `"*"` or the names, as the API shows them.
+impl serde::Serialize for Workspaces {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::All => serializer.serialize_str("*"),
+            Self::Only(names) => names.serialize(serializer),
+        }
+    }
+}
+
 impl Workspaces {
     pub fn sees(&self, workspace: &str) -> bool {
         match self {
@@ -123,17 +133,12 @@ impl Workspaces {
         }
     }
 
-    /// `"*"` or the names, as the API shows them.
-    pub fn to_json(&self) -> Value {
-        match self {
-            Self::All => json!("*"),
-            Self::Only(names) => json!(names),
-        }
-    }
-
     /// The stored form: `*` or a JSON array of names.
     pub fn stored(&self) -> String {
-        self.to_json().as_str().map_or_else(|| self.to_json().to_string(), str::to_owned)
+        match self {
+            Self::All => "*".to_owned(),
+            Self::Only(names) => serde_json::to_string(names).expect("names serialize"),
+        }
     }
 
     pub fn from_stored(stored: &str) -> Option<Self> {

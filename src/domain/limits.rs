@@ -2,7 +2,6 @@
 //! defaults fill in, and what each field means. Absent or 0: unlimited.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,22 +71,33 @@ impl Limits {
     }
 
     /// The five fields as `GET /v1/limits` answers them: `null` = unlimited.
-    pub fn view(&self) -> Value {
+    pub fn view(&self) -> LimitsView {
         let rate = self.request_rate();
         let positive = |v: Option<u64>| v.filter(|n| *n > 0);
-        json!({
-            "requests_per_second": rate.map(|r| r.per_second),
-            "burst": rate.map(|r| r.burst),
-            "storage_bytes": positive(self.storage_bytes),
-            "model_tokens_per_day": positive(self.model_tokens_per_day),
-            "open_sessions": positive(self.open_sessions),
-        })
+        LimitsView {
+            requests_per_second: rate.map(|r| r.per_second),
+            burst: rate.map(|r| r.burst),
+            storage_bytes: positive(self.storage_bytes),
+            model_tokens_per_day: positive(self.model_tokens_per_day),
+            open_sessions: positive(self.open_sessions),
+        }
     }
+}
+
+/// Limits in force as the API shows them: every field present, `null` unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LimitsView {
+    pub requests_per_second: Option<f64>,
+    pub burst: Option<u32>,
+    pub storage_bytes: Option<u64>,
+    pub model_tokens_per_day: Option<u64>,
+    pub open_sessions: Option<u64>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn absent_or_zero_is_unlimited_and_defaults_fill_the_rest() {
@@ -97,7 +107,7 @@ mod tests {
         let effective = set.over(defaults);
         assert_eq!(effective.request_rate(), Some(RequestRate { per_second: 2.5, burst: 3 }));
         assert_eq!(
-            effective.view(),
+            serde_json::to_value(effective.view()).unwrap(),
             json!({"requests_per_second": 2.5, "burst": 3, "storage_bytes": null, "model_tokens_per_day": null, "open_sessions": 10})
         );
         assert_eq!(Limits::default().request_rate(), None);

@@ -2,7 +2,7 @@
 //! covers, and the day a spent token budget ends.
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 
 /// The days a report covers when `from` is not given: the last 30, today included.
 pub const DEFAULT_DAYS: u64 = 30;
@@ -46,7 +46,7 @@ pub fn report_range(from: Option<&str>, to: Option<&str>, today: NaiveDate) -> R
 }
 
 /// One job kind's model use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ModelUse {
     pub model_calls: i64,
     pub input_tokens: i64,
@@ -96,34 +96,45 @@ pub fn fill_days(from: NaiveDate, to: NaiveDate, stored: &[UsageDay], storage_be
 }
 
 /// A day as `GET /v1/usage` shows it (SPEC §2.9).
-pub fn day_view(day: &UsageDay) -> Value {
+#[derive(Debug, Serialize)]
+pub struct DayView<'a> {
+    pub date: &'a str,
+    pub segments: i64,
+    pub bytes_ingested: i64,
+    pub closes: i64,
+    pub model_calls: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub runs: i64,
+    /// By job kind, in the kinds' order.
+    #[serde(serialize_with = "kinds_in_order")]
+    pub by_kind: &'a [(String, ModelUse)],
+}
+
+fn kinds_in_order<S: serde::Serializer>(kinds: &&[(String, ModelUse)], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(kinds.iter().map(|(kind, counts)| (kind, counts)))
+}
+
+pub fn day_view(day: &UsageDay) -> DayView<'_> {
     let total = day.model_use();
-    let by_kind: Map<String, Value> = day
-        .by_kind
-        .iter()
-        .map(|(kind, u)| {
-            let counts =
-                json!({"model_calls": u.model_calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens});
-            (kind.clone(), counts)
-        })
-        .collect();
-    json!({
-        "date": day.date,
-        "segments": day.segments,
-        "bytes_ingested": day.bytes_ingested,
-        "closes": day.closes,
-        "model_calls": total.model_calls,
-        "input_tokens": total.input_tokens,
-        "output_tokens": total.output_tokens,
-        "runs": day.runs,
-        "by_kind": by_kind,
-    })
+    DayView {
+        date: &day.date,
+        segments: day.segments,
+        bytes_ingested: day.bytes_ingested,
+        closes: day.closes,
+        model_calls: total.model_calls,
+        input_tokens: total.input_tokens,
+        output_tokens: total.output_tokens,
+        runs: day.runs,
+        by_kind: &day.by_kind,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use serde_json::json;
 
     fn date(s: &str) -> NaiveDate {
         NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
@@ -174,7 +185,7 @@ mod tests {
         let storage: Vec<Option<i64>> = days.iter().map(|d| d.storage_bytes).collect();
         assert_eq!(storage, [Some(400), Some(900), Some(900), Some(900)]);
         assert_eq!(days[2].segments, 0);
-        let view = day_view(&days[3]);
+        let view = serde_json::to_value(day_view(&days[3])).unwrap();
         assert_eq!(view["model_calls"], 3);
         assert_eq!(view["input_tokens"], 150);
         assert_eq!(view["output_tokens"], 25);

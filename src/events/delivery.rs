@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// A receiver has this long to answer (SPEC §2.8).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -98,12 +99,12 @@ fn delivery_client(policy: UrlPolicy) -> reqwest::Client {
 
 /// Runs the delivery workers of this process until shutdown; in-flight
 /// attempts finish first (they are bounded by the 15 s timeout).
-pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(store: DynStore, events: Events, shutdown: CancellationToken) {
     let client = delivery_client(events.policy);
     let slots = Arc::new(Semaphore::new(ENDPOINTS_AT_ONCE));
     let mut running = JoinSet::new();
     loop {
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             break;
         }
         while running.try_join_next().is_some() {}
@@ -139,7 +140,7 @@ pub async fn run(store: DynStore, events: Events, mut shutdown: watch::Receiver<
             continue;
         }
         tokio::select! {
-            _ = shutdown.changed() => {}
+            _ = shutdown.cancelled() => {}
             _ = events.hub.deliveries.notified() => {}
             _ = tokio::time::sleep(POLL) => {}
         }

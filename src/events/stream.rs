@@ -7,7 +7,8 @@ use crate::store::{DynStore, EventRecord, StoreResult, TenantId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{Notify, broadcast};
+use tokio_util::sync::CancellationToken;
 
 /// How often the hub looks for events committed by other replicas.
 const POLL: Duration = Duration::from_millis(250);
@@ -53,10 +54,10 @@ impl EventHub {
 
     /// Runs until shutdown: a poll every 250 ms, or at once when this
     /// process committed events.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             tokio::select! {
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(POLL) => {}
             }

@@ -24,7 +24,7 @@ impl super::JobRunner for Edit {
             Ok(completion) => {
                 (RunState::Succeeded, None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
             }
-            Err(e) => (RunState::Failed, Some(super::phase_two::error_text(e)), Vec::new()),
+            Err(e) => (RunState::Failed, Some(e.message().to_owned()), Vec::new()),
         };
         let spec = claimed.job.edit.as_deref();
         let report = PhaseTwoReport {
@@ -59,27 +59,22 @@ impl super::JobRunner for Edit {
 }
 
 async fn edit(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
-    let fatal = |message: String| AttemptError::Fatal { message };
     let job = &claimed.job;
-    let spec = job.edit.clone().ok_or_else(|| fatal("an edit job without its edit".into()))?;
+    let spec = job.edit.clone().ok_or_else(|| AttemptError::fatal("an edit job without its edit"))?;
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let memories = claimed.layout.memories_dir.normalized.clone();
     let sessions = claimed.layout.sessions_dir.normalized.clone();
-    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let memory_root =
+        confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;
     super::remove_earlier_leftovers(claimed, memory_root).await?;
     let applied = tokio::task::spawn_blocking(move || apply_edit(&root, &memories, &sessions, &spec))
         .await
-        .map_err(|e| AttemptError::Retryable {
-            message: format!("applying the edit failed: {e}"),
-            retry_after: None,
-            usage: TokenUsage::default(),
-            token_limit: None,
-        })?
+        .map_err(|e| AttemptError::retryable(format!("applying the edit failed: {e}")))?
         // The files moved on since the edit was checked: it cannot succeed as asked.
-        .map_err(|refusal| fatal(refusal.to_job_error()))?;
+        .map_err(|refusal| AttemptError::fatal(refusal.to_job_error()))?;
     let mut files = FileChanges::default();
     for (path, text) in applied.edits {
         match text {

@@ -5,9 +5,7 @@
 //! workspace or a tenant removes its whole folder. In every case the fenced
 //! finish erases the rows.
 
-use super::phase_two::{
-    LayoutPlace, PhaseTwoInput, RunLog, consolidate, error_text, prepare_input, retryable, succeeded,
-};
+use super::phase_two::{LayoutPlace, PhaseTwoInput, RunLog, consolidate, prepare_input, succeeded};
 use super::{Attempt, AttemptError, Completion, WorkerContext};
 use crate::domain::ids::RolloutId;
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
@@ -31,7 +29,7 @@ pub struct Forget;
 impl super::JobRunner for Forget {
     async fn run(&self, ctx: &WorkerContext, claimed: &ClaimedJob) -> Attempt {
         let Some(spec) = claimed.job.forget.clone() else {
-            return (Err(AttemptError::Fatal { message: "a forget job names nothing to forget".into() }), None);
+            return (Err(AttemptError::fatal("a forget job names nothing to forget")), None);
         };
         match spec.scope {
             ForgetScope::Rollouts => forget_rollouts(ctx, claimed, &spec).await,
@@ -48,13 +46,13 @@ impl super::JobRunner for Forget {
 }
 
 fn io_failure(what: &str, e: impl std::fmt::Display) -> AttemptError {
-    retryable(format!("{what}: {e}"), TokenUsage::default())
+    AttemptError::retryable(format!("{what}: {e}"))
 }
 
 /// Removes a workspace's or a tenant's whole folder. Publishes that cancelled
 /// jobs left are settled first, so that none puts a file back afterwards.
 async fn remove_folder(ctx: &WorkerContext, root: Result<PathBuf, String>) -> Result<Completion, AttemptError> {
-    let root = root.map_err(|e| AttemptError::Fatal { message: format!("folder path refused: {e}") })?;
+    let root = root.map_err(|e| AttemptError::fatal(format!("folder path refused: {e}")))?;
     super::recover_publishes(ctx, None).await;
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         match std::fs::remove_dir_all(&root) {
@@ -97,7 +95,7 @@ async fn forget_rollouts(ctx: &WorkerContext, claimed: &ClaimedJob, spec: &Forge
         }
         Err(e) => {
             log.files_changed.clear();
-            let report = log.report(claimed, RunState::Failed, Some(error_text(&e)), None);
+            let report = log.report(claimed, RunState::Failed, Some(e.message().to_owned()), None);
             (Err(e), Some(report))
         }
     }
@@ -120,7 +118,7 @@ async fn remove_rollout_files(root: &Path, layout: &ValidLayout, ids: &[RolloutI
         .iter()
         .map(|id| confine(root, &layout.rollout_path(id)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| AttemptError::Fatal { message: format!("rollout path refused: {e}") })?;
+        .map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         for file in &rollout_files {
             remove_if_present(file)?;
@@ -190,15 +188,15 @@ async fn forget_and_consolidate(
     log: &mut RunLog,
 ) -> Result<(Completion, serde_json::Value), AttemptError> {
     let job = &claimed.job;
-    let fatal = |message: String| AttemptError::Fatal { message };
     let layout = &claimed.layout;
     let ids = &spec.rollout_ids;
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let memories = layout.memories_dir.normalized.clone();
-    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let memory_root =
+        confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;
     super::remove_earlier_leftovers(claimed, memory_root.clone()).await?;
     // What dead attempts of other jobs staged here may hold the forgotten text.
     let removed = super::leftovers::remove_abandoned(&ctx.store, &ctx.publisher, vec![root.clone()]).await;

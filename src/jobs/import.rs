@@ -36,14 +36,6 @@ impl super::JobRunner for Import {
 /// The largest raw-memory file whose header is read.
 const MAX_RAW_MEMORY_BYTES: u64 = 16 << 20;
 
-fn fatal(message: String) -> AttemptError {
-    AttemptError::Fatal { message }
-}
-
-fn retryable(message: String) -> AttemptError {
-    AttemptError::Retryable { message, retry_after: None, usage: TokenUsage::default(), token_limit: None }
-}
-
 /// Why an archive is refused (the job's error starts with the code).
 fn invalid(detail: impl std::fmt::Display) -> ImportError {
     ImportError::Refused(format!("invalid_archive: {detail}"))
@@ -65,17 +57,25 @@ impl From<io::Error> for ImportError {
 async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let (tenant, workspace) = (claimed.tenant_id, claimed.job.workspace.clone());
     let archive = ctx.volumes.import_archive(claimed.job.job_id);
-    let stored =
-        ctx.store.stored_layouts(tenant).await.map_err(|e| retryable(format!("reading layouts failed: {e}")))?;
+    let stored = ctx
+        .store
+        .stored_layouts(tenant)
+        .await
+        .map_err(|e| AttemptError::retryable(format!("reading layouts failed: {e}")))?;
     let layouts = with_implicit_default(stored);
-    if !ctx.store.workspace_empty(tenant, &workspace).await.map_err(|e| retryable(e.to_string()))? {
-        return Err(fatal(format!("workspace_not_empty: workspace {workspace} holds sessions, rollouts or memory")));
+    if !ctx.store.workspace_empty(tenant, &workspace).await.map_err(|e| AttemptError::retryable(e.to_string()))? {
+        return Err(AttemptError::fatal(format!(
+            "workspace_not_empty: workspace {workspace} holds sessions, rollouts or memory"
+        )));
     }
-    let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| fatal(e.to_string()))?;
+    let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| AttemptError::fatal(e.to_string()))?;
     // An earlier attempt killed mid-stage left its files anywhere in the workspace.
     super::remove_earlier_leftovers(claimed, root.clone()).await?;
-    let room = ctx.volumes.spare_bytes().map_err(|e| retryable(format!("reading the free space failed: {e}")))?;
-    let limits = ctx.store.tenant_limits(tenant).await.map_err(|e| retryable(e.to_string()))?;
+    let room = ctx
+        .volumes
+        .spare_bytes()
+        .map_err(|e| AttemptError::retryable(format!("reading the free space failed: {e}")))?;
+    let limits = ctx.store.tenant_limits(tenant).await.map_err(|e| AttemptError::retryable(e.to_string()))?;
     let quota = limits.unwrap_or_default().over(ctx.settings.default_limits).storage_bytes.filter(|q| *q > 0);
     // The archive's claim on the tenant's storage stays as it is while the
     // job reads it; the room the rest leaves bounds what it may place.
@@ -100,7 +100,7 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
     if let Some(limit) = quota {
         let room = reserve(ctx, claimed, plan.bytes, limit).await?;
         if plan.bytes > room {
-            return Err(fatal(format!(
+            return Err(AttemptError::fatal(format!(
                 "quota_exceeded: the archive's {} bytes do not fit in the {room} the tenant's storage limit leaves",
                 plan.bytes
             )));
@@ -128,10 +128,12 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
 
 /// A blocking pass's outcome as the attempt's.
 fn unblocked<T>(joined: Result<Result<T, ImportError>, tokio::task::JoinError>) -> Result<T, AttemptError> {
-    match joined.map_err(|e| retryable(format!("the import panicked: {e}")))? {
+    match joined.map_err(|e| AttemptError::retryable(format!("the import panicked: {e}")))? {
         Ok(done) => Ok(done),
-        Err(ImportError::Refused(message)) => Err(fatal(message)),
-        Err(ImportError::Io(e)) => Err(retryable(format!("reading the archive or writing the files failed: {e}"))),
+        Err(ImportError::Refused(message)) => Err(AttemptError::fatal(message)),
+        Err(ImportError::Io(e)) => {
+            Err(AttemptError::retryable(format!("reading the archive or writing the files failed: {e}")))
+        }
     }
 }
 
@@ -140,8 +142,8 @@ fn unblocked<T>(joined: Result<Result<T, ImportError>, tokio::task::JoinError>) 
 async fn reserve(ctx: &WorkerContext, claimed: &ClaimedJob, bytes: u64, limit: u64) -> Result<u64, AttemptError> {
     match ctx.store.reserve_import(claimed, bytes, limit).await {
         Ok(Some(room)) => Ok(room),
-        Ok(None) => Err(retryable("the job is no longer this worker's".to_owned())),
-        Err(e) => Err(retryable(format!("claiming the import's storage failed: {e}"))),
+        Ok(None) => Err(AttemptError::retryable("the job is no longer this worker's".to_owned())),
+        Err(e) => Err(AttemptError::retryable(format!("claiming the import's storage failed: {e}"))),
     }
 }
 

@@ -30,8 +30,9 @@ use crate::workspace::publish::{FileChanges, Manifest, Publisher};
 use chrono::Utc;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -128,12 +129,38 @@ pub enum AttemptError {
     Fatal { message: String },
 }
 
+impl AttemptError {
+    /// Worth another attempt, with no tokens spent and no wait asked for.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::spent(message, TokenUsage::default())
+    }
+
+    /// Worth another attempt, after a model call that spent `usage`.
+    pub fn spent(message: impl Into<String>, usage: TokenUsage) -> Self {
+        Self::Retryable { message: message.into(), retry_after: None, usage, token_limit: None }
+    }
+
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self::Fatal { message: message.into() }
+    }
+
+    /// What the job's `last_error` says of it.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Retryable { message, .. } | Self::Fatal { message } => message,
+        }
+    }
+}
+
 /// The layout's generate config the job was queued with; a layout made
 /// read-only since then cannot produce memory.
 fn generate_config(claimed: &ClaimedJob) -> Result<crate::domain::layout::GenerateConfig, AttemptError> {
-    claimed.layout.config.generate.clone().ok_or_else(|| AttemptError::Fatal {
-        message: format!("layout {} no longer generates memory", claimed.job.layout),
-    })
+    claimed
+        .layout
+        .config
+        .generate
+        .clone()
+        .ok_or_else(|| AttemptError::fatal(format!("layout {} no longer generates memory", claimed.job.layout)))
 }
 
 /// Removes the temporary files an earlier attempt of this job left under
@@ -147,12 +174,7 @@ async fn remove_earlier_leftovers(claimed: &ClaimedJob, dir: std::path::PathBuf)
         .await
         .map_err(std::io::Error::other)
         .and_then(|r| r)
-        .map_err(|e| AttemptError::Retryable {
-            message: format!("removing an earlier attempt's temporary files failed: {e}"),
-            retry_after: None,
-            usage: TokenUsage::default(),
-            token_limit: None,
-        })?;
+        .map_err(|e| AttemptError::retryable(format!("removing an earlier attempt's temporary files failed: {e}")))?;
     if removed > 0 {
         tracing::info!(%job_id, removed, "removed temporary files of an earlier attempt");
     }
@@ -221,7 +243,7 @@ struct FinishedAttempt {
 async fn attempt_job(
     ctx: &WorkerContext,
     claimed: ClaimedJob,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &CancellationToken,
 ) -> Option<FinishedAttempt> {
     let job_id = claimed.job.job_id;
     let started = std::time::Instant::now();
@@ -251,7 +273,7 @@ async fn attempt_job(
     let result = tokio::select! {
         result = run_attempt(ctx, &claimed) => Ok(result),
         _ = lost.notified() => Err(false),
-        _ = shutdown.wait_for(|stopping| *stopping) => Err(true),
+        _ = shutdown.cancelled() => Err(true),
     };
     // Recording needs no renewal: it takes far less than a lease.
     renewal.abort();
@@ -285,18 +307,18 @@ const CLAIMED_PER_SLOT: usize = 2;
 /// the claim's cost is shared by the jobs it takes and slots that free up
 /// never wait for a claim. A queued job whose lease has aged is renewed before it
 /// starts, and the queue is given back at shutdown.
-async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: watch::Receiver<bool>) {
+async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, shutdown: CancellationToken) {
     let lease = chrono::Duration::from_std(ctx.settings.lease).unwrap_or(chrono::Duration::minutes(2));
     let concurrency = ctx.settings.concurrency.max(1);
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let mut claimed: std::collections::VecDeque<(ClaimedJob, std::time::Instant)> = Default::default();
     let mut running = JoinSet::new();
-    while !*shutdown.borrow() {
+    while !shutdown.is_cancelled() {
         while running.try_join_next().is_some() {}
         if let Some((job, claimed_at)) = claimed.pop_front() {
             let slot = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the slots are never closed"),
-                _ = shutdown.wait_for(|stopping| *stopping) => {
+                _ = shutdown.cancelled() => {
                     claimed.push_front((job, claimed_at));
                     break;
                 }
@@ -304,9 +326,9 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: wa
             if !still_ours(&ctx, &job, claimed_at).await {
                 continue;
             }
-            let (ctx, mut shutdown) = (ctx.clone(), shutdown.clone());
+            let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
             running.spawn(async move {
-                if let Some(finished) = attempt_job(&ctx, job, &mut shutdown).await {
+                if let Some(finished) = attempt_job(&ctx, job, &shutdown).await {
                     record(&ctx, finished).await;
                 }
                 drop(slot);
@@ -336,7 +358,7 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, mut shutdown: wa
                 tokio::select! {
                     _ = tokio::time::sleep(ctx.settings.poll) => {}
                     _ = woken => {}
-                    _ = shutdown.wait_for(|stopping| *stopping) => {}
+                    _ = shutdown.cancelled() => {}
                 }
             }
             Err(e) => {
@@ -371,7 +393,7 @@ async fn still_ours(ctx: &WorkerContext, job: &ClaimedJob, claimed_at: std::time
 
 /// Starts `concurrency` workers; they stop claiming on shutdown and give back
 /// the jobs they hold.
-pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
+pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: CancellationToken) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));

@@ -14,12 +14,8 @@ use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
 use crate::workspace::publish::FileChanges;
 use crate::workspace::{confine, read_committed};
 
-fn retryable(message: String, usage: TokenUsage) -> AttemptError {
-    AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
-}
-
 fn io_error(what: &str, e: impl std::fmt::Display) -> AttemptError {
-    retryable(format!("{what}: {e}"), TokenUsage::default())
+    AttemptError::spent(format!("{what}: {e}"), TokenUsage::default())
 }
 
 fn model_failure(e: ModelError, token_limit: usize) -> AttemptError {
@@ -49,8 +45,8 @@ impl super::JobRunner for PhaseOne {
 
 /// The first `committed_len` bytes of the rollout file: what was acknowledged.
 async fn read_rollout(root: &std::path::Path, rollout_path: &str, committed_len: u64) -> Result<Vec<u8>, AttemptError> {
-    let rollout_file = confine(root, rollout_path)
-        .map_err(|e| AttemptError::Fatal { message: format!("rollout path refused: {e}") })?;
+    let rollout_file =
+        confine(root, rollout_path).map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
     tokio::task::spawn_blocking(move || read_committed(&rollout_file, committed_len))
         .await
         .map_err(|e| io_error("reading the rollout failed", e))?
@@ -78,22 +74,22 @@ async fn ask_model(
     if ctx.settings.log_content {
         tracing::debug!(job_id = %claimed.job.job_id, output = %reply.text, "phase-one model output");
     }
-    let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text)
-        .map_err(|e| retryable(format!("the model's output is not the phase-one schema: {e}"), reply.usage))?;
+    let artifacts: RolloutArtifacts = serde_json::from_str(&reply.text).map_err(|e| {
+        AttemptError::spent(format!("the model's output is not the phase-one schema: {e}"), reply.usage)
+    })?;
     Ok((artifacts, reply.usage))
 }
 
 async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let job = &claimed.job;
-    let fatal = |message: String| AttemptError::Fatal { message };
-    let rollout_id = job.rollout_id.clone().ok_or_else(|| fatal("a phase-one job without a rollout".into()))?;
+    let rollout_id = job.rollout_id.clone().ok_or_else(|| AttemptError::fatal("a phase-one job without a rollout"))?;
     let generate = super::generate_config(claimed)?;
     let committed = ctx
         .store
         .committed_rollout(claimed.tenant_id, &job.workspace, &job.layout, &rollout_id)
         .await
         .map_err(|e| io_error("reading the rollout's committed length failed", e))?
-        .ok_or_else(|| fatal(format!("rollout {rollout_id} has no committed segments")))?;
+        .ok_or_else(|| AttemptError::fatal(format!("rollout {rollout_id} has no committed segments")))?;
     // SPEC §5: a rollout extracted (early, say) at exactly its committed
     // length has its raw memory already; no model call makes it again.
     let existing = ctx
@@ -109,7 +105,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let layout = claimed.layout.clone();
     let bytes = read_rollout(&root, &committed.rollout_path, committed.committed_len).await?;
     let contents = String::from_utf8_lossy(&bytes);
@@ -122,7 +118,7 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let (prompt, facts) = render_phase_one(&contents, token_limit, generate.extra_prompt.as_deref(), &mut |t| {
         redact(t, &mut sent_redacted)
     })
-    .map_err(fatal)?;
+    .map_err(AttemptError::fatal)?;
     if matches!(ctx.provider, Provider::Model(_)) {
         crate::metrics::redactions("model_input", &sent_redacted);
     } else {
@@ -140,12 +136,13 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     };
     artifacts.rollout_slug =
         redact_slug(&artifacts.rollout_slug, |slug| redactor.redact_text(slug, &mut Counts::new()));
-    let (slug, rollout_summary, raw_memory) = match check_artifacts(&artifacts).map_err(|m| retryable(m, usage))? {
-        Extraction::Empty => {
-            return Ok(Completion::without_files(JobOutcome::Skipped, usage, sent_redacted));
-        }
-        Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
-    };
+    let (slug, rollout_summary, raw_memory) =
+        match check_artifacts(&artifacts).map_err(|m| AttemptError::spent(m, usage))? {
+            Extraction::Empty => {
+                return Ok(Completion::without_files(JobOutcome::Skipped, usage, sent_redacted));
+            }
+            Extraction::Memory { slug, rollout_summary, raw_memory } => (slug, rollout_summary, raw_memory),
+        };
 
     let summary_file = rollout_summary_file(rollout_id.as_str(), &slug);
     let raw_text = format_raw_memory(rollout_id.as_str(), &facts, &committed.rollout_path, &summary_file, &raw_memory);
@@ -157,7 +154,8 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     );
     let previous_summary = existing.map(|r| r.rollout_summary_file).filter(|previous| previous != &summary_file);
     let memories_dir = &layout.memories_dir.normalized;
-    let memories = confine(&root, memories_dir).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let memories =
+        confine(&root, memories_dir).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;
     super::remove_earlier_leftovers(claimed, memories).await?;
     let mut files = FileChanges::default();
     files.write(format!("{memories_dir}/raw_memories/{}.md", rollout_id.as_str()), raw_text);

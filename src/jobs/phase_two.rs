@@ -94,20 +94,10 @@ impl RunLog {
     }
 }
 
-pub(super) fn retryable(message: String, usage: TokenUsage) -> AttemptError {
-    AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }
-}
-
 fn model_failure(e: ModelError) -> AttemptError {
     let message = format!("phase-two model call failed: {}", e.message);
     let retry_after = if e.class == FailureClass::Transient { e.retry_after } else { None };
     AttemptError::Retryable { message, retry_after, usage: e.usage, token_limit: None }
-}
-
-pub(super) fn error_text(e: &AttemptError) -> String {
-    match e {
-        AttemptError::Retryable { message, .. } | AttemptError::Fatal { message } => message.clone(),
-    }
 }
 
 /// Phase two of one layout in one workspace (R-P2).
@@ -128,7 +118,7 @@ impl super::JobRunner for PhaseTwo {
                 (Ok(completion), report)
             }
             Err(e) => {
-                let report = log.report(claimed, RunState::Failed, Some(error_text(&e)), None);
+                let report = log.report(claimed, RunState::Failed, Some(e.message().to_owned()), None);
                 (Err(e), report)
             }
         };
@@ -147,8 +137,7 @@ async fn attempt(
     log: &mut RunLog,
 ) -> Result<(Completion, Option<serde_json::Value>), AttemptError> {
     let job = &claimed.job;
-    let fatal = |message: String| AttemptError::Fatal { message };
-    let io = |what: &str, e: &dyn std::fmt::Display| retryable(format!("{what}: {e}"), TokenUsage::default());
+    let io = |what: &str, e: &dyn std::fmt::Display| AttemptError::spent(format!("{what}: {e}"), TokenUsage::default());
     let generate = super::generate_config(claimed)?;
 
     // SPEC §4: no model call when none of the served closes' phase-one jobs wrote a memory.
@@ -169,16 +158,17 @@ async fn attempt(
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
     let policy = SelectionPolicy::of(&generate, Utc::now());
     let place = LayoutPlace::of_job(claimed, &root);
     let PhaseTwoInput { selection, chunks } = prepare_input(ctx.store.as_ref(), &place, &policy, &[], true)
         .await
-        .map_err(|e| retryable(e, TokenUsage::default()))?;
+        .map_err(|e| AttemptError::spent(e, TokenUsage::default()))?;
     log.selection = Some(selection.clone());
-    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
+    let memory_root =
+        confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;
     if chunks.is_empty() {
         return Ok(skipped(TokenUsage::default()));
     }
@@ -402,12 +392,12 @@ pub(super) async fn consolidate(
                     (tools, outputs)
                 })
                 .await
-                .map_err(|e| retryable(format!("a tool call failed: {e}"), log.usage))?;
+                .map_err(|e| AttemptError::spent(format!("a tool call failed: {e}"), log.usage))?;
                 *tools = working_copy;
                 items.extend(turn.calls.into_iter().map(AgentItem::Call));
                 items.extend(outputs);
             }
-            Err(retryable(format!("phase two did not finish within its {max_turns} turns"), log.usage))
+            Err(AttemptError::spent(format!("phase two did not finish within its {max_turns} turns"), log.usage))
         }
     }
 }

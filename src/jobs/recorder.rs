@@ -192,7 +192,7 @@ async fn stage_files(
         }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
-            (Err(AttemptError::Retryable { message, retry_after: None, usage, token_limit: None }), None)
+            (Err(AttemptError::spent(message, usage)), None)
         }
     }
 }
@@ -417,12 +417,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
             tracing::error!(%job_id, error = %crate::error_chain(&e), "recording the job's outcome failed");
             let retry = finish_for(
                 &claimed,
-                Err(AttemptError::Retryable {
-                    message: format!("recording the outcome failed: {e}"),
-                    retry_after: None,
-                    usage: TokenUsage::default(),
-                    token_limit: None,
-                }),
+                Err(AttemptError::retryable(format!("recording the outcome failed: {e}"))),
                 None,
                 None,
                 &ctx.settings,

@@ -24,9 +24,7 @@ impl super::JobRunner for Restore {
             Ok(completion) => {
                 (RunState::Succeeded, None, completion.files.as_ref().map(FileChanges::paths).unwrap_or_default())
             }
-            Err(AttemptError::Retryable { message, .. } | AttemptError::Fatal { message }) => {
-                (RunState::Failed, Some(message.clone()), Vec::new())
-            }
+            Err(e) => (RunState::Failed, Some(e.message().to_owned()), Vec::new()),
         };
         let report = PhaseTwoReport {
             run: PhaseTwoRun {
@@ -59,21 +57,17 @@ impl super::JobRunner for Restore {
     }
 }
 
-fn retryable(message: String) -> AttemptError {
-    AttemptError::Retryable { message, retry_after: None, usage: TokenUsage::default(), token_limit: None }
-}
-
 async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
-    let fatal = |message: String| AttemptError::Fatal { message };
     let job = &claimed.job;
-    let target = job.restore_run_id.ok_or_else(|| fatal("a restore job names no run".into()))?;
+    let target = job.restore_run_id.ok_or_else(|| AttemptError::fatal("a restore job names no run"))?;
     let root = ctx
         .volumes
         .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| fatal(format!("workspace path refused: {e}")))?;
+        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let memories = claimed.layout.memories_dir.normalized.clone();
-    let memory_root = confine(&root, &memories).map_err(|e| fatal(format!("memories path refused: {e}")))?;
-    let store_error = |e: crate::store::StoreError| retryable(format!("reading the history failed: {e}"));
+    let memory_root =
+        confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;
+    let store_error = |e: crate::store::StoreError| AttemptError::retryable(format!("reading the history failed: {e}"));
 
     // What the run's history knows of, and what is there now.
     let mut paths: BTreeSet<String> = ctx
@@ -86,8 +80,8 @@ async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
     let scan_root = memory_root.clone();
     let on_disk = tokio::task::spawn_blocking(move || folder_files(&scan_root))
         .await
-        .map_err(|e| retryable(e.to_string()))?
-        .map_err(|e| retryable(format!("listing the memory folder failed: {e}")))?;
+        .map_err(|e| AttemptError::retryable(e.to_string()))?
+        .map_err(|e| AttemptError::retryable(format!("listing the memory folder failed: {e}")))?;
     paths.extend(on_disk.into_iter().map(|(path, _)| path));
 
     let mut files = FileChanges::default();
@@ -100,10 +94,12 @@ async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         let current = match tokio::fs::read(memory_root.join(&path)).await {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(retryable(format!("reading {path} failed: {e}"))),
+            Err(e) => return Err(AttemptError::retryable(format!("reading {path} failed: {e}"))),
         };
         let wanted = match then {
-            FileAtRun::NotKept => return Err(fatal(format!("the history of run {target} is no longer kept"))),
+            FileAtRun::NotKept => {
+                return Err(AttemptError::fatal(format!("the history of run {target} is no longer kept")));
+            }
             // No kept run changed it: what it was then is not known, so it stays.
             FileAtRun::Unrecorded => continue,
             FileAtRun::Absent => None,

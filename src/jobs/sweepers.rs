@@ -5,10 +5,10 @@ use super::{WorkerContext, reconcile_storage};
 use chrono::Utc;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Every few seconds: settle sessions whose last worker died before it could.
-pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, shutdown: CancellationToken) {
     let ctx = &ctx;
     every(SWEEP_INTERVAL, shutdown, move || async move {
         match ctx.store.settle_finished_sessions().await {
@@ -27,16 +27,16 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs `round` at once and then every `period`, until shutdown is asked for
 /// (a round under way finishes; the wait between rounds does not).
-async fn every<F, Fut>(period: Duration, mut shutdown: watch::Receiver<bool>, mut round: F)
+async fn every<F, Fut>(period: Duration, shutdown: CancellationToken, mut round: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    while !*shutdown.borrow() {
+    while !shutdown.is_cancelled() {
         round().await;
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => {}
+            _ = shutdown.cancelled() => {}
         }
     }
 }
@@ -96,7 +96,7 @@ pub async fn sweep_retention(ctx: &WorkerContext) -> crate::store::StoreResult<(
     Ok(())
 }
 
-pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, shutdown: CancellationToken) {
     let ctx = &ctx;
     every(ctx.settings.retention.sweep_every, shutdown, move || async move {
         if let Err(e) = sweep_retention(ctx).await {
@@ -108,7 +108,7 @@ pub(super) async fn retention_sweeper(ctx: Arc<WorkerContext>, shutdown: watch::
 
 /// Walks the volume to correct the storage counters, at start-up and then
 /// every `MEMORYD_STORAGE_RECONCILE_SECS`.
-pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, shutdown: watch::Receiver<bool>) {
+pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, shutdown: CancellationToken) {
     let ctx = &ctx;
     every(ctx.settings.storage_reconcile, shutdown, move || async move {
         match reconcile_storage(&ctx.store, &ctx.volumes).await {
@@ -127,7 +127,7 @@ pub(super) async fn storage_reconciler(ctx: Arc<WorkerContext>, shutdown: watch:
 /// Every few seconds: vacuums the hot tables that carry more than `floor`
 /// dead row versions (Postgres), so that claims, settles and scrapes do not
 /// walk past them when the server's autovacuum is off or behind.
-pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, shutdown: watch::Receiver<bool>) {
+pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, shutdown: CancellationToken) {
     let ctx = &ctx;
     every(SWEEP_INTERVAL, shutdown, move || async move {
         match ctx.store.reclaim_dead_rows(floor).await {
@@ -147,7 +147,7 @@ pub(super) async fn dead_row_reclaimer(ctx: Arc<WorkerContext>, floor: i64, shut
 
 /// Queues eager phase one for rollouts idle `idle` long in open sessions
 /// (SPEC §5), looking every quarter of that (at most every 5 s).
-pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, shutdown: watch::Receiver<bool>) {
+pub(super) async fn eager_sweeper(ctx: Arc<WorkerContext>, idle: Duration, shutdown: CancellationToken) {
     let period = (idle / 4).clamp(Duration::from_millis(250), SWEEP_INTERVAL);
     let ctx = &ctx;
     every(period, shutdown, move || async move {

@@ -108,14 +108,14 @@ pub(super) async fn run(
             } @else {
                 p { (post_button(&format!("/console/runs/{ws}/{ln}/{}/restore", r.run_id), &signed.csrf, "Restore this memory", Some("Put the memory back as this run left it?"))) }
                 @for change in &changes {
-                    @let path = change["path"].as_str().unwrap_or("");
+                    @let path = change.path.as_str();
                     h3 {
                         a href={"/console/memory/file" (query(&[("workspace", Some(ws)), ("layout", Some(ln)), ("path", Some(path)), ("run_id", Some(&r.run_id.to_string()))]))} { code { (path) } }
-                        " · " (change["change"].as_str().unwrap_or(""))
+                        " · " (change.change.as_str())
                     }
-                    @match change["diff"].as_str() {
+                    @match &change.diff {
                         Some(diff) => { (render::diff(diff)) }
-                        None => { p class="meta" { "No diff (binary or over 1 MiB): " (change["before_bytes"].to_string()) " → " (change["after_bytes"].to_string()) " bytes." } }
+                        None => { p class="meta" { "No diff (binary or over 1 MiB): " (bytes_or_null(change.before_bytes)) " → " (bytes_or_null(change.after_bytes)) " bytes." } }
                     }
                 }
             }
@@ -134,4 +134,9 @@ pub(super) async fn restore(
     signed.reach(&raw_workspace)?;
     let job = crate::api::history::queue_restore(&state, tenant, &raw_workspace, &raw_layout, &raw_run).await?;
     Ok(page::redirect(&format!("/console/jobs/{}", job.job_id)))
+}
+
+/// A size as the page has always shown it, `null` where there is none.
+fn bytes_or_null(bytes: Option<i64>) -> String {
+    bytes.map_or_else(|| "null".to_owned(), |b| b.to_string())
 }
