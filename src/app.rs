@@ -176,6 +176,13 @@ impl RunningServer {
     }
 }
 
+/// A server dropped without `shutdown` still stops: its loops see the token.
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
 pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServer, StartError> {
     let run_workers = !config.no_workers;
     let (core, provider) = open_core(config).await?;
