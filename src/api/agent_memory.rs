@@ -164,8 +164,8 @@ pub struct PublishedEdit {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    path: Option<String>,
-    cursor: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) cursor: Option<String>,
 }
 
 /// `GET …/memory/list`.
@@ -199,9 +199,9 @@ pub(crate) async fn list_memory(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReadQuery {
-    path: Option<String>,
-    offset: Option<u64>,
-    limit: Option<u64>,
+    pub(crate) path: Option<String>,
+    pub(crate) offset: Option<u64>,
+    pub(crate) limit: Option<u64>,
     pub(crate) session_id: Option<String>,
 }
 
@@ -274,13 +274,13 @@ async fn count_read(state: &AppState, tenant: uuid::Uuid, folder: &MemoryFolder,
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    query: Option<String>,
-    path: Option<String>,
-    regex: Option<bool>,
-    case_sensitive: Option<bool>,
-    context: Option<usize>,
-    limit: Option<usize>,
-    cursor: Option<String>,
+    pub(crate) query: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) regex: Option<bool>,
+    pub(crate) case_sensitive: Option<bool>,
+    pub(crate) context: Option<usize>,
+    pub(crate) limit: Option<usize>,
+    pub(crate) cursor: Option<String>,
 }
 
 /// `GET …/memory/search`.

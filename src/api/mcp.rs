@@ -10,12 +10,10 @@
 //! handler through the HTTP request's extensions.
 
 use super::AppState;
-use super::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
 use super::error::ApiError;
 use super::extract::QueryParams;
 use crate::domain::ids::{LayoutName, SessionId, WorkspaceName};
 use crate::domain::key_scope::{KeyScope, Permission, Workspaces};
-use crate::domain::memory_edit::MemoryEdit;
 use crate::store::AuthenticatedKey;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -23,21 +21,26 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
     GetPromptResult, Implementation, ListPromptsResult, ListToolsResult, PaginatedRequestParams, Prompt,
-    PromptArgument, PromptMessage, Role, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PromptArgument, PromptMessage, Role, ServerCapabilities, ServerConfig,
 };
+use rmcp::handler::server::tool::{ToolCallContext, ToolRouter};
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 mod text;
+mod tools;
 
-/// How long `memory_edit` waits for its edit to be published.
-const EDIT_WAIT: Duration = Duration::from_secs(10);
+/// The tools, made once: their schemas are generated from their argument types.
+static TOOLS: LazyLock<ToolRouter<MemoryServer>> = LazyLock::new(MemoryServer::tool_router);
+
+/// The order `tools/list` offers them in: reading first, `memory_edit` only
+/// where the layout lets running agents write and the key may.
+const TOOL_ORDER: [&str; 4] = ["memory_list", "memory_read", "memory_search", "memory_edit"];
 
 /// Who calls, and where by default: from the key and the endpoint's query string.
 #[derive(Clone)]
@@ -121,85 +124,6 @@ fn caller(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         .ok_or_else(|| ErrorData::internal_error("the request carries no caller", None))
 }
 
-fn schema(value: Value) -> Arc<Map<String, Value>> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => unreachable!("tool schemas are objects"),
-    }
-}
-
-/// The properties every tool takes besides its own.
-fn place_properties() -> Value {
-    json!({
-        "workspace": {"type": "string", "description": "The workspace (default: the endpoint's, else default)."},
-        "layout": {"type": "string", "description": "The layout (default: the endpoint's, else default)."},
-    })
-}
-
-fn tool(name: &'static str, description: &'static str, properties: Value, required: &[&str]) -> Tool {
-    let mut all = place_properties();
-    all.as_object_mut().expect("an object").extend(properties.as_object().cloned().unwrap_or_default());
-    let input = json!({"type": "object", "properties": all, "required": required, "additionalProperties": false});
-    Tool::new(name, description, schema(input))
-}
-
-fn reading(tool: Tool, title: &str) -> Tool {
-    tool.with_annotations(ToolAnnotations::with_title(title).read_only(true).open_world(false))
-}
-
-/// The tools; `memory_edit` only where the layout lets running agents write.
-fn tools(editable: bool) -> Vec<Tool> {
-    let mut tools = vec![
-        reading(
-            tool(
-                "memory_list",
-                "List the files and folders of the memory folder (or of a folder in it), sorted by path.",
-                json!({"path": {"type": "string", "description": "A folder or file, relative to the memory folder (default: all of it)."},
-                       "cursor": {"type": "string", "description": "The next_cursor of the page before."}}),
-                &[],
-            ),
-            "List memory",
-        ),
-        reading(
-            tool(
-                "memory_read",
-                "Read a memory file (MEMORY.md, a skill, a rollout summary), with line numbers. Long files come in slices: pass offset (1-based) and limit.",
-                json!({"path": {"type": "string", "description": "Relative to the memory folder, e.g. MEMORY.md or skills/ci/SKILL.md."},
-                       "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}),
-                &["path"],
-            ),
-            "Read memory",
-        ),
-        reading(
-            tool(
-                "memory_search",
-                "Find lines of the memory files that contain the query (case-insensitive), MEMORY.md first; answers path:line: text.",
-                json!({"query": {"type": "string"}, "path": {"type": "string"},
-                       "regex": {"type": "boolean", "description": "Treat the query as a regular expression."},
-                       "case_sensitive": {"type": "boolean"}, "context": {"type": "integer", "minimum": 0, "maximum": 20},
-                       "limit": {"type": "integer", "minimum": 1, "maximum": 200}, "cursor": {"type": "string"}}),
-                &["query"],
-            ),
-            "Search memory",
-        ),
-    ];
-    if editable {
-        tools.push(
-            tool(
-                "memory_edit",
-                "Change memory files, all or nothing: a V4A patch (*** Begin Patch … *** End Patch) or operations of the memory tool (create, str_replace, insert, delete, rename). expect maps a path to the sha256 memory_read gave, so a file that changed since is not overwritten.",
-                json!({"patch": {"type": "string"},
-                       "operations": {"type": "array", "items": {"type": "object"}},
-                       "expect": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
-                       "rollout_id": {"type": "string"}, "reason": {"type": "string"}}),
-                &[],
-            )
-            .with_annotations(ToolAnnotations::with_title("Edit memory").read_only(false).destructive(true).open_world(false)),
-        );
-    }
-    tools
-}
-
 /// Whether the layout lets running agents change its memory, and the key may.
 async fn editable(caller: &Caller) -> bool {
     if !caller.scope.permissions.allow(Permission::Edit) {
@@ -208,80 +132,6 @@ async fn editable(caller: &Caller) -> bool {
     match super::layouts::find_layout(&caller.state, caller.tenant, &caller.layout).await {
         Ok((_, layout)) => layout.config.read.as_ref().is_some_and(|r| r.live_update),
         Err(_) => false,
-    }
-}
-
-/// A tool's arguments without the place, and the place they name.
-fn split_place(caller: &Caller, arguments: Option<Map<String, Value>>) -> (String, String, Value) {
-    let mut arguments = arguments.unwrap_or_default();
-    let mut take = |key: &str, default: &str| match arguments.remove(key) {
-        Some(Value::String(s)) => s,
-        _ => default.to_owned(),
-    };
-    let workspace = take("workspace", &caller.workspace);
-    let layout = take("layout", &caller.layout);
-    (workspace, layout, Value::Object(arguments))
-}
-
-fn arguments<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}")))
-}
-
-/// A tool's answer: its text for the model and its structured content.
-fn answer<T: serde::Serialize>(render: impl FnOnce(&T) -> String, typed: T) -> Result<(String, Value), ApiError> {
-    let said = render(&typed);
-    Ok((said, serde_json::to_value(typed).map_err(ApiError::internal)?))
-}
-
-/// Runs one tool: its text for the model and its structured content.
-async fn run_tool(caller: &Caller, name: &str, raw: Option<Map<String, Value>>) -> Result<(String, Value), ApiError> {
-    let (workspace, layout, args) = split_place(caller, raw);
-    caller.reach(&workspace)?;
-    let (state, tenant) = (&caller.state, caller.tenant);
-    match name {
-        "memory_list" => {
-            let listed =
-                agent_memory::list_memory(state, tenant, &workspace, &layout, arguments::<ListQuery>(args)?).await?;
-            answer(text::listing, listed)
-        }
-        "memory_read" => {
-            let mut query = arguments::<ReadQuery>(args)?;
-            query.session_id = caller.session.clone();
-            let usage = agent_memory::counts_usage(&caller.scope, &workspace);
-            let read = agent_memory::read_memory(state, tenant, &workspace, &layout, query, usage).await?;
-            answer(text::slice, read)
-        }
-        "memory_search" => {
-            let params = arguments::<SearchParams>(args)?;
-            let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params).await?;
-            answer(text::matches, found)
-        }
-        "memory_edit" => edit(caller, &workspace, &layout, args).await,
-        other => Err(ApiError::NotFound(format!("No tool {other}."))),
-    }
-}
-
-async fn edit(caller: &Caller, workspace: &str, layout: &str, mut args: Value) -> Result<(String, Value), ApiError> {
-    if !caller.scope.permissions.allow(Permission::Edit) {
-        return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
-    }
-    if let (Some(session), Some(map)) = (&caller.session, args.as_object_mut()) {
-        map.entry("session_id").or_insert_with(|| Value::String(session.clone()));
-    }
-    let edit = MemoryEdit::from_body(args).map_err(agent_memory::refusal_problem)?;
-    let job = agent_memory::queue_checked_edit(&caller.state, caller.tenant, workspace, layout, &edit).await?;
-    match agent_memory::edit_outcome(&caller.state, caller.tenant, job, EDIT_WAIT).await? {
-        EditOutcome::Published(published) => answer(text::published, published),
-        EditOutcome::Pending(job) => {
-            let value = serde_json::to_value(&job).map_err(ApiError::internal)?;
-            let said = format!(
-                "The edit is queued as job {} ({}); it publishes once the layout's lane is free.",
-                job.job_id,
-                job.state.as_str()
-            );
-            Ok((said, value))
-        }
     }
 }
 
@@ -326,7 +176,13 @@ impl ServerHandler for MemoryServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = caller(&context)?;
-        Ok(ListToolsResult::with_all_items(tools(editable(&caller).await)))
+        let editable = editable(&caller).await;
+        let offered = TOOL_ORDER
+            .iter()
+            .filter(|name| editable || **name != "memory_edit")
+            .filter_map(|name| TOOLS.get(name).cloned())
+            .collect();
+        Ok(ListToolsResult::with_all_items(offered))
     }
 
     async fn call_tool(
@@ -334,16 +190,11 @@ impl ServerHandler for MemoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = caller(&context)?;
-        let result = match run_tool(&caller, &request.name, request.arguments).await {
-            Ok((said, structured)) => {
-                let mut result = CallToolResult::success(vec![ContentBlock::text(said)]);
-                result.structured_content = Some(structured);
-                result
-            }
-            Err(error) => failed(error),
-        };
-        Ok(result.into())
+        if TOOLS.get(&request.name).is_none() {
+            caller(&context)?;
+            return Ok(failed(ApiError::NotFound(format!("No tool {}.", request.name))).into());
+        }
+        TOOLS.call(ToolCallContext::new(self, request, context)).await
     }
 
     async fn list_prompts(

@@ -1,0 +1,342 @@
+//! The MCP tools, declared with rmcp's router: each tool's arguments are a
+//! type whose JSON Schema is generated, and each runs the function its HTTP
+//! route runs (`api/agent_memory.rs`), rendered as text by [`super::text`].
+
+use super::{Caller, MemoryServer, caller, failed, text};
+use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
+use crate::api::error::ApiError;
+use crate::domain::key_scope::Permission;
+use crate::domain::memory_edit::MemoryEdit;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::schemars::{self, JsonSchema, Schema, SchemaGenerator};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, tool, tool_router};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// How long `memory_edit` waits for its edit to be published.
+const EDIT_WAIT: Duration = Duration::from_secs(10);
+
+/// A tool's arguments as the model sent them, and as the tool's type reads
+/// them: a mismatch is the tool's failure for the model to read (an
+/// `isError` result), not a protocol error.
+pub(super) struct Checked<T> {
+    raw: Map<String, Value>,
+    parsed: Result<T, String>,
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Map::deserialize(deserializer)?;
+        let parsed = serde_json::from_value(Value::Object(raw.clone())).map_err(|e| e.to_string());
+        Ok(Self { raw, parsed })
+    }
+}
+
+/// The arguments' schema, with one type per value: some clients (Gemini's
+/// dialect) refuse `"type": ["string", "null"]`, so an optional value is
+/// its type, left out of `required`, and a map value that may be null is
+/// marked `nullable`.
+impl<T: JsonSchema> JsonSchema for Checked<T> {
+    fn schema_name() -> Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = T::json_schema(generator).to_value();
+        single_types(&mut schema);
+        Schema::try_from(schema).expect("a schema stays an object")
+    }
+}
+
+/// Rewrites every `"type": [X, "null"]` below `value` as `"type": X, "nullable": true`.
+fn single_types(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get("type") {
+                let named: Vec<Value> = types.iter().filter(|t| t.as_str() != Some("null")).cloned().collect();
+                if let [only] = named.as_slice() {
+                    let nullable = named.len() < types.len();
+                    map.insert("type".into(), only.clone());
+                    if nullable {
+                        map.insert("nullable".into(), Value::Bool(true));
+                    }
+                }
+            }
+            map.values_mut().for_each(single_types);
+        }
+        Value::Array(items) => items.iter_mut().for_each(single_types),
+        _ => {}
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListArgs {
+    /// The workspace (default: the endpoint's, else default).
+    workspace: Option<String>,
+    /// The layout (default: the endpoint's, else default).
+    layout: Option<String>,
+    /// A folder or file, relative to the memory folder (default: all of it).
+    path: Option<String>,
+    /// The next_cursor of the page before.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReadArgs {
+    /// The workspace (default: the endpoint's, else default).
+    workspace: Option<String>,
+    /// The layout (default: the endpoint's, else default).
+    layout: Option<String>,
+    /// Relative to the memory folder, e.g. MEMORY.md or skills/ci/SKILL.md.
+    path: String,
+    #[schemars(range(min = 1))]
+    offset: Option<u64>,
+    #[schemars(range(min = 1))]
+    limit: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SearchArgs {
+    /// The workspace (default: the endpoint's, else default).
+    workspace: Option<String>,
+    /// The layout (default: the endpoint's, else default).
+    layout: Option<String>,
+    query: String,
+    path: Option<String>,
+    /// Treat the query as a regular expression.
+    regex: Option<bool>,
+    case_sensitive: Option<bool>,
+    #[schemars(range(max = 20))]
+    context: Option<usize>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `memory_edit`'s arguments as the model sees them; the edit itself is read
+/// by [`MemoryEdit::from_body`], the HTTP route's parser, for its messages.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "the edit's fields make its schema; MemoryEdit::from_body reads the edit")]
+pub(super) struct EditArgs {
+    /// The workspace (default: the endpoint's, else default).
+    workspace: Option<String>,
+    /// The layout (default: the endpoint's, else default).
+    layout: Option<String>,
+    patch: Option<String>,
+    operations: Option<Vec<Map<String, Value>>>,
+    expect: Option<std::collections::BTreeMap<String, Option<String>>>,
+    rollout_id: Option<String>,
+    reason: Option<String>,
+}
+
+/// A tool's answer: its text for the model and its structured content.
+fn answer<T: Serialize>(render: impl FnOnce(&T) -> String, typed: T) -> Result<(String, Value), ApiError> {
+    let said = render(&typed);
+    Ok((said, serde_json::to_value(typed).map_err(ApiError::internal)?))
+}
+
+/// The place a tool names, defaulting to the endpoint's, within the key's reach.
+fn place(caller: &Caller, workspace: Option<String>, layout: Option<String>) -> Result<(String, String), ApiError> {
+    let workspace = workspace.unwrap_or_else(|| caller.workspace.clone());
+    caller.reach(&workspace)?;
+    Ok((workspace, layout.unwrap_or_else(|| caller.layout.clone())))
+}
+
+/// Runs one tool for the caller of `context` and makes its result.
+async fn respond<T, Run>(
+    context: &RequestContext<RoleServer>,
+    args: Checked<T>,
+    run: impl FnOnce(Caller, T, Map<String, Value>) -> Run,
+) -> Result<CallToolResult, ErrorData>
+where
+    Run: Future<Output = Result<(String, Value), ApiError>>,
+{
+    let caller = caller(context)?;
+    let outcome = match args.parsed {
+        Ok(parsed) => run(caller, parsed, args.raw).await,
+        Err(e) => Err(ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}"))),
+    };
+    Ok(match outcome {
+        Ok((said, structured)) => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(said)]);
+            result.structured_content = Some(structured);
+            result
+        }
+        Err(error) => failed(error),
+    })
+}
+
+#[tool_router(vis = "pub(super)")]
+impl MemoryServer {
+    #[tool(
+        name = "memory_list",
+        description = "List the files and folders of the memory folder (or of a folder in it), sorted by path.",
+        annotations(title = "List memory", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_list(
+        &self,
+        context: RequestContext<RoleServer>,
+        Parameters(args): Parameters<Checked<ListArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        respond(&context, args, |caller, args: ListArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+            let query = ListQuery { path: args.path, cursor: args.cursor };
+            let listed = agent_memory::list_memory(&caller.state, caller.tenant, &workspace, &layout, query).await?;
+            answer(text::listing, listed)
+        })
+        .await
+    }
+
+    #[tool(
+        name = "memory_read",
+        description = "Read a memory file (MEMORY.md, a skill, a rollout summary), with line numbers. Long files come in slices: pass offset (1-based) and limit.",
+        annotations(title = "Read memory", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_read(
+        &self,
+        context: RequestContext<RoleServer>,
+        Parameters(args): Parameters<Checked<ReadArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        respond(&context, args, |caller, args: ReadArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+            let session_id = caller.session.clone();
+            let query = ReadQuery { path: Some(args.path), offset: args.offset, limit: args.limit, session_id };
+            let usage = agent_memory::counts_usage(&caller.scope, &workspace);
+            let read = agent_memory::read_memory(&caller.state, caller.tenant, &workspace, &layout, query, usage).await?;
+            answer(text::slice, read)
+        })
+        .await
+    }
+
+    #[tool(
+        name = "memory_search",
+        description = "Find lines of the memory files that contain the query (case-insensitive), MEMORY.md first; answers path:line: text.",
+        annotations(title = "Search memory", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_search(
+        &self,
+        context: RequestContext<RoleServer>,
+        Parameters(args): Parameters<Checked<SearchArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        respond(&context, args, |caller, args: SearchArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+            let params = SearchParams {
+                query: Some(args.query),
+                path: args.path,
+                regex: args.regex,
+                case_sensitive: args.case_sensitive,
+                context: args.context,
+                limit: args.limit,
+                cursor: args.cursor,
+            };
+            let found = agent_memory::search_memory(&caller.state, caller.tenant, &workspace, &layout, params).await?;
+            answer(text::matches, found)
+        })
+        .await
+    }
+
+    #[tool(
+        name = "memory_edit",
+        description = "Change memory files, all or nothing: a V4A patch (*** Begin Patch … *** End Patch) or operations of the memory tool (create, str_replace, insert, delete, rename). expect maps a path to the sha256 memory_read gave, so a file that changed since is not overwritten.",
+        annotations(title = "Edit memory", read_only_hint = false, destructive_hint = true, open_world_hint = false)
+    )]
+    async fn memory_edit(
+        &self,
+        context: RequestContext<RoleServer>,
+        Parameters(args): Parameters<Checked<EditArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        respond(&context, args, |caller, args: EditArgs, raw| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+            edit(&caller, &workspace, &layout, raw).await
+        })
+        .await
+    }
+}
+
+async fn edit(
+    caller: &Caller,
+    workspace: &str,
+    layout: &str,
+    mut body: Map<String, Value>,
+) -> Result<(String, Value), ApiError> {
+    if !caller.scope.permissions.allow(Permission::Edit) {
+        return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
+    }
+    body.remove("workspace");
+    body.remove("layout");
+    if let Some(session) = &caller.session {
+        body.entry("session_id").or_insert_with(|| Value::String(session.clone()));
+    }
+    let edit = MemoryEdit::from_body(Value::Object(body)).map_err(agent_memory::refusal_problem)?;
+    let job = agent_memory::queue_checked_edit(&caller.state, caller.tenant, workspace, layout, &edit).await?;
+    match agent_memory::edit_outcome(&caller.state, caller.tenant, job, EDIT_WAIT).await? {
+        EditOutcome::Published(published) => answer(text::published, published),
+        EditOutcome::Pending(job) => {
+            let said = format!(
+                "The edit is queued as job {} ({}); it publishes once the layout's lane is free.",
+                job.job_id,
+                job.state.as_str()
+            );
+            Ok((said, serde_json::to_value(&job).map_err(ApiError::internal)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn schemas_have_one_type_per_value() {
+        let mut schema = json!({"properties": {
+            "path": {"type": ["string", "null"]},
+            "expect": {"type": ["object", "null"], "additionalProperties": {"type": ["string", "null"]}},
+            "query": {"type": "string"},
+        }});
+        single_types(&mut schema);
+        assert_eq!(
+            schema,
+            json!({"properties": {
+                "path": {"type": "string", "nullable": true},
+                "expect": {"type": "object", "nullable": true, "additionalProperties": {"type": "string", "nullable": true}},
+                "query": {"type": "string"},
+            }})
+        );
+    }
+
+    #[test]
+    fn every_tool_schema_is_single_typed_and_closed_where_typed() {
+        for tool in MemoryServer::tool_router().list_all() {
+            let schema = serde_json::to_string(&tool.input_schema).unwrap();
+            assert!(!schema.contains("[\"string\",\"null\"]") && !schema.contains("\"null\""), "{}: {schema}", tool.name);
+        }
+        let search = MemoryServer::tool_router().get("memory_search").cloned().unwrap();
+        assert_eq!(search.input_schema["required"], json!(["query"]));
+        assert_eq!(search.input_schema["additionalProperties"], json!(false));
+    }
+
+    #[test]
+    fn the_listing_order_names_every_tool() {
+        let mut offered = super::super::TOOL_ORDER.to_vec();
+        offered.sort();
+        let routed: Vec<String> = MemoryServer::tool_router().list_all().into_iter().map(|t| t.name.into()).collect();
+        assert_eq!(offered, routed);
+    }
+
+    #[test]
+    fn arguments_that_do_not_fit_are_kept_for_the_message() {
+        let checked: Checked<ReadArgs> = serde_json::from_value(json!({"path": "MEMORY.md", "session_id": "s"})).unwrap();
+        assert!(checked.parsed.unwrap_err().contains("unknown field `session_id`"));
+        assert_eq!(checked.raw["path"], "MEMORY.md");
+    }
+}
