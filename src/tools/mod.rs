@@ -14,13 +14,15 @@ pub mod read;
 use crate::llm::ToolSpec;
 use crate::workspace::confine;
 use apply_patch::{DiffMode, OperationKind, PatchOperation, apply_diff, parse_patch_input};
+use read::MAX_MATCHES;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const READ_LIMIT_LINES: usize = 2000;
+/// One unpaged listing of the working copy (the prompt says so); the running
+/// agent's listing pages instead, `read::MAX_LISTED` entries a page.
 const MAX_LISTED: usize = 1000;
-const MAX_MATCHES: usize = 200;
 /// Files only memoryd writes; relative to the memory folder.
 const MEMORYD_OWNED: [&str; 3] = ["raw_memories", "raw_memories.md", "phase_two_selection.json"];
 
@@ -351,12 +353,7 @@ impl MemoryTools {
             return Err(format!("read_file: {path} has {} lines; offset {start} is past the end", lines.len()));
         }
         let end = (start - 1 + limit).min(lines.len());
-        let mut out: String =
-            lines[start - 1..end].iter().enumerate().map(|(i, l)| format!("{:>6}\t{l}\n", start + i)).collect();
-        if end < lines.len() {
-            out.push_str(&format!("… {} more lines; read on with offset {}\n", lines.len() - end, end + 1));
-        }
-        Ok(out)
+        Ok(read::numbered_lines(lines[start - 1..end].iter().copied(), start as u64, lines.len() as u64))
     }
 
     /// The working copy's files under `dir` (relative to the workspace root),

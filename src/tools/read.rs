@@ -140,6 +140,24 @@ pub fn list(memory_root: &Path, dir: &str, after: Option<&str>) -> Result<ListPa
     Ok(ListPage { entries, next_after })
 }
 
+/// Lines as a model reads them best: numbered from `first`, then, when the
+/// file (of `total` lines) goes on, how many lines are left and where to read on.
+/// The running agent's `memory_read` and the consolidation agent's `read_file`
+/// both answer so.
+pub fn numbered_lines<'a>(lines: impl Iterator<Item = &'a str>, first: u64, total: u64) -> String {
+    let mut shown = 0;
+    let mut out = String::new();
+    for (i, line) in lines.enumerate() {
+        out.push_str(&format!("{:>6}\t{line}\n", first + i as u64));
+        shown += 1;
+    }
+    let next = first + shown;
+    if next <= total {
+        out.push_str(&format!("… {} more lines; read on with offset {next}\n", total + 1 - next));
+    }
+    out
+}
+
 /// What `memory/read` answers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileSlice {

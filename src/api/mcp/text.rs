@@ -2,7 +2,7 @@
 //! line, reads numbered, searches as `path:line: text`.
 
 use crate::api::agent_memory::{MemoryListing, MemorySearchPage, PublishedEdit};
-use crate::tools::read::FileSlice;
+use crate::tools::read::{FileSlice, numbered_lines};
 
 fn more(next_cursor: Option<&str>, what: &str) -> String {
     match next_cursor {
@@ -32,14 +32,7 @@ pub(super) fn slice(read: &FileSlice) -> String {
     if read.total_lines == 0 {
         return format!("{} is empty.", read.path);
     }
-    let first = read.offset;
-    let mut out: String =
-        read.text.lines().enumerate().map(|(i, line)| format!("{:>6}\t{line}\n", first + i as u64)).collect();
-    let next = first + read.lines;
-    if next <= read.total_lines {
-        out.push_str(&format!("… {} more lines; read on with offset {next}\n", read.total_lines + 1 - next));
-    }
-    out
+    numbered_lines(read.text.lines(), read.offset, read.total_lines)
 }
 
 /// `memory_search`: `path:line: text`, context lines as `path-line- text`.

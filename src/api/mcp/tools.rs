@@ -211,7 +211,8 @@ impl MemoryServer {
             let session_id = caller.session.clone();
             let query = ReadQuery { path: Some(args.path), offset: args.offset, limit: args.limit, session_id };
             let usage = agent_memory::counts_usage(&caller.scope, &workspace);
-            let read = agent_memory::read_memory(&caller.state, caller.tenant, &workspace, &layout, query, usage).await?;
+            let read =
+                agent_memory::read_memory(&caller.state, caller.tenant, &workspace, &layout, query, usage).await?;
             answer(text::slice, read)
         })
         .await
@@ -318,7 +319,11 @@ mod tests {
     fn every_tool_schema_is_single_typed_and_closed_where_typed() {
         for tool in MemoryServer::tool_router().list_all() {
             let schema = serde_json::to_string(&tool.input_schema).unwrap();
-            assert!(!schema.contains("[\"string\",\"null\"]") && !schema.contains("\"null\""), "{}: {schema}", tool.name);
+            assert!(
+                !schema.contains("[\"string\",\"null\"]") && !schema.contains("\"null\""),
+                "{}: {schema}",
+                tool.name
+            );
         }
         let search = MemoryServer::tool_router().get("memory_search").cloned().unwrap();
         assert_eq!(search.input_schema["required"], json!(["query"]));
@@ -335,7 +340,8 @@ mod tests {
 
     #[test]
     fn arguments_that_do_not_fit_are_kept_for_the_message() {
-        let checked: Checked<ReadArgs> = serde_json::from_value(json!({"path": "MEMORY.md", "session_id": "s"})).unwrap();
+        let checked: Checked<ReadArgs> =
+            serde_json::from_value(json!({"path": "MEMORY.md", "session_id": "s"})).unwrap();
         assert!(checked.parsed.unwrap_err().contains("unknown field `session_id`"));
         assert_eq!(checked.raw["path"], "MEMORY.md");
     }
