@@ -28,9 +28,9 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
         ProviderKind::Extractive => Ok(Provider::Extractive),
         ProviderKind::Openai => {
             let key = key.ok_or("MEMORYD_LLM_PROVIDER=openai needs MEMORYD_LLM_API_KEY or OPENAI_API_KEY")?;
-            let timeout = Duration::from_secs(config.llm_timeout_secs);
-            let base = &config.llm_base_url;
-            let model: Arc<dyn Model> = match config.llm_api {
+            let timeout = config.model.timeout;
+            let base = &config.model.base_url;
+            let model: Arc<dyn Model> = match config.model.api {
                 LlmApi::Responses => Arc::new(OpenAiModel::<Responses>::new(base, &key, timeout)?),
                 LlmApi::ChatCompletions => Arc::new(OpenAiModel::<ChatCompletions>::new(base, &key, timeout)?),
             };
@@ -42,26 +42,26 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
 fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limits) -> WorkerSettings {
     WorkerSettings {
         worker_id: format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        concurrency: config.worker_concurrency,
-        max_attempts: config.max_attempts,
-        retry_base: Duration::from_millis(config.retry_base_ms),
-        lease: Duration::from_secs(config.job_lease_secs),
+        concurrency: config.jobs.worker_concurrency,
+        max_attempts: config.jobs.max_attempts,
+        retry_base: config.jobs.retry_base,
+        lease: config.jobs.lease,
         poll: Duration::from_millis(500),
-        log_content: config.log_content,
-        history_runs: i64::from(config.history_runs),
-        eager_phase_one: (config.eager_phase_one_secs > 0).then(|| Duration::from_secs(config.eager_phase_one_secs)),
+        log_content: config.log.content,
+        history_runs: i64::from(config.jobs.history_runs),
+        eager_phase_one: Some(config.jobs.eager_phase_one).filter(|idle| !idle.is_zero()),
         retention: RetentionSettings {
-            sweep_every: Duration::from_secs(config.retention_sweep_secs),
-            idempotency_ttl: Duration::from_secs(config.idempotency_ttl_secs),
-            records: days(config.retain_records_days),
-            rollout_days: config.retain_rollouts_days,
-            events: Duration::from_secs(config.events_retain_hours.saturating_mul(3600)),
+            sweep_every: config.records.retention_sweep,
+            idempotency_ttl: config.records.idempotency_ttl,
+            records: days(config.records.retain_records_days),
+            rollout_days: config.records.retain_rollouts_days,
+            events: config.records.events_retain,
         },
         default_limits,
-        storage_reconcile: Duration::from_secs(config.storage_reconcile_secs),
-        reclaim_dead_rows: (config.reclaim_dead_rows > 0).then_some(config.reclaim_dead_rows),
-        max_segment_bytes: config.max_segment_bytes,
-        body_timeout: Duration::from_secs(config.body_timeout_secs),
+        storage_reconcile: config.records.storage_reconcile,
+        reclaim_dead_rows: (config.records.reclaim_dead_rows > 0).then_some(config.records.reclaim_dead_rows),
+        max_segment_bytes: config.quotas.max_segment_bytes,
+        body_timeout: config.http.body_timeout,
     }
 }
 
@@ -89,18 +89,18 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     crate::metrics::handle();
     let provider = provider(&config)?;
     let store = store::connect(&config.database_url()).await?;
-    let volumes = Volumes::new(&config.data_dir, config.min_free_bytes);
+    let volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();
     let console =
-        Arc::new(crate::api::ConsoleKeys::new(config.console_secret.as_deref(), config.console_secure_cookies));
-    let pause = (config.test_publish_pause_ms > 0).then(|| Duration::from_millis(config.test_publish_pause_ms));
+        Arc::new(crate::api::ConsoleKeys::new(config.console.secret.as_deref(), config.console.secure_cookies));
+    let pause = Some(config.test_publish_pause).filter(|pause| !pause.is_zero());
     let publisher = Publisher::new(&config.data_dir).with_pause_after_first_rename(pause);
-    let default_limits = default_limits(&config.default_limits)?;
-    let key = crate::events::seal::SecretsKey::load(config.secrets_key.as_deref(), &config.data_dir)?;
+    let default_limits = default_limits(&config.quotas.default_limits)?;
+    let key = crate::events::seal::SecretsKey::load(config.events.secrets_key.as_deref(), &config.data_dir)?;
     let policy = crate::domain::events::UrlPolicy {
-        allow_http: config.webhook_allow_http,
-        allow_private: config.webhook_allow_private,
+        allow_http: config.events.webhook_allow_http,
+        allow_private: config.events.webhook_allow_private,
     };
     let events = crate::events::Events::new(store.clone(), key, policy);
     let config = Arc::new(config);
@@ -131,7 +131,10 @@ impl Core {
             publisher: self.publisher.clone(),
             default_limits: self.default_limits,
             events: self.events.clone(),
-            slots: Arc::new(crate::api::slots::Slots::new(self.config.max_exports, self.config.max_streams_per_tenant)),
+            slots: Arc::new(crate::api::slots::Slots::new(
+                self.config.quotas.max_exports,
+                self.config.quotas.max_streams_per_tenant,
+            )),
         })
     }
 }
@@ -191,9 +194,9 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let app = router(state.clone());
     let addr = listener.local_addr()?;
     let limits = ConnectionLimits {
-        max_connections: core.config.max_connections,
-        header_timeout: Duration::from_secs(core.config.header_timeout_secs),
-        idle_timeout: Duration::from_secs(core.config.idle_timeout_secs),
+        max_connections: core.config.http.max_connections,
+        header_timeout: core.config.http.header_timeout,
+        idle_timeout: core.config.http.idle_timeout,
     };
     tokio::spawn(core.events.hub.clone().run(core.shutdown.clone()));
     let server = tokio::spawn(serve(listener, app, limits, core.shutdown.clone()));

@@ -1,10 +1,13 @@
 //! Configuration: flags with the names of the `MEMORYD_*` environment variables
-//! (flags win). Settings with a fixed set of values are enums, so a bad one
-//! stops start-up with clap's usage message.
+//! (flags win), in groups by what they govern. Settings with a fixed set of
+//! values are enums, so a bad one stops start-up with clap's usage message;
+//! durations are `Duration`s (given in the unit their name says); every
+//! range is checked at start-up by [`Config::validate`].
 
-use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,32 +51,63 @@ pub struct Config {
     /// Bearer token of `/v1/admin`; unset: the admin API answers 404.
     #[arg(long = "admin-token", env = "MEMORYD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Largest accepted request body, in bytes.
-    #[arg(long = "max-segment-bytes", env = "MEMORYD_MAX_SEGMENT_BYTES", default_value_t = 33_554_432)]
-    pub max_segment_bytes: usize,
-    /// Log filter (tracing `EnvFilter` syntax).
-    #[arg(long = "log", env = "MEMORYD_LOG", default_value = "info")]
-    pub log: String,
-    #[arg(long = "log-format", env = "MEMORYD_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
-    /// Log prompts and model output too (off: never).
-    #[arg(long = "log-content", env = "MEMORYD_LOG_CONTENT", default_value_t = false)]
-    pub log_content: bool,
     /// Serve the API without running jobs (run `memoryd worker` elsewhere).
     #[arg(long = "no-workers", default_value_t = false)]
     pub no_workers: bool,
+    #[command(flatten)]
+    pub log: LogSettings,
+    #[command(flatten)]
+    pub model: ModelSettings,
+    #[command(flatten)]
+    pub jobs: JobSettings,
+    #[command(flatten)]
+    pub records: RecordSettings,
+    #[command(flatten)]
+    pub quotas: QuotaSettings,
+    #[command(flatten)]
+    pub http: HttpSettings,
+    #[command(flatten)]
+    pub events: EventSettings,
+    #[command(flatten)]
+    pub console: ConsoleSettings,
+    /// A test hook: every publish stops this long after its first rename.
+    #[arg(long = "test-publish-pause-ms", hide = true, default_value = "0", value_parser = millis)]
+    pub test_publish_pause: Duration,
+}
+
+/// What the log says, and how.
+#[derive(Debug, Clone, Args)]
+pub struct LogSettings {
+    /// Log filter (tracing `EnvFilter` syntax).
+    #[arg(long = "log", env = "MEMORYD_LOG", default_value = "info")]
+    pub filter: String,
+    #[arg(long = "log-format", env = "MEMORYD_LOG_FORMAT", value_enum, default_value = "text")]
+    pub format: LogFormat,
+    /// Log prompts and model output too (off: never).
+    #[arg(long = "log-content", env = "MEMORYD_LOG_CONTENT", default_value_t = false)]
+    pub content: bool,
+}
+
+/// Where memory comes from: the model endpoint.
+#[derive(Debug, Clone, Args)]
+pub struct ModelSettings {
     /// Default: `openai` when an API key is set, else `extractive`.
     #[arg(long = "llm-provider", env = "MEMORYD_LLM_PROVIDER", value_enum)]
-    pub llm_provider: Option<ProviderKind>,
+    pub provider: Option<ProviderKind>,
     #[arg(long = "llm-api", env = "MEMORYD_LLM_API", value_enum, default_value = "responses")]
-    pub llm_api: LlmApi,
+    pub api: LlmApi,
     #[arg(long = "llm-base-url", env = "MEMORYD_LLM_BASE_URL", default_value = "https://api.openai.com/v1")]
-    pub llm_base_url: String,
+    pub base_url: String,
     /// Falls back to `OPENAI_API_KEY`.
     #[arg(long = "llm-api-key", env = "MEMORYD_LLM_API_KEY", hide_env_values = true)]
-    pub llm_api_key: Option<String>,
-    #[arg(long = "llm-timeout-secs", env = "MEMORYD_LLM_TIMEOUT_SECS", default_value_t = 600)]
-    pub llm_timeout_secs: u64,
+    pub api_key: Option<String>,
+    #[arg(long = "llm-timeout-secs", env = "MEMORYD_LLM_TIMEOUT_SECS", default_value = "600", value_parser = secs)]
+    pub timeout: Duration,
+}
+
+/// The job engine of this process.
+#[derive(Debug, Clone, Args)]
+pub struct JobSettings {
     /// Jobs run at once by this process.
     #[arg(long = "worker-concurrency", env = "MEMORYD_WORKER_CONCURRENCY", default_value_t = 8)]
     pub worker_concurrency: usize,
@@ -81,26 +115,41 @@ pub struct Config {
     #[arg(long = "max-attempts", env = "MEMORYD_MAX_ATTEMPTS", default_value_t = 5)]
     pub max_attempts: i64,
     /// First retry delay; it doubles with each attempt (with jitter).
-    #[arg(long = "retry-base-ms", env = "MEMORYD_RETRY_BASE_MS", default_value_t = 2000)]
-    pub retry_base_ms: u64,
+    #[arg(long = "retry-base-ms", env = "MEMORYD_RETRY_BASE_MS", default_value = "2000", value_parser = millis)]
+    pub retry_base: Duration,
     /// How long a claimed job stays owned without a renewal.
-    #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value_t = 120)]
-    pub job_lease_secs: u64,
+    #[arg(long = "job-lease-secs", env = "MEMORYD_JOB_LEASE_SECS", default_value = "120", value_parser = secs)]
+    pub lease: Duration,
     /// A queued phase-two job starts no earlier than this long after it was
     /// queued, so that more closes join it.
-    #[arg(long = "phase-two-debounce-ms", env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS", default_value_t = 0)]
-    pub phase_two_debounce_ms: u64,
+    #[arg(
+        long = "phase-two-debounce-ms",
+        env = "MEMORYD_PHASE_TWO_DEBOUNCE_MS",
+        default_value = "0",
+        value_parser = millis
+    )]
+    pub phase_two_debounce: Duration,
     /// A rollout of an open session idle this long is extracted early, so a
     /// close needs no model call for it (0: off).
-    #[arg(long = "eager-phase-one-secs", env = "MEMORYD_EAGER_PHASE_ONE_SECS", default_value_t = 0)]
-    pub eager_phase_one_secs: u64,
+    #[arg(long = "eager-phase-one-secs", env = "MEMORYD_EAGER_PHASE_ONE_SECS", default_value = "0", value_parser = secs)]
+    pub eager_phase_one: Duration,
     /// How many of each layout's newest successful runs keep their history
     /// (the files they changed, for diffs and restores).
     #[arg(long = "history-runs", env = "MEMORYD_HISTORY_RUNS", default_value_t = 100)]
     pub history_runs: u32,
+}
+
+/// How long records are kept, and how often the sweepers look.
+#[derive(Debug, Clone, Args)]
+pub struct RecordSettings {
     /// Idempotency keys older than this are removed.
-    #[arg(long = "idempotency-ttl-secs", env = "MEMORYD_IDEMPOTENCY_TTL_SECS", default_value_t = 86_400)]
-    pub idempotency_ttl_secs: u64,
+    #[arg(
+        long = "idempotency-ttl-secs",
+        env = "MEMORYD_IDEMPOTENCY_TTL_SECS",
+        default_value = "86400",
+        value_parser = secs
+    )]
+    pub idempotency_ttl: Duration,
     /// Finished jobs and closed sessions older than this many days are
     /// deleted: records only, never memory (0: kept; fractions allowed).
     #[arg(long = "retain-records-days", env = "MEMORYD_RETAIN_RECORDS_DAYS", default_value_t = 30.0)]
@@ -110,8 +159,37 @@ pub struct Config {
     #[arg(long = "retain-rollouts-days", env = "MEMORYD_RETAIN_ROLLOUTS_DAYS", default_value_t = 0.0)]
     pub retain_rollouts_days: f64,
     /// How often the workers apply retention.
-    #[arg(long = "retention-sweep-secs", env = "MEMORYD_RETENTION_SWEEP_SECS", default_value_t = 3600)]
-    pub retention_sweep_secs: u64,
+    #[arg(
+        long = "retention-sweep-secs",
+        env = "MEMORYD_RETENTION_SWEEP_SECS",
+        default_value = "3600",
+        value_parser = secs
+    )]
+    pub retention_sweep: Duration,
+    /// How often the workers walk the volume to correct the storage counters.
+    #[arg(
+        long = "storage-reconcile-secs",
+        env = "MEMORYD_STORAGE_RECONCILE_SECS",
+        default_value = "3600",
+        value_parser = secs
+    )]
+    pub storage_reconcile: Duration,
+    /// Postgres: a table of the job queue, sessions or outbox with more dead
+    /// row versions than this (and than a fiftieth of its rows) is vacuumed
+    /// by memoryd itself, checked every 5 s; 0 turns it off.
+    #[arg(long = "reclaim-dead-rows", env = "MEMORYD_RECLAIM_DEAD_ROWS", default_value_t = 5000)]
+    pub reclaim_dead_rows: i64,
+    /// How long the outbox keeps delivered events for `Last-Event-ID` resumes.
+    #[arg(long = "events-retain-hours", env = "MEMORYD_EVENTS_RETAIN_HOURS", default_value = "24", value_parser = hours)]
+    pub events_retain: Duration,
+}
+
+/// What one request, tenant or replica may take.
+#[derive(Debug, Clone, Args)]
+pub struct QuotaSettings {
+    /// Largest accepted request body, in bytes.
+    #[arg(long = "max-segment-bytes", env = "MEMORYD_MAX_SEGMENT_BYTES", default_value_t = 33_554_432)]
+    pub max_segment_bytes: usize,
     /// Every tenant's limits where its own leave a field unset (JSON as in
     /// `PUT /v1/admin/tenants/{tenant_id}/limits`; absent or 0: unlimited).
     #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
@@ -123,19 +201,40 @@ pub struct Config {
     #[arg(long = "max-exports", env = "MEMORYD_MAX_EXPORTS", default_value_t = 8)]
     pub max_exports: usize,
     /// An export whose client reads nothing for this long is stopped.
-    #[arg(long = "export-stall-secs", env = "MEMORYD_EXPORT_STALL_SECS", default_value_t = 60)]
-    pub export_stall_secs: u64,
+    #[arg(long = "export-stall-secs", env = "MEMORYD_EXPORT_STALL_SECS", default_value = "60", value_parser = secs)]
+    pub export_stall: Duration,
     /// Live event streams one tenant may hold open on this replica (beyond: 429).
     #[arg(long = "max-streams-per-tenant", env = "MEMORYD_MAX_STREAMS_PER_TENANT", default_value_t = 16)]
     pub max_streams_per_tenant: usize,
-    /// How often the workers walk the volume to correct the storage counters.
-    #[arg(long = "storage-reconcile-secs", env = "MEMORYD_STORAGE_RECONCILE_SECS", default_value_t = 3600)]
-    pub storage_reconcile_secs: u64,
-    /// Postgres: a table of the job queue, sessions or outbox with more dead
-    /// row versions than this (and than a fiftieth of its rows) is vacuumed
-    /// by memoryd itself, checked every 5 s; 0 turns it off.
-    #[arg(long = "reclaim-dead-rows", env = "MEMORYD_RECLAIM_DEAD_ROWS", default_value_t = 5000)]
-    pub reclaim_dead_rows: i64,
+    /// Free space the data volume keeps: appends are refused and `/readyz`
+    /// fails below it (0: off; readiness then fails below 64 KiB).
+    #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
+    pub min_free_bytes: u64,
+    /// Keys not revoked (expired ones included) one tenant may hold at once (beyond: 403 `quota_exceeded`).
+    #[arg(long = "max-keys", env = "MEMORYD_MAX_KEYS", default_value_t = 10_000)]
+    pub max_keys: u64,
+}
+
+/// The connection loop's limits on slow and idle clients (SPEC §9).
+#[derive(Debug, Clone, Args)]
+pub struct HttpSettings {
+    /// Open HTTP connections at most; further ones wait in the listen queue.
+    #[arg(long = "max-connections", env = "MEMORYD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// A request's headers must arrive within this long of its first byte.
+    #[arg(long = "header-timeout-secs", env = "MEMORYD_HEADER_TIMEOUT_SECS", default_value = "10", value_parser = secs)]
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this long of its headers.
+    #[arg(long = "body-timeout-secs", env = "MEMORYD_BODY_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
+    pub body_timeout: Duration,
+    /// An idle keep-alive connection is closed after this long.
+    #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
+    pub idle_timeout: Duration,
+}
+
+/// Webhooks and the sealing of their secrets.
+#[derive(Debug, Clone, Args)]
+pub struct EventSettings {
     /// Webhook endpoints may be plain `http://` URLs (development and tests).
     #[arg(long = "webhook-allow-http", env = "MEMORYD_WEBHOOK_ALLOW_HTTP", default_value_t = false)]
     pub webhook_allow_http: bool,
@@ -143,78 +242,81 @@ pub struct Config {
     /// addresses (development and tests).
     #[arg(long = "webhook-allow-private", env = "MEMORYD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
     pub webhook_allow_private: bool,
-    /// How long the outbox keeps delivered events for `Last-Event-ID` resumes.
-    #[arg(long = "events-retain-hours", env = "MEMORYD_EVENTS_RETAIN_HOURS", default_value_t = 24)]
-    pub events_retain_hours: u64,
     /// The key (base64 of 32 bytes) that seals webhook secrets in the
     /// database; unset: `<data dir>/secrets.key`, made on first start.
     #[arg(long = "secrets-key", env = "MEMORYD_SECRETS_KEY", hide_env_values = true)]
     pub secrets_key: Option<String>,
+}
+
+/// The operator console's sessions.
+#[derive(Debug, Clone, Args)]
+pub struct ConsoleSettings {
     /// The key that signs console sessions; unset: a random one per start
     /// (every restart then signs everyone out, and replicas do not share sessions).
     #[arg(long = "console-secret", env = "MEMORYD_CONSOLE_SECRET", hide_env_values = true)]
-    pub console_secret: Option<String>,
+    pub secret: Option<String>,
     /// Console cookies only over HTTPS (set behind a TLS-terminating proxy).
     #[arg(long = "console-secure-cookies", env = "MEMORYD_CONSOLE_SECURE_COOKIES", default_value_t = false)]
-    pub console_secure_cookies: bool,
-    /// Free space the data volume keeps: appends are refused and `/readyz`
-    /// fails below it (0: off; readiness then fails below 64 KiB).
-    #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
-    pub min_free_bytes: u64,
-    /// Open HTTP connections at most; further ones wait in the listen queue.
-    #[arg(long = "max-connections", env = "MEMORYD_MAX_CONNECTIONS", default_value_t = 10_000)]
-    pub max_connections: usize,
-    /// A request's headers must arrive within this long of its first byte.
-    #[arg(long = "header-timeout-secs", env = "MEMORYD_HEADER_TIMEOUT_SECS", default_value_t = 10)]
-    pub header_timeout_secs: u64,
-    /// A request's body must arrive within this long of its headers.
-    #[arg(long = "body-timeout-secs", env = "MEMORYD_BODY_TIMEOUT_SECS", default_value_t = 60)]
-    pub body_timeout_secs: u64,
-    /// A test hook: every publish stops this long after its first rename.
-    #[arg(long = "test-publish-pause-ms", hide = true, default_value_t = 0)]
-    pub test_publish_pause_ms: u64,
-    /// An idle keep-alive connection is closed after this long.
-    #[arg(long = "idle-timeout-secs", env = "MEMORYD_IDLE_TIMEOUT_SECS", default_value_t = 60)]
-    pub idle_timeout_secs: u64,
-    /// Keys not revoked (expired ones included) one tenant may hold at once (beyond: 403 `quota_exceeded`).
-    #[arg(long = "max-keys", env = "MEMORYD_MAX_KEYS", default_value_t = 10_000)]
-    pub max_keys: u64,
+    pub secure_cookies: bool,
+}
+
+/// A whole number of the unit a setting's name gives, as a duration.
+fn whole(raw: &str, unit: Duration) -> Result<Duration, String> {
+    let count: u64 = raw.trim().parse().map_err(|e| format!("not a whole number ({e})"))?;
+    unit.checked_mul(u32::try_from(count).map_err(|_| format!("{count} is too large"))?)
+        .ok_or_else(|| format!("{count} is too large"))
+}
+
+fn secs(raw: &str) -> Result<Duration, String> {
+    whole(raw, Duration::from_secs(1))
+}
+
+fn millis(raw: &str) -> Result<Duration, String> {
+    whole(raw, Duration::from_millis(1))
+}
+
+fn hours(raw: &str) -> Result<Duration, String> {
+    whole(raw, Duration::from_secs(3600))
 }
 
 const DAY_SECS: u64 = 86_400;
 const GIB: u64 = 1 << 30;
 
-/// Each whole-number setting by its environment variable, its value (a
-/// negative one as more than `i64::MAX`) and its valid range (SPEC §7):
-/// memoryd refuses to start with any other value. docs/operating.md lists them.
+/// Each whole-number setting by its environment variable, its value in the
+/// unit its name gives (a negative one as more than `i64::MAX`) and its
+/// valid range (SPEC §7): memoryd refuses to start with any other value.
+/// docs/operating.md lists them.
 pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
     let n = |v: usize| v as u64;
+    let s = |d: Duration| d.as_secs();
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let (jobs, records, quotas, http) = (&c.jobs, &c.records, &c.quotas, &c.http);
     vec![
-        ("MEMORYD_MAX_SEGMENT_BYTES", n(c.max_segment_bytes), 1, GIB),
-        ("MEMORYD_LLM_TIMEOUT_SECS", c.llm_timeout_secs, 1, DAY_SECS),
-        ("MEMORYD_WORKER_CONCURRENCY", n(c.worker_concurrency), 1, 1024),
-        ("MEMORYD_RETRY_BASE_MS", c.retry_base_ms, 1, DAY_SECS * 1000),
-        ("MEMORYD_JOB_LEASE_SECS", c.job_lease_secs, 1, DAY_SECS),
-        ("MEMORYD_PHASE_TWO_DEBOUNCE_MS", c.phase_two_debounce_ms, 0, DAY_SECS * 1000),
-        ("MEMORYD_EAGER_PHASE_ONE_SECS", c.eager_phase_one_secs, 0, 30 * DAY_SECS),
-        ("MEMORYD_HISTORY_RUNS", u64::from(c.history_runs), 1, 1_000_000),
-        ("MEMORYD_IDEMPOTENCY_TTL_SECS", c.idempotency_ttl_secs, 1, 365 * DAY_SECS),
-        ("MEMORYD_RETENTION_SWEEP_SECS", c.retention_sweep_secs, 1, 30 * DAY_SECS),
-        ("MEMORYD_MAX_IMPORT_BYTES", c.max_import_bytes, 1, 1024 * GIB),
-        ("MEMORYD_MAX_EXPORTS", n(c.max_exports), 1, 1024),
-        ("MEMORYD_EXPORT_STALL_SECS", c.export_stall_secs, 1, DAY_SECS),
-        ("MEMORYD_MAX_STREAMS_PER_TENANT", n(c.max_streams_per_tenant), 1, 100_000),
-        ("MEMORYD_STORAGE_RECONCILE_SECS", c.storage_reconcile_secs, 1, 30 * DAY_SECS),
-        ("MEMORYD_RECLAIM_DEAD_ROWS", c.reclaim_dead_rows.max(-1) as u64, 0, i64::MAX as u64),
-        ("MEMORYD_EVENTS_RETAIN_HOURS", c.events_retain_hours, 0, 24 * 365),
-        ("MEMORYD_MIN_FREE_BYTES", c.min_free_bytes, 0, 1024 * GIB),
-        ("MEMORYD_MAX_CONNECTIONS", n(c.max_connections), 1, 1_000_000),
-        ("MEMORYD_HEADER_TIMEOUT_SECS", c.header_timeout_secs, 1, 3600),
-        ("MEMORYD_BODY_TIMEOUT_SECS", c.body_timeout_secs, 1, 3600),
-        ("MEMORYD_IDLE_TIMEOUT_SECS", c.idle_timeout_secs, 1, DAY_SECS),
-        ("MEMORYD_MAX_KEYS", c.max_keys, 1, 100_000_000),
-        ("--test-publish-pause-ms", c.test_publish_pause_ms, 0, 600_000),
-        ("MEMORYD_MAX_ATTEMPTS", c.max_attempts.max(-1) as u64, 1, 1000),
+        ("MEMORYD_MAX_SEGMENT_BYTES", n(quotas.max_segment_bytes), 1, GIB),
+        ("MEMORYD_LLM_TIMEOUT_SECS", s(c.model.timeout), 1, DAY_SECS),
+        ("MEMORYD_WORKER_CONCURRENCY", n(jobs.worker_concurrency), 1, 1024),
+        ("MEMORYD_RETRY_BASE_MS", ms(jobs.retry_base), 1, DAY_SECS * 1000),
+        ("MEMORYD_JOB_LEASE_SECS", s(jobs.lease), 1, DAY_SECS),
+        ("MEMORYD_PHASE_TWO_DEBOUNCE_MS", ms(jobs.phase_two_debounce), 0, DAY_SECS * 1000),
+        ("MEMORYD_EAGER_PHASE_ONE_SECS", s(jobs.eager_phase_one), 0, 30 * DAY_SECS),
+        ("MEMORYD_HISTORY_RUNS", u64::from(jobs.history_runs), 1, 1_000_000),
+        ("MEMORYD_IDEMPOTENCY_TTL_SECS", s(records.idempotency_ttl), 1, 365 * DAY_SECS),
+        ("MEMORYD_RETENTION_SWEEP_SECS", s(records.retention_sweep), 1, 30 * DAY_SECS),
+        ("MEMORYD_MAX_IMPORT_BYTES", quotas.max_import_bytes, 1, 1024 * GIB),
+        ("MEMORYD_MAX_EXPORTS", n(quotas.max_exports), 1, 1024),
+        ("MEMORYD_EXPORT_STALL_SECS", s(quotas.export_stall), 1, DAY_SECS),
+        ("MEMORYD_MAX_STREAMS_PER_TENANT", n(quotas.max_streams_per_tenant), 1, 100_000),
+        ("MEMORYD_STORAGE_RECONCILE_SECS", s(records.storage_reconcile), 1, 30 * DAY_SECS),
+        ("MEMORYD_RECLAIM_DEAD_ROWS", records.reclaim_dead_rows.max(-1) as u64, 0, i64::MAX as u64),
+        ("MEMORYD_EVENTS_RETAIN_HOURS", s(records.events_retain) / 3600, 0, 24 * 365),
+        ("MEMORYD_MIN_FREE_BYTES", quotas.min_free_bytes, 0, 1024 * GIB),
+        ("MEMORYD_MAX_CONNECTIONS", n(http.max_connections), 1, 1_000_000),
+        ("MEMORYD_HEADER_TIMEOUT_SECS", s(http.header_timeout), 1, 3600),
+        ("MEMORYD_BODY_TIMEOUT_SECS", s(http.body_timeout), 1, 3600),
+        ("MEMORYD_IDLE_TIMEOUT_SECS", s(http.idle_timeout), 1, DAY_SECS),
+        ("MEMORYD_MAX_KEYS", quotas.max_keys, 1, 100_000_000),
+        ("--test-publish-pause-ms", ms(c.test_publish_pause), 0, 600_000),
+        ("MEMORYD_MAX_ATTEMPTS", jobs.max_attempts.max(-1) as u64, 1, 1000),
     ]
 }
 
@@ -223,13 +325,14 @@ impl Config {
     /// setting at its default, whatever the environment says, listening on a
     /// free loopback port, with the extractive provider and quiet logs.
     pub fn embedded(data_dir: PathBuf, database_url: Option<String>) -> Self {
+        let defaults = Self::defaults();
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir,
             database_url,
-            log: "warn".into(),
-            llm_provider: Some(ProviderKind::Extractive),
-            ..Self::defaults()
+            log: LogSettings { filter: "warn".into(), ..defaults.log },
+            model: ModelSettings { provider: Some(ProviderKind::Extractive), ..defaults.model },
+            ..defaults
         }
     }
 
@@ -251,8 +354,8 @@ impl Config {
             }
         }
         for (name, days) in [
-            ("MEMORYD_RETAIN_RECORDS_DAYS", self.retain_records_days),
-            ("MEMORYD_RETAIN_ROLLOUTS_DAYS", self.retain_rollouts_days),
+            ("MEMORYD_RETAIN_RECORDS_DAYS", self.records.retain_records_days),
+            ("MEMORYD_RETAIN_ROLLOUTS_DAYS", self.records.retain_rollouts_days),
         ] {
             if !(days.is_finite() && (0.0..=36_500.0).contains(&days)) {
                 return Err(format!("{name} must be from 0 to 36500 days (0: kept); it is {days}."));
@@ -263,13 +366,13 @@ impl Config {
 
     /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.
     pub fn resolved_llm_api_key(&self) -> Option<String> {
-        self.llm_api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())
+        self.model.api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())
     }
 
     /// `openai` when an API key is configured, else `extractive`, unless set.
     pub fn effective_provider(&self) -> ProviderKind {
         let keyed = self.resolved_llm_api_key().is_some();
-        self.llm_provider.unwrap_or(if keyed { ProviderKind::Openai } else { ProviderKind::Extractive })
+        self.model.provider.unwrap_or(if keyed { ProviderKind::Openai } else { ProviderKind::Extractive })
     }
 
     /// `postgres` or `sqlite`, as the database URL says (never the URL:
@@ -291,15 +394,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn durations_are_whole_numbers_of_their_unit() {
+        assert_eq!(secs("120"), Ok(Duration::from_secs(120)));
+        assert_eq!(millis("0"), Ok(Duration::ZERO));
+        assert_eq!(hours("24"), Ok(Duration::from_secs(86_400)));
+        for bad in ["-5", "1.5", "", "ten", "99999999999"] {
+            assert!(secs(bad).is_err(), "{bad:?}");
+        }
+        let given = Config::try_parse_from(["memoryd", "--job-lease-secs", "7", "--retry-base-ms", "250"]).unwrap();
+        assert_eq!((given.jobs.lease, given.jobs.retry_base), (Duration::from_secs(7), Duration::from_millis(250)));
+        let refused = Config::try_parse_from(["memoryd", "--job-lease-secs=-5"]).unwrap_err().to_string();
+        assert!(refused.contains("--job-lease-secs"), "{refused}");
+    }
+
+    #[test]
     fn defaults_are_the_flags_and_pass_their_own_checks() {
         let defaults = Config::defaults();
         assert_eq!(defaults.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
-        assert_eq!((defaults.job_lease_secs, defaults.max_keys, defaults.max_segment_bytes), (120, 10_000, 33_554_432));
-        assert_eq!(defaults.llm_provider, None);
+        assert_eq!(defaults.jobs.lease, Duration::from_secs(120));
+        assert_eq!((defaults.quotas.max_keys, defaults.quotas.max_segment_bytes), (10_000, 33_554_432));
+        assert_eq!(defaults.records.events_retain, Duration::from_secs(24 * 3600));
+        assert_eq!(defaults.model.provider, None);
         defaults.validate().expect("the defaults are in range");
         let embedded = Config::embedded(PathBuf::from("/tmp/x"), None);
-        assert_eq!((embedded.listen.port(), embedded.llm_provider), (0, Some(ProviderKind::Extractive)));
-        assert_eq!(embedded.idle_timeout_secs, defaults.idle_timeout_secs);
+        assert_eq!((embedded.listen.port(), embedded.model.provider), (0, Some(ProviderKind::Extractive)));
+        assert_eq!((embedded.http.idle_timeout, embedded.log.filter.as_str()), (defaults.http.idle_timeout, "warn"));
         assert_eq!(embedded.data_dir, PathBuf::from("/tmp/x"));
     }
 }

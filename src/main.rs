@@ -21,13 +21,13 @@ enum Command {
 }
 
 fn init_logging(config: &Config) {
-    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(&config.log.filter).unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only for a person at a terminal: a supervisor's log file gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if config.log_format == LogFormat::Json {
+    if config.log.format == LogFormat::Json {
         builder.json().flatten_event(true).init();
     } else {
         builder.init();
@@ -102,7 +102,7 @@ impl EffectiveConfig {
                 memoryd::config::ProviderKind::Extractive => "extractive",
             },
             admin_api: config.admin_token.is_some(),
-            workers: if config.no_workers { 0 } else { config.worker_concurrency },
+            workers: if config.no_workers { 0 } else { config.jobs.worker_concurrency },
         }
     }
 }

@@ -89,7 +89,7 @@ pub(crate) async fn workspace_archive(
     let failures = sender.clone();
     let finished = Arc::new(AtomicBool::new(false));
     let written_whole = finished.clone();
-    let stall = std::time::Duration::from_secs(state.config.export_stall_secs);
+    let stall = state.config.quotas.export_stall;
     let name = workspace.clone();
     tokio::task::spawn_blocking(move || {
         // The snapshot's links and the export's slot live until the archive is written.

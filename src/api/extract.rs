@@ -106,7 +106,7 @@ impl JsonBody {
         if declared.is_some_and(|len| len > limit as u64) {
             return Err(too_large());
         }
-        let timeout = std::time::Duration::from_secs(state.config.body_timeout_secs);
+        let timeout = state.config.http.body_timeout;
         let raw = tokio::time::timeout(timeout, Bytes::from_request(req, state))
             .await
             .map_err(|_| {
@@ -132,7 +132,7 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        Self::read(req, state, state.config.max_segment_bytes)
+        Self::read(req, state, state.config.quotas.max_segment_bytes)
             .await?
             .ok_or_else(|| ApiError::InvalidJson("The body is empty; it must be a JSON document.".into()))
     }
@@ -142,7 +142,7 @@ impl FromRequest<AppState> for OptionalJsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let body = JsonBody::read(req, state, state.config.max_segment_bytes).await?;
+        let body = JsonBody::read(req, state, state.config.quotas.max_segment_bytes).await?;
         Ok(Self(body.unwrap_or_else(|| JsonBody { raw: Bytes::new(), value: Value::Object(Default::default()) })))
     }
 }
@@ -154,7 +154,7 @@ impl FromRequest<AppState> for EditBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = crate::domain::memory_edit::MAX_EDIT_BYTES.min(state.config.max_segment_bytes);
+        let limit = crate::domain::memory_edit::MAX_EDIT_BYTES.min(state.config.quotas.max_segment_bytes);
         JsonBody::read(req, state, limit)
             .await?
             .map(EditBody)

@@ -95,7 +95,7 @@ pub(crate) async fn queue_restore(
         } else {
             format!(
                 "The history of run {id} is no longer kept: only successful runs keep theirs, the newest {} of each layout.",
-                state.config.history_runs
+                state.config.jobs.history_runs
             )
         };
         return Err(ApiError::HistoryExpired(detail));

@@ -13,7 +13,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 pub async fn import_workspace(
@@ -28,7 +27,7 @@ pub async fn import_workspace(
             "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_workspace}"
         ))
     })?;
-    let limit = state.config.max_import_bytes;
+    let limit = state.config.quotas.max_import_bytes;
     let too_large = || ApiError::PayloadTooLarge(format!("The archive exceeds the limit of {limit} bytes."));
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit) {
@@ -152,7 +151,7 @@ async fn receive(state: &AppState, request: Request, path: &std::path::Path, lim
     }
     let mut file = tokio::fs::File::create(path).await.map_err(Received::Failed)?;
     let mut body = request.into_body();
-    let stall = Duration::from_secs(state.config.body_timeout_secs);
+    let stall = state.config.http.body_timeout;
     let mut received = 0u64;
     loop {
         let frame = match tokio::time::timeout(stall, body.frame()).await {

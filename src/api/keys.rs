@@ -43,7 +43,7 @@ pub(crate) fn checked_request(body: &Value, defaults_to_every: bool) -> Result<K
 
 /// Stores a new key: 404-like `gone` when its tenant is, 403 past the cap.
 pub(crate) async fn store_key(state: &AppState, key: &NewApiKey, gone: ApiError) -> Result<(), ApiError> {
-    let max = state.config.max_keys;
+    let max = state.config.quotas.max_keys;
     match state.store.create_api_key(key, max).await? {
         KeyCreated::Created => Ok(()),
         KeyCreated::NoTenant => Err(gone),

@@ -384,7 +384,7 @@ async fn record_http(req: Request<Body>, next: Next) -> Response {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config.max_segment_bytes;
+    let body_limit = state.config.quotas.max_segment_bytes;
     let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
     for Endpoint { path, handler, access, .. } in endpoints() {
         let handler = match access {

@@ -294,7 +294,7 @@ pub(crate) async fn close_and_wait(
     wait: Option<Duration>,
 ) -> Result<CloseOutcome, ApiError> {
     let id = SessionId::parse(raw_id).ok_or_else(|| session_not_found(raw_id))?;
-    let debounce = chrono::Duration::milliseconds(state.config.phase_two_debounce_ms as i64);
+    let debounce = chrono::Duration::from_std(state.config.jobs.phase_two_debounce).unwrap_or(chrono::Duration::MAX);
     let mut outcome =
         state.store.close_session(tenant, &id, debounce).await?.ok_or_else(|| session_not_found(raw_id))?;
     if outcome.closed_now {

@@ -4,7 +4,7 @@
 //! minimum and the maximum.
 
 use crate::app::{RunningServer, start};
-use crate::config::Config;
+use crate::config::{Config, ModelSettings, ProviderKind};
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::fake_model::{FakeLlm, Reply};
 use crate::jobs::phase_two::{LayoutPlace, prepare_input};
@@ -341,6 +341,29 @@ fn server_logging(filter: &str) -> impl Fn() + Send + Sync + 'static {
 /// The idle time after which `--eager` extracts a rollout.
 const EAGER_IDLE_SECS: u64 = 1;
 
+/// The server's settings for a run: the fake model, the admin token, and
+/// what the arguments ask for.
+fn bench_config(args: &BenchArgs, mut config: Config, model: String, admin: &str) -> Config {
+    config.admin_token = Some(admin.to_owned());
+    let provider = if args.extractive { ProviderKind::Extractive } else { ProviderKind::Openai };
+    config.model = ModelSettings {
+        provider: Some(provider),
+        base_url: model,
+        api_key: Some("bench".into()),
+        timeout: Duration::from_secs(60),
+        ..config.model
+    };
+    config.jobs.max_attempts = 3;
+    config.jobs.retry_base = Duration::from_millis(100);
+    config.jobs.phase_two_debounce = Duration::from_millis(args.phase_two_debounce_ms);
+    config.jobs.eager_phase_one = Duration::from_secs(if args.eager { EAGER_IDLE_SECS } else { 0 });
+    config.records.reclaim_dead_rows = args.reclaim_dead_rows;
+    // The events workload's receivers listen on plain http on loopback.
+    config.events.webhook_allow_http = true;
+    config.events.webhook_allow_private = true;
+    config
+}
+
 async fn open_bench(backend: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
     let dir = tempfile::tempdir()?;
     let latency = Duration::from_millis(args.latency_ms);
@@ -352,26 +375,7 @@ async fn open_bench(backend: &'static str, database_url: Option<String>, args: &
     let model = fake.base_url.clone();
     let admin = uuid::Uuid::new_v4().to_string();
     let postgres_url = database_url.clone();
-    let config = Config {
-        admin_token: Some(admin.clone()),
-        llm_provider: Some(if args.extractive {
-            crate::config::ProviderKind::Extractive
-        } else {
-            crate::config::ProviderKind::Openai
-        }),
-        llm_base_url: model,
-        llm_api_key: Some("bench".into()),
-        llm_timeout_secs: 60,
-        max_attempts: 3,
-        retry_base_ms: 100,
-        phase_two_debounce_ms: args.phase_two_debounce_ms,
-        eager_phase_one_secs: if args.eager { EAGER_IDLE_SECS } else { 0 },
-        reclaim_dead_rows: args.reclaim_dead_rows,
-        // The events workload's receivers listen on plain http on loopback.
-        webhook_allow_http: true,
-        webhook_allow_private: true,
-        ..Config::embedded(dir.path().join("data"), database_url)
-    };
+    let config = bench_config(args, Config::embedded(dir.path().join("data"), database_url), model, &admin);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server_runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -23,8 +23,8 @@ fn incompressible(bytes: usize) -> String {
 
 async fn exports_are_capped_and_a_stalled_one_is_stopped(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
-        c.max_exports = 2;
-        c.export_stall_secs = 2;
+        c.quotas.max_exports = 2;
+        c.quotas.export_stall = std::time::Duration::from_secs(2);
     })
     .await;
     let t = app.tenant().await;
@@ -84,7 +84,7 @@ async fn until_it_ends(stream: &mut reqwest::Response, limit: Duration) -> Durat
 }
 
 async fn streams_are_capped_and_end_when_their_key_is_revoked(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.max_streams_per_tenant = 2).await;
+    let app = TestApp::start_with(backend, |c| c.quotas.max_streams_per_tenant = 2).await;
     let t = app.tenant().await;
     let res = app.request(Method::POST, &format!("/v1/admin/tenants/{}/keys", t.id), ADMIN_TOKEN).send().await.unwrap();
     let second: Value = res.json().await.unwrap();

@@ -16,7 +16,7 @@ async fn metrics(app: &TestApp) -> String {
 }
 
 async fn the_queues_dead_rows_are_reclaimed(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.reclaim_dead_rows = 10).await;
+    let app = TestApp::start_with(backend, |c| c.records.reclaim_dead_rows = 10).await;
     let t = app.tenant().await;
     // Each job's row moves queued → running → succeeded: two dead versions a job.
     for i in 0..8 {

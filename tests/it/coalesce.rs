@@ -90,8 +90,8 @@ async fn a_failed_shared_run_is_listed_by_every_close(backend: Backend) {
     fake.set_agent_default(Reply::status(400).now());
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.max_attempts = 1;
-        c.phase_two_debounce_ms = 700;
+        c.jobs.max_attempts = 1;
+        c.jobs.phase_two_debounce = std::time::Duration::from_millis(700);
     })
     .await;
     let t = app.tenant().await;
@@ -116,7 +116,7 @@ async fn a_close_still_extracting_moves_to_the_next_run(backend: Backend) {
     fake.set_agent_default(Reply::Text("done").now());
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.phase_two_debounce_ms = 800;
+        c.jobs.phase_two_debounce = std::time::Duration::from_millis(800);
     })
     .await;
     let t = app.tenant().await;

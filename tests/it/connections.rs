@@ -9,11 +9,11 @@ use tokio::net::TcpStream;
 
 async fn app_with_short_limits() -> TestApp {
     TestApp::start_with(Backend::Sqlite, |c| {
-        c.header_timeout_secs = 1;
-        c.idle_timeout_secs = 3;
-        c.body_timeout_secs = 2;
-        c.max_connections = 3;
-        c.max_segment_bytes = 10_000;
+        c.http.header_timeout = std::time::Duration::from_secs(1);
+        c.http.idle_timeout = std::time::Duration::from_secs(3);
+        c.http.body_timeout = std::time::Duration::from_secs(2);
+        c.http.max_connections = 3;
+        c.quotas.max_segment_bytes = 10_000;
     })
     .await
 }
@@ -179,8 +179,8 @@ fn the_limits_default_to_the_spec() {
     use clap::Parser;
     let config = memoryd::config::Config::try_parse_from(["memoryd"]).unwrap();
     assert_eq!(
-        (config.header_timeout_secs, config.body_timeout_secs, config.idle_timeout_secs, config.max_connections),
-        (10, 60, 60, 10_000)
+        (config.http.header_timeout.as_secs(), config.http.body_timeout.as_secs(), config.http.idle_timeout.as_secs()),
+        (10, 60, 60)
     );
-    assert_eq!(config.min_free_bytes, 64 << 20);
+    assert_eq!((config.http.max_connections, config.quotas.min_free_bytes), (10_000, 64 << 20));
 }

@@ -415,9 +415,9 @@ async fn forms_need_their_csrf_token_and_change_things(backend: Backend) {
     assert!(job_page.contains("restore") && job_page.contains(&run[..8]), "{job_page}");
 
     let failing = TestApp::start_with(backend, |c| {
-        c.llm_provider = Some(memoryd::config::ProviderKind::Openai);
-        c.llm_api_key = Some("k".into());
-        c.max_attempts = 1;
+        c.model.provider = Some(memoryd::config::ProviderKind::Openai);
+        c.model.api_key = Some("k".into());
+        c.jobs.max_attempts = 1;
     })
     .await;
     let ft = failing.tenant().await;

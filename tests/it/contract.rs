@@ -21,7 +21,7 @@ async fn every_status_served_is_documented(backend: Backend) {
     let spec: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap())
             .unwrap();
-    let app = TestApp::start_with(backend, |c| c.max_segment_bytes = 2048).await;
+    let app = TestApp::start_with(backend, |c| c.quotas.max_segment_bytes = 2048).await;
     let t = app.tenant().await;
     app.post_segment(&t.key, "done", "default", json!({"rollout_id": "r", "input": "hi"})).await;
     let closed = app.json(Method::POST, "/v1/sessions/done/close?wait=30", &t.key).await;

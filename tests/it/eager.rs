@@ -33,7 +33,7 @@ async fn idle_rollouts_are_extracted_before_the_close(backend: Backend) {
     fake.set_agent_default(Reply::Text("done").now());
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.eager_phase_one_secs = 1;
+        c.jobs.eager_phase_one = std::time::Duration::from_secs(1);
     })
     .await;
     let t = app.tenant().await;

@@ -120,8 +120,8 @@ pub(crate) fn verifies(secret: &str, received: &Received) -> bool {
 /// An app whose endpoints may be plain http on loopback (the receiver's).
 async fn app_for_hooks(backend: Backend) -> TestApp {
     TestApp::start_with(backend, |c| {
-        c.webhook_allow_http = true;
-        c.webhook_allow_private = true;
+        c.events.webhook_allow_http = true;
+        c.events.webhook_allow_private = true;
     })
     .await
 }
@@ -452,7 +452,7 @@ async fn webhook_requests_are_checked(backend: Backend) {
     drop(strict);
 
     // With plain http allowed, a private address still needs its own flag.
-    let http_only = TestApp::start_with(backend, |c| c.webhook_allow_http = true).await;
+    let http_only = TestApp::start_with(backend, |c| c.events.webhook_allow_http = true).await;
     let t = http_only.tenant().await;
     let (status, code, problem) = refused(&http_only, &t.key, json!({"url": "http://127.0.0.1:9/x"})).await;
     assert_eq!((status, code.as_str()), (422, "invalid_webhook"), "{problem}");
@@ -665,7 +665,7 @@ async fn deliveries_ignore_the_environments_proxy() {
         }
         std::env::set_var("NO_PROXY", "127.0.0.1,localhost");
     }
-    let app = TestApp::start_with(Backend::Sqlite, |c| c.webhook_allow_http = true).await;
+    let app = TestApp::start_with(Backend::Sqlite, |c| c.events.webhook_allow_http = true).await;
     let t = app.tenant().await;
     let hook = create_webhook(&app, &t, json!({"url": "http://93.184.216.34/hook", "events": ["webhook.test"]})).await;
     let webhook = hook["webhook_id"].as_str().unwrap();

@@ -3,6 +3,7 @@ use memoryd::config::{Config, LlmApi, ProviderKind};
 use reqwest::{Client, Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -105,16 +106,14 @@ impl TestApp {
             Backend::Postgres => Some(isolated_postgres_url().await),
             Backend::Sqlite => None,
         };
-        let mut config = Config {
-            admin_token: Some(ADMIN_TOKEN.into()),
-            llm_base_url: "http://127.0.0.1:9/v1".into(),
-            llm_timeout_secs: 10,
-            worker_concurrency: 4,
-            max_attempts: 3,
-            retry_base_ms: 50,
-            job_lease_secs: 30,
-            ..Config::embedded(dir.path().join("data"), database_url)
-        };
+        let mut config = Config::embedded(dir.path().join("data"), database_url);
+        config.admin_token = Some(ADMIN_TOKEN.into());
+        config.model.base_url = "http://127.0.0.1:9/v1".into();
+        config.model.timeout = Duration::from_secs(10);
+        config.jobs.worker_concurrency = 4;
+        config.jobs.max_attempts = 3;
+        config.jobs.retry_base = Duration::from_millis(50);
+        config.jobs.lease = Duration::from_secs(30);
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (data_dir, database_url) = (config.data_dir.clone(), config.database_url());
@@ -207,10 +206,10 @@ pub fn use_model(fake: &crate::fake_llm::FakeLlm, api: &str) -> impl FnOnce(&mut
     let base = fake.base_url.clone();
     let api = api.to_owned();
     move |c: &mut Config| {
-        c.llm_provider = Some(ProviderKind::Openai);
-        c.llm_base_url = base;
-        c.llm_api = if api == "chat_completions" { LlmApi::ChatCompletions } else { LlmApi::Responses };
-        c.llm_api_key = Some("test-model-key".into());
+        c.model.provider = Some(ProviderKind::Openai);
+        c.model.base_url = base;
+        c.model.api = if api == "chat_completions" { LlmApi::ChatCompletions } else { LlmApi::Responses };
+        c.model.api_key = Some("test-model-key".into());
     }
 }
 

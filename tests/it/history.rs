@@ -160,7 +160,7 @@ async fn a_restore_puts_the_memory_back_through_a_run_of_its_own(backend: Backen
 }
 
 async fn history_is_kept_for_the_newest_runs_only(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.history_runs = 2).await;
+    let app = TestApp::start_with(backend, |c| c.jobs.history_runs = 2).await;
     let t = app.tenant().await;
     let mut runs = Vec::new();
     for (n, said) in ["I like tea.", "I like coffee.", "I like cocoa.", "I like water."].iter().enumerate() {

@@ -146,7 +146,7 @@ async fn rollout_ids_follow_the_sdk_rules(backend: Backend) {
 }
 
 async fn bad_segments_get_problem_documents(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.max_segment_bytes = 4096).await;
+    let app = TestApp::start_with(backend, |c| c.quotas.max_segment_bytes = 4096).await;
     let t = app.tenant().await;
     let cases = [
         (json!({"updated_at": "yesterday"}), 400, "invalid_segment"),

@@ -351,7 +351,7 @@ async fn one_tenants_backlog_does_not_starve_another(backend: Backend) {
     fake.set_default(Reply::artifacts("x", "s", "m").after(Duration::from_millis(250)));
     let app = TestApp::start_with(backend, |c| {
         crate::harness::use_model(&fake, "responses")(c);
-        c.worker_concurrency = CONCURRENCY;
+        c.jobs.worker_concurrency = CONCURRENCY;
     })
     .await;
     let busy = app.tenant().await;

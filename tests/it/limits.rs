@@ -108,7 +108,7 @@ async fn a_tenants_burst_meets_429_while_another_is_untouched(backend: Backend) 
 }
 
 async fn limits_are_set_read_and_checked(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.default_limits = r#"{"open_sessions": 100}"#.into()).await;
+    let app = TestApp::start_with(backend, |c| c.quotas.default_limits = r#"{"open_sessions": 100}"#.into()).await;
     let t = app.tenant().await;
     let unset = app.json(Method::GET, "/v1/limits", &t.key).await;
     assert_eq!(

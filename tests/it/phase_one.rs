@@ -182,7 +182,7 @@ async fn transient_faults_are_retried_until_success(backend: Backend) {
     fake.set_default(Reply::artifacts("ok", "s", "m").now());
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.max_attempts = 5;
+        c.jobs.max_attempts = 5;
     })
     .await;
     let t = app.tenant().await;
@@ -204,7 +204,7 @@ async fn a_hostile_retry_after_neither_panics_nor_parks_a_job_for_years(backend:
     fake.set_default(Reply::artifacts("ok", "s", "m").now());
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.max_attempts = 5;
+        c.jobs.max_attempts = 5;
     })
     .await;
     let t = app.tenant().await;

@@ -312,7 +312,7 @@ async fn a_failed_phase_two_restores_the_folder_and_keeps_the_selection(backend:
     let fake = FakeLlm::start().await;
     let app = TestApp::start_with(backend, |c| {
         use_model(&fake, "responses")(c);
-        c.max_attempts = 1;
+        c.jobs.max_attempts = 1;
     })
     .await;
     let t = app.tenant().await;

@@ -50,7 +50,7 @@ async fn archives_no_job_will_read_are_swept() {
 
 #[tokio::test]
 async fn an_archive_past_the_limit_is_refused_at_once() {
-    let app = TestApp::start_with(Backend::Sqlite, |c| c.max_import_bytes = 1000).await;
+    let app = TestApp::start_with(Backend::Sqlite, |c| c.quotas.max_import_bytes = 1000).await;
     let t = app.tenant().await;
     let (status, code, _) = import(&app, &t, "big", vec![0u8; 5000]).await;
     assert_eq!((status, code.as_str()), (413, "payload_too_large"));
@@ -467,7 +467,7 @@ fn flate2_bytes(content: &[u8]) -> Vec<u8> {
 /// A publish held between its first rename and the rest (a test hook): an
 /// export in that window holds the whole run, never half of it.
 async fn an_export_during_a_publish_takes_the_whole_run(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.test_publish_pause_ms = 3000).await;
+    let app = TestApp::start_with(backend, |c| c.test_publish_pause = std::time::Duration::from_millis(3000)).await;
     let t = app.tenant().await;
     for (session, rollout, said) in
         [("s1", "chat-1", "I prefer green tea."), ("s2", "chat-2", "I switched to black coffee.")]

@@ -175,7 +175,7 @@ crate::both_backends!(a_read_never_sees_half_a_run);
 async fn a_read_never_sees_half_a_run(backend: Backend) {
     use crate::harness::TestApp;
     use reqwest::Method;
-    let app = TestApp::start_with(backend, |c| c.test_publish_pause_ms = 3000).await;
+    let app = TestApp::start_with(backend, |c| c.test_publish_pause = std::time::Duration::from_millis(3000)).await;
     let t = app.tenant().await;
     let say = |session: &'static str, rollout: &'static str, text: &'static str| {
         let (app, key) = (&app, t.key.clone());

@@ -12,10 +12,10 @@ both_backends!(retention_expires_keys_records_and_idle_rollouts, delivered_event
 
 async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
-        c.retention_sweep_secs = 1;
-        c.idempotency_ttl_secs = 1;
+        c.records.retention_sweep = std::time::Duration::from_secs(1);
+        c.records.idempotency_ttl = std::time::Duration::from_secs(1);
         // About two seconds.
-        c.retain_records_days = 2.0 / 86_400.0;
+        c.records.retain_records_days = 2.0 / 86_400.0;
     })
     .await;
     let t = app.tenant().await;
@@ -96,10 +96,10 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
 /// takes delivered events out of the outbox; one still awaited stays.
 async fn delivered_events_leave_the_outbox(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
-        c.retention_sweep_secs = 1;
-        c.events_retain_hours = 0;
-        c.webhook_allow_http = true;
-        c.webhook_allow_private = true;
+        c.records.retention_sweep = std::time::Duration::from_secs(1);
+        c.records.events_retain = std::time::Duration::ZERO;
+        c.events.webhook_allow_http = true;
+        c.events.webhook_allow_private = true;
     })
     .await;
     let t = app.tenant().await;

@@ -315,7 +315,7 @@ async fn revoking_a_key_refuses_the_keys_it_made_on_every_replica(backend: Backe
 }
 
 async fn keys_are_capped_and_paged(backend: Backend) {
-    let app = TestApp::start_with(backend, |c| c.max_keys = 4).await;
+    let app = TestApp::start_with(backend, |c| c.quotas.max_keys = 4).await;
     let t = app.tenant().await;
     let mut made = Vec::new();
     for _ in 0..3 {

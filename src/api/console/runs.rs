@@ -104,7 +104,7 @@ pub(super) async fn run(
             }
             h2 { "Changes" }
             @if files.is_none() {
-                p class="meta" { "This run's history is no longer kept (only the newest " (state.config.history_runs) " runs of a layout keep theirs)." }
+                p class="meta" { "This run's history is no longer kept (only the newest " (state.config.jobs.history_runs) " runs of a layout keep theirs)." }
             } @else {
                 p { (post_button(&format!("/console/runs/{ws}/{ln}/{}/restore", r.run_id), &signed.csrf, "Restore this memory", Some("Put the memory back as this run left it?"))) }
                 @for change in &changes {
