@@ -2,6 +2,7 @@
 //! the jobs a close queues.
 
 use super::ids::{LayoutName, RolloutId};
+use super::memory_edit::MemoryEdit;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -209,13 +210,88 @@ impl ForgetMode {
 }
 
 /// A forget job's target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "StoredForget")]
 pub struct ForgetSpec {
     pub scope: ForgetScope,
     pub mode: ForgetMode,
     /// The conversations, for a forget of conversations.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rollout_ids: Vec<RolloutId>,
+}
+
+/// A forget's target as stored, checked into a [`ForgetSpec`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredForget {
+    scope: String,
+    mode: String,
+    #[serde(default)]
+    rollout_ids: Vec<String>,
+}
+
+impl TryFrom<StoredForget> for ForgetSpec {
+    type Error = String;
+
+    fn try_from(stored: StoredForget) -> Result<Self, String> {
+        let rollout_ids = stored
+            .rollout_ids
+            .iter()
+            .map(|id| RolloutId::parse(id).ok_or_else(|| format!("not a rollout id: {id:?}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            scope: ForgetScope::parse(&stored.scope)
+                .ok_or_else(|| format!("not a forget scope: {:?}", stored.scope))?,
+            mode: ForgetMode::parse(&stored.mode).ok_or_else(|| format!("not a forget mode: {:?}", stored.mode))?,
+            rollout_ids,
+        })
+    }
+}
+
+/// What a job does beyond its kind, kept whole in one column (`jobs.spec`).
+/// Externally tagged on purpose: serde buffers the content of an internally
+/// tagged enum, and numbers do not survive that under `arbitrary_precision`
+/// (serde-rs/json #1108).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobSpec {
+    PhaseOne,
+    PhaseTwo,
+    Import,
+    /// The run whose memory a restore puts back.
+    Restore {
+        run_id: uuid::Uuid,
+    },
+    Forget(ForgetSpec),
+    /// `None` once the job has ended: the edit's text is not kept.
+    Edit(Option<Box<MemoryEdit>>),
+}
+
+impl JobSpec {
+    pub fn kind(&self) -> JobKind {
+        match self {
+            Self::PhaseOne => JobKind::PhaseOne,
+            Self::PhaseTwo => JobKind::PhaseTwo,
+            Self::Import => JobKind::Import,
+            Self::Restore { .. } => JobKind::Restore,
+            Self::Forget(_) => JobKind::Forget,
+            Self::Edit(_) => JobKind::Edit,
+        }
+    }
+
+    /// The column's text.
+    pub fn stored(&self) -> String {
+        serde_json::to_string(self).expect("a job spec serializes")
+    }
+
+    /// The spec a row of `kind` holds; it must be of that kind.
+    pub fn from_stored(kind: JobKind, stored: &str) -> Result<Self, String> {
+        let spec: Self = serde_json::from_str(stored).map_err(|e| format!("a job's spec does not parse: {e}"))?;
+        if spec.kind() != kind {
+            return Err(format!("a {} job holds the spec of a {} job", kind.as_str(), spec.kind().as_str()));
+        }
+        Ok(spec)
+    }
 }
 
 /// The jobs one close queues (SPEC §2.3): a phase-one job per touched rollout
@@ -239,6 +315,43 @@ pub fn jobs_for_close(touched: &[(LayoutName, RolloutId)]) -> Vec<(JobKind, Layo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::memory_edit::{EditChange, MemoryCommand};
+
+    /// Every kind's spec reads back as it was written, numbers included
+    /// (`arbitrary_precision` is on; an insert's line is a number).
+    #[test]
+    fn job_specs_round_trip_through_their_column() {
+        let insert = MemoryCommand::Insert { path: "MEMORY.md".into(), insert_line: 12, insert_text: "- x".into() };
+        let edit = MemoryEdit {
+            change: EditChange::Operations(vec![insert]),
+            expect: [("MEMORY.md".to_owned(), None)].into(),
+            session_id: Some("s".into()),
+            rollout_id: None,
+            reason: Some("why".into()),
+        };
+        let forget = ForgetSpec {
+            scope: ForgetScope::Rollouts,
+            mode: ForgetMode::Rebuild,
+            rollout_ids: vec![RolloutId::parse("chat-1").unwrap()],
+        };
+        let specs = [
+            JobSpec::PhaseOne,
+            JobSpec::PhaseTwo,
+            JobSpec::Import,
+            JobSpec::Restore { run_id: uuid::Uuid::nil() },
+            JobSpec::Forget(forget),
+            JobSpec::Edit(Some(Box::new(edit))),
+            JobSpec::Edit(None),
+        ];
+        for spec in specs {
+            assert_eq!(JobSpec::from_stored(spec.kind(), &spec.stored()), Ok(spec.clone()), "{}", spec.stored());
+        }
+        assert_eq!(JobSpec::PhaseOne.stored(), "\"phase_one\"");
+        assert_eq!(JobSpec::Edit(None).stored(), r#"{"edit":null}"#);
+        assert!(JobSpec::from_stored(JobKind::Forget, "\"phase_one\"").unwrap_err().contains("phase_one"));
+        let stored = r#"{"forget":{"scope":"rollouts","mode":"scrub","rollout_ids":["../x"]}}"#;
+        assert!(JobSpec::from_stored(JobKind::Forget, stored).is_err(), "ids are checked");
+    }
 
     #[test]
     fn a_close_queues_phase_one_per_rollout_then_phase_two_per_layout() {

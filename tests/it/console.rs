@@ -355,15 +355,15 @@ async fn signing_in_and_what_a_tenant_sees(backend: Backend) {
 /// Adds 1,200 copies of each failed job, straight into memoryd's database.
 async fn copy_failed_jobs(db: &mut Database) {
     const POSTGRES: &str = "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id,
-            layout_config, state, attempts, run_after, created_at, finished_at)
+            layout_config, state, attempts, run_after, created_at, finished_at, spec)
         SELECT gen_random_uuid(), tenant_id, kind, session_id, workspace, layout, rollout_id,
-            layout_config, state, attempts, run_after, created_at, finished_at
+            layout_config, state, attempts, run_after, created_at, finished_at, spec
         FROM jobs CROSS JOIN generate_series(1, 1200) WHERE state = 'failed'";
     const SQLITE: &str = "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id,
-            layout_config, state, attempts, run_after, created_at, finished_at)
+            layout_config, state, attempts, run_after, created_at, finished_at, spec)
         WITH RECURSIVE copies(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM copies WHERE n < 1200)
         SELECT randomblob(16), tenant_id, kind, session_id, workspace, layout, rollout_id,
-            layout_config, state, attempts, run_after, created_at, finished_at
+            layout_config, state, attempts, run_after, created_at, finished_at, spec
         FROM jobs CROSS JOIN copies WHERE state = 'failed'";
     let sql = if matches!(db, Database::Postgres(_)) { POSTGRES } else { SQLITE };
     db.run(sql).await;

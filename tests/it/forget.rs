@@ -223,7 +223,7 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
         // The forget job's own record, and nothing else.
         (
             "SELECT count(*) FROM jobs WHERE rollout_id = 'chat-canary' OR last_error LIKE '%chat-canary%'
-             OR forget_rollouts LIKE '%chat-canary%'",
+             OR spec LIKE '%chat-canary%'",
             1,
         ),
         ("SELECT count(*) FROM events WHERE payload LIKE '%chat-canary%' AND event_type <> 'forget.completed'", 0),

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
+use crate::domain::job::JobSpec;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
@@ -29,39 +29,27 @@ pub(super) struct JobRow {
     #[sqlx(default)]
     sessions: Option<String>,
     #[sqlx(default)]
-    restore_run_id: Option<Uuid>,
-    #[sqlx(default)]
     eager: bool,
     #[sqlx(default)]
-    forget_scope: Option<String>,
-    #[sqlx(default)]
-    forget_mode: Option<String>,
-    #[sqlx(default)]
-    forget_rollouts: Option<String>,
-    #[sqlx(default)]
     redactions: Option<String>,
-    #[sqlx(default)]
-    edit_spec: Option<String>,
-}
-
-/// A forget job's target from its columns.
-fn forget_spec(scope: Option<&str>, mode: Option<&str>, rollouts: Option<&str>) -> StoreResult<Option<ForgetSpec>> {
-    let Some(scope) = scope else { return Ok(None) };
-    let ids: Vec<String> = rollouts.map(serde_json::from_str).transpose().map_err(corrupt)?.unwrap_or_default();
-    Ok(Some(ForgetSpec {
-        scope: parse_id(ForgetScope::parse, scope, "forget scope")?,
-        mode: parse_id(ForgetMode::parse, mode.unwrap_or("scrub"), "forget mode")?,
-        rollout_ids: ids.iter().map(|id| parse_id(RolloutId::parse, id, "rollout id")).collect::<StoreResult<_>>()?,
-    }))
+    spec: String,
 }
 
 impl TryFrom<JobRow> for JobRecord {
     type Error = StoreError;
 
     fn try_from(r: JobRow) -> StoreResult<Self> {
+        let kind = parse_id(JobKind::parse, &r.kind, "job kind")?;
+        let spec = JobSpec::from_stored(kind, &r.spec).map_err(corrupt)?;
+        let (restore_run_id, forget, edit) = match spec {
+            JobSpec::Restore { run_id } => (Some(run_id), None, None),
+            JobSpec::Forget(forget) => (None, Some(forget), None),
+            JobSpec::Edit(edit) => (None, None, edit),
+            JobSpec::PhaseOne | JobSpec::PhaseTwo | JobSpec::Import => (None, None, None),
+        };
         Ok(JobRecord {
             job_id: r.id,
-            kind: parse_id(JobKind::parse, &r.kind, "job kind")?,
+            kind,
             state: parse_id(JobState::parse, &r.state, "job state")?,
             // A forget job belongs to no session: its column holds ''.
             session_id: match r.session_id.as_str() {
@@ -79,11 +67,11 @@ impl TryFrom<JobRow> for JobRecord {
             started_at: r.started_at,
             finished_at: r.finished_at,
             sessions: sorted_list(r.sessions.as_deref()),
-            restore_run_id: r.restore_run_id,
+            restore_run_id,
             eager: r.eager,
-            forget: forget_spec(r.forget_scope.as_deref(), r.forget_mode.as_deref(), r.forget_rollouts.as_deref())?,
+            forget,
             redactions: counts(r.redactions.as_deref())?,
-            edit: r.edit_spec.map(|s| serde_json::from_str(&s).map(Box::new)).transpose().map_err(corrupt)?,
+            edit,
         })
     }
 }

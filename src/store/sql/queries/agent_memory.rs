@@ -5,6 +5,7 @@ use super::rows::*;
 use super::*;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::index::MemoryUsage;
+use crate::domain::job::JobSpec;
 use crate::domain::layout::ValidLayout;
 use crate::domain::memory_edit::MemoryEdit;
 use crate::store::*;
@@ -29,7 +30,7 @@ impl AgentMemoryStore for SqlStore<DB> {
         // (the session it names is the run's), so no close waits for it.
         sqlx::query(
             "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config, state,
-                               attempts, run_after, created_at, edit_spec)
+                               attempts, run_after, created_at, spec)
              VALUES ($1, $2, 'edit', '', $3, $4, $5, $6, 'queued', 0, $7, $7, $8)",
         )
         .bind(job_id)
@@ -39,7 +40,7 @@ impl AgentMemoryStore for SqlStore<DB> {
         .bind(edit.rollout_id.as_deref())
         .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
         .bind(now)
-        .bind(serde_json::to_string(edit).expect("an edit always serialises"))
+        .bind(JobSpec::Edit(Some(Box::new(edit.clone()))).stored())
         .execute(&mut *tx)
         .await?;
         let job = Self::job_in(&mut tx, job_id).await?;

@@ -145,8 +145,8 @@ impl SqlStore<DB> {
         own_job: Uuid,
     ) -> StoreResult<()> {
         let earlier = sqlx::query(
-            "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
-               AND kind = 'forget' AND id <> $4 AND forget_rollouts IS NOT NULL",
+            "SELECT id, spec FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+               AND kind = 'forget' AND id <> $4",
         )
         .bind(tenant)
         .bind(workspace.as_str())
@@ -155,8 +155,8 @@ impl SqlStore<DB> {
         .fetch_all(&mut *conn)
         .await?;
         for row in earlier {
-            let named: Vec<String> = serde_json::from_str(row.try_get("forget_rollouts")?).map_err(corrupt)?;
-            if named.iter().any(|n| ids.iter().any(|id| id.as_str() == n)) {
+            let named = super::forget::forget_in(&row)?.rollout_ids;
+            if named.iter().any(|n| ids.contains(n)) {
                 sqlx::query("DELETE FROM jobs WHERE id = $1")
                     .bind(row.try_get::<Uuid, _>("id")?)
                     .execute(&mut *conn)

@@ -5,6 +5,7 @@
 use super::rows::*;
 use super::*;
 use crate::domain::ids::WorkspaceName;
+use crate::domain::job::JobSpec;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -216,8 +217,8 @@ impl PortabilityStore for SqlStore<DB> {
         }
         sqlx::query(
             "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, layout_config, state, attempts,
-                               run_after, created_at, archive_bytes)
-             VALUES ($1, $2, 'import', '', $3, 'default', $5, 'queued', 0, $4, $4, $6)",
+                               run_after, created_at, archive_bytes, spec)
+             VALUES ($1, $2, 'import', '', $3, 'default', $5, 'queued', 0, $4, $4, $6, $7)",
         )
         .bind(job_id)
         .bind(tenant)
@@ -225,6 +226,7 @@ impl PortabilityStore for SqlStore<DB> {
         .bind(now)
         .bind(serde_json::to_string(&default_layout().config).expect("a config always serialises"))
         .bind(i64::try_from(archive_bytes).unwrap_or(i64::MAX))
+        .bind(JobSpec::Import.stored())
         .execute(&mut *tx)
         .await?;
         let job = Self::job_in(&mut tx, job_id).await?;

@@ -255,7 +255,11 @@ impl SqlStore<DB> {
         }
         if job.kind == JobKind::Edit && succeeded {
             // Published: the request (up to a megabyte of text) is not kept.
-            sqlx::query("UPDATE jobs SET edit_spec = NULL WHERE id = $1").bind(job.job_id).execute(&mut *tx).await?;
+            sqlx::query("UPDATE jobs SET spec = $2 WHERE id = $1")
+                .bind(job.job_id)
+                .bind(crate::domain::job::JobSpec::Edit(None).stored())
+                .execute(&mut *tx)
+                .await?;
         }
         Self::count_tokens_in(&mut *tx, claimed, finish, now, effects).await?;
         effects.add(claimed.tenant_id, delta, recorded_events);

@@ -5,7 +5,7 @@
 use super::*;
 use crate::domain::events::session_closed;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
-use crate::domain::job::{ForgetMode, ForgetScope};
+use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec, JobSpec};
 use crate::domain::layout::{ValidLayout, default_layout, with_implicit_default};
 use crate::domain::memory_status::MemoryStatus;
 use crate::store::*;
@@ -26,6 +26,14 @@ struct NewForget<'a> {
     rollouts: &'a [RolloutId],
 }
 
+/// The target of the forget job a row (`spec`) holds.
+pub(super) fn forget_in(row: &<DB as sqlx::Database>::Row) -> StoreResult<ForgetSpec> {
+    match JobSpec::from_stored(JobKind::Forget, row.try_get("spec")?).map_err(corrupt)? {
+        JobSpec::Forget(forget) => Ok(forget),
+        _ => unreachable!("from_stored checks the kind"),
+    }
+}
+
 impl SqlStore<DB> {
     async fn insert_forget(
         conn: &mut DbConnection,
@@ -34,12 +42,12 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<JobRecord> {
         let job_id = Uuid::new_v4();
-        let ids: Vec<&str> = new.rollouts.iter().map(RolloutId::as_str).collect();
-        let single = (ids.len() == 1).then(|| ids[0]);
+        let single = (new.rollouts.len() == 1).then(|| new.rollouts[0].as_str());
+        let spec = JobSpec::Forget(ForgetSpec { scope: new.scope, mode: new.mode, rollout_ids: new.rollouts.to_vec() });
         sqlx::query(
             "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config, state,
-                               attempts, run_after, created_at, forget_scope, forget_mode, forget_rollouts)
-             VALUES ($1, $2, 'forget', '', $3, $4, $5, $6, 'queued', 0, $7, $7, $8, $9, $10)",
+                               attempts, run_after, created_at, spec)
+             VALUES ($1, $2, 'forget', '', $3, $4, $5, $6, 'queued', 0, $7, $7, $8)",
         )
         .bind(job_id)
         .bind(tenant)
@@ -48,9 +56,7 @@ impl SqlStore<DB> {
         .bind(single)
         .bind(serde_json::to_string(&new.layout.config).expect("a config always serialises"))
         .bind(now)
-        .bind(new.scope.as_str())
-        .bind(new.mode.as_str())
-        .bind((!ids.is_empty()).then(|| serde_json::to_string(&ids).expect("ids serialise")))
+        .bind(spec.stored())
         .execute(&mut *conn)
         .await?;
         Self::job_in(conn, job_id).await
@@ -197,8 +203,8 @@ impl SqlStore<DB> {
         rollouts: &[RolloutId],
     ) -> StoreResult<Option<JobRecord>> {
         let pending = sqlx::query(
-            "SELECT id, forget_rollouts FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
-               AND kind = 'forget' AND forget_scope = 'rollouts' AND state IN ('queued', 'running')
+            "SELECT id, spec FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND layout = $3
+               AND kind = 'forget' AND state IN ('queued', 'running')
              ORDER BY created_at",
         )
         .bind(tenant)
@@ -207,10 +213,8 @@ impl SqlStore<DB> {
         .fetch_all(&mut *conn)
         .await?;
         for row in pending {
-            let named: Vec<String> =
-                serde_json::from_str(row.try_get::<Option<&str>, _>("forget_rollouts")?.unwrap_or("[]"))
-                    .map_err(corrupt)?;
-            if rollouts.iter().all(|r| named.iter().any(|n| n == r.as_str())) {
+            let forget = forget_in(&row)?;
+            if forget.scope == ForgetScope::Rollouts && rollouts.iter().all(|r| forget.rollout_ids.contains(r)) {
                 return Ok(Some(Self::job_in(conn, row.try_get("id")?).await?));
             }
         }
@@ -287,15 +291,16 @@ impl ForgetStore for SqlStore<DB> {
             return Ok(None);
         };
         if row.try_get::<Option<DateTime<Utc>>, _>("deleting_at")?.is_some() {
-            let pending = sqlx::query(
-                "SELECT id FROM jobs WHERE tenant_id = $1 AND kind = 'forget' AND forget_scope = 'tenant'
-                 ORDER BY created_at DESC LIMIT 1",
+            let forgets = sqlx::query(
+                "SELECT id, spec FROM jobs WHERE tenant_id = $1 AND kind = 'forget' ORDER BY created_at DESC",
             )
             .bind(tenant)
-            .fetch_optional(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-            if let Some(pending) = pending {
-                return Ok(Some(Self::job_in(&mut tx, pending.try_get("id")?).await?));
+            for row in forgets {
+                if forget_in(&row)?.scope == ForgetScope::Tenant {
+                    return Ok(Some(Self::job_in(&mut tx, row.try_get("id")?).await?));
+                }
             }
         }
         sqlx::query("UPDATE tenants SET deleting_at = $2 WHERE id = $1")

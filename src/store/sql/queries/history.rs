@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::domain::ids::{LayoutName, WorkspaceName, sha256_hex};
+use crate::domain::job::JobSpec;
 use crate::store::*;
 use sqlx::Row;
 use uuid::Uuid;
@@ -234,7 +235,7 @@ impl RunHistoryStore for SqlStore<DB> {
         let job_id = Uuid::new_v4();
         sqlx::query(
             "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, layout_config, state, attempts,
-                               run_after, created_at, restore_run_id)
+                               run_after, created_at, spec)
              VALUES ($1, $2, 'restore', $3, $4, $5, $6, 'queued', 0, $7, $7, $8)",
         )
         .bind(job_id)
@@ -244,7 +245,7 @@ impl RunHistoryStore for SqlStore<DB> {
         .bind(layout_name.as_str())
         .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
         .bind(now)
-        .bind(run.run_id)
+        .bind(JobSpec::Restore { run_id: run.run_id }.stored())
         .execute(&mut *tx)
         .await?;
         let job = Self::job_in(&mut tx, job_id).await?;

@@ -2,6 +2,7 @@
 
 use super::rows::*;
 use super::*;
+use crate::domain::job::JobSpec;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -56,8 +57,9 @@ impl SqlStore<DB> {
                 let id = Uuid::new_v4();
                 sqlx::query(
                         "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
-                                           state, attempts, run_after, created_at)
-                         SELECT $2, tenant_id, kind, $3, workspace, layout, rollout_id, layout_config, 'queued', 0, $4, $4
+                                           state, attempts, run_after, created_at, spec)
+                         SELECT $2, tenant_id, kind, $3, workspace, layout, rollout_id, layout_config, 'queued', 0, $4, $4,
+                                spec
                          FROM jobs WHERE id = $1",
                     )
                     .bind(job.job_id)
@@ -342,8 +344,8 @@ impl JobQueue for SqlStore<DB> {
             let job_id = Uuid::new_v4();
             sqlx::query(
                 "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
-                                   state, attempts, run_after, created_at, eager)
-                 VALUES ($1, $2, 'phase_one', $3, $4, $5, $6, $7, 'queued', 0, $8, $8, $9)",
+                                   state, attempts, run_after, created_at, eager, spec)
+                 VALUES ($1, $2, 'phase_one', $3, $4, $5, $6, $7, 'queued', 0, $8, $8, $9, $10)",
             )
             .bind(job_id)
             .bind(tenant)
@@ -354,6 +356,7 @@ impl JobQueue for SqlStore<DB> {
             .bind(serde_json::to_string(&layout.config).expect("a config always serialises"))
             .bind(now)
             .bind(true)
+            .bind(JobSpec::PhaseOne.stored())
             .execute(&mut *tx)
             .await?;
             queued.push(Self::job_in(&mut tx, job_id).await?);

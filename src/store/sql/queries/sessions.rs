@@ -4,7 +4,7 @@ use super::rows::*;
 use super::*;
 use crate::domain::events::session_closed;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
-use crate::domain::job::{JobKind, jobs_for_close};
+use crate::domain::job::{JobKind, JobSpec, jobs_for_close};
 use crate::domain::memory_status::close_transition;
 use crate::domain::memory_status::{MemoryFailure, MemoryStatus};
 use crate::store::*;
@@ -351,8 +351,8 @@ impl SessionStore for SqlStore<DB> {
                     if extracted { (JobState::Succeeded, Some(now)) } else { (JobState::Queued, None) };
                 sqlx::query(
                     "INSERT INTO jobs (id, tenant_id, kind, session_id, workspace, layout, rollout_id, layout_config,
-                                       state, attempts, run_after, created_at, started_at, finished_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $11, 0, $9, $10, $12, $12)",
+                                       state, attempts, run_after, created_at, started_at, finished_at, spec)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $11, 0, $9, $10, $12, $12, $13)",
                 )
                 .bind(job_id)
                 .bind(tenant)
@@ -366,6 +366,7 @@ impl SessionStore for SqlStore<DB> {
                 .bind(now)
                 .bind(state.as_str())
                 .bind(finished_at)
+                .bind(if kind == JobKind::PhaseTwo { JobSpec::PhaseTwo } else { JobSpec::PhaseOne }.stored())
                 .execute(&mut *tx)
                 .await?;
                 if kind == JobKind::PhaseTwo {
