@@ -10,7 +10,6 @@ use crate::tools::edit::apply_edit;
 use crate::workspace::confine;
 use crate::workspace::publish::FileChanges;
 use chrono::Utc;
-use serde_json::json;
 use uuid::Uuid;
 
 pub struct Edit;
@@ -39,7 +38,7 @@ impl super::JobRunner for Edit {
                 retained: 0,
                 removed: 0,
                 files_changed,
-                usage: json!({"input_tokens": 0, "output_tokens": 0, "calls": 0}),
+                usage: TokenUsage::default(),
                 turns: 0,
                 error,
                 started_at,

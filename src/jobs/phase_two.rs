@@ -70,7 +70,7 @@ impl RunLog {
                 retained: count(|s| s.retained.len()),
                 removed: count(|s| s.removed.len()),
                 files_changed: self.files_changed.clone(),
-                usage: json!({"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens, "calls": self.usage.calls}),
+                usage: self.usage,
                 turns: self.turns,
                 error,
                 started_at: self.started_at,

@@ -12,15 +12,11 @@ use crate::store::{
 };
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
 use chrono::Utc;
-use serde_json::{Value, json};
 
-fn merged_usage(previous: Option<&Value>, attempt: TokenUsage) -> Value {
-    let field = |name: &str| previous.and_then(|p| p[name].as_u64()).unwrap_or(0);
-    json!({
-        "input_tokens": field("input_tokens") + attempt.input_tokens,
-        "output_tokens": field("output_tokens") + attempt.output_tokens,
-        "calls": field("calls") + attempt.calls,
-    })
+fn merged_usage(previous: Option<&TokenUsage>, attempt: TokenUsage) -> TokenUsage {
+    let mut total = previous.copied().unwrap_or_default();
+    total.add(attempt);
+    total
 }
 
 /// What the store records for an attempt's result.
@@ -454,6 +450,9 @@ mod tests {
     fn usage_adds_up_over_attempts() {
         let first = merged_usage(None, TokenUsage { input_tokens: 10, output_tokens: 2, calls: 1 });
         let second = merged_usage(Some(&first), TokenUsage { input_tokens: 5, output_tokens: 1, calls: 1 });
-        assert_eq!(second, json!({"input_tokens": 15, "output_tokens": 3, "calls": 2}));
+        assert_eq!(
+            serde_json::to_value(second).unwrap(),
+            serde_json::json!({"input_tokens": 15, "output_tokens": 3, "calls": 2})
+        );
     }
 }

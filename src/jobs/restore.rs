@@ -9,7 +9,6 @@ use crate::tools::agent_may_write;
 use crate::workspace::publish::FileChanges;
 use crate::workspace::{confine, folder_files};
 use chrono::Utc;
-use serde_json::json;
 use std::collections::BTreeSet;
 use uuid::Uuid;
 
@@ -38,7 +37,7 @@ impl super::JobRunner for Restore {
                 retained: 0,
                 removed: 0,
                 files_changed,
-                usage: json!({"input_tokens": 0, "output_tokens": 0, "calls": 0}),
+                usage: TokenUsage::default(),
                 turns: 0,
                 error,
                 started_at,

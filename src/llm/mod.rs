@@ -10,7 +10,7 @@ pub use client::{OpenAiModel, WireApi};
 pub use responses::Responses;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -25,7 +25,10 @@ pub struct StructuredRequest {
     pub reasoning_effort: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// Tokens and calls a job's model use came to; stored as this JSON with the
+/// job and its run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TokenUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,

@@ -107,7 +107,7 @@ pub struct JobRecord {
     pub attempts: i64,
     pub run_after: DateTime<Utc>,
     pub last_error: Option<String>,
-    pub usage: Option<Value>,
+    pub usage: Option<crate::llm::TokenUsage>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -302,7 +302,7 @@ pub struct PhaseTwoRun {
     pub retained: i64,
     pub removed: i64,
     pub files_changed: Vec<String>,
-    pub usage: Value,
+    pub usage: crate::llm::TokenUsage,
     pub turns: i64,
     pub error: Option<String>,
     pub started_at: DateTime<Utc>,
@@ -383,7 +383,7 @@ pub struct JobFinish {
     pub outcome: JobOutcome,
     pub phase_two: Option<PhaseTwoReport>,
     /// The job's token usage over all its attempts so far.
-    pub usage: Value,
+    pub usage: crate::llm::TokenUsage,
     /// The staged publish this finish makes visible, recorded with the outcome.
     pub publish_id: Option<Uuid>,
     /// Secrets the attempt redacted, by rule.

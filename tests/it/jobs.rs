@@ -139,7 +139,7 @@ fn skipped() -> JobFinish {
     JobFinish {
         outcome: JobOutcome::Skipped,
         phase_two: None,
-        usage: json!({}),
+        usage: Default::default(),
         publish_id: None,
         redactions: Default::default(),
         accounting: Default::default(),
@@ -231,7 +231,7 @@ async fn a_batch_of_finishes_records_each_as_alone(backend: Backend) {
         match (job.tenant_id == tenant_a, rollout.as_str()) {
             (true, "r0") => JobFinish {
                 outcome: JobOutcome::Succeeded { raw_memory: Some(raw("r0")) },
-                usage: json!({"input_tokens": 7, "output_tokens": 3, "calls": 1}),
+                usage: used(7, 3),
                 accounting: JobAccounting { attempt_usage: used(7, 3), storage_delta: 100, model_tokens_per_day: None },
                 ..skipped()
             },

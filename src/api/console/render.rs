@@ -244,11 +244,10 @@ pub fn day_chart(label: &str, unit: &str, days: &[(String, Option<i64>)]) -> Mar
 }
 
 /// A job's or run's token usage, in words.
-pub fn usage(usage: &Value) -> Markup {
-    let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let calls = n("calls");
+pub fn usage(usage: &crate::llm::TokenUsage) -> Markup {
+    let calls = usage.calls;
     html! {
-        (n("input_tokens")) " input and " (n("output_tokens")) " output tokens in " (calls)
+        (usage.input_tokens) " input and " (usage.output_tokens) " output tokens in " (calls)
         @if calls == 1 { " model call" } @else { " model calls" }
     }
 }
@@ -336,7 +335,7 @@ mod tests {
 
     #[test]
     fn usage_and_status_are_words_not_json() {
-        let used = usage(&serde_json::json!({"input_tokens": 120, "output_tokens": 30, "calls": 1})).into_string();
+        let used = usage(&crate::llm::TokenUsage { input_tokens: 120, output_tokens: 30, calls: 1 }).into_string();
         assert_eq!(used, "120 input and 30 output tokens in 1 model call");
         let status: MemoryStatus = serde_json::from_value(serde_json::json!({"status": "partial", "failures": [
             {"job_id": "0b8f6c1e-0000-4000-8000-000000000000", "kind": "phase_one", "layout": "default", "rollout_id": "r", "error": "boom"}

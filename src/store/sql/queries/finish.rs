@@ -39,6 +39,11 @@ impl BatchEffects {
 /// A finish that touches only its job row, the raw-memory index and the
 /// usage counters: a phase one that did not fail, with no token budget to
 /// enforce. A batch of them is written with one statement per table.
+/// The `usage` column's text.
+fn stored_usage(usage: crate::llm::TokenUsage) -> String {
+    serde_json::to_string(&usage).expect("token usage serializes")
+}
+
 fn is_plain(claimed: &ClaimedJob, finish: &JobFinish) -> bool {
     let used = finish.accounting.attempt_usage;
     claimed.job.kind == JobKind::PhaseOne
@@ -71,7 +76,7 @@ impl<'f> OutcomeColumns<'f> {
         };
         let redactions = (!finish.redactions.is_empty())
             .then(|| serde_json::to_string(&finish.redactions).expect("counts serialise"));
-        Self { state, run_after, error, token_limit, finished_at, usage: finish.usage.to_string(), redactions }
+        Self { state, run_after, error, token_limit, finished_at, usage: stored_usage(finish.usage), redactions }
     }
 }
 
@@ -369,7 +374,7 @@ impl SqlStore<DB> {
         .bind(run.retained)
         .bind(run.removed)
         .bind(serde_json::to_string(&run.files_changed).expect("a list of paths serialises"))
-        .bind(run.usage.to_string())
+        .bind(stored_usage(run.usage))
         .bind(run.turns)
         .bind(run.error.as_deref())
         .bind(run.started_at)
