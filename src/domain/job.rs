@@ -249,9 +249,9 @@ impl TryFrom<StoredForget> for ForgetSpec {
 }
 
 /// What a job does beyond its kind, kept whole in one column (`jobs.spec`).
-/// Externally tagged on purpose: serde buffers the content of an internally
-/// tagged enum, and numbers do not survive that under `arbitrary_precision`
-/// (serde-rs/json #1108).
+/// Externally tagged on purpose: the variant is the key, so reading a spec
+/// never buffers its content the way an internally tagged enum does, which
+/// is where `arbitrary_precision` numbers go wrong (serde-rs/json #1108).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobSpec {
@@ -263,7 +263,8 @@ pub enum JobSpec {
         run_id: uuid::Uuid,
     },
     Forget(ForgetSpec),
-    /// `None` once the job has ended: the edit's text is not kept.
+    /// `None` once the edit is published: its text is not kept (a failed
+    /// edit keeps it, to be retried).
     Edit(Option<Box<MemoryEdit>>),
 }
 

@@ -38,9 +38,9 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
 }
 
 /// The arguments' schema, with one type per value: some clients (Gemini's
-/// dialect) refuse `"type": ["string", "null"]`, so an optional value is
-/// its type, left out of `required`, and a map value that may be null is
-/// marked `nullable`.
+/// dialect) refuse `"type": ["string", "null"]`, so a value that may be null
+/// is its one type marked `nullable` (an optional argument is also left out
+/// of `required`).
 impl<T: JsonSchema> JsonSchema for Checked<T> {
     fn schema_name() -> Cow<'static, str> {
         T::schema_name()
@@ -122,7 +122,8 @@ pub(super) struct SearchArgs {
 }
 
 /// `memory_edit`'s arguments as the model sees them; the edit itself is read
-/// by [`MemoryEdit::from_body`], the HTTP route's parser, for its messages.
+/// by [`MemoryEdit::from_body`], the HTTP route's parser, for its messages
+/// (so its fields take any JSON here, and their schema says what they are).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 #[expect(dead_code, reason = "the edit's fields make its schema; MemoryEdit::from_body reads the edit")]
@@ -131,11 +132,16 @@ pub(super) struct EditArgs {
     workspace: Option<String>,
     /// The layout (default: the endpoint's, else default).
     layout: Option<String>,
-    patch: Option<String>,
-    operations: Option<Vec<Map<String, Value>>>,
-    expect: Option<std::collections::BTreeMap<String, Option<String>>>,
-    rollout_id: Option<String>,
-    reason: Option<String>,
+    #[schemars(with = "Option<String>")]
+    patch: Option<Value>,
+    #[schemars(with = "Option<Vec<Map<String, Value>>>")]
+    operations: Option<Value>,
+    #[schemars(with = "Option<std::collections::BTreeMap<String, Option<String>>>")]
+    expect: Option<Value>,
+    #[schemars(with = "Option<String>")]
+    rollout_id: Option<Value>,
+    #[schemars(with = "Option<String>")]
+    reason: Option<Value>,
 }
 
 /// A tool's answer: its text for the model and its structured content.
@@ -144,26 +150,37 @@ fn answer<T: Serialize>(render: impl FnOnce(&T) -> String, typed: T) -> Result<(
     Ok((said, serde_json::to_value(typed).map_err(ApiError::internal)?))
 }
 
-/// The place a tool names, defaulting to the endpoint's, within the key's reach.
-fn place(caller: &Caller, workspace: Option<String>, layout: Option<String>) -> Result<(String, String), ApiError> {
-    let workspace = workspace.unwrap_or_else(|| caller.workspace.clone());
-    caller.reach(&workspace)?;
-    Ok((workspace, layout.unwrap_or_else(|| caller.layout.clone())))
+/// The place a tool names, defaulting to the endpoint's (its reach is
+/// checked by [`admit`] before the arguments are read).
+fn place(caller: &Caller, workspace: Option<String>, layout: Option<String>) -> (String, String) {
+    (workspace.unwrap_or_else(|| caller.workspace.clone()), layout.unwrap_or_else(|| caller.layout.clone()))
+}
+
+/// What is checked before a tool's arguments are read: the workspace they
+/// name is within the key's reach, and the key holds what the tool needs.
+fn admit(caller: &Caller, raw: &Map<String, Value>, needs_edit: bool) -> Result<(), ApiError> {
+    caller.reach(raw.get("workspace").and_then(Value::as_str).unwrap_or(&caller.workspace))?;
+    if needs_edit && !caller.scope.permissions.allow(Permission::Edit) {
+        return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
+    }
+    Ok(())
 }
 
 /// Runs one tool for the caller of `context` and makes its result.
 async fn respond<T, Run>(
     context: &RequestContext<RoleServer>,
     args: Checked<T>,
+    needs_edit: bool,
     run: impl FnOnce(Caller, T, Map<String, Value>) -> Run,
 ) -> Result<CallToolResult, ErrorData>
 where
     Run: Future<Output = Result<(String, Value), ApiError>>,
 {
     let caller = caller(context)?;
-    let outcome = match args.parsed {
-        Ok(parsed) => run(caller, parsed, args.raw).await,
-        Err(e) => Err(ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}"))),
+    let outcome = match (admit(&caller, &args.raw, needs_edit), args.parsed) {
+        (Err(refused), _) => Err(refused),
+        (Ok(()), Ok(parsed)) => run(caller, parsed, args.raw).await,
+        (Ok(()), Err(e)) => Err(ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}"))),
     };
     Ok(match outcome {
         Ok((said, structured)) => {
@@ -187,8 +204,8 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<ListArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, |caller, args: ListArgs, _| async move {
-            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+        respond(&context, args, false, |caller, args: ListArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let query = ListQuery { path: args.path, cursor: args.cursor };
             let listed = agent_memory::list_memory(&caller.state, caller.tenant, &workspace, &layout, query).await?;
             answer(text::listing, listed)
@@ -206,8 +223,8 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<ReadArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, |caller, args: ReadArgs, _| async move {
-            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+        respond(&context, args, false, |caller, args: ReadArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let session_id = caller.session.clone();
             let query = ReadQuery { path: Some(args.path), offset: args.offset, limit: args.limit, session_id };
             let usage = agent_memory::counts_usage(&caller.scope, &workspace);
@@ -228,8 +245,8 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<SearchArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, |caller, args: SearchArgs, _| async move {
-            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+        respond(&context, args, false, |caller, args: SearchArgs, _| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let params = SearchParams {
                 query: Some(args.query),
                 path: args.path,
@@ -255,8 +272,8 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<EditArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, |caller, args: EditArgs, raw| async move {
-            let (workspace, layout) = place(&caller, args.workspace, args.layout)?;
+        respond(&context, args, true, |caller, args: EditArgs, raw| async move {
+            let (workspace, layout) = place(&caller, args.workspace, args.layout);
             edit(&caller, &workspace, &layout, raw).await
         })
         .await
@@ -269,9 +286,6 @@ async fn edit(
     layout: &str,
     mut body: Map<String, Value>,
 ) -> Result<(String, Value), ApiError> {
-    if !caller.scope.permissions.allow(Permission::Edit) {
-        return Err(ApiError::Forbidden("This key does not hold the edit permission memory_edit takes.".into()));
-    }
     body.remove("workspace");
     body.remove("layout");
     if let Some(session) = &caller.session {

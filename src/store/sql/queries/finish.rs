@@ -36,14 +36,14 @@ impl BatchEffects {
     }
 }
 
-/// A finish that touches only its job row, the raw-memory index and the
-/// usage counters: a phase one that did not fail, with no token budget to
-/// enforce. A batch of them is written with one statement per table.
 /// The `usage` column's text.
 fn stored_usage(usage: crate::llm::TokenUsage) -> String {
     serde_json::to_string(&usage).expect("token usage serializes")
 }
 
+/// A finish that touches only its job row, the raw-memory index and the
+/// usage counters: a phase one that did not fail, with no token budget to
+/// enforce. A batch of them is written with one statement per table.
 fn is_plain(claimed: &ClaimedJob, finish: &JobFinish) -> bool {
     let used = finish.accounting.attempt_usage;
     claimed.job.kind == JobKind::PhaseOne
