@@ -261,22 +261,22 @@ pub struct ConsoleSettings {
 }
 
 /// A whole number of the unit a setting's name gives, as a duration.
-fn whole(raw: &str, unit: Duration) -> Result<Duration, String> {
-    let count: u64 = raw.trim().parse().map_err(|e| format!("not a whole number ({e})"))?;
-    unit.checked_mul(u32::try_from(count).map_err(|_| format!("{count} is too large"))?)
-        .ok_or_else(|| format!("{count} is too large"))
+/// A whole number of the unit a setting's name gives; how large it may be
+/// is [`Config::validate`]'s to say, by the setting's range.
+fn whole(raw: &str) -> Result<u64, String> {
+    raw.parse().map_err(|e| format!("not a whole number ({e})"))
 }
 
 fn secs(raw: &str) -> Result<Duration, String> {
-    whole(raw, Duration::from_secs(1))
+    whole(raw).map(Duration::from_secs)
 }
 
 fn millis(raw: &str) -> Result<Duration, String> {
-    whole(raw, Duration::from_millis(1))
+    whole(raw).map(Duration::from_millis)
 }
 
 fn hours(raw: &str) -> Result<Duration, String> {
-    whole(raw, Duration::from_secs(3600))
+    whole(raw).map(|hours| Duration::from_secs(hours.saturating_mul(3600)))
 }
 
 const DAY_SECS: u64 = 86_400;
@@ -398,9 +398,11 @@ mod tests {
         assert_eq!(secs("120"), Ok(Duration::from_secs(120)));
         assert_eq!(millis("0"), Ok(Duration::ZERO));
         assert_eq!(hours("24"), Ok(Duration::from_secs(86_400)));
-        for bad in ["-5", "1.5", "", "ten", "99999999999"] {
+        for bad in ["-5", "1.5", "", "ten", "99999999999999999999"] {
             assert!(secs(bad).is_err(), "{bad:?}");
         }
+        let long = Config::try_parse_from(["memoryd", "--job-lease-secs", "99999999999"]).unwrap();
+        assert!(long.validate().unwrap_err().starts_with("MEMORYD_JOB_LEASE_SECS must be from 1 to 86400"));
         let given = Config::try_parse_from(["memoryd", "--job-lease-secs", "7", "--retry-base-ms", "250"]).unwrap();
         assert_eq!((given.jobs.lease, given.jobs.retry_base), (Duration::from_secs(7), Duration::from_millis(250)));
         let refused = Config::try_parse_from(["memoryd", "--job-lease-secs=-5"]).unwrap_err().to_string();

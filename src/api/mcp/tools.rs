@@ -31,8 +31,9 @@ pub(super) struct Checked<T> {
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Map::deserialize(deserializer)?;
-        let parsed = serde_json::from_value(Value::Object(raw.clone())).map_err(|e| e.to_string());
+        let arguments = Value::Object(Map::deserialize(deserializer)?);
+        let parsed = T::deserialize(&arguments).map_err(|e| e.to_string());
+        let Value::Object(raw) = arguments else { unreachable!("made as an object above") };
         Ok(Self { raw, parsed })
     }
 }
