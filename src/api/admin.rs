@@ -13,14 +13,16 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NewTenant {
+pub(crate) struct NewTenant {
+    #[schemars(length(min = 1, max = 200))]
     name: String,
 }
 
 /// A tenant just made, with its first key (shown once).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "NewTenantKey")]
 pub struct NewTenantAnswer {
     pub tenant_id: Uuid,
     pub name: String,

@@ -133,28 +133,32 @@ impl Drop for CancelOnDrop {
 }
 
 /// What `memory/list` and MCP's `memory_list` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct MemoryListing {
     pub entries: Vec<MemoryEntry>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 
 /// What `memory/search` and MCP's `memory_search` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MemorySearch")]
 pub struct MemorySearchPage {
     pub matches: Vec<SearchMatch>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 
 /// One file a published edit touched.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 pub struct EditedFile {
     pub path: String,
     pub change: Change,
 }
 
 /// What a published edit changed (`memory/edits` 200, MCP's `memory_edit`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PublishedEdit {
     pub job_id: uuid::Uuid,
     pub run_id: uuid::Uuid,

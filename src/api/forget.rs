@@ -13,14 +13,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::Value;
 use uuid::Uuid;
 
-type Accepted = (StatusCode, Json<Value>);
+type Accepted = (StatusCode, Json<JobRecord>);
 
 fn accepted(state: &AppState, job: &JobRecord) -> Result<Accepted, ApiError> {
     state.wake.notify_waiters();
-    Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(job).map_err(ApiError::internal)?)))
+    Ok((StatusCode::ACCEPTED, Json(job.clone())))
 }
 
 #[derive(Deserialize)]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use std::time::Duration;
 
 /// `/healthz` (`ok`) and `/readyz` (`ready`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Health {
     pub status: &'static str,
 }

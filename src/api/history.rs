@@ -29,19 +29,23 @@ async fn blob(state: &AppState, tenant: Uuid, hash: Option<&str>) -> Result<Opti
     }
 }
 
-/// One file a run changed, with its diff (`None`: binary, over the diff's
+/// One file a run changed, with its diff (null: binary, over the diff's
 /// size, or a forget's run, whose before must not be shown).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct FileChange {
+    /// Relative to memories_dir.
     pub path: String,
     pub change: Change,
+    /// A unified diff; null for binary content, a side over 1 MiB, or a
+    /// forget's run (which keeps no before-content).
     pub diff: Option<String>,
     pub before_bytes: Option<i64>,
     pub after_bytes: Option<i64>,
 }
 
 /// `GET …/runs/{run_id}`: the run, and what it changed while its history is kept.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "RunDetail")]
 pub struct RunWithChanges {
     #[serde(flatten)]
     pub run: PhaseTwoRun,

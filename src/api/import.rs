@@ -7,12 +7,11 @@ use super::AppState;
 use super::error::ApiError;
 use crate::domain::ids::WorkspaceName;
 use crate::jobs::import::{ImportError, precheck};
-use crate::store::{AuthenticatedKey, ImportQueued, with_implicit_default};
+use crate::store::{AuthenticatedKey, ImportQueued, JobRecord, with_implicit_default};
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use http_body_util::BodyExt;
-use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 pub async fn import_workspace(
@@ -20,7 +19,7 @@ pub async fn import_workspace(
     State(state): State<AppState>,
     Path(raw_workspace): Path<String>,
     request: Request,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<JobRecord>), ApiError> {
     let tenant = key.tenant_id;
     let workspace = WorkspaceName::parse(&raw_workspace).ok_or_else(|| {
         ApiError::InvalidRequest(format!(
@@ -106,7 +105,7 @@ pub async fn import_workspace(
             kept.keep();
             state.wake.notify_waiters();
             tracing::info!(%workspace, %job_id, "import queued");
-            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(*job).map_err(ApiError::internal)?)))
+            Ok((StatusCode::ACCEPTED, Json(*job)))
         }
         ImportQueued::NotEmpty => Err(not_empty()),
         ImportQueued::Forgetting => Err(ApiError::Forgetting(format!("Workspace {workspace} is being forgotten."))),

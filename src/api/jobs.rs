@@ -13,9 +13,11 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 
 /// A page of `GET /v1/jobs`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "JobList")]
 pub struct JobPage {
     pub jobs: Vec<JobRecord>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 

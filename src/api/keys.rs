@@ -56,20 +56,23 @@ pub(crate) async fn store_key(state: &AppState, key: &NewApiKey, gone: ApiError)
 }
 
 /// A key as listed: never its secret.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Key")]
 pub struct KeyView {
     pub key_id: Uuid,
     pub name: Option<String>,
     pub workspaces: Workspaces,
+    #[schemars(with = "Vec<crate::domain::key_scope::Permission>")]
     pub permissions: Vec<&'static str>,
     pub expires_at: Option<chrono::DateTime<Utc>>,
     pub created_at: chrono::DateTime<Utc>,
+    /// The key that made it (null: a tenant's first key, or the admin's); revoking that key revokes this one.
     pub created_by: Option<Uuid>,
 }
 
 /// A key just made: as listed, with its secret (shown once) and, for the
 /// admin's route, its tenant.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct IssuedKey {
     #[serde(flatten)]
     pub key: KeyView,
@@ -79,9 +82,11 @@ pub struct IssuedKey {
 }
 
 /// A page of keys, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "KeyList")]
 pub struct KeyPage {
     pub keys: Vec<KeyView>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -67,10 +67,12 @@ pub struct UsageQuery {
 /// A tenant's usage report: its storage now, and its counters per UTC day
 /// from `from` to `to`, oldest first, every day present.
 /// `GET /v1/usage`: the tenant's storage now and its days, oldest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Usage")]
 pub struct UsageReport {
     pub storage_bytes: i64,
     #[serde(serialize_with = "days_as_shown")]
+    #[schemars(with = "Vec<crate::domain::usage::DayView<'static>>")]
     pub days: Vec<UsageDay>,
 }
 

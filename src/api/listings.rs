@@ -17,28 +17,32 @@ use serde::{Deserialize, Serialize};
 use std::path::Path as FsPath;
 
 /// A page of `GET /v1/sessions`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct SessionPage {
     pub sessions: Vec<SessionSummary>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 
 /// `GET /v1/workspaces`: every workspace the key sees (a tenant has few).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct WorkspaceList {
     pub workspaces: Vec<WorkspaceSummary>,
 }
 
 /// `GET …/files`: the memory folder as it is now.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "FileList")]
 pub struct MemoryFileList {
     pub files: Vec<MemoryFile>,
 }
 
 /// A page of the admin's `GET /v1/admin/tenants`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "TenantList")]
 pub struct TenantPage {
     pub tenants: Vec<TenantSummary>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -92,8 +96,9 @@ pub async fn list_workspaces(
     Ok(Json(WorkspaceList { workspaces }))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(crate) struct MemoryFile {
+    /// Relative to memories_dir.
     pub path: String,
     pub bytes: u64,
     pub modified_at: DateTime<Utc>,

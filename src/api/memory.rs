@@ -192,7 +192,8 @@ pub async fn instructions(
 }
 
 /// What `GET …/instructions` answers (SPEC §2.5).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Instructions")]
 pub struct MemoryInstructions {
     pub instructions: String,
     pub memory_dir: String,
@@ -200,9 +201,11 @@ pub struct MemoryInstructions {
 }
 
 /// A page of `GET …/runs`, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "RunList")]
 pub struct RunPage {
     pub runs: Vec<PhaseTwoRun>,
+    /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -24,6 +24,7 @@ mod limits;
 mod listings;
 mod mcp;
 mod memory;
+pub mod openapi;
 mod rate;
 pub mod serve;
 mod sessions;

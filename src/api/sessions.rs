@@ -34,10 +34,13 @@ fn parse_workspace(raw: &str) -> Result<WorkspaceName, ApiError> {
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct OpenSession {
+#[schemars(rename = "NewSession")]
+pub(crate) struct OpenSession {
+    #[schemars(with = "Option<crate::domain::ids::FileSafeId>")]
     session_id: Option<String>,
+    #[schemars(with = "Option<crate::domain::ids::FileSafeId>")]
     workspace: Option<String>,
     metadata: Option<serde_json::Map<String, Value>>,
 }
@@ -250,7 +253,8 @@ pub struct CloseQuery {
 }
 
 /// What a close answers: the session and the jobs it queued.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "CloseResult")]
 pub struct CloseAnswer {
     pub session_id: SessionId,
     pub state: SessionState,
@@ -259,7 +263,8 @@ pub struct CloseAnswer {
 }
 
 /// One job of a close, as its answer names it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "QueuedJob")]
 pub struct ClosedJob {
     pub job_id: uuid::Uuid,
     pub kind: JobKind,

@@ -5,7 +5,7 @@ use super::authorize::key_of_hash;
 use super::error::{ApiError, Credential};
 use super::extract::{JsonBody, QueryParams, TenantAuth, bearer_token};
 use super::slots::StreamSlot;
-use crate::domain::events::{EventType, new_secret, parse_event_id, subscription_text};
+use crate::domain::events::{EventType, SubscribedType, new_secret, parse_event_id, subscription_text};
 use crate::domain::ids::sha256_hex;
 use crate::domain::key_scope::Workspaces;
 use crate::events::delivery::check_endpoint;
@@ -35,13 +35,17 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// revoked or expired key's stream ends within this and the key cache's second.
 const KEY_RECHECK: Duration = Duration::from_secs(1);
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WebhookBody {
+pub(crate) struct WebhookBody {
+    #[schemars(extend("format" = "uri"))]
     url: String,
+    /// The event types it receives; `["*"]`, `[]` or none: all.
     #[serde(default)]
+    #[schemars(with = "Option<Vec<SubscribedType>>")]
     events: Option<Vec<String>>,
     #[serde(default)]
+    #[schemars(length(max = MAX_DESCRIPTION))]
     description: Option<String>,
 }
 
@@ -61,23 +65,24 @@ fn event_types(names: &[String]) -> Result<Vec<EventType>, String> {
         .collect()
 }
 
-/// An endpoint as the API shows it; its secret only when just made or rotated.
-#[derive(Debug, Serialize)]
+/// An endpoint just made or rotated, with its secret (shown once).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "WebhookWithSecret")]
 pub struct WebhookView {
     #[serde(flatten)]
     pub record: WebhookRecord,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
+    /// `whsec_` and the base64 of 32 bytes; shown once.
+    pub secret: String,
 }
 
 /// `GET /v1/webhooks`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct WebhookList {
     pub webhooks: Vec<WebhookRecord>,
 }
 
 /// `GET …/deliveries`, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct DeliveryList {
     pub deliveries: Vec<DeliveryRecord>,
 }
@@ -90,7 +95,7 @@ pub struct TestEventQueued {
     pub event_type: &'static str,
 }
 
-fn webhook_view(record: WebhookRecord, secret: Option<String>) -> Json<WebhookView> {
+fn webhook_view(record: WebhookRecord, secret: String) -> Json<WebhookView> {
     Json(WebhookView { record, secret })
 }
 
@@ -128,7 +133,7 @@ pub async fn create_webhook(
         sealed_secret: state.events.key.seal(webhook_id, &secret),
     };
     let record = state.store.create_webhook(tenant, new, chrono::Utc::now()).await?;
-    Ok((StatusCode::CREATED, webhook_view(record, Some(secret))))
+    Ok((StatusCode::CREATED, webhook_view(record, secret)))
 }
 
 /// `GET /v1/webhooks`.
@@ -145,17 +150,23 @@ pub async fn get_webhook(
     TenantAuth(tenant): TenantAuth,
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<WebhookView>, ApiError> {
-    Ok(webhook_view(existing_webhook(&state, tenant, &raw).await?, None))
+) -> Result<Json<WebhookRecord>, ApiError> {
+    Ok(Json(existing_webhook(&state, tenant, &raw).await?))
 }
 
-#[derive(Deserialize)]
+/// Every field optional; what is left out stays.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WebhookPatch {
+pub(crate) struct WebhookPatch {
+    #[schemars(extend("format" = "uri"))]
     url: Option<String>,
+    #[schemars(with = "Option<Vec<SubscribedType>>")]
     events: Option<Vec<String>>,
+    /// `null` clears it.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(length(max = MAX_DESCRIPTION))]
     description: Option<Option<String>>,
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
     state: Option<String>,
 }
 
@@ -179,7 +190,7 @@ pub async fn update_webhook(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     body: JsonBody,
-) -> Result<Json<WebhookView>, ApiError> {
+) -> Result<Json<WebhookRecord>, ApiError> {
     let id = parse_webhook_id(&raw)?;
     let patch: WebhookPatch = body.into_typed(ApiError::InvalidWebhook)?;
     checked_description(patch.description.as_ref().and_then(Option::as_deref))?;
@@ -210,7 +221,7 @@ pub async fn update_webhook(
         .update_webhook(tenant, id, &change, chrono::Utc::now())
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
-    Ok(webhook_view(record, None))
+    Ok(Json(record))
 }
 
 /// `DELETE /v1/webhooks/{webhook_id}`: the endpoint and its pending deliveries.
@@ -242,7 +253,7 @@ pub async fn rotate_webhook(
         .rotate_webhook(tenant, id, &sealed, now + ROTATION_OVERLAP, now)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("No webhook {raw}.")))?;
-    Ok(webhook_view(record, Some(secret)))
+    Ok(webhook_view(record, secret))
 }
 
 #[derive(Deserialize)]

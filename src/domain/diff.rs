@@ -5,8 +5,9 @@ use similar::TextDiff;
 /// Files larger than this get no diff (their sizes are shown instead).
 pub const MAX_DIFF_BYTES: usize = 1 << 20;
 
-/// How a run changed a file, from its contents before and after (`None`: absent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// How a run changed a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(rename_all = "lowercase")]
 pub enum Change {
     Added,
@@ -15,6 +16,7 @@ pub enum Change {
 }
 
 impl Change {
+    /// From a file's contents before and after (`None`: absent).
     pub fn of(before: Option<&[u8]>, after: Option<&[u8]>) -> Option<Self> {
         match (before, after) {
             (None, Some(_)) => Some(Self::Added),

@@ -53,6 +53,25 @@ impl EventType {
     }
 }
 
+/// An entry of a webhook's `events` as a request names it: an event type,
+/// or `*` (every type, standing alone).
+pub struct SubscribedType;
+
+impl schemars::JsonSchema for SubscribedType {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SubscribedType".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = std::iter::once("*").chain(EventType::ALL.iter().map(|t| t.as_str())).collect();
+        schemars::json_schema!({"type": "string", "enum": names})
+    }
+}
+
 /// An event to be written to the outbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {

@@ -28,6 +28,19 @@ pub fn is_file_safe_id(s: &str) -> bool {
         && bytes[1..].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// The schema of a name [`is_file_safe_id`] takes, as requests and paths give it.
+pub struct FileSafeId;
+
+impl schemars::JsonSchema for FileSafeId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "FileSafeId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})
+    }
+}
+
 /// Lower-case hex of `bytes` random bytes from the operating system, for
 /// generated ids and secrets.
 pub fn random_hex(bytes: usize) -> String {
@@ -51,6 +64,21 @@ macro_rules! file_safe_name {
 
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+        }
+
+        /// A string in answers; what a request may name is the path rule above.
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"type": "string"})
             }
         }
 

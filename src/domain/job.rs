@@ -5,7 +5,7 @@ use super::ids::{LayoutName, RolloutId};
 use super::memory_edit::MemoryEdit;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     Open,
@@ -34,7 +34,7 @@ impl SessionState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     PhaseOne,
@@ -79,7 +79,7 @@ impl JobKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Queued,
@@ -120,7 +120,8 @@ impl JobState {
 }
 
 /// How a phase-two, restore or forget run ended, as its run record says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     Succeeded,
@@ -154,7 +155,8 @@ impl RunState {
 }
 
 /// What a forget job removes (SPEC §2.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(rename_all = "snake_case")]
 pub enum ForgetScope {
     /// Some conversations of one layout in one workspace.
@@ -183,7 +185,8 @@ impl ForgetScope {
 }
 
 /// How the memory is consolidated without a forgotten conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(rename_all = "snake_case")]
 pub enum ForgetMode {
     /// A phase two told to take out what came only from the forgotten ones.
@@ -210,7 +213,7 @@ impl ForgetMode {
 }
 
 /// A forget job's target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "StoredForget")]
 pub struct ForgetSpec {
     pub scope: ForgetScope,
@@ -221,7 +224,7 @@ pub struct ForgetSpec {
 }
 
 /// A forget's target as stored, checked into a [`ForgetSpec`].
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StoredForget {
     scope: String,

@@ -25,6 +25,17 @@ pub enum Permission {
     Manage,
 }
 
+impl schemars::JsonSchema for Permission {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Permission".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Self::ALL.iter().map(|p| p.as_str()).collect();
+        schemars::json_schema!({"type": "string", "enum": names})
+    }
+}
+
 impl Permission {
     pub const ALL: [Self; 5] = [Self::Ingest, Self::Close, Self::Read, Self::Edit, Self::Manage];
 
@@ -110,6 +121,23 @@ impl serde::Serialize for Workspaces {
             Self::All => serializer.serialize_str("*"),
             Self::Only(names) => names.serialize(serializer),
         }
+    }
+}
+
+impl schemars::JsonSchema for Workspaces {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KeyWorkspaces".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let name = generator.subschema_for::<crate::domain::ids::FileSafeId>();
+        schemars::json_schema!({
+            "description": "\"*\" (every workspace) or 1 to 1,000 workspace names",
+            "oneOf": [
+                {"type": "string", "const": "*"},
+                {"type": "array", "minItems": 1, "maxItems": 1000, "items": name}
+            ]
+        })
     }
 }
 

@@ -3,10 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "LimitsBody")]
 pub struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub requests_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
@@ -85,7 +87,8 @@ impl Limits {
 }
 
 /// Limits in force as the API shows them: every field present, `null` unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Limits")]
 pub struct LimitsView {
     pub requests_per_second: Option<f64>,
     pub burst: Option<u32>,

@@ -46,7 +46,7 @@ pub fn report_range(from: Option<&str>, to: Option<&str>, today: NaiveDate) -> R
 }
 
 /// One job kind's model use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ModelUse {
     pub model_calls: i64,
     pub input_tokens: i64,
@@ -96,7 +96,8 @@ pub fn fill_days(from: NaiveDate, to: NaiveDate, stored: &[UsageDay], storage_be
 }
 
 /// A day as `GET /v1/usage` shows it (SPEC §2.9).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "UsageDay")]
 pub struct DayView<'a> {
     pub date: &'a str,
     pub segments: i64,
@@ -105,9 +106,11 @@ pub struct DayView<'a> {
     pub model_calls: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// Runs recorded in the memory history (phase two, restore, forget).
     pub runs: i64,
     /// By job kind, in the kinds' order.
     #[serde(serialize_with = "kinds_in_order")]
+    #[schemars(with = "std::collections::BTreeMap<String, ModelUse>")]
     pub by_kind: &'a [(String, ModelUse)],
 }
 

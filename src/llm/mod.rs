@@ -27,7 +27,8 @@ pub struct StructuredRequest {
 
 /// Tokens and calls a job's model use came to; stored as this JSON with the
 /// job and its run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(default)]
 pub struct TokenUsage {
     pub input_tokens: u64,

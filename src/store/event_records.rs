@@ -7,15 +7,18 @@ use uuid::Uuid;
 
 /// A webhook endpoint as its tenant sees it (its secret is never shown
 /// again after it is made).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Webhook")]
 pub struct WebhookRecord {
     pub webhook_id: Uuid,
     pub url: String,
     /// The event types it receives; `["*"]`: all.
     pub events: Vec<String>,
     pub description: Option<String>,
-    /// `enabled` or `disabled` (it answered 410 Gone).
+    /// `enabled` or `disabled` (it answered 410 Gone, or a PATCH disabled it).
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
     pub state: String,
+    /// Why it was disabled (it answered 410 Gone, or a PATCH disabled it).
     pub disabled_reason: Option<String>,
     /// Until when the secret before the last rotation still signs.
     pub previous_secret_until: Option<DateTime<Utc>>,
@@ -45,15 +48,17 @@ pub struct WebhookChange {
 }
 
 /// One event's delivery to one endpoint.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Delivery")]
 pub struct DeliveryRecord {
     pub event_id: String,
     pub event_type: String,
-    /// `pending`, `succeeded`, `failed` or `dropped`.
+    #[schemars(extend("enum" = ["pending", "succeeded", "failed", "dropped"]))]
     pub state: String,
     pub attempts: i64,
     pub last_status: Option<i64>,
     pub last_error: Option<String>,
+    /// The start of the receiver's answer (1 KiB).
     pub last_response: Option<String>,
     pub last_attempt_at: Option<DateTime<Utc>>,
     /// When it is tried next, while it is pending.

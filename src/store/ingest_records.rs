@@ -51,7 +51,8 @@ pub struct AppendRequest {
     pub max_storage_bytes: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AppendedSegment")]
 pub struct SegmentReceipt {
     /// The session's workspace (not part of the answer, which names the session).
     #[serde(skip)]
@@ -59,6 +60,7 @@ pub struct SegmentReceipt {
     pub session_id: SessionId,
     pub layout: LayoutName,
     pub rollout_id: RolloutId,
+    /// 0-based within the rollout file.
     pub segment_index: i64,
     pub rollout_path: String,
 }

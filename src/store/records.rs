@@ -66,18 +66,20 @@ pub enum PutLayoutOutcome {
     Replaced,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SessionRecord {
     pub session_id: SessionId,
     pub workspace: WorkspaceName,
     pub state: SessionState,
+    #[schemars(with = "serde_json::Map<String, Value>")]
     pub metadata: Value,
     pub memory_status: Option<MemoryStatus>,
     pub created_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "SessionRollout")]
 pub struct TouchedRollout {
     pub layout: LayoutName,
     pub rollout_id: RolloutId,
@@ -92,12 +94,13 @@ pub struct TenantJobCounts {
     pub failed_recently: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Job")]
 pub struct JobRecord {
     pub job_id: Uuid,
     pub kind: JobKind,
     pub state: JobState,
-    /// The session whose close queued the job; `None` for a forget, which
+    /// The session whose close queued the job; null for a forget, which
     /// no close queues.
     pub session_id: Option<SessionId>,
     pub workspace: WorkspaceName,
@@ -131,20 +134,22 @@ pub struct JobRecord {
     pub edit: Option<Box<crate::domain::memory_edit::MemoryEdit>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Session")]
 pub struct SessionView {
     #[serde(flatten)]
     pub session: SessionRecord,
     /// Why a closing session's jobs are not running: `model_budget`, its
     /// tenant's tokens of the day are spent (SPEC §2.9).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["model_budget"]))]
     pub waiting: Option<&'static str>,
     pub rollouts: Vec<TouchedRollout>,
     pub jobs: Vec<JobRecord>,
 }
 
 /// A tenant as the admin listing shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TenantSummary {
     pub tenant_id: TenantId,
     pub name: String,
@@ -153,6 +158,7 @@ pub struct TenantSummary {
     pub keys: i64,
     pub sessions: i64,
     /// `active`, or `deleting` while a forget of the tenant runs.
+    #[schemars(extend("enum" = ["active", "deleting"]))]
     pub state: &'static str,
 }
 
@@ -169,7 +175,7 @@ pub struct WorkspaceActivity {
 }
 
 /// One entry of `GET /v1/workspaces`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct WorkspaceSummary {
     pub name: String,
     /// Layouts with rollouts in this workspace, by name.
@@ -215,7 +221,7 @@ impl WorkspaceSummary {
 }
 
 /// A session as the listing shows it (SPEC §2.6).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SessionSummary {
     pub session_id: SessionId,
     pub workspace: WorkspaceName,
@@ -289,10 +295,11 @@ pub enum PublishDecision {
 }
 
 /// One phase-two attempt, as `GET …/runs` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PhaseTwoRun {
     pub run_id: Uuid,
-    /// `phase_two`, `restore`, `forget` or `edit`.
+    /// The kind of job that made the run.
+    #[schemars(extend("enum" = ["phase_two", "restore", "forget", "edit"]))]
     pub kind: String,
     pub job_id: Uuid,
     pub session_id: String,
@@ -313,6 +320,7 @@ pub struct PhaseTwoRun {
     /// For an edit's run: the conversation the edit came from, and why it was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout_id: Option<String>,
+    /// For an edit's run: why it was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The sessions whose closes the run served.

@@ -35,18 +35,20 @@ pub enum ReadError {
     Io(#[from] std::io::Error),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     File,
     Dir,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct MemoryEntry {
+    /// Relative to memories_dir.
     pub path: String,
     pub kind: EntryKind,
-    /// `None` for a folder.
+    /// null for a folder.
     pub bytes: Option<u64>,
     pub modified_at: Option<DateTime<Utc>>,
 }
@@ -159,7 +161,8 @@ pub fn numbered_lines<'a>(lines: impl Iterator<Item = &'a str>, first: u64, tota
 }
 
 /// What `memory/read` answers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MemoryRead")]
 pub struct FileSlice {
     pub path: String,
     pub text: String,
@@ -286,7 +289,8 @@ pub struct SearchQuery<'a> {
     pub after: Option<(String, u64)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MemoryMatch")]
 pub struct SearchMatch {
     pub path: String,
     pub line: u64,

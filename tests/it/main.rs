@@ -28,6 +28,7 @@ mod leaks;
 mod limits;
 mod listings;
 mod migrations;
+mod openapi;
 mod phase_one;
 mod phase_two;
 mod portability;

@@ -669,6 +669,9 @@ def test_a_gateways_502_is_retried_for_a_read_and_a_500_only_for_a_get():
         httpd.shutdown()
 
 
+LIMIT_FIELDS = ("requests_per_second", "burst", "storage_bytes", "model_tokens_per_day", "open_sessions")
+
+
 def test_per_call_options_and_raw_responses(server, tenant):
     seen: list[dict[str, str]] = []
 
@@ -679,11 +682,12 @@ def test_per_call_options_and_raw_responses(server, tenant):
         def do_GET(self) -> None:
             seen.append(dict(self.headers))
             time.sleep(0.5)
+            body = json.dumps(dict.fromkeys(LIMIT_FIELDS)).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
-            self.send_header("content-length", "2")
+            self.send_header("content-length", str(len(body)))
             self.end_headers()
-            self.wfile.write(b"{}")
+            self.wfile.write(body)
 
     httpd, base = serve(Slow)
     try:

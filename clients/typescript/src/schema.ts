@@ -26,7 +26,9 @@ export interface paths {
                     headers: {
                         [name: string]: unknown;
                     };
-                    content?: never;
+                    content: {
+                        "application/json": components["schemas"]["Health"];
+                    };
                 };
             };
         };
@@ -60,7 +62,9 @@ export interface paths {
                     headers: {
                         [name: string]: unknown;
                     };
-                    content?: never;
+                    content: {
+                        "application/json": components["schemas"]["Health"];
+                    };
                 };
                 503: components["responses"]["Unavailable"];
             };
@@ -201,7 +205,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["IssuedKey"];
+                        "application/json": components["schemas"]["NewTenantKey"];
                     };
                 };
                 400: components["responses"]["Problem"];
@@ -2077,9 +2081,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": {
-                            webhooks?: components["schemas"]["Webhook"][];
-                        };
+                        "application/json": components["schemas"]["WebhookList"];
                     };
                 };
                 401: components["responses"]["Problem"];
@@ -2345,9 +2347,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": {
-                            deliveries?: components["schemas"]["Delivery"][];
-                        };
+                        "application/json": components["schemas"]["DeliveryList"];
                     };
                 };
                 400: components["responses"]["Problem"];
@@ -2416,7 +2416,6 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        FileSafeId: string;
         Problem: {
             type: string;
             title: string;
@@ -2425,13 +2424,6 @@ export interface components {
             /** @enum {string} */
             code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "job_not_retryable" | "webhook_disabled" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
         };
-        NewTenant: {
-            name: string;
-        };
-        /** @enum {string} */
-        Permission: "ingest" | "close" | "read" | "edit" | "manage";
-        /** @description "*" (every workspace) or 1 to 1,000 workspace names */
-        KeyWorkspaces: "*" | components["schemas"]["FileSafeId"][];
         KeyRequest: {
             name?: string | null;
             workspaces: components["schemas"]["KeyWorkspaces"];
@@ -2449,41 +2441,6 @@ export interface components {
             permissions?: components["schemas"]["Permission"][];
             /** Format: date-time */
             expires_at?: string | null;
-        };
-        Key: {
-            /** Format: uuid */
-            key_id: string;
-            name: string | null;
-            workspaces: components["schemas"]["KeyWorkspaces"];
-            permissions: components["schemas"]["Permission"][];
-            /** Format: date-time */
-            expires_at: string | null;
-            /** Format: date-time */
-            created_at: string;
-            /**
-             * Format: uuid
-             * @description the key that made it (null: a tenant's first key, or the admin's); revoking that key revokes this one
-             */
-            created_by: string | null;
-        };
-        KeyList: {
-            keys: components["schemas"]["Key"][];
-            next_cursor: string | null;
-        };
-        /** @description A key as listed, with its secret (shown once); the admin's routes add tenant_id (and name, the tenant's, on a tenant's creation). */
-        IssuedKey: {
-            /** Format: uuid */
-            tenant_id?: string;
-            name?: string | null;
-            /** Format: uuid */
-            key_id: string;
-            api_key: string;
-            workspaces?: components["schemas"]["KeyWorkspaces"];
-            permissions?: components["schemas"]["Permission"][];
-            /** Format: date-time */
-            expires_at?: string | null;
-            /** Format: date-time */
-            created_at?: string;
         };
         LayoutConfig: {
             memories_dir: string;
@@ -2568,58 +2525,6 @@ export interface components {
             };
             final_output?: unknown;
         };
-        AppendedSegment: {
-            session_id: string;
-            layout: string;
-            rollout_id: string;
-            /** @description 0-based within the rollout file */
-            segment_index: number;
-            rollout_path: string;
-        };
-        NewSession: {
-            session_id?: components["schemas"]["FileSafeId"];
-            workspace?: components["schemas"]["FileSafeId"];
-            metadata?: Record<string, unknown>;
-        };
-        /** @enum {string} */
-        SessionState: "open" | "closing" | "closed";
-        SessionRollout: {
-            layout: string;
-            rollout_id: string;
-            segment_count: number;
-        };
-        Session: {
-            session_id: string;
-            workspace: string;
-            state: components["schemas"]["SessionState"];
-            metadata: Record<string, unknown>;
-            memory_status: Record<string, unknown> | null;
-            /** Format: date-time */
-            created_at: string;
-            /** Format: date-time */
-            closed_at: string | null;
-            /**
-             * @description present while a closing session's jobs wait: model_budget, the tenant's tokens of the UTC day are spent
-             * @enum {string}
-             */
-            waiting?: "model_budget";
-            rollouts: components["schemas"]["SessionRollout"][];
-            jobs: components["schemas"]["Job"][];
-        };
-        CloseResult: {
-            session_id: string;
-            state: components["schemas"]["SessionState"];
-            memory_status: Record<string, unknown> | null;
-            jobs: components["schemas"]["QueuedJob"][];
-        };
-        QueuedJob: {
-            /** Format: uuid */
-            job_id: string;
-            kind: components["schemas"]["JobKind"];
-            layout: string;
-            rollout_id?: string;
-            state: components["schemas"]["JobState"];
-        };
         SelectionItem: {
             rollout_id: string;
             updated_at: string;
@@ -2640,92 +2545,6 @@ export interface components {
             added_rollout_ids: string[];
             retained_rollout_ids: string[];
             removed: components["schemas"]["SelectionItem"][];
-        };
-        PhaseTwoRun: {
-            /** Format: uuid */
-            run_id: string;
-            /**
-             * @description the kind of job that made the run
-             * @enum {string}
-             */
-            kind: "phase_two" | "restore" | "forget" | "edit";
-            /** Format: uuid */
-            job_id: string;
-            session_id: string;
-            /** @enum {string} */
-            state: "succeeded" | "skipped" | "failed";
-            selected: number;
-            added: number;
-            retained: number;
-            removed: number;
-            files_changed: string[];
-            /** @description the sessions whose closes the run served */
-            sessions: string[];
-            /**
-             * Format: uuid
-             * @description a restore's run: the run whose memory it put back
-             */
-            restored_from?: string;
-            /** @description an edit's run: the conversation the edit came from */
-            rollout_id?: string;
-            /** @description an edit's run: why it was made */
-            reason?: string;
-            redactions: components["schemas"]["Redactions"];
-            usage: Record<string, unknown>;
-            turns: number;
-            error: string | null;
-            /** Format: date-time */
-            started_at: string;
-            /** Format: date-time */
-            finished_at: string;
-        };
-        RunList: {
-            runs: components["schemas"]["PhaseTwoRun"][];
-            /** @description the next page's cursor; null on the last page */
-            next_cursor: string | null;
-        };
-        Instructions: {
-            instructions: string;
-            memory_dir: string;
-            truncated: boolean;
-        };
-        /** @enum {string} */
-        JobKind: "phase_one" | "phase_two" | "restore" | "forget" | "import" | "edit";
-        MemoryEntry: {
-            /** @description relative to memories_dir */
-            path: string;
-            /** @enum {string} */
-            kind: "file" | "dir";
-            /** @description null for a folder */
-            bytes: number | null;
-            /** Format: date-time */
-            modified_at: string | null;
-        };
-        MemoryListing: {
-            entries: components["schemas"]["MemoryEntry"][];
-            next_cursor: string | null;
-        };
-        MemoryRead: {
-            path: string;
-            text: string;
-            offset: number;
-            lines: number;
-            total_lines: number;
-            /** @description the 80 */
-            truncated: boolean;
-            /** @description of the whole file */
-            sha256: string;
-        };
-        MemoryMatch: {
-            path: string;
-            line: number;
-            text: string;
-            before: string[];
-            after: string[];
-        };
-        MemorySearch: {
-            matches: components["schemas"]["MemoryMatch"][];
-            next_cursor: string | null;
         };
         /** @description One command of Anthropic's memory tool: create {path, file_text} (writes or overwrites), str_replace {path, old_str, new_str} (old_str must occur exactly once), insert {path, insert_line, insert_text} (after line insert_line; 0: at the top), delete {path} (a file or a folder), rename {old_path, new_path} (the new path must be free) */
         MemoryCommand: {
@@ -2752,112 +2571,6 @@ export interface components {
             session_id?: components["schemas"]["FileSafeId"];
             rollout_id?: components["schemas"]["FileSafeId"];
             reason?: string;
-        };
-        PublishedEdit: {
-            /** Format: uuid */
-            job_id: string;
-            /** Format: uuid */
-            run_id: string;
-            changes: {
-                /** @description relative to memories_dir */
-                path?: string;
-                /** @enum {string} */
-                change?: "added" | "modified" | "deleted";
-            }[];
-        };
-        /** @enum {string} */
-        JobState: "queued" | "running" | "succeeded" | "skipped" | "failed" | "cancelled";
-        LimitsBody: {
-            requests_per_second?: number;
-            burst?: number;
-            storage_bytes?: number;
-            model_tokens_per_day?: number;
-            open_sessions?: number;
-        };
-        Limits: {
-            requests_per_second?: number | null;
-            burst?: number | null;
-            storage_bytes?: number | null;
-            model_tokens_per_day?: number | null;
-            open_sessions?: number | null;
-        };
-        ModelUse: {
-            model_calls: number;
-            input_tokens: number;
-            output_tokens: number;
-        };
-        UsageDay: {
-            /** Format: date */
-            date: string;
-            segments: number;
-            bytes_ingested: number;
-            closes: number;
-            model_calls: number;
-            input_tokens: number;
-            output_tokens: number;
-            /** @description runs recorded in the memory history (phase two, restore, forget) */
-            runs: number;
-            by_kind: {
-                [key: string]: components["schemas"]["ModelUse"];
-            };
-        };
-        WebhookBody: {
-            /** Format: uri */
-            url: string;
-            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[];
-            description?: string;
-        };
-        /** @description every field optional; what is left out stays */
-        WebhookPatch: {
-            /** Format: uri */
-            url?: string;
-            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[];
-            /** @description null clears it */
-            description?: string | null;
-            /** @enum {string} */
-            state?: "enabled" | "disabled";
-        };
-        Webhook: {
-            /** Format: uuid */
-            webhook_id: string;
-            url: string;
-            /** @description the types it receives; ["*"]: all */
-            events: string[];
-            description: string | null;
-            /** @enum {string} */
-            state: "enabled" | "disabled";
-            /** @description why it was disabled (it answered 410 Gone */
-            disabled_reason: string | null;
-            /** Format: date-time */
-            previous_secret_until: string | null;
-            /** Format: date-time */
-            created_at: string;
-            /** Format: date-time */
-            updated_at: string;
-        };
-        WebhookWithSecret: components["schemas"]["Webhook"] & {
-            /** @description whsec_ + base64 of 32 bytes; shown once */
-            secret: string;
-        };
-        Delivery: {
-            event_id: string;
-            event_type: string;
-            /** @enum {string} */
-            state: "pending" | "succeeded" | "failed" | "dropped";
-            attempts: number;
-            last_status: number | null;
-            last_error: string | null;
-            /** @description the start of the receiver's answer (1 KiB) */
-            last_response: string | null;
-            /** Format: date-time */
-            last_attempt_at: string | null;
-            /**
-             * Format: date-time
-             * @description while pending
-             */
-            next_attempt_at: string | null;
-            /** Format: date-time */
-            created_at: string;
         };
         /** @description What a webhook receives (POST, with webhook-id, webhook-timestamp and webhook-signature per the Standard Webhooks specification) and what the stream's data lines carry. */
         Event: {
@@ -2908,61 +2621,284 @@ export interface components {
             webhook_id: string;
             message: string;
         };
+        /** @description `/healthz` (`ok`) and `/readyz` (`ready`). */
+        Health: {
+            status: string;
+        };
+        /** @description A tenant just made, with its first key (shown once). */
+        NewTenantKey: {
+            /** Format: uuid */
+            tenant_id: string;
+            name: string;
+            /** Format: uuid */
+            key_id: string;
+            api_key: string;
+        };
+        /** @description A key just made: as listed, with its secret (shown once) and, for the admin's route, its tenant. */
+        IssuedKey: {
+            /** Format: uuid */
+            key_id: string;
+            name: string | null;
+            workspaces: components["schemas"]["KeyWorkspaces"];
+            permissions: components["schemas"]["Permission"][];
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: uuid
+             * @description The key that made it (null: a tenant's first key, or the admin's); revoking that key revokes this one.
+             */
+            created_by: string | null;
+            api_key: string;
+            /** Format: uuid */
+            tenant_id?: string | null;
+        };
+        /** @description "*" (every workspace) or 1 to 1,000 workspace names */
+        KeyWorkspaces: "*" | components["schemas"]["FileSafeId"][];
+        FileSafeId: string;
+        /** @enum {string} */
+        Permission: "ingest" | "close" | "read" | "edit" | "manage";
+        /** @description A page of keys, newest first. */
+        KeyList: {
+            keys: components["schemas"]["Key"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
+        };
+        /** @description A key as listed: never its secret. */
+        Key: {
+            /** Format: uuid */
+            key_id: string;
+            name: string | null;
+            workspaces: components["schemas"]["KeyWorkspaces"];
+            permissions: components["schemas"]["Permission"][];
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: uuid
+             * @description The key that made it (null: a tenant's first key, or the admin's); revoking that key revokes this one.
+             */
+            created_by: string | null;
+        };
+        /** @description A tenant's usage report: its storage now, and its counters per UTC day from `from` to `to`, oldest first, every day present. `GET /v1/usage`: the tenant's storage now and its days, oldest first. */
         Usage: {
+            /** Format: int64 */
             storage_bytes: number;
             days: components["schemas"]["UsageDay"][];
         };
-        /** @description secrets redacted, by rule name; {} when none */
-        Redactions: {
-            [key: string]: number;
+        /** @description A day as `GET /v1/usage` shows it. */
+        UsageDay: {
+            date: string;
+            /** Format: int64 */
+            segments: number;
+            /** Format: int64 */
+            bytes_ingested: number;
+            /** Format: int64 */
+            closes: number;
+            /** Format: int64 */
+            model_calls: number;
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description Runs recorded in the memory history (phase two, restore, forget).
+             */
+            runs: number;
+            /** @description By job kind, in the kinds' order. */
+            by_kind: {
+                [key: string]: components["schemas"]["ModelUse"];
+            };
         };
-        ForgetSpec: {
-            /** @enum {string} */
-            scope: "rollouts" | "workspace" | "tenant";
-            /** @enum {string} */
-            mode: "scrub" | "rebuild";
-            /** @description a forget of conversations: which (absent otherwise) */
-            rollout_ids?: string[];
+        /** @description One job kind's model use. */
+        ModelUse: {
+            /** Format: int64 */
+            model_calls: number;
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+        };
+        /** @description Limits in force as the API shows them: every field present, `null` unlimited. */
+        Limits: {
+            /** Format: double */
+            requests_per_second: number | null;
+            /** Format: uint32 */
+            burst: number | null;
+            /** Format: uint64 */
+            storage_bytes: number | null;
+            /** Format: uint64 */
+            model_tokens_per_day: number | null;
+            /** Format: uint64 */
+            open_sessions: number | null;
+        };
+        AppendedSegment: {
+            session_id: string;
+            layout: string;
+            rollout_id: string;
+            /**
+             * Format: int64
+             * @description 0-based within the rollout file.
+             */
+            segment_index: number;
+            rollout_path: string;
+        };
+        Session: {
+            session_id: string;
+            workspace: string;
+            state: components["schemas"]["SessionState"];
+            metadata: {
+                [key: string]: unknown;
+            };
+            memory_status: {
+                /** @enum {string} */
+                status: "complete" | "partial" | "forgotten";
+                failures: {
+                    /** Format: uuid */
+                    job_id: string;
+                    kind: components["schemas"]["JobKind"];
+                    layout: string;
+                    rollout_id: string | null;
+                    error: string | null;
+                }[];
+            } | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            closed_at: string | null;
+            /**
+             * @description Why a closing session's jobs are not running: `model_budget`, its tenant's tokens of the day are spent.
+             * @enum {string|null}
+             */
+            waiting?: "model_budget" | null;
+            rollouts: components["schemas"]["SessionRollout"][];
+            jobs: components["schemas"]["Job"][];
+        };
+        /** @enum {string} */
+        SessionState: "open" | "closing" | "closed";
+        /** @enum {string} */
+        JobKind: "phase_one" | "phase_two" | "restore" | "forget" | "import" | "edit";
+        SessionRollout: {
+            layout: string;
+            rollout_id: string;
+            /** Format: int64 */
+            segment_count: number;
         };
         Job: {
             /** Format: uuid */
             job_id: string;
             kind: components["schemas"]["JobKind"];
             state: components["schemas"]["JobState"];
-            /** @description the session whose close queued the job; null for a forget */
+            /** @description The session whose close queued the job; null for a forget, which no close queues. */
             session_id: string | null;
             workspace: string;
             layout: string;
-            rollout_id?: string;
+            rollout_id?: string | null;
+            /** Format: int64 */
             attempts: number;
             /** Format: date-time */
             run_after: string;
             last_error: string | null;
-            usage: Record<string, unknown> | null;
+            /** @description Tokens and calls a job's model use came to; stored as this JSON with the job and its run. */
+            usage: {
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                input_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                output_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                calls: number;
+            } | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
             started_at: string | null;
             /** Format: date-time */
             finished_at: string | null;
-            /** @description Phase-two jobs only: the sessions whose closes the job serves. Closes of one layout share its waiting phase-two job; a session still extracting when the job starts moves to the next one. */
+            /** @description For a phase-two job: the sessions whose closes it serves. */
             sessions?: string[];
             /**
              * Format: uuid
-             * @description restore jobs only: the run whose memory it puts back
+             * @description For a restore job: the run whose memory it puts back.
              */
-            restore_run_id?: string;
-            /** @description phase-one jobs made early for a rollout idle in an open session (MEMORYD_EAGER_PHASE_ONE_SECS); absent otherwise */
+            restore_run_id?: string | null;
+            /** @description A phase one made early, for a rollout idle in an open session. */
             eager?: boolean;
-            /** @description forget jobs only: what they forget */
-            forget?: components["schemas"]["ForgetSpec"];
-            redactions: components["schemas"]["Redactions"];
+            /** @description For a forget job: what it forgets, and how. */
+            forget?: components["schemas"]["ForgetSpec"] | null;
+            /** @description Secrets redacted by the job, by rule. */
+            redactions: {
+                [key: string]: number;
+            };
         };
+        /** @enum {string} */
+        JobState: "queued" | "running" | "succeeded" | "skipped" | "failed" | "cancelled";
+        /** @description A forget job's target. */
+        ForgetSpec: {
+            /**
+             * @description What a forget job removes.
+             * @enum {string}
+             */
+            scope: "workspace" | "tenant" | "rollouts";
+            /**
+             * @description How the memory is consolidated without a forgotten conversation.
+             * @enum {string}
+             */
+            mode: "scrub" | "rebuild";
+            /** @description The conversations, for a forget of conversations. */
+            rollout_ids?: string[];
+        };
+        /** @description What a close answers: the session and the jobs it queued. */
+        CloseResult: {
+            session_id: string;
+            state: components["schemas"]["SessionState"];
+            memory_status: {
+                /** @enum {string} */
+                status: "complete" | "partial" | "forgotten";
+                failures: {
+                    /** Format: uuid */
+                    job_id: string;
+                    kind: components["schemas"]["JobKind"];
+                    layout: string;
+                    rollout_id: string | null;
+                    error: string | null;
+                }[];
+            } | null;
+            jobs: components["schemas"]["QueuedJob"][];
+        };
+        /** @description One job of a close, as its answer names it. */
+        QueuedJob: {
+            /** Format: uuid */
+            job_id: string;
+            kind: components["schemas"]["JobKind"];
+            layout: string;
+            state: components["schemas"]["JobState"];
+            rollout_id?: string | null;
+        };
+        /** @description A page of `GET /v1/jobs`. */
         JobList: {
             jobs: components["schemas"]["Job"][];
-            /** @description the next page's cursor; null on the last page */
+            /** @description The next page's cursor; null on the last page. */
             next_cursor: string | null;
         };
+        /** @description A page of `GET /v1/sessions`. */
+        SessionPage: {
+            sessions: components["schemas"]["SessionSummary"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
+        };
+        /** @description A session as the listing shows it. */
         SessionSummary: {
             session_id: string;
             workspace: string;
@@ -2971,72 +2907,439 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             closed_at: string | null;
-            /** @description segments appended in this session */
+            /**
+             * Format: int64
+             * @description Segments appended in this session, over all its rollouts.
+             */
             segments: number;
-            /** @description rollouts (per layout) the session touched */
+            /**
+             * Format: int64
+             * @description Rollouts (per layout) the session touched.
+             */
             rollouts: number;
-            memory_status: Record<string, unknown> | null;
+            memory_status: {
+                /** @enum {string} */
+                status: "complete" | "partial" | "forgotten";
+                failures: {
+                    /** Format: uuid */
+                    job_id: string;
+                    kind: components["schemas"]["JobKind"];
+                    layout: string;
+                    rollout_id: string | null;
+                    error: string | null;
+                }[];
+            } | null;
         };
-        SessionPage: {
-            sessions: components["schemas"]["SessionSummary"][];
-            /** @description the next page's cursor; null on the last page */
-            next_cursor: string | null;
-        };
-        FileChange: {
-            /** @description relative to memories_dir */
-            path: string;
-            /** @enum {string} */
-            change: "added" | "modified" | "deleted";
-            /** @description unified diff; null for binary content, a side over 1 MiB, or a forget's run (which keeps no before-content) */
-            diff: string | null;
-            before_bytes: number | null;
-            after_bytes: number | null;
-        };
-        RunDetail: components["schemas"]["PhaseTwoRun"] & {
-            /** @description false once the run is older than the newest MEMORYD_HISTORY_RUNS of its layout */
-            history_kept?: boolean;
-            changes?: components["schemas"]["FileChange"][] | null;
-        };
-        WorkspaceSummary: {
-            name: string;
-            /** @description layouts with rollouts in this workspace */
-            layouts: string[];
-            sessions: number;
-            /** Format: date-time */
-            updated_at: string | null;
-        };
+        /** @description `GET /v1/workspaces`: every workspace the key sees (a tenant has few). */
         WorkspaceList: {
             workspaces: components["schemas"]["WorkspaceSummary"][];
         };
+        /** @description One entry of `GET /v1/workspaces`. */
+        WorkspaceSummary: {
+            name: string;
+            /** @description Layouts with rollouts in this workspace, by name. */
+            layouts: string[];
+            /** Format: int64 */
+            sessions: number;
+            /**
+             * Format: date-time
+             * @description The newest session's creation or append, whichever is later.
+             */
+            updated_at: string | null;
+        };
+        /** @description `GET …/files`: the memory folder as it is now. */
+        FileList: {
+            files: components["schemas"]["MemoryFile"][];
+        };
         MemoryFile: {
-            /** @description relative to memories_dir */
+            /** @description Relative to memories_dir. */
             path: string;
+            /** Format: uint64 */
             bytes: number;
             /** Format: date-time */
             modified_at: string;
         };
-        FileList: {
-            files: components["schemas"]["MemoryFile"][];
+        /** @description A page of the admin's `GET /v1/admin/tenants`. */
+        TenantList: {
+            tenants: components["schemas"]["TenantSummary"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
         };
+        /** @description A tenant as the admin listing shows it. */
         TenantSummary: {
             /** Format: uuid */
             tenant_id: string;
             name: string;
             /** Format: date-time */
             created_at: string;
-            /** @description keys not revoked */
+            /**
+             * Format: int64
+             * @description Keys not revoked.
+             */
             keys: number;
+            /** Format: int64 */
             sessions: number;
             /**
-             * @description `deleting` while a forget of the tenant runs
+             * @description `active`, or `deleting` while a forget of the tenant runs.
              * @enum {string}
              */
             state: "active" | "deleting";
         };
-        TenantList: {
-            tenants: components["schemas"]["TenantSummary"][];
-            /** @description the next page's cursor; null on the last page */
+        /** @description A page of `GET …/runs`, newest first. */
+        RunList: {
+            runs: components["schemas"]["PhaseTwoRun"][];
+            /** @description The next page's cursor; null on the last page. */
             next_cursor: string | null;
+        };
+        /** @description One phase-two attempt, as `GET …/runs` shows it. */
+        PhaseTwoRun: {
+            /** Format: uuid */
+            run_id: string;
+            /**
+             * @description The kind of job that made the run.
+             * @enum {string}
+             */
+            kind: "phase_two" | "restore" | "forget" | "edit";
+            /** Format: uuid */
+            job_id: string;
+            session_id: string;
+            /**
+             * @description How a phase-two, restore or forget run ended, as its run record says.
+             * @enum {string}
+             */
+            state: "succeeded" | "failed" | "skipped";
+            /** Format: int64 */
+            selected: number;
+            /** Format: int64 */
+            added: number;
+            /** Format: int64 */
+            retained: number;
+            /** Format: int64 */
+            removed: number;
+            files_changed: string[];
+            /** @description Tokens and calls a job's model use came to; stored as this JSON with the job and its run. */
+            usage: {
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                input_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                output_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                calls: number;
+            };
+            /** Format: int64 */
+            turns: number;
+            error: string | null;
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            finished_at: string;
+            /**
+             * Format: uuid
+             * @description For a restore's run: the run whose memory it put back.
+             */
+            restored_from?: string | null;
+            /** @description For an edit's run: the conversation the edit came from, and why it was made. */
+            rollout_id?: string | null;
+            /** @description For an edit's run: why it was made. */
+            reason?: string | null;
+            /** @description The sessions whose closes the run served. */
+            sessions: string[];
+            /** @description Secrets redacted from the files the run published, by rule. */
+            redactions: {
+                [key: string]: number;
+            };
+        };
+        /** @description What `GET …/instructions` answers. */
+        Instructions: {
+            instructions: string;
+            memory_dir: string;
+            truncated: boolean;
+        };
+        /** @description `GET …/runs/{run_id}`: the run, and what it changed while its history is kept. */
+        RunDetail: {
+            /** Format: uuid */
+            run_id: string;
+            /**
+             * @description The kind of job that made the run.
+             * @enum {string}
+             */
+            kind: "phase_two" | "restore" | "forget" | "edit";
+            /** Format: uuid */
+            job_id: string;
+            session_id: string;
+            /**
+             * @description How a phase-two, restore or forget run ended, as its run record says.
+             * @enum {string}
+             */
+            state: "succeeded" | "failed" | "skipped";
+            /** Format: int64 */
+            selected: number;
+            /** Format: int64 */
+            added: number;
+            /** Format: int64 */
+            retained: number;
+            /** Format: int64 */
+            removed: number;
+            files_changed: string[];
+            /** @description Tokens and calls a job's model use came to; stored as this JSON with the job and its run. */
+            usage: {
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                input_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                output_tokens: number;
+                /**
+                 * Format: uint64
+                 * @default 0
+                 */
+                calls: number;
+            };
+            /** Format: int64 */
+            turns: number;
+            error: string | null;
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            finished_at: string;
+            /**
+             * Format: uuid
+             * @description For a restore's run: the run whose memory it put back.
+             */
+            restored_from?: string | null;
+            /** @description For an edit's run: the conversation the edit came from, and why it was made. */
+            rollout_id?: string | null;
+            /** @description For an edit's run: why it was made. */
+            reason?: string | null;
+            /** @description The sessions whose closes the run served. */
+            sessions: string[];
+            /** @description Secrets redacted from the files the run published, by rule. */
+            redactions: {
+                [key: string]: number;
+            };
+            history_kept: boolean;
+            changes: components["schemas"]["FileChange"][] | null;
+        };
+        /** @description One file a run changed, with its diff (null: binary, over the diff's size, or a forget's run, whose before must not be shown). */
+        FileChange: {
+            /** @description Relative to memories_dir. */
+            path: string;
+            /**
+             * @description How a run changed a file.
+             * @enum {string}
+             */
+            change: "added" | "modified" | "deleted";
+            /** @description A unified diff; null for binary content, a side over 1 MiB, or a forget's run (which keeps no before-content). */
+            diff: string | null;
+            /** Format: int64 */
+            before_bytes: number | null;
+            /** Format: int64 */
+            after_bytes: number | null;
+        };
+        /** @description What `memory/list` and MCP's `memory_list` answer. */
+        MemoryListing: {
+            entries: components["schemas"]["MemoryEntry"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
+        };
+        MemoryEntry: {
+            /** @description Relative to memories_dir. */
+            path: string;
+            /** @enum {string} */
+            kind: "file" | "dir";
+            /**
+             * Format: uint64
+             * @description null for a folder.
+             */
+            bytes: number | null;
+            /** Format: date-time */
+            modified_at: string | null;
+        };
+        /** @description What `memory/read` answers. */
+        MemoryRead: {
+            path: string;
+            text: string;
+            /** Format: uint64 */
+            offset: number;
+            /** Format: uint64 */
+            lines: number;
+            /** Format: uint64 */
+            total_lines: number;
+            /** @description The byte cap cut the slice before `limit` lines. */
+            truncated: boolean;
+            /** @description Of the whole file, for `expect` preconditions of an edit. */
+            sha256: string;
+        };
+        /** @description What `memory/search` and MCP's `memory_search` answer. */
+        MemorySearch: {
+            matches: components["schemas"]["MemoryMatch"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
+        };
+        MemoryMatch: {
+            path: string;
+            /** Format: uint64 */
+            line: number;
+            text: string;
+            before: string[];
+            after: string[];
+        };
+        /** @description What a published edit changed (`memory/edits` 200, MCP's `memory_edit`). */
+        PublishedEdit: {
+            /** Format: uuid */
+            job_id: string;
+            /** Format: uuid */
+            run_id: string;
+            changes: {
+                path: string;
+                /**
+                 * @description How a run changed a file.
+                 * @enum {string}
+                 */
+                change: "added" | "modified" | "deleted";
+            }[];
+        };
+        /** @description An endpoint just made or rotated, with its secret (shown once). */
+        WebhookWithSecret: {
+            /** Format: uuid */
+            webhook_id: string;
+            url: string;
+            /** @description The event types it receives; `["*"]`: all. */
+            events: string[];
+            description: string | null;
+            /**
+             * @description `enabled` or `disabled` (it answered 410 Gone, or a PATCH disabled it).
+             * @enum {string}
+             */
+            state: "enabled" | "disabled";
+            /** @description Why it was disabled (it answered 410 Gone, or a PATCH disabled it). */
+            disabled_reason: string | null;
+            /**
+             * Format: date-time
+             * @description Until when the secret before the last rotation still signs.
+             */
+            previous_secret_until: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description `whsec_` and the base64 of 32 bytes; shown once. */
+            secret: string;
+        };
+        /** @description `GET /v1/webhooks`. */
+        WebhookList: {
+            webhooks: components["schemas"]["Webhook"][];
+        };
+        /** @description A webhook endpoint as its tenant sees it (its secret is never shown again after it is made). */
+        Webhook: {
+            /** Format: uuid */
+            webhook_id: string;
+            url: string;
+            /** @description The event types it receives; `["*"]`: all. */
+            events: string[];
+            description: string | null;
+            /**
+             * @description `enabled` or `disabled` (it answered 410 Gone, or a PATCH disabled it).
+             * @enum {string}
+             */
+            state: "enabled" | "disabled";
+            /** @description Why it was disabled (it answered 410 Gone, or a PATCH disabled it). */
+            disabled_reason: string | null;
+            /**
+             * Format: date-time
+             * @description Until when the secret before the last rotation still signs.
+             */
+            previous_secret_until: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** @description `GET …/deliveries`, newest first. */
+        DeliveryList: {
+            deliveries: components["schemas"]["Delivery"][];
+        };
+        /** @description One event's delivery to one endpoint. */
+        Delivery: {
+            event_id: string;
+            event_type: string;
+            /** @enum {string} */
+            state: "pending" | "succeeded" | "failed" | "dropped";
+            /** Format: int64 */
+            attempts: number;
+            /** Format: int64 */
+            last_status: number | null;
+            last_error: string | null;
+            /** @description The start of the receiver's answer (1 KiB). */
+            last_response: string | null;
+            /** Format: date-time */
+            last_attempt_at: string | null;
+            /**
+             * Format: date-time
+             * @description When it is tried next, while it is pending.
+             */
+            next_attempt_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        NewTenant: {
+            name: string;
+        };
+        NewSession: {
+            session_id?: components["schemas"]["FileSafeId"] | null;
+            workspace?: components["schemas"]["FileSafeId"] | null;
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        LimitsBody: {
+            /** Format: double */
+            requests_per_second?: number | null;
+            /** Format: uint64 */
+            burst?: number | null;
+            /** Format: uint64 */
+            storage_bytes?: number | null;
+            /** Format: uint64 */
+            model_tokens_per_day?: number | null;
+            /** Format: uint64 */
+            open_sessions?: number | null;
+        };
+        WebhookBody: {
+            /** Format: uri */
+            url: string;
+            /**
+             * @description The event types it receives; `["*"]`, `[]` or none: all.
+             * @default null
+             */
+            events: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[] | null;
+            /** @default null */
+            description: string | null;
+        };
+        /** @description Every field optional; what is left out stays. */
+        WebhookPatch: {
+            /** Format: uri */
+            url?: string | null;
+            events?: ("*" | "session.closed" | "run.succeeded" | "run.failed" | "job.failed" | "forget.completed" | "memory.edited" | "webhook.test")[] | null;
+            /**
+             * @description `null` clears it.
+             * @default null
+             */
+            description: string | null;
+            /** @enum {string|null} */
+            state?: "enabled" | "disabled" | null;
         };
     };
     responses: {

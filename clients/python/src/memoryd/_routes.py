@@ -106,10 +106,10 @@ def metrics() -> Call[str]:
 
 
 # -- admin (needs the admin token) -------------------------------------
-def create_tenant(name: str) -> Call[m.IssuedKey]:
+def create_tenant(name: str) -> Call[m.NewTenantKey]:
     """``POST /v1/admin/tenants``: a tenant and its first API key (shown once). Not retried."""
     body = m.NewTenant(name=name).model_dump()
-    return Call("POST", "/v1/admin/tenants", as_model(m.IssuedKey), json=body, idempotent=False, admin=True)
+    return Call("POST", "/v1/admin/tenants", as_model(m.NewTenantKey), json=body, idempotent=False, admin=True)
 
 
 def _key_body(

@@ -79,17 +79,20 @@ class KeyList(_Model):
     next_cursor: str | None
 
 
-class IssuedKey(_Model):
-    """A key just made, with its secret (shown once)."""
+class IssuedKey(Key):
+    """A key just made: as listed, with its secret (shown once) and, from the admin's route, its tenant."""
 
+    api_key: str
     tenant_id: str | None = None
-    name: str | None = None
+
+
+class NewTenantKey(_Model):
+    """A tenant just made, with its first key (shown once)."""
+
+    tenant_id: str
+    name: str
     key_id: str
     api_key: str
-    workspaces: KeyWorkspaces | None = None
-    permissions: list[Permission] | None = None
-    expires_at: datetime | None = None
-    created_at: datetime | None = None
 
 
 class GenerateConfig(_Model):
@@ -130,13 +133,13 @@ class LimitsBody(_Model):
 
 
 class Limits(_Model):
-    """A tenant's limits in force; ``None`` is unlimited."""
+    """A tenant's limits in force; ``None`` is unlimited (every field is answered)."""
 
-    requests_per_second: float | None = None
-    burst: int | None = None
-    storage_bytes: int | None = None
-    model_tokens_per_day: int | None = None
-    open_sessions: int | None = None
+    requests_per_second: float | None
+    burst: int | None
+    storage_bytes: int | None
+    model_tokens_per_day: int | None
+    open_sessions: int | None
 
 
 class ModelUse(_Model):
@@ -406,8 +409,8 @@ class FileChange(_Model):
 
 
 class RunDetail(PhaseTwoRun):
-    history_kept: bool = False
-    changes: list[FileChange] | None = None
+    history_kept: bool
+    changes: list[FileChange] | None
 
 
 class RunList(_Model):
@@ -545,6 +548,20 @@ class Delivery(_Model):
     last_attempt_at: datetime | None
     next_attempt_at: datetime | None
     created_at: datetime
+
+
+class WebhookList(_Model):
+    webhooks: list[Webhook]
+
+
+class DeliveryList(_Model):
+    deliveries: list[Delivery]
+
+
+class Health(_Model):
+    """``/healthz`` (``ok``) and ``/readyz`` (``ready``)."""
+
+    status: str
 
 
 class SessionClosedData(_Model):
