@@ -12,8 +12,10 @@ use crate::domain::key_scope::{KeyScope, Permission};
 use crate::domain::layout::ValidLayout;
 use crate::domain::memory_edit::{EditRefusal, MemoryEdit, memory_relative, normalize};
 use crate::store::{AuthenticatedKey, JobRecord, JobState};
-use crate::tools::read::{self, ReadError, SearchQuery, SearchStop};
-use crate::tools::read::{FileSlice, MemoryEntry, SearchMatch};
+use crate::tools::read::{self, Budget, ReadError, SliceRequest};
+use crate::tools::read::{FileSlice, MemoryEntry};
+use crate::tools::search::SearchMatch;
+use crate::tools::search::{self, SearchQuery, SearchStop};
 use crate::workspace::confine;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -89,28 +91,35 @@ async fn on_disk<T: Send + 'static>(
 
 /// Which listing a cursor continues: one route's cursor is refused by another.
 #[derive(Clone, Copy)]
-enum CursorOf {
+pub(crate) enum CursorOf {
     List,
     Search,
+    /// MCP's `resources/list`, over every workspace the key reaches.
+    Resources,
 }
 
 /// What a cursor is bound to: the route, and the tenant's layout it pages.
-fn cursor_context(of: CursorOf, tenant: uuid::Uuid, workspace: &str, layout: &str) -> Vec<u8> {
+pub(crate) fn cursor_context(of: CursorOf, tenant: uuid::Uuid, workspace: &str, layout: &str) -> Vec<u8> {
     let route = match of {
         CursorOf::List => "memory/list",
         CursorOf::Search => "memory/search",
+        CursorOf::Resources => "resources/list",
     };
     format!("{route}|{tenant}|{workspace}|{layout}").into_bytes()
 }
 
 /// An opaque cursor: a position sealed under the deployment's secrets key,
 /// so that the only cursors a route takes are those it gave (SPEC §2.10).
-fn encode_cursor<T: Serialize>(state: &AppState, context: &[u8], position: &T) -> String {
+pub(crate) fn encode_cursor<T: Serialize>(state: &AppState, context: &[u8], position: &T) -> String {
     let bytes = serde_json::to_vec(position).expect("a cursor's position is a path and a line");
     URL_SAFE_NO_PAD.encode(state.events.key.seal_bytes(context, &bytes))
 }
 
-fn decode_cursor<T: serde::de::DeserializeOwned>(state: &AppState, context: &[u8], raw: &str) -> Result<T, ApiError> {
+pub(crate) fn decode_cursor<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    context: &[u8],
+    raw: &str,
+) -> Result<T, ApiError> {
     Some(raw)
         .filter(|raw| raw.len() <= MAX_CURSOR_CHARS)
         .and_then(|raw| URL_SAFE_NO_PAD.decode(raw).ok())
@@ -179,7 +188,7 @@ pub async fn list(
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<MemoryListing>, ApiError> {
-    list_memory(&state, tenant, &workspace, &layout, query).await.map(Json)
+    list_memory(&state, tenant, &workspace, &layout, query, read::HTTP_LIST).await.map(Json)
 }
 
 /// What `memory/list` answers (the route's and MCP's `memory_list`).
@@ -189,15 +198,27 @@ pub(crate) async fn list_memory(
     workspace: &str,
     layout: &str,
     query: ListQuery,
+    budget: Budget,
 ) -> Result<MemoryListing, ApiError> {
     let context = cursor_context(CursorOf::List, tenant, workspace, layout);
     let after: Option<String> = query.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(query.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
-    let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref())).await?;
+    let page = on_disk(move || read::list(&memory_root, &dir, after.as_deref(), budget)).await?;
     let next_cursor = page.next_after.map(|p| encode_cursor(state, &context, &p));
     Ok(MemoryListing { entries: page.entries, next_cursor })
+}
+
+/// Every file of a layout's memory folder, sorted by path (MCP's resources).
+pub(crate) async fn memory_files(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+) -> Result<Vec<MemoryEntry>, ApiError> {
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
+    on_disk(move || read::files(&folder.memory_root)).await
 }
 
 #[derive(Deserialize)]
@@ -206,6 +227,7 @@ pub struct ReadQuery {
     pub(crate) path: Option<String>,
     pub(crate) offset: Option<u64>,
     pub(crate) limit: Option<u64>,
+    pub(crate) byte_offset: Option<u64>,
     pub(crate) session_id: Option<String>,
 }
 
@@ -217,7 +239,7 @@ pub async fn read_file(
     QueryParams(query): QueryParams<ReadQuery>,
 ) -> Result<Json<FileSlice>, ApiError> {
     let usage = counts_usage(&key.scope, &workspace);
-    read_memory(&state, key.tenant_id, &workspace, &layout, query, usage).await.map(Json)
+    read_memory(&state, key.tenant_id, &workspace, &layout, query, usage, read::HTTP_READ).await.map(Json)
 }
 
 /// A read counts as usage only for a key that may also ingest in the
@@ -236,6 +258,7 @@ pub(crate) async fn read_memory(
     layout: &str,
     query: ReadQuery,
     usage: bool,
+    budget: Budget,
 ) -> Result<FileSlice, ApiError> {
     if query.offset == Some(0) || query.limit == Some(0) {
         return Err(ApiError::InvalidRequest("offset and limit count from 1.".into()));
@@ -249,7 +272,12 @@ pub(crate) async fn read_memory(
         ));
     }
     let (memory_root, at) = (folder.memory_root.clone(), path.clone());
-    let slice = on_disk(move || read::read(&memory_root, &at, query.offset.unwrap_or(1), query.limit)).await?;
+    let asked = SliceRequest {
+        offset: query.offset.unwrap_or(1),
+        limit: query.limit,
+        byte_offset: query.byte_offset.unwrap_or(0),
+    };
+    let slice = on_disk(move || read::read(&memory_root, &at, asked, budget)).await?;
     if let Some(session) = session.filter(|_| usage) {
         count_read(state, tenant, &folder, &session, &path).await;
     }
@@ -294,7 +322,7 @@ pub async fn search(
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(params): QueryParams<SearchParams>,
 ) -> Result<Json<MemorySearchPage>, ApiError> {
-    search_memory(&state, tenant, &workspace, &layout, params).await.map(Json)
+    search_memory(&state, tenant, &workspace, &layout, params, search::HTTP_SEARCH).await.map(Json)
 }
 
 /// What `memory/search` answers (the route's and MCP's `memory_search`).
@@ -304,16 +332,17 @@ pub(crate) async fn search_memory(
     workspace: &str,
     layout: &str,
     params: SearchParams,
+    budget: Budget,
 ) -> Result<MemorySearchPage, ApiError> {
     let text =
         params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
     let lines_around = params.context.unwrap_or(0);
     let limit = params.limit.unwrap_or(50);
-    if lines_around > read::MAX_CONTEXT || !(1..=read::MAX_MATCHES).contains(&limit) {
+    if lines_around > search::MAX_CONTEXT || !(1..=search::MAX_MATCHES).contains(&limit) {
         return Err(ApiError::InvalidRequest(format!(
             "context must be 0 to {} and limit 1 to {}.",
-            read::MAX_CONTEXT,
-            read::MAX_MATCHES
+            search::MAX_CONTEXT,
+            search::MAX_MATCHES
         )));
     }
     let context = cursor_context(CursorOf::Search, tenant, workspace, layout);
@@ -321,19 +350,27 @@ pub(crate) async fn search_memory(
         params.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
     let (regex, case_sensitive) = (params.regex.unwrap_or(false), params.case_sensitive.unwrap_or(false));
     // Checked before any file is opened: a bad pattern is the caller's, not the folder's.
-    read::matcher(&SearchQuery { query: &text, regex, case_sensitive, context: lines_around, limit, after: None })
-        .map_err(read_problem)?;
+    search::matcher(&SearchQuery {
+        query: &text,
+        regex,
+        case_sensitive,
+        context: lines_around,
+        limit,
+        after: None,
+        budget,
+    })
+    .map_err(read_problem)?;
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(params.path.as_deref())?;
     let memory_root = folder.memory_root.clone();
     let cancelled = Arc::new(AtomicBool::new(false));
     let _cancel_when_gone = CancelOnDrop(cancelled.clone());
-    let stop = SearchStop::new(Instant::now() + read::SEARCH_DEADLINE, cancelled);
+    let stop = SearchStop::new(Instant::now() + search::SEARCH_DEADLINE, cancelled);
     let asked = (text, regex, case_sensitive, lines_around, limit, after);
     let page = on_disk(move || {
         let (query, regex, case_sensitive, context, limit, after) = asked;
-        let query = SearchQuery { query: &query, regex, case_sensitive, context, limit, after };
-        read::search(&memory_root, &dir, &query, &stop)
+        let query = SearchQuery { query: &query, regex, case_sensitive, context, limit, after, budget };
+        search::search(&memory_root, &dir, &query, &stop)
     })
     .await?;
     let next_cursor = page.next_after.map(|position| encode_cursor(state, &context, &position));

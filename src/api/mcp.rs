@@ -21,8 +21,9 @@ use axum::response::{IntoResponse, Response};
 use rmcp::handler::server::tool::{ToolCallContext, ToolRouter};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, Implementation, ListPromptsResult, ListToolsResult, PaginatedRequestParams, Prompt,
-    PromptArgument, PromptMessage, Role, ServerCapabilities, ServerConfig,
+    GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, Role, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -32,6 +33,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::{Arc, LazyLock};
 
+mod arguments;
+mod resources;
 mod text;
 mod tools;
 
@@ -52,6 +55,8 @@ struct Caller {
     workspace: String,
     layout: String,
     session: Option<String>,
+    /// The client as its `User-Agent` names it, for the log.
+    client: String,
 }
 
 #[derive(Deserialize)]
@@ -99,9 +104,37 @@ pub async fn serve(
     {
         return Err(ApiError::InvalidRequest(format!("session_id is not a valid session id: {session:?}")));
     }
+    if req.method() == axum::http::Method::POST && !accepts_both_answers(req.headers()) {
+        return Ok(super::error::problem(
+            axum::http::StatusCode::NOT_ACCEPTABLE,
+            "invalid_request",
+            "POST /v1/mcp needs an Accept header naming both application/json and text/event-stream \
+             (the Streamable HTTP transport answers with either).",
+        ));
+    }
     let (tenant, scope) = (key.tenant_id, key.scope);
-    req.extensions_mut().insert(Caller { state, tenant, scope, workspace, layout, session: query.session_id });
+    let client = client_of(req.headers());
+    let session = query.session_id;
+    req.extensions_mut().insert(Caller { state, tenant, scope, workspace, layout, session, client });
     Ok(TRANSPORT.handle(req).await.into_response())
+}
+
+/// Whether a POST's `Accept` names both media types the transport may answer with.
+fn accepts_both_answers(headers: &axum::http::HeaderMap) -> bool {
+    let named: Vec<String> = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|item| item.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect();
+    ["application/json", "text/event-stream"].iter().all(|wanted| named.iter().any(|n| n == wanted))
+}
+
+/// The caller's `User-Agent`, printable and short, for the log.
+fn client_of(headers: &axum::http::HeaderMap) -> String {
+    let agent = headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+    agent.chars().filter(|c| !c.is_control()).take(120).collect()
 }
 
 impl Caller {
@@ -135,39 +168,54 @@ async fn editable(caller: &Caller) -> bool {
     }
 }
 
-/// A failed call's structured content: the HTTP route's status and code.
-#[derive(serde::Serialize)]
-struct ToolFailure<'a> {
-    status: u16,
-    code: &'a str,
-    detail: &'a str,
-}
-
-/// A failure as the model should see it: a tool result, never a protocol error.
+/// A failure as the model should see it: a tool result, never a protocol
+/// error, its text the problem's detail and code, naming the MCP tools
+/// where the shared message names their HTTP routes.
 fn failed(error: ApiError) -> CallToolResult {
-    let (status, code) = error.status_and_code();
+    let (_, code) = error.status_and_code();
     if let ApiError::Internal(cause) = &error {
         tracing::error!(error = %crate::error_chain(cause.as_ref()), "an MCP tool call failed");
     }
     let detail = match &error {
         ApiError::Internal(_) => "An internal error occurred; the request id identifies it in the log.".to_owned(),
-        other => other.to_string(),
+        other => with_tool_names(&other.to_string()),
     };
-    let mut result = CallToolResult::error(vec![ContentBlock::text(detail.clone())]);
-    let failure = ToolFailure { status: status.as_u16(), code, detail: &detail };
-    result.structured_content = serde_json::to_value(failure).ok();
-    result
+    CallToolResult::error(vec![ContentBlock::text(format!("{detail} ({code})"))])
+}
+
+/// The HTTP routes a shared message names, as the MCP tools they are here.
+const ROUTE_TOOLS: [(&str, &str); 4] = [
+    ("memory/list", "memory_list"),
+    ("memory/read", "memory_read"),
+    ("memory/search", "memory_search"),
+    ("memory/edits", "memory_edit"),
+];
+
+fn with_tool_names(message: &str) -> String {
+    ROUTE_TOOLS.iter().fold(message.to_owned(), |said, (route, tool)| said.replace(route, tool))
 }
 
 impl ServerHandler for MemoryServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_prompts().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().build())
             .with_server_info(Implementation::new("memoryd", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "The long-term memory of this agent: search it (memory_search), read what matches (memory_read) \
                  and, where memory_edit is offered, fix what is stale. The prompt memory_instructions holds the \
                  summary to start from.",
             )
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let info = &request.client_info;
+        let agent = caller(&context).map(|c| c.client).unwrap_or_default();
+        tracing::info!(client = %info.name, version = %info.version, user_agent = %agent, "MCP client initialized");
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -192,9 +240,34 @@ impl ServerHandler for MemoryServer {
     ) -> Result<CallToolResponse, ErrorData> {
         if TOOLS.get(&request.name).is_none() {
             caller(&context)?;
-            return Ok(failed(ApiError::NotFound(format!("No tool {}.", request.name))).into());
+            let tools = TOOL_ORDER.join(", ");
+            return Err(ErrorData::invalid_params(format!("No tool {}; the tools are {tools}.", request.name), None));
         }
         TOOLS.call(ToolCallContext::new(self, request, context)).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&caller(&context)?, request.as_ref().and_then(|r| r.cursor.as_deref())).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(resources::read(&caller(&context)?, &request.uri).await?.into())
     }
 
     async fn list_prompts(

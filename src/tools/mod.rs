@@ -10,11 +10,12 @@ pub mod apply_patch;
 pub mod commands;
 pub mod edit;
 pub mod read;
+pub mod search;
 
 use crate::llm::ToolSpec;
 use crate::workspace::confine;
 use apply_patch::{DiffMode, OperationKind, PatchOperation, apply_diff, parse_patch_input};
-use read::MAX_MATCHES;
+use search::MAX_MATCHES;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

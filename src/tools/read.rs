@@ -8,22 +8,11 @@ use crate::workspace::is_temporary_file;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 /// Entries a listing page holds at most (Codex's limit).
 pub const MAX_LISTED: usize = 2000;
 /// A read returns at most this many bytes (20,000 tokens at 4 bytes each).
 pub const MAX_READ_BYTES: usize = 80_000;
-/// Matches a search page holds at most.
-pub const MAX_MATCHES: usize = 200;
-/// A regex longer than this is refused.
-pub const MAX_PATTERN_BYTES: usize = 1000;
-/// A matching line longer than this is cut around the match.
-const MAX_LINE_BYTES: usize = 1000;
-/// Context lines around a match, at most.
-pub const MAX_CONTEXT: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -53,6 +42,22 @@ pub struct MemoryEntry {
     pub modified_at: Option<DateTime<Utc>>,
 }
 
+/// How much one answer may hold. An HTTP answer counts the memory's text
+/// alone against its cap; an MCP result is text a model reads, so each line
+/// there is also charged what its rendering adds (a line number, a path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: usize,
+    pub per_line: usize,
+}
+
+impl Budget {
+    /// What a line of `len` bytes costs.
+    pub fn line(&self, len: usize) -> usize {
+        len + self.per_line
+    }
+}
+
 /// One listing page: entries after `after` (a path), sorted by path.
 pub struct ListPage {
     pub entries: Vec<MemoryEntry>,
@@ -72,7 +77,7 @@ fn walk_error(e: std::io::Error, shown: &str) -> ReadError {
 /// recursively: the file itself when `dir` is a file. Without `sizes`, no
 /// file is stat'ed (a search needs only the names: the kind comes from the
 /// directory listing itself).
-fn entries_under(memory_root: &Path, dir: &str, sizes: bool) -> Result<Vec<MemoryEntry>, ReadError> {
+pub(super) fn entries_under(memory_root: &Path, dir: &str, sizes: bool) -> Result<Vec<MemoryEntry>, ReadError> {
     let start = if dir.is_empty() { memory_root.to_path_buf() } else { memory_root.join(dir) };
     let meta = match std::fs::symlink_metadata(&start) {
         // A layout's memory folder appears with its first segment: until then it is empty.
@@ -128,17 +133,30 @@ fn entry(path: String, meta: &std::fs::Metadata) -> MemoryEntry {
     }
 }
 
-/// `memory/list`: a page of the entries under `dir`.
-pub fn list(memory_root: &Path, dir: &str, after: Option<&str>) -> Result<ListPage, ReadError> {
-    let mut entries: Vec<MemoryEntry> = entries_under(memory_root, dir, true)?
+/// Every file of the memory folder, sorted by path.
+pub fn files(memory_root: &Path) -> Result<Vec<MemoryEntry>, ReadError> {
+    let mut all = entries_under(memory_root, "", true)?;
+    all.retain(|e| e.kind == EntryKind::File);
+    Ok(all)
+}
+
+/// `memory/list`: a page of the entries under `dir`: at most
+/// [`MAX_LISTED`], and as many as `budget` holds (one at least).
+pub fn list(memory_root: &Path, dir: &str, after: Option<&str>, budget: Budget) -> Result<ListPage, ReadError> {
+    let mut remaining = entries_under(memory_root, dir, true)?
         .into_iter()
         .filter(|e| after.is_none_or(|after| e.path.as_str() > after))
-        .take(MAX_LISTED + 1)
-        .collect();
-    let next_after = (entries.len() > MAX_LISTED).then(|| {
-        entries.truncate(MAX_LISTED);
-        entries.last().map(|e| e.path.clone()).unwrap_or_default()
-    });
+        .peekable();
+    let (mut entries, mut spent) = (Vec::new(), 0);
+    while let Some(next) = remaining.peek() {
+        let cost = budget.line(next.path.len());
+        if entries.len() == MAX_LISTED || (!entries.is_empty() && spent + cost > budget.bytes) {
+            break;
+        }
+        spent += cost;
+        entries.extend(remaining.next());
+    }
+    let next_after = remaining.peek().is_some().then(|| entries.last().map(|e| e.path.clone())).flatten();
     Ok(ListPage { entries, next_after })
 }
 
@@ -173,6 +191,25 @@ pub struct FileSlice {
     pub truncated: bool,
     /// Of the whole file, for `expect` preconditions of an edit.
     pub sha256: String,
+    /// Where in line `offset` the text starts (absent: at its start).
+    #[serde(skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub byte_offset: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Which part of a file a read asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceRequest {
+    /// The first line (1-based).
+    pub offset: u64,
+    /// Lines at most.
+    pub limit: Option<u64>,
+    /// The byte of the first line to start at (for a line longer than one answer holds).
+    pub byte_offset: u64,
 }
 
 fn read_file(memory_root: &Path, path: &str) -> Result<(Vec<u8>, std::fs::Metadata), ReadError> {
@@ -224,360 +261,75 @@ fn count_lines(text: &str) -> u64 {
 
 /// The file's text; invalid UTF-8 replaced (the check alone is far faster
 /// than the replacing decoder, and almost every file passes it).
-fn decoded(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+pub(super) fn decoded(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     match std::str::from_utf8(bytes) {
         Ok(text) => std::borrow::Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
-/// `memory/read`: lines `offset` (1-based) onward, at most `limit` of them
-/// and at most [`MAX_READ_BYTES`], cut at a line end.
-pub fn read(memory_root: &Path, path: &str, offset: u64, limit: Option<u64>) -> Result<FileSlice, ReadError> {
+/// The budget of an HTTP listing: [`MAX_LISTED`] entries, whatever their length.
+pub const HTTP_LIST: Budget = Budget { bytes: usize::MAX, per_line: 0 };
+
+/// The budget of an HTTP read: [`MAX_READ_BYTES`] of the file's text.
+pub const HTTP_READ: Budget = Budget { bytes: MAX_READ_BYTES, per_line: 0 };
+
+/// `memory/read`: lines `offset` (1-based) onward, from `byte_offset` of the
+/// first, at most `limit` of them and as much as `budget` holds, cut at a
+/// line end (a line longer than that alone is cut within it).
+pub fn read(memory_root: &Path, path: &str, asked: SliceRequest, budget: Budget) -> Result<FileSlice, ReadError> {
     let (bytes, meta) = read_file(memory_root, path)?;
     let sha256 = file_sha256(&meta, &bytes);
     let text = decoded(&bytes);
     let total_lines = count_lines(&text);
-    let offset = offset.max(1);
+    let offset = asked.offset.max(1);
     let past_end = || ReadError::Invalid(format!("offset {offset} is past the end: {path} has {total_lines} lines."));
     if offset > total_lines.max(1) {
         return Err(past_end());
     }
-    let start = line_start(&text, offset).unwrap_or(text.len());
-    let wanted = text[start..].split_inclusive('\n').take(limit.map_or(usize::MAX, |l| l as usize));
-    let (mut end, mut lines, mut truncated) = (start, 0u64, false);
+    let line_at = line_start(&text, offset).unwrap_or(text.len());
+    let start = start_in_line(&text, line_at, asked.byte_offset).ok_or_else(|| {
+        ReadError::Invalid(format!("byte_offset {} is past the end of line {offset}.", asked.byte_offset))
+    })?;
+    let wanted = text[start..].split_inclusive('\n').take(asked.limit.map_or(usize::MAX, |l| l as usize));
+    let (mut end, mut spent, mut lines, mut truncated) = (start, 0, 0u64, false);
     for line in wanted {
-        if end - start + line.len() > MAX_READ_BYTES {
+        if spent + budget.line(line.len()) > budget.bytes {
             truncated = true;
             if lines == 0 {
-                // One line longer than the cap: as much of it as fits.
-                end += cut_at_char(line, MAX_READ_BYTES).len();
+                // One line longer than the budget: as much of it as fits.
+                end += cut_at_char(line, budget.bytes.saturating_sub(budget.per_line).max(1)).len();
                 lines = 1;
             }
             break;
         }
+        spent += budget.line(line.len());
         end += line.len();
         lines += 1;
     }
+    let byte_offset = (start - line_at) as u64;
     let text = text[start..end].to_owned();
-    Ok(FileSlice { path: path.to_owned(), text, offset, lines, total_lines, truncated, sha256 })
+    Ok(FileSlice { path: path.to_owned(), text, offset, lines, total_lines, truncated, sha256, byte_offset })
 }
 
-fn cut_at_char(text: &str, max: usize) -> &str {
+/// Byte `byte_offset` of the line starting at `line_at` (back to a character
+/// boundary); `None` past the line's end.
+fn start_in_line(text: &str, line_at: usize, byte_offset: u64) -> Option<usize> {
+    let line_len = memchr::memchr(b'\n', &text.as_bytes()[line_at..]).unwrap_or(text.len() - line_at);
+    let within = usize::try_from(byte_offset).ok().filter(|b| *b <= line_len && (*b < line_len || *b == 0))?;
+    let mut start = line_at + within;
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    Some(start)
+}
+
+pub(super) fn cut_at_char(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     &text[..end]
-}
-
-/// A search answer holds at most this much text, lines and context together.
-pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
-/// How long one search may scan before it answers with what it found.
-pub const SEARCH_DEADLINE: Duration = Duration::from_secs(2);
-/// Probes for a match between two looks at the clock and the cancellation flag.
-const PROBES_BETWEEN_CHECKS: usize = 256;
-
-/// A search as `memory/search` asks it.
-pub struct SearchQuery<'a> {
-    pub query: &'a str,
-    pub regex: bool,
-    pub case_sensitive: bool,
-    pub context: usize,
-    pub limit: usize,
-    /// Continue after this `(path, line)`.
-    pub after: Option<(String, u64)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "MemoryMatch")]
-pub struct SearchMatch {
-    pub path: String,
-    pub line: u64,
-    pub text: String,
-    pub before: Vec<String>,
-    pub after: Vec<String>,
-}
-
-impl SearchMatch {
-    fn text_bytes(&self) -> usize {
-        self.text.len() + self.before.iter().chain(&self.after).map(String::len).sum::<usize>()
-    }
-}
-
-pub struct SearchPage {
-    pub matches: Vec<SearchMatch>,
-    /// Where the next page starts: after this `(path, line)`. Set when the
-    /// page is full, the answer's budget is spent or the deadline passed.
-    pub next_after: Option<(String, u64)>,
-}
-
-/// When a search must stop scanning: at its deadline, or as soon as the
-/// request that asked for it is gone (the flag is set from another thread).
-#[derive(Clone)]
-pub struct SearchStop {
-    deadline: Instant,
-    cancelled: Arc<AtomicBool>,
-}
-
-impl SearchStop {
-    pub fn new(deadline: Instant, cancelled: Arc<AtomicBool>) -> Self {
-        Self { deadline, cancelled }
-    }
-
-    fn now(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed) || Instant::now() >= self.deadline
-    }
-}
-
-/// The linear-time matcher of a query (the `regex` crate has no
-/// backtracking): a plain substring unless `regex`.
-pub fn matcher(query: &SearchQuery<'_>) -> Result<regex::Regex, ReadError> {
-    if query.query.is_empty() {
-        return Err(ReadError::Invalid("query must not be empty.".into()));
-    }
-    if query.regex && query.query.len() > MAX_PATTERN_BYTES {
-        return Err(ReadError::Invalid(format!("A regex may be at most {MAX_PATTERN_BYTES} bytes.")));
-    }
-    let pattern = if query.regex { query.query.to_owned() } else { regex::escape(query.query) };
-    regex::RegexBuilder::new(&pattern)
-        .case_insensitive(!query.case_sensitive)
-        .multi_line(true)
-        .crlf(true)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| ReadError::Invalid(format!("query is not a valid regex: {e}")))
-}
-
-/// Whether a file without a match of the pattern anywhere in its text can
-/// be passed over whole: true unless the pattern looks at the start or end
-/// of the whole text (`\A`, `\z`), which a line tried alone has at its own
-/// ends. A literal never does.
-fn whole_text_prefilter(query: &SearchQuery<'_>) -> bool {
-    if !query.regex {
-        return true;
-    }
-    let parsed = regex_syntax::ParserBuilder::new()
-        .case_insensitive(!query.case_sensitive)
-        .multi_line(true)
-        .crlf(true)
-        .build()
-        .parse(query.query);
-    parsed.is_ok_and(|hir| {
-        let looks = hir.properties().look_set();
-        !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
-    })
-}
-
-/// Files are searched `MEMORY.md` first, then `memory_summary.md`, then by path.
-fn search_order(path: &str) -> (u8, &str) {
-    match path {
-        "MEMORY.md" => (0, path),
-        "memory_summary.md" => (1, path),
-        _ => (2, path),
-    }
-}
-
-/// What is left of one page while files are searched.
-struct Room {
-    matches: usize,
-    bytes: usize,
-}
-
-/// How the search of one file ended.
-enum FileEnd {
-    /// Every line was looked at.
-    Done,
-    /// The page is full or its budget spent: the next page starts after the last match.
-    Full,
-    /// Stopped after this line (1-based) without a match there.
-    StoppedAfter(u64),
-}
-
-/// `memory/search`: matching lines of the files under `dir`, in search
-/// order, one match per line. A page ends at `limit` matches, at
-/// [`MAX_ANSWER_BYTES`] of text, or when `stop` says so, with where to go on.
-pub fn search(
-    memory_root: &Path,
-    dir: &str,
-    query: &SearchQuery<'_>,
-    stop: &SearchStop,
-) -> Result<SearchPage, ReadError> {
-    let matcher = matcher(query)?;
-    let prefilter = whole_text_prefilter(query);
-    let mut files: Vec<String> = entries_under(memory_root, dir, false)?
-        .into_iter()
-        .filter(|e| e.kind == EntryKind::File)
-        .map(|e| e.path)
-        .collect();
-    files.sort_by(|a, b| search_order(a).cmp(&search_order(b)));
-    let limit = query.limit.clamp(1, MAX_MATCHES);
-    // One match more than the page holds tells whether there is a next page.
-    let mut room = Room { matches: limit + 1, bytes: MAX_ANSWER_BYTES };
-    let mut matches = Vec::new();
-    let mut last_scanned: Option<(String, u64)> = None;
-    for path in files {
-        let skip_through = match &query.after {
-            // A file the last page searched to its end.
-            Some((after, u64::MAX)) if search_order(&path) <= search_order(after) => continue,
-            Some((after, line)) if search_order(&path) == search_order(after) => *line,
-            Some((after, _)) if search_order(&path) < search_order(after) => continue,
-            _ => 0,
-        };
-        // Each page looks at one file at least, so that following its cursors always ends.
-        if let Some(scanned) = last_scanned.as_ref().filter(|_| stop.now()) {
-            return Ok(SearchPage { matches, next_after: Some(scanned.clone()) });
-        }
-        let Ok(bytes) = std::fs::read(memory_root.join(&path)) else { continue };
-        let text = decoded(&bytes);
-        let scan = FileScan {
-            path: &path,
-            text: &text,
-            matcher: &matcher,
-            literal: !query.regex,
-            prefilter,
-            context: query.context,
-        };
-        match scan.run(skip_through, &mut room, &mut matches, stop) {
-            FileEnd::Done => last_scanned = Some((path.clone(), u64::MAX)),
-            FileEnd::Full => break,
-            FileEnd::StoppedAfter(line) => return Ok(SearchPage { matches, next_after: Some((path, line)) }),
-        }
-    }
-    let full = room.matches == 0 || room.bytes == 0;
-    matches.truncate(limit);
-    let next_after = full.then(|| matches.last().map(|m: &SearchMatch| (m.path.clone(), m.line))).flatten();
-    Ok(SearchPage { matches, next_after })
-}
-
-/// What one look for a match found.
-enum Probe {
-    /// A match on this line (0-based), starting at this byte of it.
-    Hit(usize, usize),
-    /// No line through this one matches alone.
-    MissedThrough(usize),
-    /// None in the rest of the file.
-    End,
-}
-
-/// One file's text searched line by line.
-struct FileScan<'a> {
-    path: &'a str,
-    text: &'a str,
-    matcher: &'a regex::Regex,
-    /// A plain substring: found in the whole text at once (its matches are
-    /// as long as the query, so no find reaches far past where it starts).
-    literal: bool,
-    /// A file with no match in its whole text may be passed over.
-    prefilter: bool,
-    context: usize,
-}
-
-impl FileScan<'_> {
-    /// Matches after line `skip_through`, while the page has room.
-    fn run(&self, skip_through: u64, room: &mut Room, out: &mut Vec<SearchMatch>, stop: &SearchStop) -> FileEnd {
-        let first = usize::try_from(skip_through).unwrap_or(usize::MAX);
-        // Most files of a search hold no match: they are passed over without their lines found.
-        if first == 0 && self.prefilter && !self.matcher.is_match(self.text) {
-            return FileEnd::Done;
-        }
-        let starts = line_starts(self.text);
-        let (mut index, mut steps) = (first, 0usize);
-        while index < starts.len() {
-            steps += 1;
-            if steps.is_multiple_of(PROBES_BETWEEN_CHECKS) && stop.now() {
-                return FileEnd::StoppedAfter(index as u64);
-            }
-            let (line, at) = match self.probe(&starts, index) {
-                Probe::Hit(line, at) => (line, at),
-                Probe::MissedThrough(line) => {
-                    index = line + 1;
-                    continue;
-                }
-                Probe::End => return FileEnd::Done,
-            };
-            let found = self.found(&starts, line, at);
-            if found.text_bytes() > room.bytes {
-                room.bytes = 0;
-                return FileEnd::Full;
-            }
-            room.bytes -= found.text_bytes();
-            room.matches -= 1;
-            out.push(found);
-            if room.matches == 0 {
-                return FileEnd::Full;
-            }
-            index = line + 1;
-        }
-        FileEnd::Done
-    }
-
-    /// Looks for a match from line `index` (0-based) on. A literal is found
-    /// in the whole text (leftmost first, so no line before the one it
-    /// starts on holds one), then that line is tried alone; a regex is tried
-    /// on line `index` alone, the text cut at the line's end (what it sees
-    /// before the line stays, for `^` and `\b`). Nothing a match holds reaches
-    /// past its line, an empty match included, and each call reads one line
-    /// of a regex's text: a file costs one pass whatever the pattern.
-    fn probe(&self, starts: &[usize], index: usize) -> Probe {
-        let line = if self.literal {
-            let Some(hit) = self.matcher.find_at(self.text, starts[index]) else { return Probe::End };
-            starts.partition_point(|s| *s <= hit.start()).max(1) - 1
-        } else {
-            index
-        };
-        let alone = &self.text[..line_end(self.text, starts, line)];
-        match self.matcher.find_at(alone, starts[line]) {
-            Some(hit) => Probe::Hit(line, hit.start() - starts[line]),
-            None => Probe::MissedThrough(line),
-        }
-    }
-
-    fn line<'t>(&'t self, starts: &[usize], index: usize) -> &'t str {
-        &self.text[starts[index]..line_end(self.text, starts, index)]
-    }
-
-    fn found(&self, starts: &[usize], index: usize, at: usize) -> SearchMatch {
-        let shown = |i: usize| cut_around(self.line(starts, i).trim_end_matches('\r'), 0);
-        SearchMatch {
-            path: self.path.to_owned(),
-            line: index as u64 + 1,
-            text: cut_around(self.line(starts, index).trim_end_matches('\r'), at),
-            before: (index.saturating_sub(self.context)..index).map(shown).collect(),
-            after: (index + 1..(index + 1 + self.context).min(starts.len())).map(shown).collect(),
-        }
-    }
-}
-
-/// Where each line starts (a final empty line after a last newline is
-/// none; an empty text has no line).
-fn line_starts(text: &str) -> Vec<usize> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    let mut starts = vec![0];
-    starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1).filter(|i| *i < text.len()));
-    starts
-}
-
-/// Where line `index` ends, its newline left out.
-fn line_end(text: &str, starts: &[usize], index: usize) -> usize {
-    starts.get(index + 1).map_or_else(|| text.strip_suffix('\n').map_or(text.len(), str::len), |next| next - 1)
-}
-
-/// A line cut to [`MAX_LINE_BYTES`] around the match at byte `at`.
-fn cut_around(line: &str, at: usize) -> String {
-    if line.len() <= MAX_LINE_BYTES {
-        return line.to_owned();
-    }
-    let mut start = at.saturating_sub(MAX_LINE_BYTES / 4).min(line.len() - MAX_LINE_BYTES);
-    while !line.is_char_boundary(start) {
-        start -= 1;
-    }
-    let shown = cut_at_char(&line[start..], MAX_LINE_BYTES);
-    let before = if start > 0 { "…" } else { "" };
-    let after = if start + shown.len() < line.len() { "…" } else { "" };
-    format!("{before}{shown}{after}")
 }
 
 /// A memory file's rollout, for counting usage: `raw_memories/<id>.md` or

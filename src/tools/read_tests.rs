@@ -1,7 +1,11 @@
 //! Tests of `read.rs`.
 
 use super::*;
+use crate::tools::search::*;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 fn folder() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -17,8 +21,24 @@ fn folder() -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
+fn list_http(root: &Path, dir: &str, after: Option<&str>) -> Result<ListPage, ReadError> {
+    list(root, dir, after, HTTP_LIST)
+}
+
+fn read_http(root: &Path, path: &str, offset: u64, limit: Option<u64>) -> Result<FileSlice, ReadError> {
+    read(root, path, SliceRequest { offset, limit, byte_offset: 0 }, HTTP_READ)
+}
+
 fn query(text: &str) -> SearchQuery<'_> {
-    SearchQuery { query: text, regex: false, case_sensitive: false, context: 0, limit: 50, after: None }
+    SearchQuery {
+        query: text,
+        regex: false,
+        case_sensitive: false,
+        context: 0,
+        limit: 50,
+        after: None,
+        budget: HTTP_SEARCH,
+    }
 }
 
 fn unhurried() -> SearchStop {
@@ -26,7 +46,7 @@ fn unhurried() -> SearchStop {
 }
 
 fn search(root: &Path, dir: &str, query: &SearchQuery<'_>) -> Result<SearchPage, ReadError> {
-    super::search(root, dir, query, &unhurried())
+    crate::tools::search::search(root, dir, query, &unhurried())
 }
 
 /// Every `(path, line)` that following the cursors from the first page
@@ -36,7 +56,8 @@ fn every_page(root: &Path, query: SearchQuery<'_>, stop: impl Fn() -> SearchStop
     loop {
         pages += 1;
         assert!(pages < 10_000, "the cursors never end: {seen:?}");
-        let page = super::search(root, "", &SearchQuery { after: after.clone(), ..query }, &stop()).unwrap();
+        let page =
+            crate::tools::search::search(root, "", &SearchQuery { after: after.clone(), ..query }, &stop()).unwrap();
         seen.extend(page.matches.into_iter().map(|m| (m.path, m.line)));
         match page.next_after {
             Some(next) => after = Some(next),
@@ -48,7 +69,7 @@ fn every_page(root: &Path, query: SearchQuery<'_>, stop: impl Fn() -> SearchStop
 #[test]
 fn listing_is_sorted_recursive_and_hides_temporary_files() {
     let (_dir, root) = folder();
-    let page = list(&root, "", None).unwrap();
+    let page = list_http(&root, "", None).unwrap();
     let paths: Vec<&str> = page.entries.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -65,34 +86,34 @@ fn listing_is_sorted_recursive_and_hides_temporary_files() {
     assert_eq!(page.entries[2].kind, EntryKind::Dir);
     assert_eq!(page.entries[0].bytes, Some(42));
     assert!(page.next_after.is_none());
-    let after = list(&root, "skills", Some("skills/ci")).unwrap();
+    let after = list_http(&root, "skills", Some("skills/ci")).unwrap();
     assert_eq!(after.entries.len(), 1);
-    assert!(matches!(list(&root, "nothing", None), Err(ReadError::NotFound(_))));
-    assert!(list(&root.join("not-yet"), "", None).unwrap().entries.is_empty(), "a folder not made yet is empty");
-    assert_eq!(list(&root, "MEMORY.md", None).unwrap().entries.len(), 1);
+    assert!(matches!(list_http(&root, "nothing", None), Err(ReadError::NotFound(_))));
+    assert!(list_http(&root.join("not-yet"), "", None).unwrap().entries.is_empty(), "a folder not made yet is empty");
+    assert_eq!(list_http(&root, "MEMORY.md", None).unwrap().entries.len(), 1);
 }
 
 #[test]
 fn reads_are_sliced_by_lines_and_capped_by_bytes() {
     let (_dir, root) = folder();
-    let whole = read(&root, "MEMORY.md", 1, None).unwrap();
+    let whole = read_http(&root, "MEMORY.md", 1, None).unwrap();
     assert_eq!((whole.lines, whole.total_lines, whole.truncated), (3, 3, false));
     assert_eq!(whole.sha256, sha256_hex(b"# Memory\n- green tea\n- ci: pin the runner\n"));
-    let slice = read(&root, "MEMORY.md", 2, Some(1)).unwrap();
+    let slice = read_http(&root, "MEMORY.md", 2, Some(1)).unwrap();
     assert_eq!((slice.text.as_str(), slice.offset, slice.lines), ("- green tea\n", 2, 1));
-    assert!(matches!(read(&root, "MEMORY.md", 9, None), Err(ReadError::Invalid(_))));
-    assert!(matches!(read(&root, "skills", 1, None), Err(ReadError::Invalid(_))));
-    assert!(matches!(read(&root, "nope.md", 1, None), Err(ReadError::NotFound(_))));
+    assert!(matches!(read_http(&root, "MEMORY.md", 9, None), Err(ReadError::Invalid(_))));
+    assert!(matches!(read_http(&root, "skills", 1, None), Err(ReadError::Invalid(_))));
+    assert!(matches!(read_http(&root, "nope.md", 1, None), Err(ReadError::NotFound(_))));
     std::fs::write(root.join("big.md"), "x".repeat(50_000) + "\n" + &"y".repeat(50_000) + "\n").unwrap();
-    let capped = read(&root, "big.md", 1, None).unwrap();
+    let capped = read_http(&root, "big.md", 1, None).unwrap();
     assert_eq!((capped.lines, capped.truncated, capped.text.len()), (1, true, 50_001));
     std::fs::write(root.join("huge.md"), "é".repeat(60_000)).unwrap();
-    let cut = read(&root, "huge.md", 1, None).unwrap();
+    let cut = read_http(&root, "huge.md", 1, None).unwrap();
     assert!(cut.truncated && cut.text.len() <= MAX_READ_BYTES && cut.text.len() >= MAX_READ_BYTES - 1);
     std::fs::write(root.join("bad.md"), b"ok\n\xff\xfe\n").unwrap();
-    assert_eq!(read(&root, "bad.md", 2, None).unwrap().text, "\u{fffd}\u{fffd}\n");
+    assert_eq!(read_http(&root, "bad.md", 2, None).unwrap().text, "\u{fffd}\u{fffd}\n");
     std::fs::write(root.join("empty.md"), "").unwrap();
-    assert_eq!(read(&root, "empty.md", 1, None).unwrap().total_lines, 0);
+    assert_eq!(read_http(&root, "empty.md", 1, None).unwrap().total_lines, 0);
 }
 
 #[test]
@@ -168,7 +189,9 @@ fn a_search_past_its_deadline_answers_with_where_it_stopped() {
     assert_eq!(seen.len(), 4, "every match, each once: {seen:?}");
     assert!(pages > 40, "each page stopped at its deadline: {pages}");
     let cancelled = SearchStop::new(Instant::now() + Duration::from_secs(600), Arc::new(AtomicBool::new(true)));
-    let page = super::search(&root, "many.md", &SearchQuery { regex: true, ..query("x\\nx") }, &cancelled).unwrap();
+    let page =
+        crate::tools::search::search(&root, "many.md", &SearchQuery { regex: true, ..query("x\\nx") }, &cancelled)
+            .unwrap();
     assert_eq!(page.next_after, Some(("many.md".into(), PROBES_BETWEEN_CHECKS as u64 - 1)));
 }
 
@@ -263,4 +286,60 @@ fn memory_files_name_their_rollouts() {
     assert_eq!(rollout_of_memory_file("rollout_summaries/chat-1.md"), Some("chat-1"));
     assert_eq!(rollout_of_memory_file("MEMORY.md"), None);
     assert_eq!(rollout_of_memory_file("raw_memories/a/b.md"), None);
+}
+
+#[test]
+fn a_budget_pages_a_listing_and_each_page_holds_one_entry_at_least() {
+    let (_dir, root) = folder();
+    let tight = Budget { bytes: 40, per_line: 24 };
+    let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+    loop {
+        pages += 1;
+        let page = list(&root, "", after.as_deref(), tight).unwrap();
+        let cost: usize = page.entries.iter().map(|e| tight.line(e.path.len())).sum();
+        assert!(page.entries.len() == 1 || cost <= tight.bytes, "{cost}");
+        seen.extend(page.entries.iter().map(|e| e.path.clone()));
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let all: Vec<String> = list_http(&root, "", None).unwrap().entries.into_iter().map(|e| e.path).collect();
+    assert_eq!(seen, all);
+    assert!(pages > 2, "the budget cut the listing into pages");
+}
+
+#[test]
+fn a_line_longer_than_the_budget_is_read_in_pieces() {
+    let (_dir, root) = folder();
+    let line = "ab".repeat(500) + "é" + &"c".repeat(301);
+    std::fs::write(root.join("long.md"), format!("first\n{line}\nlast\n")).unwrap();
+    let budget = Budget { bytes: 300, per_line: 12 };
+    let (mut pieces, mut byte_offset) = (String::new(), 0);
+    loop {
+        let slice = read(&root, "long.md", SliceRequest { offset: 2, limit: None, byte_offset }, budget).unwrap();
+        assert_eq!((slice.offset, slice.byte_offset), (2, byte_offset));
+        pieces.push_str(&slice.text);
+        if slice.text.ends_with('\n') {
+            break;
+        }
+        assert!(slice.truncated && !slice.text.is_empty() && slice.text.len() <= 300, "{slice:?}");
+        byte_offset += slice.text.len() as u64;
+    }
+    assert!(pieces.starts_with(&format!("{line}\n")), "the pieces make the line again");
+    let inside_e = SliceRequest { offset: 2, limit: Some(1), byte_offset: 1001 };
+    assert_eq!(read(&root, "long.md", inside_e, HTTP_READ).unwrap().byte_offset, 1000, "back to a character");
+    let past = SliceRequest { offset: 2, limit: None, byte_offset: line.len() as u64 + 1 };
+    assert!(matches!(read(&root, "long.md", past, HTTP_READ), Err(ReadError::Invalid(_))));
+}
+
+#[test]
+fn a_search_budget_charges_each_lines_path_and_pages_through_everything() {
+    let (_dir, root) = folder();
+    let (all, one_page) = every_page(&root, query("tea"), unhurried);
+    assert_eq!(one_page, 1);
+    let tight = SearchQuery { context: 1, budget: Budget { bytes: 30, per_line: 16 }, ..query("tea") };
+    let (seen, pages) = every_page(&root, tight, unhurried);
+    assert_eq!(seen, all, "every match once, in order");
+    assert!(pages >= all.len(), "each match costs more than the budget: one a page");
 }

@@ -14,6 +14,7 @@ from conftest import text_reply, tool_call
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from memoryd import Memoryd
 
@@ -28,6 +29,21 @@ def remember(server, key: str, session: str, text: str) -> None:
 
 def mcp_url(server, query: str = "") -> str:
     return f"{server.base_url}/v1/mcp{query}"
+
+
+def said(result) -> str:
+    """What a model reads of a tool result: its one text block (memoryd sends
+    no structuredContent, which Codex CLI and Claude Code would show instead)."""
+    assert result.structured_content is None, result.structured_content
+    assert len(result.content) == 1
+    return result.content[0].text
+
+
+def digest(read_text: str) -> str:
+    """The sha256 a `memory_read` result ends with."""
+    last = read_text.rstrip("\n").splitlines()[-1]
+    assert last.startswith("sha256 "), read_text
+    return last.split()[1]
 
 
 def connect(server, key: str, query: str = ""):
@@ -54,14 +70,14 @@ async def test_the_tools_over_mcp(server, tenant):
 
         found = await session.call_tool("memory_search", {"query": "green tea"})
         assert not found.is_error
-        assert found.content[0].text.startswith("MEMORY.md:"), found.content[0].text
-        assert found.structured_content["matches"][0]["path"] == "MEMORY.md"
+        assert said(found).startswith("MEMORY.md:"), said(found)
 
         listed = await session.call_tool("memory_list", {"path": "rollout_summaries"})
-        summary = listed.structured_content["entries"][0]["path"]
+        summary = said(listed).splitlines()[0].rsplit(" (", 1)[0]
+        assert summary.startswith("rollout_summaries/mcp-tea"), said(listed)
         read = await session.call_tool("memory_read", {"path": summary})
-        assert "     1\t" in read.content[0].text
-        sha = (await session.call_tool("memory_read", {"path": "MEMORY.md"})).structured_content["sha256"]
+        assert "     1\t" in said(read)
+        sha = digest(said(await session.call_tool("memory_read", {"path": "MEMORY.md"})))
 
         edited = await session.call_tool(
             "memory_edit",
@@ -74,21 +90,26 @@ async def test_the_tools_over_mcp(server, tenant):
             },
         )
         assert not edited.is_error, edited.content
-        assert edited.structured_content["changes"] == [{"path": "MEMORY.md", "change": "modified"}]
+        assert said(edited) == "The edit is published: modified MEMORY.md."
 
         # Failures come back as tool results the model can read.
         stale = await session.call_tool(
             "memory_edit",
             {"patch": "*** Begin Patch\n*** Delete File: MEMORY.md\n*** End Patch", "expect": {"MEMORY.md": sha}},
         )
-        assert stale.is_error and "changed" in stale.content[0].text
-        assert stale.structured_content["code"] == "memory_changed"
+        assert stale.is_error and "changed" in said(stale) and said(stale).endswith("(memory_changed)")
         outside = await session.call_tool("memory_read", {"path": "../sessions/mcp-tea.jsonl"})
-        assert outside.is_error and outside.structured_content["code"] == "invalid_request"
+        assert outside.is_error and said(outside).endswith("(invalid_request)")
         missing = await session.call_tool("memory_read", {"path": "nothing.md"})
-        assert missing.is_error and missing.structured_content["code"] == "not_found"
-        unknown = await session.call_tool("memory_forget_everything", {})
-        assert unknown.is_error
+        assert missing.is_error and said(missing).endswith("(not_found)")
+        folder = await session.call_tool("memory_read", {"path": "rollout_summaries"})
+        assert "memory_list" in said(folder) and "memory/list" not in said(folder), said(folder)
+        wrong = await session.call_tool("memory_read", {"path": "MEMORY.md", "offset": 0})
+        assert said(wrong) == "memory_read: argument offset must be at least 1, not 0. (invalid_request)"
+        # An unknown tool is the protocol's error, not a tool result.
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("memory_forget_everything", {})
+        assert unknown.value.error.code == -32602 and "memory_search" in unknown.value.error.message
 
         prompts = await session.list_prompts()
         assert [p.name for p in prompts.prompts] == ["memory_instructions"]
@@ -96,7 +117,7 @@ async def test_the_tools_over_mcp(server, tenant):
         assert "MEMORY_SUMMARY BEGINS" in prompt.messages[0].content.text
 
     with Memoryd(server.base_url, key) as client:
-        run = client.get_run(edited.structured_content["run_id"])
+        run = next(r for r in client.list_runs().runs if r.kind == "edit")
         assert (run.kind, run.session_id, run.reason) == ("edit", "mcp-agent-1", "the user said so")
     # The next consolidation's selection counts the summary read by the endpoint's session.
     remember(server, key, "mcp-later", "Another day.")
@@ -120,9 +141,10 @@ async def test_the_key_and_the_tenant_bound_mcp(server, tenant):
     async with connect(server, other) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         found = await session.call_tool("memory_search", {"query": "4711"})
-        assert not found.is_error and found.structured_content["matches"] == []
+        assert not found.is_error and said(found) == "No line of the memory folder matches."
         elsewhere = await session.call_tool("memory_list", {"workspace": "nope"})
-        assert elsewhere.is_error and elsewhere.structured_content["code"] == "not_found"
+        assert elsewhere.is_error and said(elsewhere).endswith("(not_found)")
+        assert (await session.list_resources()).resources == [], "another tenant's files are no resources here"
 
 
 async def test_a_read_only_layout_offers_no_edit(server, tenant):
@@ -138,7 +160,7 @@ async def test_a_read_only_layout_offers_no_edit(server, tenant):
         refused = await session.call_tool(
             "memory_edit", {"operations": [{"command": "create", "path": "a.md", "file_text": "x"}]}
         )
-        assert refused.is_error and refused.structured_content["code"] == "read_only"
+        assert refused.is_error and said(refused).endswith("(read_only)")
 
 
 async def test_an_agent_answers_from_its_memory_over_mcp(server, tenant, fake_model, agents_model):
@@ -169,3 +191,80 @@ def test_only_posts_carry_mcp_here(server, tenant, method):
     )
     assert answer.status_code == 405, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_memory_files_are_resources(server, tenant):
+    _, key = tenant
+    remember(server, key, "mcp-res", "The deploy needs the VPN.")
+    async with connect(server, key) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        assert init.capabilities.resources is not None
+        listed = (await session.list_resources()).resources
+        uris = [str(r.uri) for r in listed]
+        assert "memory://default/default/MEMORY.md" in uris, uris
+        assert uris == sorted(uris) and all(u.startswith("memory://default/default/") for u in uris)
+        memory = next(r for r in listed if str(r.uri).endswith("/MEMORY.md"))
+        assert memory.mime_type == "text/markdown" and memory.size and memory.size > 0
+        templates = (await session.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["memory://{workspace}/{layout}/{path}"]
+
+        contents = (await session.read_resource("memory://default/default/MEMORY.md")).contents
+        assert "VPN" in contents[0].text and len(contents[0].text.encode()) == memory.size
+        with pytest.raises(MCPError) as outside:
+            await session.read_resource("memory://default/default/../sessions/mcp-res.jsonl")
+        assert outside.value.error.code == -32602
+        with pytest.raises(MCPError) as missing:
+            await session.read_resource("memory://default/default/nothing.md")
+        assert missing.value.error.code == -32002
+        with pytest.raises(MCPError) as foreign:
+            await session.read_resource("file:///etc/passwd")
+        assert foreign.value.error.code == -32602
+
+
+async def test_results_keep_to_64_kib_and_say_how_to_read_on(server, tenant):
+    _, key = tenant
+    remember(server, key, "mcp-big", "Big files ahead.")
+    long_line = "word " * 40_000  # 200 KB on one line
+    many = "\n".join(f"- tea note {i}: " + "x" * 300 for i in range(1_000))
+    operations = [
+        {"command": "create", "path": "notes/long.md", "file_text": f"first\n{long_line}\nlast\n"},
+        {"command": "create", "path": "notes/many.md", "file_text": many + "\n"},
+    ]
+    with Memoryd(server.base_url, key) as client:
+        client.edit_memory(operations=operations)
+    async with connect(server, key) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        pieces, byte_offset = "", 0
+        for _ in range(10):
+            args = {"path": "notes/long.md", "offset": 2}
+            if byte_offset:
+                args["byte_offset"] = byte_offset
+            text = said(await session.call_tool("memory_read", args))
+            assert len(text.encode()) <= 64 * 1024
+            lines = text.splitlines()
+            pieces += lines[0].split("\t", 1)[1]
+            hint = next((line for line in lines if "goes on" in line), None)
+            if hint is None:
+                break
+            byte_offset = int(hint.rsplit(" ", 1)[1])
+        assert pieces == long_line, "reading on as told gives the whole line"
+
+        found = said(await session.call_tool("memory_search", {"query": "tea note", "limit": 200, "context": 20}))
+        assert len(found.encode()) <= 64 * 1024 and "pass cursor" in found.splitlines()[-1]
+        cursor = found.splitlines()[-1].rsplit(" ", 1)[1]
+        more = said(await session.call_tool("memory_search", {"query": "tea note", "cursor": cursor}))
+        assert more.startswith("notes/many.md"), more[:200]
+
+        whole = said(await session.call_tool("memory_read", {"path": "notes/many.md"}))
+        assert len(whole.encode()) <= 64 * 1024 and "read on with offset" in whole
+
+
+def test_a_post_without_both_accept_types_is_told_which(server, tenant):
+    _, key = tenant
+    answer = httpx.post(
+        mcp_url(server),
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"Authorization": f"Bearer {key}", "accept": "application/json"},
+    )
+    assert answer.status_code == 406
+    assert "Accept" in answer.json()["detail"] and "text/event-stream" in answer.json()["detail"]

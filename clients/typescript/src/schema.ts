@@ -1816,6 +1816,8 @@ export interface paths {
                     path: string;
                     offset?: number;
                     limit?: number;
+                    /** @description where in line `offset` to start (back to a character boundary), for a line longer than one answer holds: a read cut within a line (`truncated`, the text not ending in a newline) goes on from `byte_offset` plus the text's length */
+                    byte_offset?: number;
                     session_id?: components["schemas"]["FileSafeId"];
                 };
                 header?: never;
@@ -1993,7 +1995,7 @@ export interface paths {
             };
         };
         put?: never;
-        /** The Model Context Protocol over Streamable HTTP (stateless: any replica answers any message). Tools memory_list, memory_read, memory_search and — while the layout's read.live_update is true — memory_edit, with the arguments of the memory routes plus workspace and layout; the prompt memory_instructions. `workspace`, `layout` and `session_id` in the query string are the defaults (a read with a session counts as usage). A tool's failure is a result with isError and the problem's detail. The key is checked before any MCP handling. */
+        /** The Model Context Protocol over Streamable HTTP (stateless: any replica answers any message). Tools memory_list, memory_read, memory_search and — while the layout's read.live_update is true — memory_edit, with the arguments of the memory routes plus workspace and layout; the prompt memory_instructions. `workspace`, `layout` and `session_id` in the query string are the defaults (a read with a session counts as usage). A tool's result is text a model reads — numbered lines, `path:line: text`, where to read on — and nothing structured, at most 64 KiB; a failure is a result with isError, the problem's detail and its code. The memory files are resources (`memory://<workspace>/<layout>/<path>`). An unknown tool or prompt is the JSON-RPC error -32602. A POST must accept both application/json and text/event-stream (else 406). The key is checked before any MCP handling. */
         post: {
             parameters: {
                 query?: {
@@ -3182,6 +3184,11 @@ export interface components {
             truncated: boolean;
             /** @description Of the whole file, for `expect` preconditions of an edit. */
             sha256: string;
+            /**
+             * Format: uint64
+             * @description Where in line `offset` the text starts (absent: at its start).
+             */
+            byte_offset?: number;
         };
         /** @description What `memory/search` and MCP's `memory_search` answer. */
         MemorySearch: {

@@ -1,6 +1,7 @@
 //! The tools' answers as text a model reads well: listings one entry a
 //! line, reads numbered, searches as `path:line: text`.
 
+use super::tools::MAX_RESULT_BYTES;
 use crate::api::agent_memory::{MemoryListing, MemorySearchPage, PublishedEdit};
 use crate::tools::read::{FileSlice, numbered_lines};
 
@@ -27,12 +28,39 @@ pub(super) fn listing(listed: &MemoryListing) -> String {
     format!("{}{}", lines.join("\n"), more(listed.next_cursor.as_deref(), "entries"))
 }
 
-/// `memory_read`: numbered lines, then where to read on.
+/// `memory_read`: numbered lines, then where to read on (within a line
+/// too long for one result), then the file's digest for `memory_edit`.
 pub(super) fn slice(read: &FileSlice) -> String {
     if read.total_lines == 0 {
-        return format!("{} is empty.", read.path);
+        return format!("{} is empty.\nsha256 {}", read.path, read.sha256);
     }
-    numbered_lines(read.text.lines(), read.offset, read.total_lines)
+    let cut_within_line = read.truncated && !read.text.ends_with('\n');
+    let mut said = if cut_within_line {
+        let next = read.byte_offset + read.text.len() as u64;
+        format!(
+            "{}\n… line {} goes on: read on with offset {} and byte_offset {next}\n",
+            numbered_lines(read.text.lines(), read.offset, 0).trim_end_matches('\n'),
+            read.offset,
+            read.offset
+        )
+    } else {
+        numbered_lines(read.text.lines(), read.offset, read.total_lines)
+    };
+    said.push_str(&format!("sha256 {} (of the whole file, for memory_edit's expect)", read.sha256));
+    said
+}
+
+/// A result's text, never over [`MAX_RESULT_BYTES`]: the budgets keep every
+/// result well under it, and this cut only guards what they cannot foresee.
+pub(super) fn within_result(text: String) -> String {
+    if text.len() <= MAX_RESULT_BYTES {
+        return text;
+    }
+    let mut end = MAX_RESULT_BYTES - 100;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n… the result is cut at 64 KiB: ask for less (a smaller limit).", &text[..end])
 }
 
 /// `memory_search`: `path:line: text`, context lines as `path-line- text`.
@@ -66,7 +94,8 @@ pub(super) fn published(edit: &PublishedEdit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::read::{EntryKind, MemoryEntry, SearchMatch};
+    use crate::tools::read::{EntryKind, MemoryEntry};
+    use crate::tools::search::SearchMatch;
 
     fn strings(lines: &[&str]) -> Vec<String> {
         lines.iter().map(|l| l.to_string()).collect()
@@ -94,17 +123,36 @@ mod tests {
 
     fn slice_of(text: &str, offset: u64, lines: u64, total_lines: u64) -> FileSlice {
         let path = "MEMORY.md".into();
-        FileSlice { path, text: text.into(), offset, lines, total_lines, truncated: false, sha256: String::new() }
+        let sha256 = "ab12".into();
+        FileSlice { path, text: text.into(), offset, lines, total_lines, truncated: false, sha256, byte_offset: 0 }
     }
+
+    const DIGEST: &str = "sha256 ab12 (of the whole file, for memory_edit's expect)";
 
     #[test]
     fn reads_are_numbered_and_say_where_to_go_on() {
         assert_eq!(
             slice(&slice_of("b\nc\n", 2, 2, 5)),
-            "     2\tb\n     3\tc\n… 2 more lines; read on with offset 4\n"
+            format!("     2\tb\n     3\tc\n… 2 more lines; read on with offset 4\n{DIGEST}")
         );
-        assert_eq!(slice(&slice_of("a\n", 1, 1, 1)), "     1\ta\n");
-        assert_eq!(slice(&slice_of("", 1, 0, 0)), "MEMORY.md is empty.");
+        assert_eq!(slice(&slice_of("a\n", 1, 1, 1)), format!("     1\ta\n{DIGEST}"));
+        assert_eq!(slice(&slice_of("", 1, 0, 0)), "MEMORY.md is empty.\nsha256 ab12");
+    }
+
+    #[test]
+    fn a_line_cut_within_says_where_it_goes_on() {
+        let cut = FileSlice { truncated: true, byte_offset: 100, ..slice_of("xxxx", 3, 1, 9) };
+        assert_eq!(
+            slice(&cut),
+            format!("     3\txxxx\n… line 3 goes on: read on with offset 3 and byte_offset 104\n{DIGEST}")
+        );
+    }
+
+    #[test]
+    fn no_result_passes_the_cap() {
+        assert_eq!(within_result("short".into()), "short");
+        let long = within_result("é".repeat(MAX_RESULT_BYTES));
+        assert!(long.len() <= MAX_RESULT_BYTES && long.ends_with("(a smaller limit)."), "{}", long.len());
     }
 
     #[test]

@@ -2,24 +2,38 @@
 //! type whose JSON Schema is generated, and each runs the function its HTTP
 //! route runs (`api/agent_memory.rs`), rendered as text by [`super::text`].
 
-use super::{Caller, MemoryServer, caller, failed, text};
+use super::{Caller, MemoryServer, TOOLS, caller, failed, text};
 use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
 use crate::api::error::ApiError;
 use crate::domain::key_scope::Permission;
 use crate::domain::memory_edit::MemoryEdit;
+use crate::tools::read::Budget;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::schemars::{self, JsonSchema, Schema, SchemaGenerator};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, tool, tool_router};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::time::Duration;
 
 /// How long `memory_edit` waits for its edit to be published.
 const EDIT_WAIT: Duration = Duration::from_secs(10);
+
+/// A tool result is at most this much text (SPEC §2.10): past it, the
+/// result says how to read on.
+pub(super) const MAX_RESULT_BYTES: usize = 64 * 1024;
+/// What the memory's own lines may take of a result, each charged what its
+/// rendering adds; the rest is room for the lines a renderer appends.
+const LINES_BYTES: usize = MAX_RESULT_BYTES - 1024;
+/// `path (N bytes)` a line.
+const LIST_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 24 };
+/// A line number and a tab a line.
+const READ_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 12 };
+/// `path:line: ` a line (the path charged as well).
+const SEARCH_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 16 };
 
 /// A tool's arguments as the model sent them, and as the tool's type reads
 /// them: a mismatch is the tool's failure for the model to read (an
@@ -97,10 +111,15 @@ pub(super) struct ReadArgs {
     layout: Option<String>,
     /// Relative to the memory folder, e.g. MEMORY.md or skills/ci/SKILL.md.
     path: String,
+    /// The first line to read (1-based; default 1).
     #[schemars(range(min = 1))]
     offset: Option<u64>,
+    /// Lines to read at most (default: as many as one result holds).
     #[schemars(range(min = 1))]
     limit: Option<u64>,
+    /// Where in line `offset` to start, for a line longer than one result holds (as the result says).
+    #[schemars(range(min = 0))]
+    byte_offset: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -145,12 +164,6 @@ pub(super) struct EditArgs {
     reason: Option<Value>,
 }
 
-/// A tool's answer: its text for the model and its structured content.
-fn answer<T: Serialize>(render: impl FnOnce(&T) -> String, typed: T) -> Result<(String, Value), ApiError> {
-    let said = render(&typed);
-    Ok((said, serde_json::to_value(typed).map_err(ApiError::internal)?))
-}
-
 /// The place a tool names, defaulting to the endpoint's (its reach is
 /// checked by [`admit`] before the arguments are read).
 fn place(caller: &Caller, workspace: Option<String>, layout: Option<String>) -> (String, String) {
@@ -167,28 +180,31 @@ fn admit(caller: &Caller, raw: &Map<String, Value>, needs_edit: bool) -> Result<
     Ok(())
 }
 
-/// Runs one tool for the caller of `context` and makes its result.
+/// Runs tool `name` for the caller of `context` and makes its result: the
+/// text a model reads, and nothing else — no `structuredContent`, which
+/// Codex CLI and Claude Code would show their model instead of the text.
 async fn respond<T, Run>(
     context: &RequestContext<RoleServer>,
+    name: &'static str,
     args: Checked<T>,
     needs_edit: bool,
     run: impl FnOnce(Caller, T, Map<String, Value>) -> Run,
 ) -> Result<CallToolResult, ErrorData>
 where
-    Run: Future<Output = Result<(String, Value), ApiError>>,
+    Run: Future<Output = Result<String, ApiError>>,
 {
     let caller = caller(context)?;
-    let outcome = match (admit(&caller, &args.raw, needs_edit), args.parsed) {
-        (Err(refused), _) => Err(refused),
-        (Ok(()), Ok(parsed)) => run(caller, parsed, args.raw).await,
-        (Ok(()), Err(e)) => Err(ApiError::InvalidRequest(format!("The arguments do not fit the tool: {e}"))),
+    tracing::info!(client = %caller.client, tool = name, "MCP tool call");
+    // The tool's schema names the argument that does not fit; serde's message is the fallback.
+    let misfit = TOOLS.get(name).and_then(|tool| super::arguments::misfit(&tool.input_schema, &args.raw));
+    let outcome = match (admit(&caller, &args.raw, needs_edit), misfit, args.parsed) {
+        (Err(refused), _, _) => Err(refused),
+        (Ok(()), Some(why), _) => Err(ApiError::InvalidRequest(format!("{name}: {why}"))),
+        (Ok(()), None, Ok(parsed)) => run(caller, parsed, args.raw).await,
+        (Ok(()), None, Err(e)) => Err(ApiError::InvalidRequest(format!("{name}: {e}"))),
     };
     Ok(match outcome {
-        Ok((said, structured)) => {
-            let mut result = CallToolResult::success(vec![ContentBlock::text(said)]);
-            result.structured_content = Some(structured);
-            result
-        }
+        Ok(said) => CallToolResult::success(vec![ContentBlock::text(text::within_result(said))]),
         Err(error) => failed(error),
     })
 }
@@ -205,11 +221,12 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<ListArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, false, |caller, args: ListArgs, _| async move {
+        respond(&context, "memory_list", args, false, |caller, args: ListArgs, _| async move {
             let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let query = ListQuery { path: args.path, cursor: args.cursor };
-            let listed = agent_memory::list_memory(&caller.state, caller.tenant, &workspace, &layout, query).await?;
-            answer(text::listing, listed)
+            let (state, tenant) = (&caller.state, caller.tenant);
+            let listed = agent_memory::list_memory(state, tenant, &workspace, &layout, query, LIST_BUDGET).await?;
+            Ok(text::listing(&listed))
         })
         .await
     }
@@ -224,14 +241,15 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<ReadArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, false, |caller, args: ReadArgs, _| async move {
+        respond(&context, "memory_read", args, false, |caller, args: ReadArgs, _| async move {
             let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let session_id = caller.session.clone();
-            let query = ReadQuery { path: Some(args.path), offset: args.offset, limit: args.limit, session_id };
+            let (offset, limit, byte_offset) = (args.offset, args.limit, args.byte_offset);
+            let query = ReadQuery { path: Some(args.path), offset, limit, byte_offset, session_id };
             let usage = agent_memory::counts_usage(&caller.scope, &workspace);
-            let read =
-                agent_memory::read_memory(&caller.state, caller.tenant, &workspace, &layout, query, usage).await?;
-            answer(text::slice, read)
+            let (state, tenant) = (&caller.state, caller.tenant);
+            let read = agent_memory::read_memory(state, tenant, &workspace, &layout, query, usage, READ_BUDGET).await?;
+            Ok(text::slice(&read))
         })
         .await
     }
@@ -246,7 +264,7 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<SearchArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, false, |caller, args: SearchArgs, _| async move {
+        respond(&context, "memory_search", args, false, |caller, args: SearchArgs, _| async move {
             let (workspace, layout) = place(&caller, args.workspace, args.layout);
             let params = SearchParams {
                 query: Some(args.query),
@@ -257,8 +275,9 @@ impl MemoryServer {
                 limit: args.limit,
                 cursor: args.cursor,
             };
-            let found = agent_memory::search_memory(&caller.state, caller.tenant, &workspace, &layout, params).await?;
-            answer(text::matches, found)
+            let (state, tenant) = (&caller.state, caller.tenant);
+            let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params, SEARCH_BUDGET).await?;
+            Ok(text::matches(&found))
         })
         .await
     }
@@ -273,7 +292,7 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
         Parameters(args): Parameters<Checked<EditArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        respond(&context, args, true, |caller, args: EditArgs, raw| async move {
+        respond(&context, "memory_edit", args, true, |caller, args: EditArgs, raw| async move {
             let (workspace, layout) = place(&caller, args.workspace, args.layout);
             edit(&caller, &workspace, &layout, raw).await
         })
@@ -286,7 +305,7 @@ async fn edit(
     workspace: &str,
     layout: &str,
     mut body: Map<String, Value>,
-) -> Result<(String, Value), ApiError> {
+) -> Result<String, ApiError> {
     body.remove("workspace");
     body.remove("layout");
     if let Some(session) = &caller.session {
@@ -295,15 +314,12 @@ async fn edit(
     let edit = MemoryEdit::from_body(Value::Object(body)).map_err(agent_memory::refusal_problem)?;
     let job = agent_memory::queue_checked_edit(&caller.state, caller.tenant, workspace, layout, &edit).await?;
     match agent_memory::edit_outcome(&caller.state, caller.tenant, job, EDIT_WAIT).await? {
-        EditOutcome::Published(published) => answer(text::published, published),
-        EditOutcome::Pending(job) => {
-            let said = format!(
-                "The edit is queued as job {} ({}); it publishes once the layout's lane is free.",
-                job.job_id,
-                job.state.as_str()
-            );
-            Ok((said, serde_json::to_value(&job).map_err(ApiError::internal)?))
-        }
+        EditOutcome::Published(published) => Ok(text::published(&published)),
+        EditOutcome::Pending(job) => Ok(format!(
+            "The edit is queued as job {} ({}); it publishes once the layout's lane is free.",
+            job.job_id,
+            job.state.as_str()
+        )),
     }
 }
 
@@ -354,10 +370,20 @@ mod tests {
     }
 
     #[test]
-    fn arguments_that_do_not_fit_are_kept_for_the_message() {
-        let checked: Checked<ReadArgs> =
-            serde_json::from_value(json!({"path": "MEMORY.md", "session_id": "s"})).unwrap();
-        assert!(checked.parsed.unwrap_err().contains("unknown field `session_id`"));
-        assert_eq!(checked.raw["path"], "MEMORY.md");
+    fn arguments_that_do_not_fit_are_named_by_the_tools_schema() {
+        let misfit = |tool: &str, raw: Value| {
+            let schema = TOOLS.get(tool).unwrap().input_schema.clone();
+            super::super::arguments::misfit(&schema, raw.as_object().unwrap())
+        };
+        let unknown = misfit("memory_read", json!({"path": "MEMORY.md", "session_id": "s"})).unwrap();
+        assert!(unknown.contains("no argument session_id") && unknown.contains("byte_offset"), "{unknown}");
+        let negative = misfit("memory_read", json!({"path": "MEMORY.md", "offset": -1})).unwrap();
+        assert_eq!(negative, "argument offset must be at least 1, not -1.");
+        assert_eq!(misfit("memory_search", json!({"limit": 3})).unwrap(), "argument query is required.");
+        let typed = misfit("memory_search", json!({"query": "x", "regex": "yes"})).unwrap();
+        assert_eq!(typed, "argument regex must be true or false, not \"yes\".");
+        assert_eq!(misfit("memory_search", json!({"query": "x", "regex": null, "limit": 200})), None);
+        let checked: Checked<ReadArgs> = serde_json::from_value(json!({"path": 3})).unwrap();
+        assert!(checked.parsed.is_err() && checked.raw["path"] == 3, "the raw arguments are kept");
     }
 }

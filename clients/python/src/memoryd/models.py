@@ -453,6 +453,8 @@ class MemoryRead(_Model):
     total_lines: int
     truncated: bool
     sha256: str
+    #: Where in line ``offset`` the text starts (0: at its start).
+    byte_offset: int = 0
 
 
 class MemoryMatch(_Model):
