@@ -1,5 +1,8 @@
-"""Runs a document's ```sh blocks against a fresh memoryd; see doc-check.sh."""
+"""Runs a document's ```sh blocks against a fresh memoryd, and parses its
+```json and ```toml blocks (the clients' configuration files, copied as they
+stand); see doc-check.sh."""
 
+import json
 import os
 import re
 import shutil
@@ -8,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.request
 
 SKIP = re.compile(r"<!--\s*doc-check:\s*skip")
@@ -31,12 +35,12 @@ curl() {
 """
 
 
-def blocks(path):
-    """(line number, text) of each ```sh block not marked to skip."""
+def blocks(path, language="sh"):
+    """(line number, text) of each ```<language> block not marked to skip."""
     lines = open(path, encoding="utf-8").read().split("\n")
     found, at = [], 0
     while at < len(lines):
-        if lines[at].strip() == "```sh":
+        if lines[at].strip() == f"```{language}":
             end = lines.index("```", at + 1)
             marked = at > 0 and SKIP.search(lines[at - 1])
             if not marked:
@@ -77,7 +81,24 @@ def start(binary, workdir):
             time.sleep(0.1)
 
 
+def configurations_parse(doc):
+    """Every ```json and ```toml block of `doc` is what its parser takes."""
+    parsers = {"json": json.loads, "toml": tomllib.loads}
+    wrong = []
+    for language, parse in parsers.items():
+        for line, text in blocks(doc, language):
+            try:
+                parse(text)
+            except ValueError as e:
+                wrong.append(f"{doc}:{line}: not {language}: {e}")
+    for problem in wrong:
+        print(f"doc-check: {problem}", file=sys.stderr)
+    return not wrong
+
+
 def check(binary, doc):
+    if not configurations_parse(doc):
+        return False
     workdir = tempfile.mkdtemp(prefix="memoryd-doc-check-")
     server, base = start(os.path.abspath(binary), workdir)
     script = [PRELUDE]

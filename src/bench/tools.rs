@@ -40,14 +40,7 @@ impl Bench {
     async fn timed_gets(&self, paths: &[String]) -> BenchResult<(f64, f64)> {
         let mut times = Vec::with_capacity(paths.len());
         for path in paths {
-            let started = Instant::now();
-            let res = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.key).send().await?;
-            let status = res.status();
-            res.bytes().await?;
-            if status != 200 {
-                return Err(format!("{path} answered {status}").into());
-            }
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            times.push(self.timed_get(path).await?);
         }
         times.sort_by(f64::total_cmp);
         Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
@@ -96,53 +89,68 @@ impl Bench {
         Ok(figures)
     }
 
-    /// The same read of a rollout summary as a plain GET and as an MCP
-    /// `tools/call` of `memory_read`, alternating, each from the request to
-    /// its whole answer.
+    /// The same read of a rollout summary, and the same search of a plain
+    /// word, as a plain GET and as an MCP `tools/call`, alternating, each
+    /// from the request to its whole answer.
     async fn mcp_latency(&self, base: &str, summaries: usize, requests: usize) -> BenchResult<Vec<Figure>> {
-        let mcp = format!("{}/v1/mcp?workspace={WORKSPACE}", self.base);
-        let (mut plain, mut over_mcp) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
+        let mut times: [Vec<f64>; 4] = Default::default();
         for i in 0..requests * self.runs {
             let path = format!("rollout_summaries/r{:05}_deploy.md", i % summaries.max(1));
-            let started = Instant::now();
-            let res =
-                self.http.get(format!("{}{base}/read?path={path}", self.base)).bearer_auth(&self.key).send().await?;
-            let ok = res.status() == 200;
-            res.bytes().await?;
-            plain.push(started.elapsed().as_secs_f64() * 1000.0);
-            let message = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                "params": {"name": "memory_read", "arguments": {"path": path}}});
-            let started = Instant::now();
-            let res = self
-                .http
-                .post(&mcp)
-                .bearer_auth(&self.key)
-                .header("accept", "application/json, text/event-stream")
-                .header("mcp-protocol-version", "2025-06-18")
-                .json(&message)
-                .send()
-                .await?;
-            let answered = res.status() == 200 && !res.text().await?.contains("\"isError\":true");
-            over_mcp.push(started.elapsed().as_secs_f64() * 1000.0);
-            if !ok || !answered {
-                return Err(format!("a read of {path} failed (plain ok: {ok}, over MCP ok: {answered})").into());
+            let word = format!("cache-{}", i * 7 % 500);
+            let calls = [
+                (format!("{base}/read?path={path}"), json!({"name": "memory_read", "arguments": {"path": path}})),
+                (format!("{base}/search?query={word}"), json!({"name": "memory_search", "arguments": {"query": word}})),
+            ];
+            for (k, (route, tool)) in calls.into_iter().enumerate() {
+                times[2 * k].push(self.timed_get(&route).await?);
+                times[2 * k + 1].push(self.timed_tool_call(i, tool).await?);
             }
         }
         let mut figures = Vec::new();
-        for (how, mut times) in [("plain route", plain), ("MCP tools/call", over_mcp)] {
+        let cases = ["read a rollout summary, plain route", "read a rollout summary, MCP tools/call"]
+            .into_iter()
+            .chain(["search a plain word, plain route", "search a plain word, MCP tools/call"]);
+        for (case, mut times) in cases.zip(times) {
             times.sort_by(f64::total_cmp);
-            let case = format!("read a rollout summary, {how}");
-            figures.push(figure(
-                "tools",
-                self.backend,
-                case.clone(),
-                "round trip p50",
-                "ms",
-                vec![percentile(&times, 0.5)],
-            ));
-            figures.push(figure("tools", self.backend, case, "round trip p99", "ms", vec![percentile(&times, 0.99)]));
+            for (what, q) in [("round trip p50", 0.5), ("round trip p99", 0.99)] {
+                figures.push(figure("tools", self.backend, case.to_owned(), what, "ms", vec![percentile(&times, q)]));
+            }
         }
         Ok(figures)
+    }
+
+    /// One GET of `path`, in ms; anything but a 200 fails the bench.
+    async fn timed_get(&self, path: &str) -> BenchResult<f64> {
+        let started = Instant::now();
+        let res = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.key).send().await?;
+        let status = res.status();
+        res.bytes().await?;
+        if status != 200 {
+            return Err(format!("{path} answered {status}").into());
+        }
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    /// One MCP `tools/call` with `params`, in ms; a failed call fails the bench.
+    async fn timed_tool_call(&self, id: usize, params: serde_json::Value) -> BenchResult<f64> {
+        let mcp = format!("{}/v1/mcp?workspace={WORKSPACE}", self.base);
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let started = Instant::now();
+        let res = self
+            .http
+            .post(&mcp)
+            .bearer_auth(&self.key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&message)
+            .send()
+            .await?;
+        let status = res.status();
+        let body = res.text().await?;
+        if status != 200 || body.contains("\"isError\":true") || body.contains("\"error\":") {
+            return Err(format!("an MCP call failed ({status}): {}", body.chars().take(200).collect::<String>()).into());
+        }
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
     }
 
     /// Edits on an idle lane, each from the request to its 200 (published).
