@@ -124,6 +124,15 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
   fi
   (cd clients/python && "$VENV/bin/mypy" && "$VENV/bin/ruff" check src tests &&
     "$VENV/bin/ruff" format --check src tests) || status=$?
+  # The MCP Inspector CLI (and the Node 22 it needs), from its lockfile, for
+  # the test that reads memoryd as the Inspector shows it.
+  if command -v npm >/dev/null 2>&1 &&
+    (cd tests/mcp-inspector && npm ci --no-audit --no-fund --loglevel=error); then
+    export MEMORYD_MCP_INSPECTOR="$PWD/tests/mcp-inspector"
+  elif [ "${CI:-}" = "true" ]; then
+    log "could not install the MCP Inspector"
+    status=1
+  fi
   (cd clients/python && MEMORYD_BIN="$BIN" "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
   if ! command -v chromium >/dev/null 2>&1; then
     log "installing Debian's chromium for the browser tests"

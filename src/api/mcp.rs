@@ -57,7 +57,23 @@ struct Caller {
     session: Option<String>,
     /// The client as its `User-Agent` names it, for the log.
     client: String,
+    key_id: uuid::Uuid,
 }
+
+impl Caller {
+    /// Who calls, for the log: the name and version the client gave in its
+    /// `initialize`, found by its key and `User-Agent` (a stateless
+    /// transport's later messages carry no session), else its `User-Agent`.
+    fn named(&self) -> String {
+        CLIENT_NAMES.get(&(self.key_id, self.client.clone())).unwrap_or_else(|| self.client.clone())
+    }
+}
+
+/// Clients' names from their `initialize`, by key and `User-Agent`: bounded,
+/// and only ever read for the log.
+static CLIENT_NAMES: LazyLock<moka::sync::Cache<(uuid::Uuid, String), String>> = LazyLock::new(|| {
+    moka::sync::Cache::builder().max_capacity(10_000).time_to_idle(std::time::Duration::from_secs(86_400)).build()
+});
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,10 +128,10 @@ pub async fn serve(
              (the Streamable HTTP transport answers with either).",
         ));
     }
-    let (tenant, scope) = (key.tenant_id, key.scope);
+    let (tenant, scope, key_id) = (key.tenant_id, key.scope, key.key_id);
     let client = client_of(req.headers());
     let session = query.session_id;
-    req.extensions_mut().insert(Caller { state, tenant, scope, workspace, layout, session, client });
+    req.extensions_mut().insert(Caller { state, tenant, scope, workspace, layout, session, client, key_id });
     Ok(TRANSPORT.handle(req).await.into_response())
 }
 
@@ -212,8 +228,12 @@ impl ServerHandler for MemoryServer {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         let info = &request.client_info;
-        let agent = caller(&context).map(|c| c.client).unwrap_or_default();
-        tracing::info!(client = %info.name, version = %info.version, user_agent = %agent, "MCP client initialized");
+        let named: String =
+            format!("{} {}", info.name, info.version).chars().filter(|c| !c.is_control()).take(120).collect();
+        if let Ok(caller) = caller(&context) {
+            tracing::info!(client = %named, user_agent = %caller.client, "MCP client initialized");
+            CLIENT_NAMES.insert((caller.key_id, caller.client), named);
+        }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }

@@ -6,6 +6,11 @@ answers from what it searched."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import httpx
 import pytest
 from agents import Agent, Runner, set_tracing_disabled
@@ -268,3 +273,32 @@ def test_a_post_without_both_accept_types_is_told_which(server, tenant):
     )
     assert answer.status_code == 406
     assert "Accept" in answer.json()["detail"] and "text/event-stream" in answer.json()["detail"]
+
+
+INSPECTOR = os.environ.get("MEMORYD_MCP_INSPECTOR")
+
+
+def inspect(server, key: str, *args: str) -> dict:
+    """One call of the MCP Inspector CLI (tests/mcp-inspector) against memoryd: its JSON output."""
+    bin_dir = Path(INSPECTOR or "") / "node_modules" / ".bin"
+    command = [str(bin_dir / "node"), str(bin_dir / "mcp-inspector"), "--cli", mcp_url(server)]
+    command += ["--transport", "http", "--header", f"Authorization: Bearer {key}", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not INSPECTOR, reason="MEMORYD_MCP_INSPECTOR is not set (scripts/test.sh installs the Inspector)")
+def test_the_mcp_inspector_reads_what_a_model_reads(server, tenant):
+    _, key = tenant
+    remember(server, key, "mcp-insp", "The staging database is on port 6543.")
+    listed = inspect(server, key, "--method", "tools/list")
+    assert [t["name"] for t in listed["tools"]] == ["memory_list", "memory_read", "memory_search", "memory_edit"]
+    found = inspect(server, key, "--method", "tools/call", "--tool-name", "memory_search", "--tool-arg", "query=6543")
+    assert "structuredContent" not in found and found["isError"] is False, found
+    assert found["content"][0]["text"].startswith("MEMORY.md:"), found
+    read = inspect(server, key, "--method", "tools/call", "--tool-name", "memory_read", "--tool-arg", "path=MEMORY.md")
+    assert read["content"][0]["text"].startswith("     1\t") and "sha256 " in read["content"][0]["text"]
+    resources = inspect(server, key, "--method", "resources/list")["resources"]
+    assert "memory://default/default/MEMORY.md" in [r["uri"] for r in resources]
+    memory = inspect(server, key, "--method", "resources/read", "--uri", "memory://default/default/MEMORY.md")
+    assert "6543" in memory["contents"][0]["text"]

@@ -24,6 +24,22 @@ pub(super) fn misfit(schema: &Map<String, Value>, raw: &Map<String, Value>) -> O
         .map(|name| format!("argument {name} is required."))
 }
 
+/// A number or a boolean given for a string argument, as its text: clients
+/// and models send `"query": 6543` for the word 6543.
+pub(super) fn coerce_to_strings(schema: &Map<String, Value>, raw: &mut Map<String, Value>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return };
+    for (name, value) in raw.iter_mut() {
+        let wants_string = properties.get(name).and_then(|p| p.get("type")).is_some_and(|t| match t {
+            Value::String(one) => one == "string",
+            Value::Array(many) => many.iter().any(|t| t == "string"),
+            _ => false,
+        });
+        if wants_string && (value.is_number() || value.is_boolean()) {
+            *value = Value::String(value.to_string());
+        }
+    }
+}
+
 /// What `property` wants that `value` is not.
 fn refusal(property: &Value, value: &Value) -> Option<String> {
     let types: Vec<&str> = match property.get("type") {
@@ -117,5 +133,12 @@ mod tests {
         let long = misfit(json!({"path": "a", "regex": "y".repeat(100)})).unwrap();
         assert!(long.ends_with("…."), "{long}");
         assert_eq!(misfit(json!({"path": "a", "offset": null, "regex": true})), None);
+    }
+
+    #[test]
+    fn a_number_for_a_string_is_its_text() {
+        let mut given = raw(json!({"path": 6543, "offset": 2, "regex": true}));
+        coerce_to_strings(&schema(), &mut given);
+        assert_eq!(Value::Object(given), json!({"path": "6543", "offset": 2, "regex": true}));
     }
 }

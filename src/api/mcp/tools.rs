@@ -40,15 +40,19 @@ const SEARCH_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 16 };
 /// `isError` result), not a protocol error.
 pub(super) struct Checked<T> {
     raw: Map<String, Value>,
-    parsed: Result<T, String>,
+    wanted: std::marker::PhantomData<T>,
 }
 
-impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
+impl<'de, T> Deserialize<'de> for Checked<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let arguments = Value::Object(Map::deserialize(deserializer)?);
-        let parsed = T::deserialize(&arguments).map_err(|e| e.to_string());
-        let Value::Object(raw) = arguments else { unreachable!("made as an object above") };
-        Ok(Self { raw, parsed })
+        Ok(Self { raw: Map::deserialize(deserializer)?, wanted: std::marker::PhantomData })
+    }
+}
+
+impl<T: DeserializeOwned> Checked<T> {
+    /// The arguments as the tool's type reads them.
+    fn parse(raw: Map<String, Value>) -> Result<T, String> {
+        T::deserialize(Value::Object(raw)).map_err(|e| e.to_string())
     }
 }
 
@@ -183,7 +187,7 @@ fn admit(caller: &Caller, raw: &Map<String, Value>, needs_edit: bool) -> Result<
 /// Runs tool `name` for the caller of `context` and makes its result: the
 /// text a model reads, and nothing else — no `structuredContent`, which
 /// Codex CLI and Claude Code would show their model instead of the text.
-async fn respond<T, Run>(
+async fn respond<T: DeserializeOwned, Run>(
     context: &RequestContext<RoleServer>,
     name: &'static str,
     args: Checked<T>,
@@ -194,14 +198,18 @@ where
     Run: Future<Output = Result<String, ApiError>>,
 {
     let caller = caller(context)?;
-    tracing::info!(client = %caller.client, tool = name, "MCP tool call");
+    tracing::info!(client = %caller.named(), tool = name, "MCP tool call");
+    let mut raw = args.raw;
+    let schema = TOOLS.get(name).map(|tool| tool.input_schema.clone()).unwrap_or_default();
+    super::arguments::coerce_to_strings(&schema, &mut raw);
     // The tool's schema names the argument that does not fit; serde's message is the fallback.
-    let misfit = TOOLS.get(name).and_then(|tool| super::arguments::misfit(&tool.input_schema, &args.raw));
-    let outcome = match (admit(&caller, &args.raw, needs_edit), misfit, args.parsed) {
-        (Err(refused), _, _) => Err(refused),
-        (Ok(()), Some(why), _) => Err(ApiError::InvalidRequest(format!("{name}: {why}"))),
-        (Ok(()), None, Ok(parsed)) => run(caller, parsed, args.raw).await,
-        (Ok(()), None, Err(e)) => Err(ApiError::InvalidRequest(format!("{name}: {e}"))),
+    let outcome = match (admit(&caller, &raw, needs_edit), super::arguments::misfit(&schema, &raw)) {
+        (Err(refused), _) => Err(refused),
+        (Ok(()), Some(why)) => Err(ApiError::InvalidRequest(format!("{name}: {why}"))),
+        (Ok(()), None) => match Checked::<T>::parse(raw.clone()) {
+            Ok(parsed) => run(caller, parsed, raw).await,
+            Err(e) => Err(ApiError::InvalidRequest(format!("{name}: {e}"))),
+        },
     };
     Ok(match outcome {
         Ok(said) => CallToolResult::success(vec![ContentBlock::text(text::within_result(said))]),
@@ -384,6 +392,6 @@ mod tests {
         assert_eq!(typed, "argument regex must be true or false, not \"yes\".");
         assert_eq!(misfit("memory_search", json!({"query": "x", "regex": null, "limit": 200})), None);
         let checked: Checked<ReadArgs> = serde_json::from_value(json!({"path": 3})).unwrap();
-        assert!(checked.parsed.is_err() && checked.raw["path"] == 3, "the raw arguments are kept");
+        assert!(Checked::<ReadArgs>::parse(checked.raw.clone()).is_err() && checked.raw["path"] == 3);
     }
 }
