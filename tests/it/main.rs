@@ -27,6 +27,7 @@ mod layouts;
 mod leaks;
 mod limits;
 mod listings;
+mod mcp;
 mod migrations;
 mod openapi;
 mod phase_one;

@@ -1,0 +1,98 @@
+//! MCP as the protocol says (SPEC §2.10), one JSON-RPC message at a time:
+//! resources paged over every workspace the key reaches, the protocol's own
+//! errors for what is not there, and results that keep to 64 KiB.
+
+use crate::both_backends;
+use crate::harness::{Backend, TestApp};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+both_backends!(resources_page_through_every_file_the_key_reaches, unknown_names_are_protocol_errors);
+
+async fn rpc(app: &TestApp, key: &str, method: &str, params: Value) -> Value {
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let res = app
+        .request(Method::POST, "/v1/mcp", key)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.json().await.unwrap()
+}
+
+/// Creates `count` small files under `folder` of a workspace's memory.
+async fn files(app: &TestApp, key: &str, workspace: &str, folder: &str, count: usize) {
+    let operations: Vec<Value> = (0..count)
+        .map(|i| json!({"command": "create", "path": format!("{folder}/note-{i:04}.md"), "file_text": "x\n"}))
+        .collect();
+    let path = format!("/v1/workspaces/{workspace}/layouts/default/memory/edits?wait=30");
+    let res = app.request(Method::POST, &path, key).json(&json!({"operations": operations})).send().await.unwrap();
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+}
+
+async fn resources_page_through_every_file_the_key_reaches(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    for workspace in ["alpha", "beta"] {
+        let session = json!({"session_id": format!("{workspace}-s"), "workspace": workspace});
+        let res = app.request(Method::POST, "/v1/sessions", &t.key).json(&session).send().await.unwrap();
+        assert_eq!(res.status(), 201);
+        let session = format!("{workspace}-s");
+        let res = app.post_segment(&t.key, &session, "default", json!({"rollout_id": "r", "input": "hi"})).await;
+        assert_eq!(res.status(), 201);
+    }
+    files(&app, &t.key, "alpha", "notes", 700).await;
+    files(&app, &t.key, "beta", "notes", 3).await;
+    let (mut uris, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        pages += 1;
+        let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+        let answer = rpc(&app, &t.key, "resources/list", params).await;
+        let page = answer["result"]["resources"].as_array().unwrap_or_else(|| panic!("{answer}"));
+        assert!(page.len() <= 500, "a page holds at most 500");
+        uris.extend(page.iter().map(|r| r["uri"].as_str().unwrap().to_owned()));
+        match answer["result"]["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 2);
+    let mut sorted = uris.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(uris, sorted, "every file once, by workspace, layout and path");
+    assert_eq!(uris.iter().filter(|u| u.starts_with("memory://alpha/default/notes/")).count(), 700);
+    assert_eq!(uris.iter().filter(|u| u.starts_with("memory://beta/default/notes/")).count(), 3);
+
+    let forged = rpc(&app, &t.key, "resources/list", json!({"cursor": "not-one-of-ours"})).await;
+    assert_eq!(forged["error"]["code"], -32602, "{forged}");
+    let read = rpc(&app, &t.key, "resources/read", json!({"uri": "memory://beta/default/notes/note-0002.md"})).await;
+    assert_eq!(read["result"]["contents"][0]["text"], "x\n", "{read}");
+
+    // A key for one workspace lists and reads that workspace alone.
+    let made =
+        app.request(Method::POST, "/v1/keys", &t.key).json(&json!({"workspaces": ["beta"], "permissions": ["read"]}));
+    let scoped = made.send().await.unwrap().json::<Value>().await.unwrap()["api_key"].as_str().unwrap().to_owned();
+    let listed = rpc(&app, &scoped, "resources/list", json!({})).await;
+    let seen: Vec<&str> =
+        listed["result"]["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    assert!(!seen.is_empty() && seen.iter().all(|u| u.starts_with("memory://beta/")), "{seen:?}");
+    let other = rpc(&app, &scoped, "resources/read", json!({"uri": "memory://alpha/default/notes/note-0001.md"})).await;
+    assert_eq!(other["error"]["code"], -32002, "another workspace does not exist for the key: {other}");
+}
+
+async fn unknown_names_are_protocol_errors(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let tool = rpc(&app, &t.key, "tools/call", json!({"name": "memory_drop", "arguments": {}})).await;
+    assert_eq!(tool["error"]["code"], -32602, "{tool}");
+    assert!(tool["error"]["message"].as_str().unwrap().contains("memory_list"), "{tool}");
+    let prompt = rpc(&app, &t.key, "prompts/get", json!({"name": "nope"})).await;
+    assert_eq!(prompt["error"]["code"], -32602, "{prompt}");
+    let failing =
+        rpc(&app, &t.key, "tools/call", json!({"name": "memory_read", "arguments": {"path": "none.md"}})).await;
+    assert_eq!(failing["result"]["isError"], true, "a known tool that fails is a result: {failing}");
+    assert!(failing["result"].get("structuredContent").is_none(), "{failing}");
+}
