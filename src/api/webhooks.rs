@@ -166,7 +166,7 @@ pub(crate) struct WebhookPatch {
     #[serde(default, deserialize_with = "present")]
     #[schemars(length(max = MAX_DESCRIPTION))]
     description: Option<Option<String>>,
-    #[schemars(extend("enum" = ["enabled", "disabled"]))]
+    #[schemars(extend("enum" = ["enabled", "disabled", null]))]
     state: Option<String>,
 }
 

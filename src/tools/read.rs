@@ -297,8 +297,10 @@ pub fn read(memory_root: &Path, path: &str, asked: SliceRequest, budget: Budget)
         if spent + budget.line(line.len()) > budget.bytes {
             truncated = true;
             if lines == 0 {
-                // One line longer than the budget: as much of it as fits.
-                end += cut_at_char(line, budget.bytes.saturating_sub(budget.per_line).max(1)).len();
+                // One line longer than the budget: as much of it as fits (the
+                // whole line when only its newline would be left for later).
+                let cut = cut_at_char(line, budget.bytes.saturating_sub(budget.per_line).max(1)).len();
+                end += if cut + 1 == line.len() && line.ends_with('\n') { line.len() } else { cut };
                 lines = 1;
             }
             break;
@@ -316,7 +318,7 @@ pub fn read(memory_root: &Path, path: &str, asked: SliceRequest, budget: Budget)
 /// boundary); `None` past the line's end.
 fn start_in_line(text: &str, line_at: usize, byte_offset: u64) -> Option<usize> {
     let line_len = memchr::memchr(b'\n', &text.as_bytes()[line_at..]).unwrap_or(text.len() - line_at);
-    let within = usize::try_from(byte_offset).ok().filter(|b| *b <= line_len && (*b < line_len || *b == 0))?;
+    let within = usize::try_from(byte_offset).ok().filter(|b| *b <= line_len)?;
     let mut start = line_at + within;
     while !text.is_char_boundary(start) {
         start -= 1;

@@ -291,7 +291,7 @@ fn memory_files_name_their_rollouts() {
 #[test]
 fn a_budget_pages_a_listing_and_each_page_holds_one_entry_at_least() {
     let (_dir, root) = folder();
-    let tight = Budget { bytes: 40, per_line: 24 };
+    let tight = Budget { bytes: 100, per_line: 24 };
     let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
     loop {
         pages += 1;
@@ -331,6 +331,22 @@ fn a_line_longer_than_the_budget_is_read_in_pieces() {
     assert_eq!(read(&root, "long.md", inside_e, HTTP_READ).unwrap().byte_offset, 1000, "back to a character");
     let past = SliceRequest { offset: 2, limit: None, byte_offset: line.len() as u64 + 1 };
     assert!(matches!(read(&root, "long.md", past, HTTP_READ), Err(ReadError::Invalid(_))));
+    let at_end = SliceRequest { offset: 2, limit: Some(1), byte_offset: line.len() as u64 };
+    assert_eq!(
+        read(&root, "long.md", at_end, HTTP_READ).unwrap().text,
+        "\n",
+        "the end of a line is a place to read on from"
+    );
+}
+
+#[test]
+fn a_line_one_newline_longer_than_the_budget_is_read_whole() {
+    let (_dir, root) = folder();
+    let budget = Budget { bytes: 300, per_line: 12 };
+    std::fs::write(root.join("edge.md"), format!("{}\nnext\n", "y".repeat(288))).unwrap();
+    let first = read(&root, "edge.md", SliceRequest { offset: 1, limit: None, byte_offset: 0 }, budget).unwrap();
+    assert_eq!(first.text.len(), 289, "no piece of one newline is left for a second read");
+    assert!(first.truncated && first.text.ends_with('\n'));
 }
 
 #[test]
@@ -342,4 +358,18 @@ fn a_search_budget_charges_each_lines_path_and_pages_through_everything() {
     let (seen, pages) = every_page(&root, tight, unhurried);
     assert_eq!(seen, all, "every match once, in order");
     assert!(pages >= all.len(), "each match costs more than the budget: one a page");
+}
+
+#[test]
+fn a_first_match_too_big_for_the_page_keeps_its_line_and_drops_context() {
+    let (_dir, root) = folder();
+    let text: String =
+        (0..41).map(|i| if i == 20 { "needle\n".to_owned() } else { format!("{}\n", "c".repeat(900)) }).collect();
+    std::fs::write(root.join("wide.md"), text).unwrap();
+    let tight = SearchQuery { context: 20, budget: Budget { bytes: 5_000, per_line: 16 }, ..query("needle") };
+    let page = search(&root, "wide.md", &tight).unwrap();
+    let found = &page.matches[0];
+    assert_eq!((found.line, found.text.as_str()), (21, "needle"));
+    assert!(found.before.len() + found.after.len() < 40 && !found.before.is_empty(), "context trimmed to fit");
+    assert!(found.text_bytes() <= 5_000);
 }

@@ -55,6 +55,19 @@ impl SearchMatch {
         self.text.len() + self.before.iter().chain(&self.after).map(String::len).sum::<usize>()
     }
 
+    /// Drops context lines, farthest first, until the match costs at most
+    /// `bytes` (or has none left): a page's first match always fits, and a
+    /// match is never cut itself.
+    fn fit_context(&mut self, bytes: usize, budget: Budget) {
+        while self.cost(budget) > bytes && !(self.before.is_empty() && self.after.is_empty()) {
+            if self.before.len() >= self.after.len() {
+                self.before.remove(0);
+            } else {
+                self.after.pop();
+            }
+        }
+    }
+
     /// What the match costs of `budget`: its text, and where lines are
     /// rendered with their path and number, each line's prefix.
     fn cost(&self, budget: Budget) -> usize {
@@ -257,7 +270,10 @@ impl FileScan<'_> {
                 }
                 Probe::End => return FileEnd::Done,
             };
-            let found = self.found(&starts, line, at);
+            let mut found = self.found(&starts, line, at);
+            if out.is_empty() {
+                found.fit_context(room.bytes, self.budget);
+            }
             let cost = found.cost(self.budget);
             // A page holds one match at least, so that following its cursors always ends.
             if cost > room.bytes && !out.is_empty() {

@@ -96,3 +96,36 @@ async fn unknown_names_are_protocol_errors(backend: Backend) {
     assert_eq!(failing["result"]["isError"], true, "a known tool that fails is a result: {failing}");
     assert!(failing["result"].get("structuredContent").is_none(), "{failing}");
 }
+
+both_backends!(a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on);
+
+async fn a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r", "input": "hi"})).await;
+    let big: String = (0..2_000).map(|i| format!("- note {i}: {}\n", "z".repeat(60))).collect();
+    let create = json!({"operations": [{"command": "create", "path": "notes/big file.md", "file_text": big}]});
+    let res = app.request(Method::POST, "/v1/workspaces/default/layouts/default/memory/edits?wait=30", &t.key);
+    assert_eq!(res.json(&create).send().await.unwrap().status(), 200);
+
+    let call = json!({"name": "memory_read", "arguments": {"path": "notes/big file.md"}});
+    let read = rpc(&app, &t.key, "tools/call", call).await;
+    let text = read["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.len() <= 64 * 1024, "{}", text.len());
+    let next: u64 = text.lines().find_map(|l| l.split("read on with offset ").nth(1)).unwrap().parse().unwrap();
+    assert!(next > 500 && next < 2_000, "{next}");
+    assert!(text.contains(&format!("{:>6}\t- note {}:", next - 1, next - 2)), "the last line shown is the one before");
+
+    let listed = rpc(&app, &t.key, "resources/list", json!({})).await;
+    let uri = listed["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .find(|u| u.contains("big"));
+    assert_eq!(uri, Some("memory://default/default/notes/big%20file.md"));
+    let resource = rpc(&app, &t.key, "resources/read", json!({"uri": uri.unwrap()})).await;
+    let text = resource["result"]["contents"][0]["text"].as_str().unwrap();
+    assert!(text.len() <= 64 * 1024 && text.starts_with("- note 0:"), "{}", text.len());
+    assert!(text.ends_with("reads the rest"), "{}", &text[text.len() - 120..]);
+}

@@ -63,8 +63,19 @@ pub(super) async fn list(caller: &Caller, cursor: Option<&str>) -> Result<ListRe
     Ok(ListResourcesResult::with_all_items(page))
 }
 
+/// What a path's segments may hold as they stand in a URI; anything else is
+/// percent-encoded (a space, `#`, `?`, `%`, non-ASCII).
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+fn uri_of(workspace: &str, layout: &str, path: &str) -> String {
+    let segments: Vec<String> =
+        path.split('/').map(|s| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()).collect();
+    format!("memory://{workspace}/{layout}/{}", segments.join("/"))
+}
+
 fn resource(workspace: &str, layout: &str, file: &MemoryEntry) -> Resource {
-    let resource = Resource::new(format!("memory://{workspace}/{layout}/{}", file.path), file.path.clone())
+    let resource = Resource::new(uri_of(workspace, layout, &file.path), file.path.clone())
         .with_title(format!("{} ({workspace} / {layout})", file.path))
         .with_mime_type(mime_type(&file.path));
     match file.bytes {
@@ -77,13 +88,14 @@ fn mime_type(path: &str) -> &'static str {
     if path.ends_with(".md") { "text/markdown" } else { "text/plain" }
 }
 
-/// `memory://<workspace>/<layout>/<path>` as its parts.
+/// `memory://<workspace>/<layout>/<path>` as its parts, the path decoded.
 fn position_of(uri: &str) -> Option<Position> {
     let rest = uri.strip_prefix("memory://")?;
     let (workspace, rest) = rest.split_once('/')?;
     let (layout, path) = rest.split_once('/')?;
+    let path = percent_encoding::percent_decode_str(path).decode_utf8().ok()?;
     (!workspace.is_empty() && !layout.is_empty() && !path.is_empty())
-        .then(|| (workspace.to_owned(), layout.to_owned(), path.to_owned()))
+        .then(|| (workspace.to_owned(), layout.to_owned(), path.into_owned()))
 }
 
 /// One resource's text: as much of the file as one result holds, and where
@@ -108,13 +120,16 @@ pub(super) async fn read(caller: &Caller, uri: &str) -> Result<ReadResourceResul
         .await
         .map_err(protocol_error)?;
     let mut text = read.text;
-    if read.truncated {
-        let next = read.offset + read.lines;
+    if read.truncated && !text.ends_with('\n') {
+        let (offset, next) = (read.offset, read.byte_offset + text.len() as u64);
         text.push_str(&format!(
-            "\n… the file goes on: memory_read with path {path} and offset {next} reads the rest\n"
+            "\n… the file goes on: memory_read with path {path}, offset {offset} and byte_offset {next}"
         ));
+    } else if read.truncated {
+        let next = read.offset + read.lines;
+        text.push_str(&format!("… the file goes on: memory_read with path {path} and offset {next} reads the rest"));
     }
-    let contents = ResourceContents::text(text, uri).with_mime_type(mime_type(&path));
+    let contents = ResourceContents::text(super::text::within_result(text), uri).with_mime_type(mime_type(&path));
     Ok(ReadResourceResult::new(vec![contents]))
 }
 
@@ -154,5 +169,20 @@ mod tests {
         for bad in ["memory://w/l/", "memory://w/MEMORY.md", "file:///etc/passwd", "memory:///l/x", "memory://w//x"] {
             assert_eq!(position_of(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_path_with_spaces_or_signs_goes_there_and_back() {
+        for path in ["notes/a b.md", "notes/50%#x?.md", "notes/été.md", "MEMORY.md"] {
+            let uri = uri_of("w", "l", path);
+            assert!(!uri.contains(' ') && !uri.contains('#') && !uri.contains('?'), "{uri}");
+            assert_eq!(position_of(&uri), Some(("w".into(), "l".into(), path.into())), "{uri}");
+        }
+        assert_eq!(uri_of("w", "l", "skills/ci/SKILL.md"), "memory://w/l/skills/ci/SKILL.md");
+        assert_eq!(
+            position_of("memory://w/l/%2E%2E/x").map(|p| p.2),
+            Some("../x".into()),
+            "decoded; confinement refuses it"
+        );
     }
 }

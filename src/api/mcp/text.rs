@@ -51,16 +51,20 @@ pub(super) fn slice(read: &FileSlice) -> String {
 }
 
 /// A result's text, never over [`MAX_RESULT_BYTES`]: the budgets keep every
-/// result well under it, and this cut only guards what they cannot foresee.
+/// result well under it, and this cut only guards what they cannot foresee,
+/// keeping the last line (where a result says how to read on).
 pub(super) fn within_result(text: String) -> String {
     if text.len() <= MAX_RESULT_BYTES {
         return text;
     }
-    let mut end = MAX_RESULT_BYTES - 100;
-    while !text.is_char_boundary(end) {
+    const NOTE: &str = "\n… the result is cut at 64 KiB: ask for less (a smaller limit).\n";
+    let (body, last) = text.trim_end_matches('\n').rsplit_once('\n').unwrap_or(("", text.as_str()));
+    let last = if last.len() > MAX_RESULT_BYTES / 4 { "" } else { last };
+    let mut end = (MAX_RESULT_BYTES - NOTE.len() - last.len()).min(body.len());
+    while !body.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}\n… the result is cut at 64 KiB: ask for less (a smaller limit).", &text[..end])
+    format!("{}{NOTE}{last}", &body[..end])
 }
 
 /// `memory_search`: `path:line: text`, context lines as `path-line- text`.
@@ -149,10 +153,16 @@ mod tests {
     }
 
     #[test]
-    fn no_result_passes_the_cap() {
+    fn no_result_passes_the_cap_and_a_cut_keeps_where_to_read_on() {
         assert_eq!(within_result("short".into()), "short");
         let long = within_result("é".repeat(MAX_RESULT_BYTES));
-        assert!(long.len() <= MAX_RESULT_BYTES && long.ends_with("(a smaller limit)."), "{}", long.len());
+        assert!(long.len() <= MAX_RESULT_BYTES && long.ends_with("(a smaller limit).\n"), "{}", long.len());
+        let paged = within_result(format!("{}\n… more matches: pass cursor abc", "x".repeat(MAX_RESULT_BYTES)));
+        assert!(
+            paged.len() <= MAX_RESULT_BYTES && paged.ends_with("pass cursor abc"),
+            "{}",
+            &paged[paged.len() - 80..]
+        );
     }
 
     #[test]

@@ -26,8 +26,9 @@ const EDIT_WAIT: Duration = Duration::from_secs(10);
 /// result says how to read on.
 pub(super) const MAX_RESULT_BYTES: usize = 64 * 1024;
 /// What the memory's own lines may take of a result, each charged what its
-/// rendering adds; the rest is room for the lines a renderer appends.
-const LINES_BYTES: usize = MAX_RESULT_BYTES - 1024;
+/// rendering adds; the rest is room for the lines a renderer appends (a
+/// cursor is at most 8 KiB).
+const LINES_BYTES: usize = MAX_RESULT_BYTES - 10 * 1024;
 /// `path (N bytes)` a line.
 const LIST_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 24 };
 /// A line number and a tab a line.
