@@ -83,7 +83,7 @@ fn read_problem(e: ReadError) -> ApiError {
 }
 
 /// Runs blocking disk work off the runtime's threads.
-async fn on_disk<T: Send + 'static>(
+pub(crate) async fn on_disk<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ReadError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(work).await.map_err(ApiError::internal)?.map_err(read_problem)
@@ -96,6 +96,8 @@ pub(crate) enum CursorOf {
     Search,
     /// MCP's `resources/list`, over every workspace the key reaches.
     Resources,
+    /// `memory/search?mode=ranked`.
+    Ranked,
 }
 
 /// What a cursor is bound to: the route, and the tenant's layout it pages.
@@ -104,6 +106,7 @@ pub(crate) fn cursor_context(of: CursorOf, tenant: uuid::Uuid, workspace: &str, 
         CursorOf::List => "memory/list",
         CursorOf::Search => "memory/search",
         CursorOf::Resources => "resources/list",
+        CursorOf::Ranked => "memory/search?mode=ranked",
     };
     format!("{route}|{tenant}|{workspace}|{layout}").into_bytes()
 }
@@ -210,6 +213,20 @@ pub(crate) async fn list_memory(
     Ok(MemoryListing { entries: page.entries, next_cursor })
 }
 
+/// The memory folder of a layout and `path` inside it (checked as every
+/// route checks it), for a search that walks it.
+pub(crate) async fn folder_at(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &str,
+    layout: &str,
+    path: Option<&str>,
+) -> Result<(std::path::PathBuf, String), ApiError> {
+    let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
+    let dir = folder.path(path)?;
+    Ok((folder.memory_root, dir))
+}
+
 /// Every file of a layout's memory folder, sorted by path (MCP's resources).
 pub(crate) async fn memory_files(
     state: &AppState,
@@ -309,6 +326,8 @@ pub struct SearchParams {
     pub(crate) query: Option<String>,
     pub(crate) path: Option<String>,
     pub(crate) regex: Option<bool>,
+    /// `substring` (default), `regex`, `ranked`, `semantic` or `hybrid`.
+    pub(crate) mode: Option<String>,
     pub(crate) case_sensitive: Option<bool>,
     pub(crate) context: Option<usize>,
     pub(crate) limit: Option<usize>,
@@ -321,8 +340,29 @@ pub async fn search(
     State(state): State<AppState>,
     Path((workspace, layout)): Path<(String, String)>,
     QueryParams(params): QueryParams<SearchParams>,
-) -> Result<Json<MemorySearchPage>, ApiError> {
-    search_memory(&state, tenant, &workspace, &layout, params, search::HTTP_SEARCH).await.map(Json)
+) -> Result<Json<SearchAnswer>, ApiError> {
+    Ok(Json(match super::ranked::mode_of(&params)? {
+        SearchMode::Lines => {
+            SearchAnswer::Lines(search_memory(&state, tenant, &workspace, &layout, params, search::HTTP_SEARCH).await?)
+        }
+        SearchMode::Ranked => SearchAnswer::Passages(
+            super::ranked::search(&state, tenant, &workspace, &layout, params, read::HTTP_LIST).await?,
+        ),
+    }))
+}
+
+/// What `memory/search` answers: matching lines, or passages by relevance.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SearchAnswer {
+    Lines(MemorySearchPage),
+    Passages(super::ranked::RankedPage),
+}
+
+/// How a search finds: line by line, or passages ranked by relevance.
+pub(crate) enum SearchMode {
+    Lines,
+    Ranked,
 }
 
 /// What `memory/search` answers (the route's and MCP's `memory_search`).
@@ -348,7 +388,8 @@ pub(crate) async fn search_memory(
     let context = cursor_context(CursorOf::Search, tenant, workspace, layout);
     let after: Option<(String, u64)> =
         params.cursor.as_deref().map(|c| decode_cursor(state, &context, c)).transpose()?;
-    let (regex, case_sensitive) = (params.regex.unwrap_or(false), params.case_sensitive.unwrap_or(false));
+    let regex = params.regex.unwrap_or(false) || params.mode.as_deref() == Some("regex");
+    let case_sensitive = params.case_sensitive.unwrap_or(false);
     // Checked before any file is opened: a bad pattern is the caller's, not the folder's.
     search::matcher(&SearchQuery {
         query: &text,

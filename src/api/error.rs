@@ -86,6 +86,9 @@ pub enum ApiError {
     ReadOnly(String),
     #[error("{0}")]
     MemoryChanged(String),
+    /// What the request needs is not set up on this server (an embeddings endpoint).
+    #[error("{0}")]
+    NotConfigured(String),
     #[error("{0}")]
     RequestTimeout(String),
     #[error("{0}")]
@@ -138,6 +141,7 @@ impl ApiError {
             Self::InvalidPatch(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_patch"),
             Self::ReadOnly(_) => (StatusCode::CONFLICT, "read_only"),
             Self::MemoryChanged(_) => (StatusCode::CONFLICT, "memory_changed"),
+            Self::NotConfigured(_) => (StatusCode::CONFLICT, "not_configured"),
             Self::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Busy(_) | Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

@@ -25,6 +25,7 @@ mod listings;
 mod mcp;
 mod memory;
 pub mod openapi;
+mod ranked;
 mod rate;
 pub mod serve;
 mod sessions;

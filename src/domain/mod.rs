@@ -14,6 +14,7 @@ pub mod memory_format;
 pub mod memory_format_check;
 pub mod memory_status;
 pub mod page;
+pub mod passages;
 pub mod portability;
 pub mod pyjson;
 pub mod pytext;

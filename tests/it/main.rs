@@ -36,6 +36,7 @@ mod portability;
 mod process;
 mod prompts;
 mod publish;
+mod ranked;
 mod redaction;
 mod retention;
 mod round_three;

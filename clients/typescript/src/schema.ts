@@ -1861,13 +1861,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lines of the memory files under `path` that contain `query` (case-insensitive unless `case_sensitive`), or match it as a regex (linear-time syntax, at most 1,000 bytes): MEMORY.md first, then memory_summary.md, then the rest by path; one match per line (a regex is tried on each line alone), a line longer than 1,000 bytes cut around the match, with `context` lines before and after (cut alike). An answer holds at most 256 KiB of text and a search scans for at most 2 seconds: past either, it ends with `next_cursor`. A cursor is only ever one this route gave (else 400). */
+        /** Lines of the memory files under `path` that contain `query` (case-insensitive unless `case_sensitive`), or match it as a regex (linear-time syntax, at most 1,000 bytes): MEMORY.md first, then memory_summary.md, then the rest by path; one match per line (a regex is tried on each line alone), a line longer than 1,000 bytes cut around the match, with `context` lines before and after (cut alike). An answer holds at most 256 KiB of text and a search scans for at most 2 seconds: past either, it ends with `next_cursor`. A cursor is only ever one this route gave (else 400). With `mode=ranked`, passages instead of lines: the sections of MEMORY.md (a task with its task group), memory_summary.md, rollout summaries and skills that hold the query's words, ranked by BM25 (Unicode words, case-folded), best first, `limit` at most 50 (default 10), each shown up to 2,000 bytes. `semantic` and `hybrid` rank by embeddings: 409 `not_configured` on a server without an embeddings endpoint. */
         get: {
             parameters: {
                 query: {
                     query: string;
                     path?: string;
                     regex?: boolean;
+                    mode?: "substring" | "regex" | "ranked" | "semantic" | "hybrid";
                     case_sensitive?: boolean;
                     context?: number;
                     limit?: number;
@@ -1883,19 +1884,20 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description a page of matches */
+                /** @description a page of matching lines, or of passages with mode ranked */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["MemorySearch"];
+                        "application/json": components["schemas"]["MemorySearch"] | components["schemas"]["MemoryPassages"];
                     };
                 };
                 400: components["responses"]["Problem"];
                 401: components["responses"]["Problem"];
                 403: components["responses"]["Problem"];
                 404: components["responses"]["Problem"];
+                409: components["responses"]["Problem"];
                 429: components["responses"]["Problem"];
                 503: components["responses"]["Unavailable"];
             };
@@ -2424,7 +2426,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "job_not_retryable" | "webhook_disabled" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
+            code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "job_not_retryable" | "webhook_disabled" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "not_configured" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
         };
         KeyRequest: {
             name?: string | null;
@@ -3203,6 +3205,38 @@ export interface components {
             text: string;
             before: string[];
             after: string[];
+        };
+        /** @description A page of passages, best first. */
+        MemoryPassages: {
+            /** @enum {string} */
+            mode: "ranked" | "semantic" | "hybrid";
+            matches: components["schemas"]["MemoryPassage"][];
+            /** @description The next page's cursor; null on the last page. */
+            next_cursor: string | null;
+        };
+        /** @description One passage: a section of a memory file. */
+        MemoryPassage: {
+            /** @description Relative to memories_dir. */
+            path: string;
+            /**
+             * Format: uint64
+             * @description Its first line (1-based).
+             */
+            line: number;
+            /**
+             * Format: uint64
+             * @description Its last line.
+             */
+            end_line: number;
+            /** @description Its heading under its group's (`Task Group: ci › Task 2: pin the runner`); "" before a file's first. */
+            heading: string;
+            /**
+             * Format: double
+             * @description How well it answers the query (BM25; comparable within one answer).
+             */
+            score: number;
+            /** @description Its text, at most 2,000 bytes, cut at a line end. */
+            text: string;
         };
         /** @description What a published edit changed (`memory/edits` 200, MCP's `memory_edit`). */
         PublishedEdit: {

@@ -3,6 +3,7 @@
 
 use super::tools::MAX_RESULT_BYTES;
 use crate::api::agent_memory::{MemoryListing, MemorySearchPage, PublishedEdit};
+use crate::api::ranked::RankedPage;
 use crate::tools::read::{FileSlice, numbered_lines};
 
 fn more(next_cursor: Option<&str>, what: &str) -> String {
@@ -84,6 +85,20 @@ pub(super) fn matches(found: &MemorySearchPage) -> String {
         }
     }
     format!("{}{}", lines.join("\n"), more(found.next_cursor.as_deref(), "matches"))
+}
+
+/// `memory_search` with `mode=ranked`: each passage under a line naming
+/// where it stands, best first.
+pub(super) fn passages(found: &RankedPage) -> String {
+    if found.matches.is_empty() {
+        return "No section of the memory folder holds the query's words.".into();
+    }
+    let shown: Vec<String> = found
+        .matches
+        .iter()
+        .map(|p| format!("{}:{}-{} (score {}) {}\n{}", p.path, p.line, p.end_line, p.score, p.heading, p.text))
+        .collect();
+    format!("{}{}", shown.join("\n\n"), more(found.next_cursor.as_deref(), "sections"))
 }
 
 /// `memory_edit`: what the published edit changed.

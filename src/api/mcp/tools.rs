@@ -3,7 +3,7 @@
 //! route runs (`api/agent_memory.rs`), rendered as text by [`super::text`].
 
 use super::{Caller, MemoryServer, TOOLS, caller, failed, text};
-use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
+use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchMode, SearchParams};
 use crate::api::error::ApiError;
 use crate::domain::key_scope::Permission;
 use crate::domain::memory_edit::MemoryEdit;
@@ -35,6 +35,8 @@ const LIST_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 24 };
 const READ_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 12 };
 /// `path:line: ` a line (the path charged as well).
 const SEARCH_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 16 };
+/// A passage's first line (`path:line-end (score) heading`) beside its text.
+const PASSAGE_BUDGET: Budget = Budget { bytes: LINES_BYTES, per_line: 48 };
 
 /// A tool's arguments as the model sent them, and as the tool's type reads
 /// them: a mismatch is the tool's failure for the model to read (an
@@ -136,6 +138,10 @@ pub(super) struct SearchArgs {
     layout: Option<String>,
     query: String,
     path: Option<String>,
+    /// substring (default): lines holding the query; regex: lines matching it; ranked: the sections
+    /// (tasks, summaries, skills) that hold its words, best first — for when the exact words are unknown.
+    #[schemars(extend("enum" = ["substring", "regex", "ranked", "semantic", "hybrid"]))]
+    mode: Option<String>,
     /// Treat the query as a regular expression.
     regex: Option<bool>,
     case_sensitive: Option<bool>,
@@ -265,7 +271,7 @@ impl MemoryServer {
 
     #[tool(
         name = "memory_search",
-        description = "Find lines of the memory files that contain the query (case-insensitive), MEMORY.md first; answers path:line: text.",
+        description = "Find lines of the memory files that contain the query (case-insensitive), MEMORY.md first; answers path:line: text. With mode ranked, the sections that hold the query's words, best first.",
         annotations(title = "Search memory", read_only_hint = true, open_world_hint = false)
     )]
     async fn memory_search(
@@ -279,14 +285,23 @@ impl MemoryServer {
                 query: Some(args.query),
                 path: args.path,
                 regex: args.regex,
+                mode: args.mode,
                 case_sensitive: args.case_sensitive,
                 context: args.context,
                 limit: args.limit,
                 cursor: args.cursor,
             };
             let (state, tenant) = (&caller.state, caller.tenant);
-            let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params, SEARCH_BUDGET).await?;
-            Ok(text::matches(&found))
+            match crate::api::ranked::mode_of(&params)? {
+                SearchMode::Lines => {
+                    let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params, SEARCH_BUDGET);
+                    Ok(text::matches(&found.await?))
+                }
+                SearchMode::Ranked => {
+                    let found = crate::api::ranked::search(state, tenant, &workspace, &layout, params, PASSAGE_BUDGET);
+                    Ok(text::passages(&found.await?))
+                }
+            }
         })
         .await
     }

@@ -28,6 +28,7 @@ pub(super) fn answers(generator: &mut SchemaGenerator) {
     generator.subschema_for::<agent_memory::MemoryListing>();
     generator.subschema_for::<crate::tools::read::FileSlice>();
     generator.subschema_for::<agent_memory::MemorySearchPage>();
+    generator.subschema_for::<crate::api::ranked::RankedPage>();
     generator.subschema_for::<agent_memory::PublishedEdit>();
     generator.subschema_for::<webhooks::WebhookView>();
     generator.subschema_for::<webhooks::WebhookList>();

@@ -470,6 +470,23 @@ class MemorySearch(_Model):
     next_cursor: str | None
 
 
+class MemoryPassage(_Model):
+    """A section of a memory file, as ``search(mode="ranked")`` ranks it."""
+
+    path: str
+    line: int
+    end_line: int
+    heading: str
+    score: float
+    text: str
+
+
+class MemoryPassages(_Model):
+    mode: Literal["ranked", "semantic", "hybrid"]
+    matches: list[MemoryPassage]
+    next_cursor: str | None
+
+
 class MemoryCommand(_Model):
     """One command of Anthropic's memory tool, as an edit takes it."""
 
