@@ -334,35 +334,9 @@ pub struct SearchParams {
     pub(crate) cursor: Option<String>,
 }
 
-/// `GET …/memory/search`.
-pub async fn search(
-    TenantAuth(tenant): TenantAuth,
-    State(state): State<AppState>,
-    Path((workspace, layout)): Path<(String, String)>,
-    QueryParams(params): QueryParams<SearchParams>,
-) -> Result<Json<SearchAnswer>, ApiError> {
-    Ok(Json(match super::ranked::mode_of(&params)? {
-        SearchMode::Lines => {
-            SearchAnswer::Lines(search_memory(&state, tenant, &workspace, &layout, params, search::HTTP_SEARCH).await?)
-        }
-        SearchMode::Ranked => SearchAnswer::Passages(
-            super::ranked::search(&state, tenant, &workspace, &layout, params, read::HTTP_LIST).await?,
-        ),
-    }))
-}
-
-/// What `memory/search` answers: matching lines, or passages by relevance.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub enum SearchAnswer {
-    Lines(MemorySearchPage),
-    Passages(super::ranked::RankedPage),
-}
-
-/// How a search finds: line by line, or passages ranked by relevance.
-pub(crate) enum SearchMode {
-    Lines,
-    Ranked,
+/// A search's query: required, and not empty (either mode).
+pub(crate) fn required_query(query: Option<String>) -> Result<String, ApiError> {
+    query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))
 }
 
 /// What `memory/search` answers (the route's and MCP's `memory_search`).
@@ -374,8 +348,7 @@ pub(crate) async fn search_memory(
     params: SearchParams,
     budget: Budget,
 ) -> Result<MemorySearchPage, ApiError> {
-    let text =
-        params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
+    let text = required_query(params.query)?;
     let lines_around = params.context.unwrap_or(0);
     let limit = params.limit.unwrap_or(50);
     if lines_around > search::MAX_CONTEXT || !(1..=search::MAX_MATCHES).contains(&limit) {

@@ -326,7 +326,7 @@ fn memory_endpoints() -> Vec<Endpoint> {
             Method::GET,
             "/v1/workspaces/{workspace}/layouts/{layout}/memory/search",
             key(Read, Workspace),
-            agent_memory::search,
+            ranked::search_route,
         ),
         with_body_limit(
             endpoint(

@@ -5,18 +5,59 @@
 //! `not_configured`.
 
 use super::AppState;
-use super::agent_memory::{self, CursorOf, SearchMode, SearchParams};
+use super::agent_memory::{self, CursorOf, MemorySearchPage, SearchParams};
 use super::error::ApiError;
+use super::extract::{QueryParams, TenantAuth};
 use crate::domain::ids::sha256_hex;
-use crate::tools::rank;
 use crate::tools::read::Budget;
+use crate::tools::{rank, search as lines};
+use axum::Json;
+use axum::extract::{Path, State};
 use serde::Serialize;
+
+/// `GET …/memory/search`: lines, or passages by relevance, as `mode` asks.
+pub async fn search_route(
+    TenantAuth(tenant): TenantAuth,
+    State(state): State<AppState>,
+    Path((workspace, layout)): Path<(String, String)>,
+    QueryParams(params): QueryParams<SearchParams>,
+) -> Result<Json<SearchAnswer>, ApiError> {
+    let (state, workspace, layout) = (&state, workspace.as_str(), layout.as_str());
+    Ok(Json(match mode_of(&params)? {
+        SearchMode::Lines => SearchAnswer::Lines(
+            agent_memory::search_memory(state, tenant, workspace, layout, params, lines::HTTP_SEARCH).await?,
+        ),
+        SearchMode::Ranked => {
+            SearchAnswer::Passages(search(state, tenant, workspace, layout, params, HTTP_PASSAGES).await?)
+        }
+    }))
+}
+
+/// What `memory/search` answers: matching lines, or passages by relevance.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SearchAnswer {
+    Lines(MemorySearchPage),
+    Passages(RankedPage),
+}
+
+/// How a search finds: line by line, or passages ranked by relevance.
+pub(crate) enum SearchMode {
+    Lines,
+    Ranked,
+}
 
 /// Passages a page holds at most, and by default.
 pub const MAX_PASSAGES: usize = 50;
 const DEFAULT_PASSAGES: usize = 10;
 /// An answer shows at most this much of a passage, cut at a line end.
 const MAX_PASSAGE_BYTES: usize = 2000;
+/// And at most this much of its heading.
+const MAX_HEADING_BYTES: usize = 200;
+/// A query ranks by its first this many distinct words.
+const MAX_QUERY_WORDS: usize = 64;
+/// What an HTTP page holds at most (its passages' text, headings and paths).
+const HTTP_PASSAGES: Budget = Budget { bytes: 256 * 1024, per_line: 0 };
 
 /// A page of passages, best first.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -65,11 +106,17 @@ pub(crate) fn mode_of(params: &SearchParams) -> Result<SearchMode, ApiError> {
     }
 }
 
-/// Where a page starts: the rank after the last page's, for this query.
+/// Where a page starts: the rank after the last page's, for this query
+/// over this folder.
 #[derive(Serialize, serde::Deserialize)]
 struct Position {
     next: usize,
     query: String,
+}
+
+/// What a cursor is bound to: the query and the folder searched.
+fn digest_of(query: &str, dir: &str) -> String {
+    sha256_hex(format!("{dir}\n{query}").as_bytes())
 }
 
 /// `mode=ranked`: the passages under `path` that hold the query's words,
@@ -82,26 +129,25 @@ pub(crate) async fn search(
     params: SearchParams,
     budget: Budget,
 ) -> Result<RankedPage, ApiError> {
-    let query =
-        params.query.filter(|q| !q.is_empty()).ok_or_else(|| ApiError::InvalidRequest("query is required.".into()))?;
+    let query = agent_memory::required_query(params.query)?;
     let limit = params.limit.unwrap_or(DEFAULT_PASSAGES);
     if !(1..=MAX_PASSAGES).contains(&limit) {
         return Err(ApiError::InvalidRequest(format!("limit must be 1 to {MAX_PASSAGES} with mode=ranked.")));
     }
     let context = agent_memory::cursor_context(CursorOf::Ranked, tenant, workspace, layout);
-    let digest = sha256_hex(query.as_bytes());
+    let (memory_root, dir) = agent_memory::folder_at(state, tenant, workspace, layout, params.path.as_deref()).await?;
+    let digest = digest_of(&query, &dir);
     let start = match params.cursor.as_deref() {
         None => 0,
         Some(raw) => {
             let position: Position = agent_memory::decode_cursor(state, &context, raw)?;
             if position.query != digest {
-                return Err(ApiError::InvalidRequest("cursor is one of another query's pages.".into()));
+                return Err(ApiError::InvalidRequest("cursor is one of another query's (or folder's) pages.".into()));
             }
             position.next
         }
     };
-    let (memory_root, dir) = agent_memory::folder_at(state, tenant, workspace, layout, params.path.as_deref()).await?;
-    let ranked = agent_memory::on_disk(move || rank::rank(&memory_root, &dir, &query)).await?;
+    let ranked = agent_memory::on_disk(move || rank::rank(&memory_root, &dir, &query, MAX_QUERY_WORDS)).await?;
     let (mut matches, mut spent) = (Vec::new(), 0);
     for scored in ranked.iter().skip(start).take(limit) {
         let shown = shown(scored);
@@ -119,23 +165,49 @@ pub(crate) async fn search(
 }
 
 fn shown(scored: &rank::Scored) -> PassageMatch {
-    let text = &scored.passage.text;
-    let mut end = text.len().min(MAX_PASSAGE_BYTES);
-    if end < text.len() {
-        end = text[..end].rfind('\n').unwrap_or_else(|| {
-            let mut at = end;
-            while !text.is_char_boundary(at) {
-                at -= 1;
-            }
-            at
-        });
-    }
     PassageMatch {
         path: scored.path.clone(),
         line: scored.passage.line,
         end_line: scored.passage.end_line,
-        heading: scored.passage.heading.clone(),
+        heading: cut_at(&scored.passage.heading, MAX_HEADING_BYTES, false).to_owned(),
         score: (scored.score * 10_000.0).round() / 10_000.0,
-        text: text[..end].to_owned(),
+        text: cut_at(&scored.passage.text, MAX_PASSAGE_BYTES, true).to_owned(),
+    }
+}
+
+/// `text` in at most `max` bytes: at a line end when `at_line_end` and one
+/// falls after its first line, else at a character boundary.
+fn cut_at(text: &str, max: usize, at_line_end: bool) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    match text[..end].rfind('\n').filter(|at| at_line_end && *at > 0) {
+        Some(line_end) => &text[..line_end],
+        None => &text[..end],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_passage_is_cut_at_a_line_end_or_a_character_never_inside_one() {
+        let text = format!("{}—\nrest", "x".repeat(1998));
+        assert_eq!(cut_at(&text, MAX_PASSAGE_BYTES, true), "x".repeat(1998), "the dash straddles byte 2000");
+        let no_line_end = "é".repeat(1500);
+        assert_eq!(cut_at(&no_line_end, MAX_PASSAGE_BYTES, true).len(), 2000);
+        let first_line_long = format!("\n{}", "y".repeat(3000));
+        assert_eq!(
+            cut_at(&first_line_long, MAX_PASSAGE_BYTES, true).len(),
+            2000,
+            "a newline at 0 is no line end to cut at"
+        );
+        assert_eq!(cut_at("short\ntext", MAX_PASSAGE_BYTES, true), "short\ntext");
+        assert_eq!(cut_at(&"›".repeat(100), MAX_HEADING_BYTES, false).len(), 198);
     }
 }

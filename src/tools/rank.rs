@@ -12,7 +12,7 @@ use std::path::Path;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The memory text one query ranks at most; files past it are not read.
-pub const MAX_RANKED_BYTES: usize = 64 << 20;
+pub const MAX_RANKED_BYTES: usize = 16 << 20;
 /// BM25's term-frequency saturation and length normalisation (the usual values).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -31,16 +31,22 @@ pub struct Scored {
 fn is_ranked(path: &str) -> bool {
     matches!(path, "MEMORY.md" | "memory_summary.md")
         || (path.starts_with("rollout_summaries/") && path.ends_with(".md"))
-        || path.starts_with("skills/")
+        || (path.starts_with("skills/") && path.ends_with(".md"))
 }
 
 /// The passages under `dir` (a folder or a file; `""`: all) ranked for
 /// `query`, best first; a passage that holds none of its words is left out.
-pub fn rank(memory_root: &Path, dir: &str, query: &str) -> Result<Vec<Scored>, ReadError> {
+pub fn rank(memory_root: &Path, dir: &str, query: &str, max_words: usize) -> Result<Vec<Scored>, ReadError> {
     let terms: Vec<String> = {
-        let mut terms: Vec<String> = words(query).collect();
-        terms.sort();
-        terms.dedup();
+        let mut terms: Vec<String> = Vec::new();
+        for word in words(query) {
+            if terms.len() == max_words {
+                break;
+            }
+            if !terms.contains(&word) {
+                terms.push(word);
+            }
+        }
         terms
     };
     if terms.is_empty() {
@@ -52,7 +58,7 @@ pub fn rank(memory_root: &Path, dir: &str, query: &str) -> Result<Vec<Scored>, R
         if entry.kind != EntryKind::File || !is_ranked(&entry.path) || held >= MAX_RANKED_BYTES {
             continue;
         }
-        let Ok(bytes) = std::fs::read(memory_root.join(&entry.path)) else { continue };
+        let Ok(bytes) = read_at_most(&memory_root.join(&entry.path), MAX_RANKED_BYTES - held) else { continue };
         held += bytes.len();
         passages.extend(cut(&decoded(&bytes)).into_iter().map(|p| (entry.path.clone(), p)));
     }
@@ -66,6 +72,14 @@ pub fn rank(memory_root: &Path, dir: &str, query: &str) -> Result<Vec<Scored>, R
         .collect();
     scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
     Ok(scored)
+}
+
+/// A file's first `max` bytes at most.
+fn read_at_most(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max as u64).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Ties go in the substring search's file order, then by line.
@@ -153,12 +167,12 @@ mod tests {
         std::fs::write(root.join("rollout_summaries/r1_x.md"), "# Summary\nthe user prefers pnpm as package manager\n")
             .unwrap();
         std::fs::write(root.join("raw_memories/r1.md"), "package manager package manager pnpm\n").unwrap();
-        let ranked = rank(root, "", "which package manager").unwrap();
+        let ranked = rank(root, "", "which package manager", 64).unwrap();
         let mut found: Vec<(&str, u64)> = ranked.iter().map(|s| (s.path.as_str(), s.passage.line)).collect();
         assert!(ranked[0].score >= ranked[1].score, "best first");
         found.sort();
         assert_eq!(found, [("MEMORY.md", 4), ("rollout_summaries/r1_x.md", 1)], "raw memories are not ranked");
-        assert!(rank(root, "", "runner").unwrap()[0].passage.heading.ends_with("Task 1: runner"));
-        assert!(matches!(rank(root, "", "  !? "), Err(ReadError::Invalid(_))));
+        assert!(rank(root, "", "runner", 64).unwrap()[0].passage.heading.ends_with("Task 1: runner"));
+        assert!(matches!(rank(root, "", "  !? ", 64), Err(ReadError::Invalid(_))));
     }
 }

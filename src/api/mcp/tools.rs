@@ -3,8 +3,9 @@
 //! route runs (`api/agent_memory.rs`), rendered as text by [`super::text`].
 
 use super::{Caller, MemoryServer, TOOLS, caller, failed, text};
-use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchMode, SearchParams};
+use crate::api::agent_memory::{self, EditOutcome, ListQuery, ReadQuery, SearchParams};
 use crate::api::error::ApiError;
+use crate::api::ranked::SearchMode;
 use crate::domain::key_scope::Permission;
 use crate::domain::memory_edit::MemoryEdit;
 use crate::tools::read::Budget;
