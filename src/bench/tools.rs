@@ -58,8 +58,14 @@ impl Bench {
         let case = format!("{} KiB MEMORY.md + {summaries} summaries", memory_bytes / 1024);
         let mut figures = Vec::new();
         type Probe<'a> = (&'a str, Box<dyn Fn(usize) -> String + 'a>);
-        let probes: [Probe; 4] = [
+        let probes: [Probe; 5] = [
             ("search, a plain word", Box::new(|i| format!("{base}/search?query=cache-{}", i * 7 % 500))),
+            (
+                "search by relevance (mode=ranked)",
+                Box::new(|i| {
+                    format!("{base}/search?query=which%20cache%20key%20for%20cache-{}&mode=ranked", i * 7 % 500)
+                }),
+            ),
             (
                 "search, a regex",
                 Box::new(|i| format!("{base}/search?query=TOOLS-{}%5Cb&regex=true", i % summaries.max(1))),
