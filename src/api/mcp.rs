@@ -147,10 +147,14 @@ fn accepts_both_answers(headers: &axum::http::HeaderMap) -> bool {
     ["application/json", "text/event-stream"].iter().all(|wanted| named.iter().any(|n| n == wanted))
 }
 
-/// The caller's `User-Agent`, printable and short, for the log.
+/// The caller's `User-Agent`, for the log.
 fn client_of(headers: &axum::http::HeaderMap) -> String {
-    let agent = headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
-    agent.chars().filter(|c| !c.is_control()).take(120).collect()
+    loggable(headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown"))
+}
+
+/// What a client says of itself, printable and short, as the log takes it.
+fn loggable(said: &str) -> String {
+    said.chars().filter(|c| !c.is_control()).take(120).collect()
 }
 
 impl Caller {
@@ -228,8 +232,7 @@ impl ServerHandler for MemoryServer {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         let info = &request.client_info;
-        let named: String =
-            format!("{} {}", info.name, info.version).chars().filter(|c| !c.is_control()).take(120).collect();
+        let named = loggable(&format!("{} {}", info.name, info.version));
         if let Ok(caller) = caller(&context) {
             tracing::info!(client = %named, user_agent = %caller.client, "MCP client initialized");
             CLIENT_NAMES.insert((caller.key_id, caller.client), named);

@@ -181,13 +181,10 @@ fn cut_at(text: &str, max: usize, at_line_end: bool) -> &str {
     if text.len() <= max {
         return text;
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    match text[..end].rfind('\n').filter(|at| at_line_end && *at > 0) {
+    let cut = crate::tools::read::cut_at_char(text, max);
+    match cut.rfind('\n').filter(|at| at_line_end && *at > 0) {
         Some(line_end) => &text[..line_end],
-        None => &text[..end],
+        None => cut,
     }
 }
 

@@ -326,7 +326,7 @@ fn start_in_line(text: &str, line_at: usize, byte_offset: u64) -> Option<usize> 
     Some(start)
 }
 
-pub(super) fn cut_at_char(text: &str, max: usize) -> &str {
+pub(crate) fn cut_at_char(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -61,11 +61,8 @@ pub(super) fn within_result(text: String) -> String {
     const NOTE: &str = "\n… the result is cut at 64 KiB: ask for less (a smaller limit).\n";
     let (body, last) = text.trim_end_matches('\n').rsplit_once('\n').unwrap_or(("", text.as_str()));
     let last = if last.len() > MAX_RESULT_BYTES / 4 { "" } else { last };
-    let mut end = (MAX_RESULT_BYTES - NOTE.len() - last.len()).min(body.len());
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{NOTE}{last}", &body[..end])
+    let kept = crate::tools::read::cut_at_char(body, MAX_RESULT_BYTES - NOTE.len() - last.len());
+    format!("{kept}{NOTE}{last}")
 }
 
 /// `memory_search`: `path:line: text`, context lines as `path-line- text`.
