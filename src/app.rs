@@ -81,6 +81,18 @@ struct Core {
     publisher: Publisher,
     default_limits: crate::domain::limits::Limits,
     events: crate::events::Events,
+    /// Search by meaning's endpoint, when configured.
+    embeddings: Option<Arc<crate::llm::embeddings::EmbeddingsClient>>,
+    /// Layouts' vectors: the API reads them, the workers' publishes invalidate them.
+    vectors: crate::meaning::VectorCache,
+}
+
+/// The embeddings endpoint of `MEMORYD_EMBEDDINGS_*`, when set.
+fn embeddings(config: &Config) -> Result<Option<Arc<crate::llm::embeddings::EmbeddingsClient>>, StartError> {
+    let Some((base, model, key)) = config.embeddings_endpoint() else { return Ok(None) };
+    let client = crate::llm::embeddings::EmbeddingsClient::new(&base, &model, &key, config.model.timeout)
+        .map_err(|e| format!("the embeddings client could not be built: {e}"))?;
+    Ok(Some(Arc::new(client)))
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
@@ -105,7 +117,22 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let events = crate::events::Events::new(store.clone(), key, policy);
     let config = Arc::new(config);
     let wake = Arc::new(Notify::new());
-    let core = Core { store, volumes, appends, config, wake, shutdown, console, publisher, default_limits, events };
+    let embeddings = embeddings(&config)?;
+    let vectors = crate::meaning::VectorCache::default();
+    let core = Core {
+        store,
+        volumes,
+        appends,
+        config,
+        wake,
+        shutdown,
+        console,
+        publisher,
+        default_limits,
+        events,
+        embeddings,
+        vectors,
+    };
     Ok((core, provider))
 }
 
@@ -126,7 +153,7 @@ impl Core {
             config: self.config.clone(),
             shutdown: self.shutdown.clone(),
             wake: self.wake.clone(),
-            caches: Default::default(),
+            caches: Arc::new(crate::api::Caches { vectors: self.vectors.clone(), ..Default::default() }),
             console: self.console.clone(),
             publisher: self.publisher.clone(),
             default_limits: self.default_limits,
@@ -135,6 +162,7 @@ impl Core {
                 self.config.quotas.max_exports,
                 self.config.quotas.max_streams_per_tenant,
             )),
+            embeddings: self.embeddings.clone(),
         })
     }
 }
@@ -149,6 +177,17 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         publisher: core.publisher.clone(),
         events: core.events.clone(),
         finisher: crate::jobs::Finisher::start(core.store.clone()),
+        indexer: core.embeddings.clone().map(|client| {
+            let settings = &core.config.jobs;
+            Arc::new(crate::jobs::indexer::Indexer::new(
+                core.store.clone(),
+                core.volumes.clone(),
+                client,
+                settings.retry_base,
+                core.default_limits,
+            ))
+        }),
+        vectors: core.vectors.clone(),
     };
     let mut workers = spawn_workers(Arc::new(ctx), core.shutdown.clone());
     workers.spawn(crate::events::delivery::run(core.store.clone(), core.events.clone(), core.shutdown.clone()));

@@ -59,6 +59,8 @@ pub struct Config {
     #[command(flatten)]
     pub model: ModelSettings,
     #[command(flatten)]
+    pub embeddings: EmbeddingSettings,
+    #[command(flatten)]
     pub jobs: JobSettings,
     #[command(flatten)]
     pub records: RecordSettings,
@@ -103,6 +105,25 @@ pub struct ModelSettings {
     pub api_key: Option<String>,
     #[arg(long = "llm-timeout-secs", env = "MEMORYD_LLM_TIMEOUT_SECS", default_value = "600", value_parser = secs)]
     pub timeout: Duration,
+}
+
+/// Where search by meaning gets its vectors (SPEC §2.10): unset, `semantic`
+/// and `hybrid` search are off.
+#[derive(Debug, Clone, Args)]
+pub struct EmbeddingSettings {
+    /// `POST {base}/embeddings` of any OpenAI-compatible endpoint.
+    #[arg(id = "embeddings_base_url", long = "embeddings-base-url", env = "MEMORYD_EMBEDDINGS_BASE_URL")]
+    pub base_url: Option<String>,
+    #[arg(id = "embeddings_model", long = "embeddings-model", env = "MEMORYD_EMBEDDINGS_MODEL")]
+    pub model: Option<String>,
+    /// Falls back to the model API key.
+    #[arg(
+        id = "embeddings_api_key",
+        long = "embeddings-api-key",
+        env = "MEMORYD_EMBEDDINGS_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
 }
 
 /// The job engine of this process.
@@ -367,6 +388,15 @@ impl Config {
     /// The model API key: the flag or `MEMORYD_LLM_API_KEY`, else `OPENAI_API_KEY`.
     pub fn resolved_llm_api_key(&self) -> Option<String> {
         self.model.api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok()).filter(|k| !k.trim().is_empty())
+    }
+
+    /// The embeddings endpoint, model and key, when search by meaning is
+    /// configured (a base URL and a model; the key falls back to the model's).
+    pub fn embeddings_endpoint(&self) -> Option<(String, String, String)> {
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        let (base, model) = (given(&self.embeddings.base_url)?, given(&self.embeddings.model)?);
+        let key = given(&self.embeddings.api_key).or_else(|| self.resolved_llm_api_key()).unwrap_or_default();
+        Some((base, model, key))
     }
 
     /// `openai` when an API key is configured, else `extractive`, unless set.

@@ -93,6 +93,7 @@ struct FakeState {
 pub struct FakeLlm {
     pub base_url: String,
     state: Arc<Mutex<FakeState>>,
+    embeddings: crate::fake_embeddings::Shared,
 }
 
 impl FakeLlm {
@@ -108,10 +109,16 @@ impl FakeLlm {
 
     async fn serve(recording: bool) -> std::io::Result<Self> {
         let state = Arc::new(Mutex::new(FakeState { recording, ..FakeState::default() }));
+        let embeddings = crate::fake_embeddings::Shared::default();
         let app = Router::new()
             .route("/v1/responses", post(answer))
             .route("/v1/chat/completions", post(answer))
-            .with_state(state.clone());
+            .with_state(state.clone())
+            .merge(
+                Router::new()
+                    .route("/v1/embeddings", post(crate::fake_embeddings::embed))
+                    .with_state(embeddings.clone()),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(async move {
@@ -119,7 +126,7 @@ impl FakeLlm {
                 tracing::error!(error = %e, "the fake model stopped");
             }
         });
-        Ok(Self { base_url: format!("http://{addr}/v1"), state })
+        Ok(Self { base_url: format!("http://{addr}/v1"), state, embeddings })
     }
 
     /// Replies used in order, one per call, before the default.
@@ -151,6 +158,16 @@ impl FakeLlm {
     /// The structured-output calls of phase one (phase two's agent turns carry tools instead).
     pub fn phase_one_requests(&self) -> Vec<Recorded> {
         self.requests().into_iter().filter(|r| r.body.get("tools").is_none()).collect()
+    }
+
+    /// Each embeddings call's inputs, in order.
+    pub fn embedding_calls(&self) -> Vec<Vec<String>> {
+        self.embeddings.lock().unwrap().calls.clone()
+    }
+
+    /// While `true`, every embeddings call answers 503.
+    pub fn set_embeddings_failing(&self, failing: bool) {
+        self.embeddings.lock().unwrap().failing = failing;
     }
 
     /// Phase two's agent turns.

@@ -99,6 +99,21 @@ pub fn model_call(phase: &str, api: &str, outcome: &str, elapsed: Duration, inpu
     counter!("memoryd_model_output_tokens_total", &labels[..1]).increment(output_tokens);
 }
 
+/// One call of the embeddings endpoint: for `index` (passages at publish) or `query`.
+pub fn embeddings_call(purpose: &'static str, outcome: &'static str, elapsed: Duration, inputs: usize, tokens: u64) {
+    let labels = [("purpose", purpose), ("outcome", outcome)];
+    counter!("memoryd_embeddings_calls_total", &labels).increment(1);
+    histogram!("memoryd_embeddings_call_duration_seconds", &labels[..1]).record(elapsed.as_secs_f64());
+    counter!("memoryd_embeddings_inputs_total", &labels[..1]).increment(inputs as u64);
+    counter!("memoryd_embeddings_tokens_total", &labels[..1]).increment(tokens);
+}
+
+/// Passages an indexing found without a vector: `embedded` by a call, or
+/// `reused` from an identical passage the tenant already has.
+pub fn embeddings_passages(how: &'static str, n: usize) {
+    counter!("memoryd_embeddings_passages_total", &[("how", how)]).increment(n as u64);
+}
+
 /// Secrets redacted, by rule, at one stage (`model_input`, `memory_files`, `ingest`).
 /// Secrets redacted, by rule and stage; a layout's own patterns count as
 /// `custom` (a tenant's rule names are not metric labels: they would let one

@@ -221,10 +221,11 @@ pub(crate) async fn folder_at(
     workspace: &str,
     layout: &str,
     path: Option<&str>,
-) -> Result<(std::path::PathBuf, String), ApiError> {
+) -> Result<(std::path::PathBuf, String, crate::store::IndexedLayout), ApiError> {
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(path)?;
-    Ok((folder.memory_root, dir))
+    let at = crate::store::IndexedLayout { tenant, workspace: folder.workspace, layout: folder.layout_name };
+    Ok((folder.memory_root, dir, at))
 }
 
 /// Every file of a layout's memory folder, sorted by path (MCP's resources).

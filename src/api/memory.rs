@@ -241,7 +241,11 @@ pub(crate) async fn memory_instructions(
         _ => summary,
     };
     let memory_dir = layout.config.memories_dir.as_str();
-    let asks = ReadAsks { live_update: live_update.unwrap_or(read.live_update), citations: read.citations };
+    let asks = ReadAsks {
+        live_update: live_update.unwrap_or(read.live_update),
+        citations: read.citations,
+        search_by_meaning: state.embeddings.is_some(),
+    };
     Ok(render_instructions(memory_dir, &summary, asks).map(|rendered| MemoryInstructions {
         instructions: rendered.text,
         memory_dir: memory_dir.to_owned(),

@@ -101,6 +101,8 @@ pub struct SharedState {
     pub events: crate::events::Events,
     /// Exports and event streams under way on this replica.
     pub slots: Arc<slots::Slots>,
+    /// Where search by meaning embeds queries; `None`: not configured.
+    pub embeddings: Option<Arc<crate::llm::embeddings::EmbeddingsClient>>,
 }
 
 /// Lookups every request makes. A key revoked or a layout changed on another
@@ -121,6 +123,10 @@ pub struct Caches {
     pub limits: cache::TtlCache<uuid::Uuid, crate::domain::limits::Limits>,
     /// Each tenant's request bucket on this replica.
     pub buckets: rate::RequestBuckets,
+    /// Memory files cut into passages, for search by relevance.
+    pub passages: crate::tools::passage_index::PassageCache,
+    /// Layouts' passage vectors, for search by meaning.
+    pub vectors: crate::meaning::VectorCache,
 }
 
 impl Default for Caches {
@@ -133,6 +139,8 @@ impl Default for Caches {
             admin_failures: Default::default(),
             limits: cache::TtlCache::new(Duration::from_secs(2)),
             buckets: Default::default(),
+            passages: Default::default(),
+            vectors: Default::default(),
         }
     }
 }

@@ -1,16 +1,19 @@
 //! `memory/search?mode=…` (SPEC §2.10 "Search by meaning"): which search a
-//! request asks for, and `mode=ranked`, the memory's passages ranked by BM25
-//! (`tools/rank.rs`), a page at a time. `semantic` and `hybrid` rank by
-//! embeddings, which this server has no endpoint for: they answer 409
-//! `not_configured`.
+//! request asks for, and the three that rank passages — `ranked` (BM25 over
+//! words), `semantic` (the cosine of embeddings) and `hybrid` (the two fused
+//! by reciprocal rank) — a page at a time. Without an embeddings endpoint,
+//! `semantic` and `hybrid` answer 409 `not_configured`.
 
 use super::AppState;
 use super::agent_memory::{self, CursorOf, MemorySearchPage, SearchParams};
 use super::error::ApiError;
 use super::extract::{QueryParams, TenantAuth};
 use crate::domain::ids::sha256_hex;
+use crate::store::IndexedLayout;
+use crate::tools::passage_index::layout_passages;
+use crate::tools::rank::{self, Candidates, Scored};
 use crate::tools::read::Budget;
-use crate::tools::{rank, search as lines};
+use crate::tools::search as lines;
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
@@ -27,8 +30,8 @@ pub async fn search_route(
         SearchMode::Lines => SearchAnswer::Lines(
             agent_memory::search_memory(state, tenant, workspace, layout, params, lines::HTTP_SEARCH).await?,
         ),
-        SearchMode::Ranked => {
-            SearchAnswer::Passages(search(state, tenant, workspace, layout, params, HTTP_PASSAGES).await?)
+        SearchMode::Passages(ranking) => {
+            SearchAnswer::Passages(search(state, tenant, workspace, layout, params, ranking, HTTP_PASSAGES).await?)
         }
     }))
 }
@@ -44,7 +47,25 @@ pub enum SearchAnswer {
 /// How a search finds: line by line, or passages ranked by relevance.
 pub(crate) enum SearchMode {
     Lines,
-    Ranked,
+    Passages(Ranking),
+}
+
+/// What ranks passages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ranking {
+    Words,
+    Semantic,
+    Hybrid,
+}
+
+impl Ranking {
+    fn mode(self) -> &'static str {
+        match self {
+            Self::Words => "ranked",
+            Self::Semantic => "semantic",
+            Self::Hybrid => "hybrid",
+        }
+    }
 }
 
 /// Passages a page holds at most, and by default.
@@ -68,6 +89,12 @@ pub struct RankedPage {
     pub matches: Vec<PassageMatch>,
     /// The next page's cursor; null on the last page.
     pub next_cursor: Option<String>,
+    /// `semantic` and `hybrid`: passages searched had no vector yet (their
+    /// layout's indexing is under way or failed and will be retried) and
+    /// were ranked by their words; all of them when the query itself could
+    /// not be embedded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_embedded: Option<u64>,
 }
 
 /// One passage: a section of a memory file.
@@ -82,28 +109,29 @@ pub struct PassageMatch {
     pub end_line: u64,
     /// Its heading under its group's (`Task Group: ci › Task 2: pin the runner`); "" before a file's first.
     pub heading: String,
-    /// How well it answers the query (BM25; comparable within one answer).
+    /// How well it answers the query (BM25, cosine or fused rank; comparable within one answer).
     pub score: f64,
     /// Its text, at most 2,000 bytes, cut at a line end.
     pub text: String,
 }
 
-/// The search `params` ask for; `semantic` and `hybrid` are refused here.
+/// The search `params` ask for.
 pub(crate) fn mode_of(params: &SearchParams) -> Result<SearchMode, ApiError> {
-    match params.mode.as_deref() {
-        None | Some("substring") | Some("regex") => Ok(SearchMode::Lines),
-        Some("ranked") if params.regex == Some(true) => {
-            Err(ApiError::InvalidRequest("mode=ranked ranks words; it takes no regex.".into()))
+    let ranking = match params.mode.as_deref() {
+        None | Some("substring") | Some("regex") => return Ok(SearchMode::Lines),
+        Some("ranked") => Ranking::Words,
+        Some("semantic") => Ranking::Semantic,
+        Some("hybrid") => Ranking::Hybrid,
+        Some(other) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "mode is substring, regex, ranked, semantic or hybrid, got: {other:?}"
+            )));
         }
-        Some("ranked") => Ok(SearchMode::Ranked),
-        Some(mode @ ("semantic" | "hybrid")) => Err(ApiError::NotConfigured(format!(
-            "mode={mode} ranks by embeddings, and this server has no embeddings endpoint configured; \
-             mode=ranked ranks by words."
-        ))),
-        Some(other) => Err(ApiError::InvalidRequest(format!(
-            "mode is substring, regex, ranked, semantic or hybrid, got: {other:?}"
-        ))),
+    };
+    if params.regex == Some(true) {
+        return Err(ApiError::InvalidRequest(format!("mode={} ranks passages; it takes no regex.", ranking.mode())));
     }
+    Ok(SearchMode::Passages(ranking))
 }
 
 /// Where a page starts: the rank after the last page's, for this query
@@ -114,40 +142,64 @@ struct Position {
     query: String,
 }
 
-/// What a cursor is bound to: the query and the folder searched.
-fn digest_of(query: &str, dir: &str) -> String {
-    sha256_hex(format!("{dir}\n{query}").as_bytes())
+/// What a cursor is bound to: the query, the folder searched and the mode.
+fn digest_of(query: &str, dir: &str, ranking: Ranking) -> String {
+    sha256_hex(format!("{}\n{dir}\n{query}", ranking.mode()).as_bytes())
 }
 
-/// `mode=ranked`: the passages under `path` that hold the query's words,
-/// best first, as many a page as `limit` and `budget` allow (one at least).
+/// Passages under `path` ranked as `ranking` asks, best first, as many a
+/// page as `limit` and `budget` allow (one at least).
 pub(crate) async fn search(
     state: &AppState,
     tenant: uuid::Uuid,
     workspace: &str,
     layout: &str,
     params: SearchParams,
+    ranking: Ranking,
     budget: Budget,
 ) -> Result<RankedPage, ApiError> {
     let query = agent_memory::required_query(params.query)?;
     let limit = params.limit.unwrap_or(DEFAULT_PASSAGES);
     if !(1..=MAX_PASSAGES).contains(&limit) {
-        return Err(ApiError::InvalidRequest(format!("limit must be 1 to {MAX_PASSAGES} with mode=ranked.")));
+        return Err(ApiError::InvalidRequest(format!(
+            "limit must be 1 to {MAX_PASSAGES} with mode={}.",
+            ranking.mode()
+        )));
     }
+    if ranking != Ranking::Words && state.embeddings.is_none() {
+        return Err(ApiError::NotConfigured(format!(
+            "mode={} ranks by embeddings, and this server has no embeddings endpoint configured \
+             (MEMORYD_EMBEDDINGS_BASE_URL and MEMORYD_EMBEDDINGS_MODEL); mode=ranked ranks by words.",
+            ranking.mode()
+        )));
+    }
+    let terms = rank::query_terms(&query, MAX_QUERY_WORDS).map_err(ApiError::InvalidRequest)?;
     let context = agent_memory::cursor_context(CursorOf::Ranked, tenant, workspace, layout);
-    let (memory_root, dir) = agent_memory::folder_at(state, tenant, workspace, layout, params.path.as_deref()).await?;
-    let digest = digest_of(&query, &dir);
+    let (memory_root, dir, at) =
+        agent_memory::folder_at(state, tenant, workspace, layout, params.path.as_deref()).await?;
+    let digest = digest_of(&query, &dir, ranking);
     let start = match params.cursor.as_deref() {
         None => 0,
         Some(raw) => {
             let position: Position = agent_memory::decode_cursor(state, &context, raw)?;
             if position.query != digest {
-                return Err(ApiError::InvalidRequest("cursor is one of another query's (or folder's) pages.".into()));
+                return Err(ApiError::InvalidRequest(
+                    "cursor is one of another query's (or folder's, or mode's) pages.".into(),
+                ));
             }
             position.next
         }
     };
-    let ranked = agent_memory::on_disk(move || rank::rank(&memory_root, &dir, &query, MAX_QUERY_WORDS)).await?;
+    let cache = state.caches.passages.clone();
+    let files = agent_memory::on_disk(move || layout_passages(Some(&cache), &memory_root, &dir)).await?;
+    let candidates = Candidates::of(&files);
+    let (ranked, not_embedded) = match ranking {
+        Ranking::Words => (candidates.by_words(&terms), None),
+        _ => {
+            let (ranked, not_embedded) = by_meaning(state, &at, &candidates, &query, &terms, ranking).await?;
+            (ranked, Some(not_embedded))
+        }
+    };
     let (mut matches, mut spent) = (Vec::new(), 0);
     for scored in ranked.iter().skip(start).take(limit) {
         let shown = shown(scored);
@@ -161,10 +213,55 @@ pub(crate) async fn search(
     let next = start + matches.len();
     let next_cursor =
         (next < ranked.len()).then(|| agent_memory::encode_cursor(state, &context, &Position { next, query: digest }));
-    Ok(RankedPage { mode: "ranked", matches, next_cursor })
+    Ok(RankedPage { mode: ranking.mode(), matches, next_cursor, not_embedded })
 }
 
-fn shown(scored: &rank::Scored) -> PassageMatch {
+/// `semantic` or `hybrid` over `candidates`: the passages with a vector by
+/// their cosine with the query's, fused with the word ranking of all
+/// (`hybrid`) or of those without one (`semantic`); and how many had none.
+async fn by_meaning(
+    state: &AppState,
+    at: &IndexedLayout,
+    candidates: &Candidates<'_>,
+    query: &str,
+    terms: &[String],
+    ranking: Ranking,
+) -> Result<(Vec<Scored>, u64), ApiError> {
+    let client = state.embeddings.as_ref().expect("checked by the caller");
+    let (index, vectors) =
+        crate::meaning::layout_vectors(&state.store, &state.caches.vectors, at, client.model()).await?;
+    let missing = candidates.iter().filter(|(_, p)| !vectors.by_digest.contains_key(&p.digest)).count() as u64;
+    if missing > 0 && index.is_none_or(|i| !i.pending()) {
+        // Published before vectors existed, or with another model: index it.
+        state.store.mark_index_stale(at, chrono::Utc::now()).await?;
+    }
+    let query_vector = match client.embed(&[query], "query").await {
+        Ok(mut embedded) => embedded.vectors.pop(),
+        Err(e) => {
+            tracing::warn!(tenant_id = %at.tenant, error = %e, "embedding a query failed; ranked by words");
+            None
+        }
+    };
+    let Some(query_vector) = query_vector else {
+        return Ok((candidates.by_words(terms), candidates.len() as u64));
+    };
+    let semantic = candidates.by_vector(&query_vector, &vectors.by_digest);
+    let words = candidates.by_words(terms);
+    let ranked = match ranking {
+        Ranking::Hybrid => rank::fuse(&[semantic, words]),
+        _ if missing == 0 => semantic,
+        _ => {
+            let unembedded: Vec<Scored> = words
+                .into_iter()
+                .filter(|s| !semantic.iter().any(|v| v.path == s.path && v.passage.line == s.passage.line))
+                .collect();
+            rank::fuse(&[semantic, unembedded])
+        }
+    };
+    Ok((ranked, missing))
+}
+
+fn shown(scored: &Scored) -> PassageMatch {
     PassageMatch {
         path: scored.path.clone(),
         line: scored.passage.line,

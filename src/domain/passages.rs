@@ -21,6 +21,33 @@ pub struct Passage {
     pub text: String,
 }
 
+/// The files whose passages are ranked: the memory the agent reads —
+/// `MEMORY.md`, `memory_summary.md`, rollout summaries and skills — not the
+/// raw memories and the selection, which consolidation reads. `path` is
+/// relative to the memory folder.
+pub fn is_ranked(path: &str) -> bool {
+    matches!(path, "MEMORY.md" | "memory_summary.md")
+        || (path.starts_with("rollout_summaries/") && path.ends_with(".md"))
+        || (path.starts_with("skills/") && path.ends_with(".md"))
+}
+
+/// What a passage's vector is stored under: the SHA-256 of the text embedded.
+pub fn digest(passage: &Passage) -> String {
+    crate::domain::ids::sha256_hex(passage.ranked_text.as_bytes())
+}
+
+/// The digests of the passages of `text`, each once, in order.
+pub fn digests(text: &str) -> Vec<String> {
+    let mut digests: Vec<String> = Vec::new();
+    for passage in cut(text) {
+        let d = digest(&passage);
+        if !digests.contains(&d) {
+            digests.push(d);
+        }
+    }
+    digests
+}
+
 /// Where the section under way began, and the group it sits in.
 struct Open {
     line: u64,

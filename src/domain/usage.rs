@@ -61,6 +61,8 @@ pub struct UsageDay {
     pub bytes_ingested: i64,
     pub closes: i64,
     pub runs: i64,
+    /// Tokens embedded for search by meaning.
+    pub embedding_tokens: i64,
     /// The tenant's storage as the day's last change left it; `None`: unchanged that day.
     pub storage_bytes: Option<i64>,
     /// By job kind, in the kinds' order.
@@ -108,6 +110,8 @@ pub struct DayView<'a> {
     pub output_tokens: i64,
     /// Runs recorded in the memory history (phase two, restore, forget).
     pub runs: i64,
+    /// Tokens embedded for search by meaning; they count against `model_tokens_per_day` too.
+    pub embedding_tokens: i64,
     /// By job kind, in the kinds' order.
     #[serde(serialize_with = "kinds_in_order")]
     #[schemars(with = "std::collections::BTreeMap<String, ModelUse>")]
@@ -129,6 +133,7 @@ pub fn day_view(day: &UsageDay) -> DayView<'_> {
         input_tokens: total.input_tokens,
         output_tokens: total.output_tokens,
         runs: day.runs,
+        embedding_tokens: day.embedding_tokens,
         by_kind: &day.by_kind,
     }
 }
@@ -205,6 +210,7 @@ mod tests {
                 "input_tokens",
                 "output_tokens",
                 "runs",
+                "embedding_tokens",
                 "by_kind"
             ]
         );

@@ -6,6 +6,7 @@ mod edit;
 mod finisher;
 mod forget;
 pub(crate) mod import;
+pub mod indexer;
 mod leftovers;
 mod phase_one;
 pub mod phase_two;
@@ -19,7 +20,9 @@ pub use leftovers::sweep as sweep_leftovers;
 pub use recorder::{PublishOwner, finish_pending_publishes, recover_publishes};
 use recorder::{prepare_attempt, record, served_sessions};
 pub use storage::{Reconciled, reconcile_storage};
-use sweepers::{dead_row_reclaimer, eager_sweeper, retention_sweeper, session_sweeper, storage_reconciler};
+use sweepers::{
+    dead_row_reclaimer, eager_sweeper, index_sweeper, retention_sweeper, session_sweeper, storage_reconciler,
+};
 pub use sweepers::{expire_idempotency_keys, sweep_retention};
 
 use crate::domain::redact::Counts;
@@ -92,6 +95,10 @@ pub struct WorkerContext {
     pub events: crate::events::Events,
     /// Records the attempts' outcomes, several to a transaction.
     pub finisher: Finisher,
+    /// Embeds published passages; `None`: search by meaning is not configured.
+    pub indexer: Option<Arc<indexer::Indexer>>,
+    /// The API's cache of layouts' vectors, told of each publish.
+    pub vectors: crate::meaning::VectorCache,
 }
 
 /// What a finished attempt produced: plain data. Its files are written by
@@ -396,6 +403,7 @@ async fn still_ours(ctx: &WorkerContext, job: &ClaimedJob, claimed_at: std::time
 pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: CancellationToken) -> JoinSet<()> {
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
+    set.spawn(index_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(storage_reconciler(ctx.clone(), shutdown.clone()));
     if let Some(floor) = ctx.settings.reclaim_dead_rows {

@@ -38,6 +38,7 @@ fn finish_for(
             redactions: c.redactions,
             accounting: counting(c.usage),
             import: None,
+            passages: None,
         },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
@@ -47,6 +48,7 @@ fn finish_for(
             redactions: Counts::new(),
             accounting: JobAccounting::default(),
             import: None,
+            passages: None,
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -64,6 +66,7 @@ fn finish_for(
                 redactions: Counts::new(),
                 accounting: counting(usage),
                 import: None,
+                passages: None,
             }
         }
     }
@@ -129,6 +132,14 @@ fn redact_memory_files(layout: &crate::domain::layout::ValidLayout, files: &mut 
     counts
 }
 
+/// What an attempt staged: its files, an import's rows, what the publish
+/// changes of the layout's passages.
+struct Staged {
+    manifest: Manifest,
+    import: Option<crate::store::ImportRecord>,
+    passages: Option<crate::store::PassageChanges>,
+}
+
 /// Writes an attempt's files under temporary names with the manifest that
 /// lists them, and fills in a successful run's history; a failure to write
 /// them fails the attempt.
@@ -137,12 +148,12 @@ async fn stage_files(
     claimed: &ClaimedJob,
     result: Result<Completion, AttemptError>,
     report: &mut Option<PhaseTwoReport>,
-) -> (Result<Completion, AttemptError>, Option<(Manifest, Option<crate::store::ImportRecord>)>) {
+) -> (Result<Completion, AttemptError>, Option<Staged>) {
     let result = match result {
         Ok(Completion { imported: Some(imported), outcome, files, usage, redactions }) => {
             let Imported { staged, record } = *imported;
             let completion = Completion { outcome, files, usage, redactions, imported: None };
-            return (Ok(completion), Some((staged, Some(record))));
+            return (Ok(completion), Some(Staged { manifest: staged, import: Some(record), passages: None }));
         }
         other => other,
     };
@@ -160,6 +171,10 @@ async fn stage_files(
         report.run.redactions = in_files.clone();
     }
     add_counts(&mut redactions, &in_files);
+    // Phase one's rollout summaries are indexed with the phase two that
+    // follows: its finishes stay the plain batch they are.
+    let passages = (claimed.job.kind != JobKind::PhaseOne)
+        .then(|| super::indexer::passage_changes(&claimed.layout.memories_dir.normalized, &files));
     let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
         Ok(root) => {
             let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
@@ -184,7 +199,8 @@ async fn stage_files(
                 }
                 report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
-            (Ok(Completion::without_files(outcome, usage, redactions)), Some((manifest, None)))
+            let staged = Staged { manifest, import: None, passages };
+            (Ok(Completion::without_files(outcome, usage, redactions)), Some(staged))
         }
         Err(e) => {
             let message = format!("writing the memory files failed: {e}");
@@ -351,9 +367,13 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let stage_started = std::time::Instant::now();
     let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
     crate::metrics::job_stage(kind, "stage", stage_started.elapsed());
-    let (staged, import) = staged.map_or((None, None), |(manifest, import)| (Some(manifest), import));
+    let (staged, import, passages) = staged.map_or((None, None, None), |s| (Some(s.manifest), s.import, s.passages));
     let publish_id = staged.as_ref().map(|m| m.publish_id);
     let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
+    if publish_id.is_some() {
+        finish.passages = passages;
+    }
+    let published_passages = finish.passages.is_some();
     finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
     finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
     finish.import = import;
@@ -394,8 +414,19 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         if let Err(e) = ctx.store.compact_after_forget().await {
             tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
         }
-        let scope = claimed.job.forget.as_ref().map_or("", |f| f.scope.as_str());
+        let scope = claimed.job.forget.as_ref().map(|f| f.scope);
+        match scope {
+            Some(crate::domain::job::ForgetScope::Tenant) => ctx.vectors.forget(claimed.tenant_id, None),
+            Some(crate::domain::job::ForgetScope::Workspace) => {
+                ctx.vectors.forget(claimed.tenant_id, Some(&claimed.job.workspace))
+            }
+            _ => {}
+        }
+        let scope = scope.map_or("", |s| s.as_str());
         tracing::info!(%job_id, tenant_id = %claimed.tenant_id, scope, "forget completed");
+    }
+    if published_passages && matches!(recorded, Ok(true)) {
+        index_after_publish(ctx, &claimed);
     }
     match recorded {
         Ok(true) => {
@@ -422,6 +453,20 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 tracing::error!(%job_id, error = %crate::error_chain(&e), "the job stays running until its lease expires");
             }
         }
+    }
+}
+
+/// The published layout's passages are embedded beside the workers (an
+/// import's, for each layout it placed, by the sweep: its finish marks them).
+fn index_after_publish(ctx: &WorkerContext, claimed: &ClaimedJob) {
+    let at = crate::store::IndexedLayout {
+        tenant: claimed.tenant_id,
+        workspace: claimed.job.workspace.clone(),
+        layout: claimed.job.layout.clone(),
+    };
+    ctx.vectors.forget_layout(&at);
+    if let Some(indexer) = &ctx.indexer {
+        indexer.after_publish(at);
     }
 }
 

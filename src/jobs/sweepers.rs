@@ -25,6 +25,15 @@ pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellat
 
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Every couple of seconds: embed the passages of layouts whose indexing is
+/// due (published while this process was busy, on another replica, or
+/// after a failed embedding call whose backoff has passed).
+pub(super) async fn index_sweeper(ctx: Arc<WorkerContext>, shutdown: CancellationToken) {
+    let Some(indexer) = ctx.indexer.clone() else { return };
+    let indexer = &indexer;
+    every(Duration::from_secs(2), shutdown, move || async move { indexer.sweep().await }).await;
+}
+
 /// Runs `round` at once and then every `period`, until shutdown is asked for
 /// (a round under way finishes; the wait between rounds does not).
 async fn every<F, Fut>(period: Duration, shutdown: CancellationToken, mut round: F)

@@ -57,38 +57,8 @@ impl<W: WireApi> OpenAiModel<W> {
         result.map(|(value, _)| value)
     }
 
-    /// One POST; the answer's bytes, or the failure told apart.
     async fn post(&self, body: &Value) -> Result<Vec<u8>, ModelError> {
-        let transient = |message: String| ModelError {
-            class: FailureClass::Transient,
-            message,
-            retry_after: None,
-            usage: TokenUsage::default(),
-        };
-        let response = self
-            .http
-            .post(&self.url)
-            .bearer_auth(&self.api_key)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| transient(format!("model request failed: {}", without_url(e))))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transient(format!("reading the model's answer failed: {}", without_url(e))))?;
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(ModelError {
-                class: classify(status, &text),
-                message: format!("model API answered {status}: {}", api_error_message(&text)),
-                retry_after: retry_after(&headers),
-                usage: TokenUsage::default(),
-            });
-        }
-        Ok(bytes.to_vec())
+        post_json(&self.http, &self.url, &self.api_key, body).await
     }
 }
 
@@ -119,6 +89,45 @@ impl<W: WireApi> Model for OpenAiModel<W> {
         })
         .await
     }
+}
+
+/// One POST of `body` to an OpenAI-compatible endpoint; the answer's bytes,
+/// or the failure told apart (the model client and the embeddings client).
+pub(super) async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    api_key: &str,
+    body: &Value,
+) -> Result<Vec<u8>, ModelError> {
+    let transient = |message: String| ModelError {
+        class: FailureClass::Transient,
+        message,
+        retry_after: None,
+        usage: TokenUsage::default(),
+    };
+    let response = http
+        .post(url)
+        .bearer_auth(api_key)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| transient(format!("model request failed: {}", without_url(e))))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| transient(format!("reading the model's answer failed: {}", without_url(e))))?;
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&bytes);
+        return Err(ModelError {
+            class: classify(status, &text),
+            message: format!("model API answered {status}: {}", api_error_message(&text)),
+            retry_after: retry_after(&headers),
+            usage: TokenUsage::default(),
+        });
+    }
+    Ok(bytes.to_vec())
 }
 
 /// The longest a model endpoint's `Retry-After` makes a job wait: the

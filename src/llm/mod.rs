@@ -3,6 +3,7 @@
 
 mod chat;
 mod client;
+pub mod embeddings;
 mod responses;
 
 pub use chat::ChatCompletions;

@@ -70,7 +70,7 @@ mod tests {
             (PHASE_ONE_SYSTEM, &["extra_prompt_section"][..]),
             (PHASE_ONE_USER, &["terminal_metadata_json", "rollout_contents"][..]),
             (PHASE_TWO, &["memory_root", "max_turns", "phase_two_input_selection", "extra_prompt_section"][..]),
-            (READ, &["memory_dir", "memory_update_instructions", "memory_summary"][..]),
+            (READ, &["memory_dir", "memory_update_instructions", "memory_summary", "search_by_meaning"][..]),
             (READ_LIVE_UPDATE, &["memory_dir"][..]),
             (READ_CITATIONS, &["memory_dir"][..]),
         ] {

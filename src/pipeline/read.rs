@@ -21,6 +21,19 @@ pub struct ReadAsks {
     pub live_update: bool,
     /// End an answer that used memory with Codex's citation block (SPEC §2.10).
     pub citations: bool,
+    /// The server ranks by embeddings (SPEC §2.10 "Search by meaning"): a
+    /// search that finds nothing is tried again by meaning; else by words
+    /// in any order.
+    pub search_by_meaning: bool,
+}
+
+/// What step 2 of the quick pass adds, for the agent with `memory_search`.
+fn search_hint(by_meaning: bool) -> &'static str {
+    if by_meaning {
+        "\n   When your keywords find nothing, search once more in your own words with `memory_search`\n   and mode \"hybrid\": it finds the sections that mean what you ask."
+    } else {
+        "\n   When your keywords find nothing, try `memory_search` with mode \"ranked\": it finds the\n   sections that hold your words in any order."
+    }
 }
 
 /// `None` when the summary is blank (nothing is injected). `memory_dir` is
@@ -41,7 +54,12 @@ pub fn render_instructions(memory_dir: &str, summary: &[u8], asks: ReadAsks) -> 
     let summary = neutralized(&summary);
     let text = render(
         READ,
-        &[("memory_dir", memory_dir), ("memory_update_instructions", update.trim_end()), ("memory_summary", &summary)],
+        &[
+            ("memory_dir", memory_dir),
+            ("memory_update_instructions", update.trim_end()),
+            ("memory_summary", &summary),
+            ("search_by_meaning", search_hint(asks.search_by_meaning)),
+        ],
     );
     Some(MemoryInstructions { truncated, text })
 }
@@ -83,7 +101,7 @@ fn neutralized(summary: &str) -> std::borrow::Cow<'_, str> {
 mod tests {
     use super::*;
 
-    const LIVE: ReadAsks = ReadAsks { live_update: true, citations: false };
+    const LIVE: ReadAsks = ReadAsks { live_update: true, citations: false, search_by_meaning: false };
 
     #[test]
     fn nothing_in_the_summary_ends_its_block() {
@@ -127,7 +145,7 @@ mod tests {
         assert!(!live.text.contains("Never update memories."));
         assert!(!live.truncated);
         let read_only =
-            render_instructions("memories", b"likes tea", ReadAsks { live_update: false, citations: false }).unwrap();
+            render_instructions("memories", b"likes tea", ReadAsks { live_update: false, citations: false, search_by_meaning: false }).unwrap();
         assert!(read_only.text.contains("Never update memories. You can only read them."));
         assert!(!read_only.text.contains("Memory is writable."));
     }
@@ -145,7 +163,7 @@ mod tests {
     fn citations_add_a_section_with_codexs_block() {
         let plain = render_instructions("memories", b"likes tea", LIVE).unwrap().text;
         assert!(!plain.contains("oai-mem-citation"));
-        let cited = render_instructions("memories", b"likes tea", ReadAsks { live_update: true, citations: true })
+        let cited = render_instructions("memories", b"likes tea", ReadAsks { live_update: true, citations: true, search_by_meaning: true })
             .unwrap()
             .text;
         for tag in ["<oai-mem-citation>", "<rollout_ids>", "</rollout_ids>", "</oai-mem-citation>"] {

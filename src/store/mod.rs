@@ -12,6 +12,7 @@ mod postgres;
 mod records;
 mod sql;
 mod sqlite;
+mod vector_records;
 
 pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
 pub use crate::domain::layout::{StoredLayout, default_layout, layout_named, with_implicit_default};
@@ -22,6 +23,7 @@ pub use postgres::PgStore;
 pub use records::*;
 pub use sql::{Dialect, SqlStore};
 pub use sqlite::SqliteStore;
+pub use vector_records::*;
 
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::layout::{LayoutPutError, ValidLayout};
@@ -469,6 +471,7 @@ pub trait Store:
     + PortabilityStore
     + EventStore
     + AgentMemoryStore
+    + PassageVectorStore
     + 'static
 {
     async fn ping(&self) -> StoreResult<()>;

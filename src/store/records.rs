@@ -400,6 +400,9 @@ pub struct JobFinish {
     pub accounting: JobAccounting,
     /// An import's rows, registered with its outcome.
     pub import: Option<ImportRecord>,
+    /// The passages a publish leaves in the files it changes: the vectors
+    /// of the others are dropped with the finish (SPEC §2.10).
+    pub passages: Option<super::PassageChanges>,
 }
 
 /// What a job's finish counts (SPEC §2.9), in its own transaction.

@@ -9,6 +9,7 @@
 pub mod apply_patch;
 pub mod commands;
 pub mod edit;
+pub mod passage_index;
 pub mod rank;
 pub mod read;
 pub mod search;

@@ -1,21 +1,22 @@
 //! Ranking a memory folder's passages by relevance to a query (SPEC §2.10
-//! "Search by meaning", `mode=ranked`): BM25 over words — Unicode word
+//! "Search by meaning"): `ranked` is BM25 over words — Unicode word
 //! boundaries, case-folded, no stemming — so search by relevance needs no
-//! model. Exact: every passage of the layout's searched files is scored for
-//! each query (a workspace's memory is megabytes, not gigabytes), and what a
-//! query holds is bounded by [`MAX_RANKED_BYTES`].
+//! model; `semantic` is the cosine of embeddings; `hybrid` fuses the two by
+//! reciprocal rank. Exact: every passage of the layout's searched files is
+//! scored for each query (a workspace's memory is megabytes, not gigabytes;
+//! what a query reads is bounded by [`MAX_RANKED_BYTES`]).
 
-use super::read::{EntryKind, ReadError, decoded, entries_under};
-use crate::domain::passages::{Passage, cut};
+use super::passage_index::{FilePassages, IndexedPassage};
+pub use super::passage_index::{MAX_RANKED_BYTES, words};
+use crate::domain::passages::Passage;
 use std::collections::HashMap;
-use std::path::Path;
-use unicode_segmentation::UnicodeSegmentation;
+use std::sync::Arc;
 
-/// The memory text one query ranks at most; files past it are not read.
-pub const MAX_RANKED_BYTES: usize = 16 << 20;
 /// BM25's term-frequency saturation and length normalisation (the usual values).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
+/// Reciprocal rank fusion's constant (the value of its paper, Cormack et al. 2009).
+const RRF_K: f64 = 60.0;
 
 /// A passage of a file, and how well it answers the query.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,61 +26,126 @@ pub struct Scored {
     pub score: f64,
 }
 
-/// The files ranked: the memory the agent reads — `MEMORY.md`,
-/// `memory_summary.md`, rollout summaries and skills — not the raw memories
-/// and the selection, which consolidation reads.
-fn is_ranked(path: &str) -> bool {
-    matches!(path, "MEMORY.md" | "memory_summary.md")
-        || (path.starts_with("rollout_summaries/") && path.ends_with(".md"))
-        || (path.starts_with("skills/") && path.ends_with(".md"))
+/// The passages of the files searched, in file order.
+pub struct Candidates<'a> {
+    all: Vec<(&'a str, &'a IndexedPassage)>,
 }
 
-/// The passages under `dir` (a folder or a file; `""`: all) ranked for
-/// `query`, best first; a passage that holds none of its words is left out.
-pub fn rank(memory_root: &Path, dir: &str, query: &str, max_words: usize) -> Result<Vec<Scored>, ReadError> {
-    let terms: Vec<String> = {
-        let mut terms: Vec<String> = Vec::new();
-        for word in words(query) {
-            if terms.len() == max_words {
-                break;
-            }
-            if !terms.contains(&word) {
-                terms.push(word);
-            }
+impl<'a> Candidates<'a> {
+    pub fn of(files: &'a [(String, Arc<FilePassages>)]) -> Self {
+        Self { all: files.iter().flat_map(|(path, f)| f.passages.iter().map(move |p| (path.as_str(), p))).collect() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(&'a str, &'a IndexedPassage)> {
+        self.all.iter()
+    }
+
+    /// The passages with a score above zero, best first (ties in the
+    /// substring search's file order, then by line).
+    fn ranked(&self, scores: &[f64]) -> Vec<Scored> {
+        let mut scored: Vec<Scored> = self
+            .all
+            .iter()
+            .zip(scores)
+            .filter(|(_, score)| **score > 0.0)
+            .map(|((path, p), score)| Scored { path: (*path).to_owned(), passage: p.passage.clone(), score: *score })
+            .collect();
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
+        scored
+    }
+
+    /// BM25 for the query's words; a passage holding none of them is left out.
+    pub fn by_words(&self, terms: &[String]) -> Vec<Scored> {
+        let count = self.all.len() as f64;
+        let average = self.all.iter().map(|(_, p)| p.length as f64).sum::<f64>() / count.max(1.0);
+        let idf: Vec<f64> = terms
+            .iter()
+            .map(|t| {
+                let df = self.all.iter().filter(|(_, p)| p.words.contains_key(t)).count() as f64;
+                (1.0 + (count - df + 0.5) / (df + 0.5)).ln()
+            })
+            .collect();
+        let scores: Vec<f64> = self
+            .all
+            .iter()
+            .map(|(_, p)| {
+                let norm = K1 * (1.0 - B + B * p.length as f64 / average.max(1.0));
+                terms
+                    .iter()
+                    .zip(&idf)
+                    .map(|(t, idf)| {
+                        let f = p.words.get(t).copied().unwrap_or(0) as f64;
+                        idf * (f * (K1 + 1.0)) / (f + norm)
+                    })
+                    .sum()
+            })
+            .collect();
+        self.ranked(&scores)
+    }
+
+    /// The cosine of each passage's vector (by digest) with the query's;
+    /// passages without a vector are left out.
+    pub fn by_vector(&self, query: &[f32], vectors: &HashMap<String, Arc<[f32]>>) -> Vec<Scored> {
+        let scores: Vec<f64> = self
+            .all
+            .iter()
+            .map(|(_, p)| vectors.get(&p.digest).map_or(0.0, |v| dot(query, v).max(f64::MIN_POSITIVE)))
+            .collect();
+        self.ranked(&scores)
+    }
+}
+
+/// The query's first `max_words` distinct words; an error when it has none.
+pub fn query_terms(query: &str, max_words: usize) -> Result<Vec<String>, String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in words(query) {
+        if terms.len() == max_words {
+            break;
         }
-        terms
-    };
+        if !terms.contains(&word) {
+            terms.push(word);
+        }
+    }
     if terms.is_empty() {
-        return Err(ReadError::Invalid("query holds no word to rank by.".into()));
+        return Err("query holds no word to rank by.".into());
     }
-    let mut passages = Vec::new();
-    let mut held = 0;
-    for entry in entries_under(memory_root, dir, false)? {
-        if entry.kind != EntryKind::File || !is_ranked(&entry.path) || held >= MAX_RANKED_BYTES {
-            continue;
-        }
-        let Ok(bytes) = read_at_most(&memory_root.join(&entry.path), MAX_RANKED_BYTES - held) else { continue };
-        held += bytes.len();
-        passages.extend(cut(&decoded(&bytes)).into_iter().map(|p| (entry.path.clone(), p)));
-    }
-    let texts: Vec<&str> = passages.iter().map(|(_, p)| p.ranked_text.as_str()).collect();
-    let scores = bm25(&terms, &texts);
-    let mut scored: Vec<Scored> = passages
-        .into_iter()
-        .zip(scores)
-        .filter(|(_, score)| *score > 0.0)
-        .map(|((path, passage), score)| Scored { path, passage, score })
-        .collect();
-    scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
-    Ok(scored)
+    Ok(terms)
 }
 
-/// A file's first `max` bytes at most.
-fn read_at_most(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(max as u64).read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// Both rankings fused: each passage scores the sum of `1 / (k + rank)`
+/// over the rankings it is in.
+pub fn fuse(rankings: &[Vec<Scored>]) -> Vec<Scored> {
+    let mut fused: Vec<Scored> = Vec::new();
+    let mut at: HashMap<(String, u64), usize> = HashMap::new();
+    for ranking in rankings {
+        for (rank, s) in ranking.iter().enumerate() {
+            let add = 1.0 / (RRF_K + rank as f64 + 1.0);
+            match at.get(&(s.path.clone(), s.passage.line)) {
+                Some(i) => fused[*i].score += add,
+                None => {
+                    at.insert((s.path.clone(), s.passage.line), fused.len());
+                    fused.push(Scored { score: add, ..s.clone() });
+                }
+            }
+        }
+    }
+    fused.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
+    fused
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
 }
 
 /// Ties go in the substring search's file order, then by line.
@@ -92,68 +158,43 @@ fn order(s: &Scored) -> (u8, &str, u64) {
     (rank, s.path.as_str(), s.passage.line)
 }
 
-/// A text's words, case-folded.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.unicode_words().map(str::to_lowercase)
-}
-
-/// The BM25 score of each of `documents` for the (distinct) `terms`.
-pub fn bm25(terms: &[String], documents: &[&str]) -> Vec<f64> {
-    let index: HashMap<&str, usize> = terms.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
-    let mut frequencies: Vec<(Vec<u32>, usize)> = Vec::with_capacity(documents.len());
-    let mut holding = vec![0usize; terms.len()];
-    for document in documents {
-        let (mut tf, mut length) = (vec![0u32; terms.len()], 0usize);
-        for word in words(document) {
-            length += 1;
-            if let Some(i) = index.get(word.as_str()) {
-                tf[*i] += 1;
-            }
-        }
-        for (i, n) in tf.iter().enumerate() {
-            holding[i] += usize::from(*n > 0);
-        }
-        frequencies.push((tf, length));
-    }
-    let count = documents.len() as f64;
-    let average = frequencies.iter().map(|(_, l)| *l as f64).sum::<f64>() / count.max(1.0);
-    let idf: Vec<f64> = holding.iter().map(|df| (1.0 + (count - *df as f64 + 0.5) / (*df as f64 + 0.5)).ln()).collect();
-    frequencies
-        .iter()
-        .map(|(tf, length)| {
-            let norm = K1 * (1.0 - B + B * *length as f64 / average.max(1.0));
-            tf.iter().zip(&idf).map(|(f, idf)| idf * (*f as f64 * (K1 + 1.0)) / (*f as f64 + norm)).sum()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::passage_index::{PassageCache, index_text, layout_passages};
     use super::*;
 
-    fn terms(query: &str) -> Vec<String> {
-        let mut t: Vec<String> = words(query).collect();
-        t.sort();
-        t.dedup();
-        t
+    fn bm25(query: &str, docs: &[&str]) -> Vec<f64> {
+        let files: Vec<(String, Arc<FilePassages>)> =
+            docs.iter().enumerate().map(|(i, d)| (format!("skills/{i}.md"), file_of(d))).collect();
+        let ranked = Candidates::of(&files).by_words(&query_terms(query, 64).unwrap());
+        files.iter().map(|(path, _)| ranked.iter().find(|s| &s.path == path).map_or(0.0, |s| s.score)).collect()
+    }
+
+    fn file_of(text: &str) -> Arc<FilePassages> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("MEMORY.md"), text).unwrap();
+        let mut files = layout_passages(None, dir.path(), "").unwrap();
+        assert_eq!(files[0].1.passages.len(), index_text(text).len());
+        files.remove(0).1
     }
 
     #[test]
     fn words_are_unicode_and_case_folded() {
         let said: Vec<String> = words("Pin the CI-runner's İmage, ünïcode 24.04!").collect();
         assert_eq!(said, ["pin", "the", "ci", "runner's", "i̇mage", "ünïcode", "24.04"]);
+        assert_eq!(query_terms("a b a c", 2).unwrap(), ["a", "b"]);
+        assert!(query_terms("  !? ", 64).is_err());
     }
 
     #[test]
     fn rarer_and_more_frequent_words_rank_higher() {
         let docs = ["the cat sat", "the dog sat on the dog", "the the the", "a bird"];
-        let scores = bm25(&terms("dog"), &docs);
+        let scores = bm25("dog", &docs);
         assert!(scores[1] > 0.0 && scores[0] == 0.0 && scores[2] == 0.0 && scores[3] == 0.0);
-        let both = bm25(&terms("the dog"), &docs);
+        let both = bm25("the dog", &docs);
         assert!(both[1] > both[0] && both[1] > both[2], "{both:?}");
-        let idf_weighs = bm25(&terms("cat the"), &docs);
+        let idf_weighs = bm25("cat the", &docs);
         assert!(idf_weighs[0] > idf_weighs[2], "a rare word outweighs a common one: {idf_weighs:?}");
-        assert!(bm25(&terms("x"), &[]).is_empty());
     }
 
     #[test]
@@ -167,12 +208,31 @@ mod tests {
         std::fs::write(root.join("rollout_summaries/r1_x.md"), "# Summary\nthe user prefers pnpm as package manager\n")
             .unwrap();
         std::fs::write(root.join("raw_memories/r1.md"), "package manager package manager pnpm\n").unwrap();
-        let ranked = rank(root, "", "which package manager", 64).unwrap();
+        let files = layout_passages(Some(&PassageCache::default()), root, "").unwrap();
+        let ranked = Candidates::of(&files).by_words(&query_terms("which package manager", 64).unwrap());
         let mut found: Vec<(&str, u64)> = ranked.iter().map(|s| (s.path.as_str(), s.passage.line)).collect();
         assert!(ranked[0].score >= ranked[1].score, "best first");
         found.sort();
         assert_eq!(found, [("MEMORY.md", 4), ("rollout_summaries/r1_x.md", 1)], "raw memories are not ranked");
-        assert!(rank(root, "", "runner", 64).unwrap()[0].passage.heading.ends_with("Task 1: runner"));
-        assert!(matches!(rank(root, "", "  !? ", 64), Err(ReadError::Invalid(_))));
+        let runner = Candidates::of(&files).by_words(&query_terms("runner", 64).unwrap());
+        assert!(runner[0].passage.heading.ends_with("Task 1: runner"));
+    }
+
+    #[test]
+    fn vectors_rank_by_cosine_and_fusion_rewards_agreement() {
+        let files = vec![("MEMORY.md".to_owned(), file_of("## A\nalpha\n## B\nbeta\n## C\ngamma\n"))];
+        let candidates = Candidates::of(&files);
+        let digests: Vec<String> = candidates.iter().map(|(_, p)| p.digest.clone()).collect();
+        let vectors: HashMap<String, Arc<[f32]>> =
+            [(digests[0].clone(), Arc::from(vec![1.0f32, 0.0])), (digests[1].clone(), Arc::from(vec![0.6f32, 0.8]))]
+                .into_iter()
+                .collect();
+        let semantic = candidates.by_vector(&[0.0, 1.0], &vectors);
+        let headings: Vec<&str> = semantic.iter().map(|s| s.passage.heading.as_str()).collect();
+        assert_eq!(headings, ["B", "A"], "C has no vector; A's cosine is 0 but it has one");
+        let words = candidates.by_words(&query_terms("alpha", 8).unwrap());
+        let fused = fuse(&[words, semantic]);
+        assert_eq!(fused[0].passage.heading, "A", "in both rankings: {fused:?}");
+        assert_eq!(fused.len(), 2);
     }
 }

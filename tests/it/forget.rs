@@ -22,12 +22,12 @@ both_backends!(
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default";
 
-fn canary() -> String {
+pub(crate) fn canary() -> String {
     format!("zebra-canary-{}", uuid::Uuid::new_v4().simple())
 }
 
 /// One conversation in a session of its own, closed and consolidated.
-async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
+pub(crate) async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
     let body = json!({"rollout_id": rollout, "input": said, "final_output": "noted"});
     let res = app
         .request(Method::POST, &format!("/v1/sessions/{session}/layouts/default/segments"), &t.key)
@@ -41,7 +41,7 @@ async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, s
     assert_eq!(closed["state"], "closed", "{closed}");
 }
 
-async fn forget(app: &TestApp, key: &str, path: &str) -> Value {
+pub(crate) async fn forget(app: &TestApp, key: &str, path: &str) -> Value {
     let res = app.request(Method::DELETE, path, key).send().await.unwrap();
     let (status, _, body) = status_code_body(res).await;
     assert_eq!(status, 202, "{body}");
@@ -120,10 +120,17 @@ fn holds(bytes: &[u8], needle: &str) -> bool {
 }
 
 /// The database holds `text` as text, or as bytes in a dump's hex (`bytea`).
-fn database_holds(app: &TestApp, backend: Backend, text: &str) -> bool {
+pub(crate) fn database_holds(app: &TestApp, backend: Backend, text: &str) -> bool {
     let bytes = database_bytes(app, backend);
     let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
     holds(&bytes, text) || holds(&bytes, &hex)
+}
+
+/// The database holds `bytes` as they are (SQLite's blobs) or in a dump's hex (`bytea`).
+pub(crate) fn database_holds_bytes(app: &TestApp, backend: Backend, needle: &[u8]) -> bool {
+    let bytes = database_bytes(app, backend);
+    let hex: String = needle.iter().map(|b| format!("{b:02x}")).collect();
+    bytes.windows(needle.len()).any(|w| w == needle) || holds(&bytes, &hex)
 }
 
 /// The API answers a tenant's dashboard reads, as one text.

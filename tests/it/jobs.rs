@@ -144,6 +144,7 @@ fn skipped() -> JobFinish {
         redactions: Default::default(),
         accounting: Default::default(),
         import: None,
+        passages: None,
     }
 }
 

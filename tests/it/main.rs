@@ -41,5 +41,6 @@ mod redaction;
 mod retention;
 mod round_three;
 mod scoped_keys;
+mod semantic;
 mod sessions;
 mod usage;

@@ -59,6 +59,7 @@ function pathsNote(layout: string): string {
 
 type Args = Record<string, unknown>;
 type Where = { workspace: string; layout: string };
+type Mode = "substring" | "regex" | "ranked" | "semantic" | "hybrid";
 
 function given(args: Args): Args {
   return Object.fromEntries(Object.entries(args).filter(([, v]) => v !== null && v !== undefined));
@@ -85,7 +86,12 @@ function slice(answer: Schemas["MemoryRead"]): string {
   return `${lines.join("\n")}\n(sha256 ${answer.sha256})`;
 }
 
-function matches(answer: Schemas["MemorySearch"]): string {
+function matches(answer: Schemas["MemorySearch"] | Schemas["MemoryPassages"]): string {
+  if ("mode" in answer) {
+    const shown = answer.matches.map((p) => `${p.path}:${p.line}-${p.end_line} (score ${p.score}) ${p.heading}\n${p.text}`);
+    const more = answer.next_cursor ? `\n… more sections: pass cursor ${answer.next_cursor}` : "";
+    return (shown.join("\n\n") || "No section of the memory folder answers the query.") + more;
+  }
   const lines = (answer.matches ?? []).map((m) => `${m.path}:${m.line}: ${m.text}`);
   return lines.join("\n") || "No line of the memory folder matches.";
 }
@@ -110,8 +116,8 @@ function calls(client: Memoryd, where: Where, sessionId: string | undefined): Re
       return slice(await client.readMemory(a.path, { ...where, offset: a.offset, limit: a.limit, sessionId }));
     },
     memory_search: async (args) => {
-      const a = given(args) as { query: string; path?: string; regex?: boolean; context?: number };
-      return matches(await client.searchMemory(a.query, { ...where, path: a.path, regex: a.regex, context: a.context }));
+      const a = given(args) as { query: string; mode?: Mode; path?: string; regex?: boolean; context?: number };
+      return matches(await client.searchMemory(a.query, { ...where, mode: a.mode, path: a.path, regex: a.regex, context: a.context }));
     },
     memory_edit: async (args) => {
       const a = given(args) as { patch?: string; operations?: Args[]; expect?: { path: string; sha256: string | null }[]; reason?: string };
@@ -152,9 +158,14 @@ export function memoryTools(client: Memoryd, options: MemoryToolsOptions = {}): 
     ],
     [
       "memory_search",
-      `Find lines of your memory files that contain a word or phrase (case-insensitive), MEMORY.md first; answers path:line: text. ${note}`,
+      `Find lines of your memory files that contain a word or phrase (case-insensitive), MEMORY.md first; answers path:line: text. When the words you know find nothing, search by meaning: mode semantic (or hybrid, or ranked for words in any order) answers the sections that answer the query best. ${note}`,
       {
         query: { type: "string" },
+        mode: {
+          type: ["string", "null"],
+          enum: ["substring", "regex", "ranked", "semantic", "hybrid", null],
+          description: "how to search (null: substring)",
+        },
         path: nullable("string", "search only under this folder or file"),
         regex: nullable("boolean", "treat the query as a regular expression"),
         context: nullable("integer", "lines shown before and after each match (0-20)"),

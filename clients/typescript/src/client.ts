@@ -623,12 +623,16 @@ export class Memoryd {
     return this.send({ method: "GET", path: full, query }, json<S["MemoryRead"]>, options);
   }
 
-  /** Matching lines of the memory files, MEMORY.md first. */
+  /**
+   * Matching lines of the memory files, MEMORY.md first; with `mode` `ranked` (words), `semantic`
+   * (embeddings) or `hybrid` (both), the passages that answer the query best, best first.
+   */
   searchMemory(
     query: string,
     where: {
       workspace?: string;
       layout?: string;
+      mode?: "substring" | "regex" | "ranked" | "semantic" | "hybrid";
       path?: string;
       regex?: boolean;
       caseSensitive?: boolean;
@@ -637,10 +641,11 @@ export class Memoryd {
       cursor?: string;
     } = {},
     options?: CallOptions,
-  ): Promise<S["MemorySearch"]> {
+  ): Promise<S["MemorySearch"] | S["MemoryPassages"]> {
     const path = this.memoryPath(where.workspace ?? "default", where.layout ?? "default", "memory/search");
     const params = {
       query,
+      mode: where.mode,
       path: where.path,
       regex: where.regex,
       case_sensitive: where.caseSensitive,
@@ -648,7 +653,7 @@ export class Memoryd {
       limit: where.limit,
       cursor: where.cursor,
     };
-    return this.send({ method: "GET", path, query: params }, json<S["MemorySearch"]>, options);
+    return this.send({ method: "GET", path, query: params }, json<S["MemorySearch"] | S["MemoryPassages"]>, options);
   }
 
   /**

@@ -2712,6 +2712,11 @@ export interface components {
              * @description Runs recorded in the memory history (phase two, restore, forget).
              */
             runs: number;
+            /**
+             * Format: int64
+             * @description Tokens embedded for search by meaning; they count against `model_tokens_per_day` too.
+             */
+            embedding_tokens: number;
             /** @description By job kind, in the kinds' order. */
             by_kind: {
                 [key: string]: components["schemas"]["ModelUse"];
@@ -3213,6 +3218,11 @@ export interface components {
             matches: components["schemas"]["MemoryPassage"][];
             /** @description The next page's cursor; null on the last page. */
             next_cursor: string | null;
+            /**
+             * Format: uint64
+             * @description `semantic` and `hybrid`: passages searched had no vector yet (their layout's indexing is under way or failed and will be retried) and were ranked by their words; all of them when the query itself could not be embedded.
+             */
+            not_embedded?: number | null;
         };
         /** @description One passage: a section of a memory file. */
         MemoryPassage: {
@@ -3232,7 +3242,7 @@ export interface components {
             heading: string;
             /**
              * Format: double
-             * @description How well it answers the query (BM25; comparable within one answer).
+             * @description How well it answers the query (BM25, cosine or fused rank; comparable within one answer).
              */
             score: number;
             /** @description Its text, at most 2,000 bytes, cut at a line end. */

@@ -298,8 +298,9 @@ impl MemoryServer {
                     let found = agent_memory::search_memory(state, tenant, &workspace, &layout, params, SEARCH_BUDGET);
                     Ok(text::matches(&found.await?))
                 }
-                SearchMode::Ranked => {
-                    let found = crate::api::ranked::search(state, tenant, &workspace, &layout, params, PASSAGE_BUDGET);
+                SearchMode::Passages(ranking) => {
+                    let found =
+                        crate::api::ranked::search(state, tenant, &workspace, &layout, params, ranking, PASSAGE_BUDGET);
                     Ok(text::passages(&found.await?))
                 }
             }

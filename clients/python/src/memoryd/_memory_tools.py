@@ -82,10 +82,17 @@ def tool_schemas(where: str) -> dict[str, tuple[str, dict[str, Any]]]:
         ),
         "memory_search": (
             "Find lines of your memory files that contain a word or phrase (case-insensitive), MEMORY.md first; "
-            f"answers path:line: text. {where}",
+            "answers path:line: text. When the words you know find nothing, search by meaning: mode semantic "
+            "(or hybrid, or ranked for words in any order) answers the sections that answer the query best. "
+            f"{where}",
             _strict(
                 {
                     "query": {"type": "string"},
+                    "mode": {
+                        "type": ["string", "null"],
+                        "enum": ["substring", "regex", "ranked", "semantic", "hybrid", None],
+                        "description": "how to search (null: substring)",
+                    },
                     "path": _nullable("string", "search only under this folder or file"),
                     "regex": _nullable("boolean", "treat the query as a regular expression"),
                     "context": _nullable("integer", "lines shown before and after each match (0-20)"),
@@ -159,6 +166,10 @@ def render(name: str, answer: Any) -> str:
     if isinstance(answer, m.MemorySearch):
         lines = [f"{hit.path}:{hit.line}: {hit.text}" for hit in answer.matches]
         return "\n".join(lines) or "No line of the memory folder matches."
+    if isinstance(answer, m.MemoryPassages):
+        shown = [f"{p.path}:{p.line}-{p.end_line} (score {p.score}) {p.heading}\n{p.text}" for p in answer.matches]
+        more = f"\n… more sections: pass cursor {answer.next_cursor}" if answer.next_cursor else ""
+        return ("\n\n".join(shown) or "No section of the memory folder answers the query.") + more
     if isinstance(answer, m.PublishedEdit):
         changed = ", ".join(f"{c.change} {c.path}" for c in answer.changes)
         return f"The edit is published: {changed or 'nothing changed'}."

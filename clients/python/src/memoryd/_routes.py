@@ -459,10 +459,14 @@ def search_memory(
     context: int | None = None,
     limit: int | None = None,
     cursor: str | None = None,
-) -> Call[m.MemorySearch]:
-    """``GET …/memory/search``: matching lines, MEMORY.md first."""
+    mode: Literal["substring", "regex", "ranked", "semantic", "hybrid"] | None = None,
+) -> Call[m.MemorySearch | m.MemoryPassages]:
+    """``GET …/memory/search``: matching lines, MEMORY.md first; with ``mode``
+    ``ranked`` (words), ``semantic`` (embeddings) or ``hybrid`` (both), the
+    passages that answer the query best, best first."""
     params = {
         "query": query,
+        "mode": mode,
         "path": path,
         "regex": regex,
         "case_sensitive": case_sensitive,
@@ -470,7 +474,15 @@ def search_memory(
         "limit": limit,
         "cursor": cursor,
     }
-    return Call("GET", _memory_path(workspace, layout, "memory/search"), as_model(m.MemorySearch), params=params)
+    return Call("GET", _memory_path(workspace, layout, "memory/search"), _search_answer, params=params)
+
+
+def _search_answer(response: httpx.Response) -> m.MemorySearch | m.MemoryPassages:
+    """Lines, or passages when the answer names the mode that ranked them."""
+    body = response.json()
+    if "mode" in body:
+        return m.MemoryPassages.model_validate(body)
+    return m.MemorySearch.model_validate(body)
 
 
 def _published_or_job(response: httpx.Response) -> m.PublishedEdit | m.Job:

@@ -159,6 +159,7 @@ class UsageDay(_Model):
     input_tokens: int
     output_tokens: int
     runs: int
+    embedding_tokens: int
     by_kind: dict[str, ModelUse]
 
 
@@ -485,6 +486,7 @@ class MemoryPassages(_Model):
     mode: Literal["ranked", "semantic", "hybrid"]
     matches: list[MemoryPassage]
     next_cursor: str | None
+    not_embedded: int | None = None
 
 
 class MemoryCommand(_Model):

@@ -299,7 +299,7 @@ impl SqlStore<DB> {
         own_job: Uuid,
     ) -> StoreResult<()> {
         // `$1`, `$2` name the workspace.
-        const BY_WORKSPACE: [(Binds, &str); 16] = [
+        const BY_WORKSPACE: [(Binds, &str); 18] = [
             (Binds::Scope, "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2"),
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
@@ -341,6 +341,8 @@ impl SqlStore<DB> {
             (Binds::Scope, "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM passage_vectors WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM passage_indexes WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM workspaces WHERE tenant_id = $1 AND workspace = $2"),
         ];
         for (binds, sql) in BY_WORKSPACE {
@@ -353,8 +355,10 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 28] = [
+        const BY_TENANT: [&str; 30] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1",
+            "DELETE FROM passage_vectors WHERE tenant_id = $1",
+            "DELETE FROM passage_indexes WHERE tenant_id = $1",
             "DELETE FROM webhook_deliveries WHERE tenant_id = $1",
             "DELETE FROM tenant_turns WHERE tenant_id = $1",
             "DELETE FROM webhooks WHERE tenant_id = $1",

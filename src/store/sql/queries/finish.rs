@@ -237,6 +237,26 @@ impl SqlStore<DB> {
             if !Self::land_import_in(&mut *tx, claimed, record, storage_added, now).await? {
                 return Ok(false);
             }
+            let mut layouts: Vec<&LayoutName> = record.layouts.iter().map(|(name, _)| name).collect();
+            layouts.extend(record.raw_memories.iter().map(|(name, _)| name));
+            layouts.sort();
+            layouts.dedup();
+            for layout in layouts {
+                let at = IndexedLayout {
+                    tenant: claimed.tenant_id,
+                    workspace: job.workspace.clone(),
+                    layout: layout.clone(),
+                };
+                Self::replace_passages_in(&mut *tx, &at, &PassageChanges::default(), now).await?;
+            }
+        }
+        if let (true, Some(changes)) = (succeeded, &finish.passages) {
+            let at = IndexedLayout {
+                tenant: claimed.tenant_id,
+                workspace: job.workspace.clone(),
+                layout: job.layout.clone(),
+            };
+            Self::replace_passages_in(&mut *tx, &at, changes, now).await?;
         }
         let mut delta = usage::UsageDelta::default();
         delta.add_model_use(job.kind, finish.accounting.attempt_usage);

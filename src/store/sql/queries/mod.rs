@@ -18,6 +18,7 @@ mod migrate;
 mod sessions;
 mod tenants;
 mod usage;
+mod vectors;
 
 use super::DB;
 use crate::store::sql::forgotten::*;

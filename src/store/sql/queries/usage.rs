@@ -30,6 +30,8 @@ pub(super) struct UsageDelta {
     pub recount_history: bool,
     /// Model calls and tokens, by the kind of job that made them.
     pub model: BTreeMap<JobKind, TokenUsage>,
+    /// Tokens embedded for search by meaning (SPEC §2.10).
+    pub embedding_tokens: i64,
 }
 
 impl UsageDelta {
@@ -58,6 +60,7 @@ impl UsageDelta {
             }
         }
         self.recount_history |= other.recount_history;
+        self.embedding_tokens += other.embedding_tokens;
         for (kind, used) in other.model {
             self.add_model_use(kind, used);
         }
@@ -120,20 +123,23 @@ impl SqlStore<DB> {
                 Self::recount_history_in(&mut *conn, *tenant).await?;
             }
         }
-        let mut days =
-            sqlx::QueryBuilder::<DB>::new("WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs) AS (");
+        let mut days = sqlx::QueryBuilder::<DB>::new(
+            "WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens) AS (",
+        );
         days.push_values(deltas, |mut row, (tenant, change)| {
             row.push_bind(*tenant)
                 .push_bind(day.as_str())
                 .push_bind(change.segments)
                 .push_bind(change.bytes_ingested)
                 .push_bind(change.closes)
-                .push_bind(change.runs);
+                .push_bind(change.runs)
+                .push_bind(change.embedding_tokens);
         });
         // `WHERE true`: SQLite would read the `ON` of `ON CONFLICT` as a join's.
         days.push(
-            ") INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
-             SELECT tenant_id, day, segments, bytes_ingested, closes, runs,
+            ") INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens,
+                                    storage_bytes)
+             SELECT tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens,
                     (SELECT CAST(COALESCE(SUM(s.bytes), 0) AS BIGINT) FROM storage_usage s
                      WHERE s.tenant_id = counted.tenant_id)
              FROM counted WHERE true ORDER BY tenant_id
@@ -142,6 +148,7 @@ impl SqlStore<DB> {
                 bytes_ingested = usage_days.bytes_ingested + excluded.bytes_ingested,
                 closes = usage_days.closes + excluded.closes,
                 runs = usage_days.runs + excluded.runs,
+                embedding_tokens = usage_days.embedding_tokens + excluded.embedding_tokens,
                 storage_bytes = excluded.storage_bytes
              RETURNING tenant_id, storage_bytes",
         );
@@ -203,8 +210,10 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let counted: i64 = sqlx::query(
-            "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
-                 FROM model_usage_days WHERE tenant_id = $1 AND day = $2",
+            "SELECT CAST(COALESCE((SELECT SUM(input_tokens + output_tokens) FROM model_usage_days
+                                     WHERE tenant_id = $1 AND day = $2), 0)
+                         + COALESCE((SELECT SUM(embedding_tokens) FROM usage_days
+                                     WHERE tenant_id = $1 AND day = $2), 0) AS BIGINT) AS used",
         )
         .bind(tenant)
         .bind(day_of(now))
@@ -284,7 +293,7 @@ impl UsageStore for SqlStore<DB> {
 
     async fn usage_history(&self, tenant: TenantId, from: &str, to: &str) -> StoreResult<UsageHistory> {
         let rows = sqlx::query(
-            "SELECT day, segments, bytes_ingested, closes, runs, storage_bytes FROM usage_days
+            "SELECT day, segments, bytes_ingested, closes, runs, embedding_tokens, storage_bytes FROM usage_days
              WHERE tenant_id = $1 AND day >= $2 AND day <= $3 ORDER BY day",
         )
         .bind(tenant)
@@ -303,6 +312,7 @@ impl UsageStore for SqlStore<DB> {
                     bytes_ingested: row.try_get("bytes_ingested")?,
                     closes: row.try_get("closes")?,
                     runs: row.try_get("runs")?,
+                    embedding_tokens: row.try_get("embedding_tokens")?,
                     storage_bytes: row.try_get("storage_bytes")?,
                     by_kind: Vec::new(),
                 },
