@@ -193,13 +193,16 @@ pub(crate) async fn search(
     let cache = state.caches.passages.clone();
     let files = agent_memory::on_disk(move || layout_passages(Some(&cache), &memory_root, &dir)).await?;
     let candidates = Candidates::of(&files);
-    let (ranked, not_embedded) = match ranking {
+    let (scored, not_embedded) = match ranking {
         Ranking::Words => (candidates.by_words(&terms), None),
         _ => {
-            let (ranked, not_embedded) = by_meaning(state, &at, &candidates, &query, &terms, ranking).await?;
+            let keep = start.saturating_add(limit);
+            let (ranked, not_embedded) = by_meaning(state, &at, &candidates, (&query, &terms), ranking, keep).await?;
             (ranked, Some(not_embedded))
         }
     };
+    let total = scored.len();
+    let ranked = rank::best(scored, start.saturating_add(limit));
     let (mut matches, mut spent) = (Vec::new(), 0);
     for scored in ranked.iter().skip(start).take(limit) {
         let shown = shown(scored);
@@ -212,25 +215,27 @@ pub(crate) async fn search(
     }
     let next = start + matches.len();
     let next_cursor =
-        (next < ranked.len()).then(|| agent_memory::encode_cursor(state, &context, &Position { next, query: digest }));
+        (next < total).then(|| agent_memory::encode_cursor(state, &context, &Position { next, query: digest }));
     Ok(RankedPage { mode: ranking.mode(), matches, next_cursor, not_embedded })
 }
 
 /// `semantic` or `hybrid` over `candidates`: the passages with a vector by
 /// their cosine with the query's, fused with the word ranking of all
-/// (`hybrid`) or of those without one (`semantic`); and how many had none.
-async fn by_meaning(
+/// (`hybrid`) or of those without one (`semantic`) as deep as a page
+/// starting `keep` passages in needs; and how many had none.
+async fn by_meaning<'a>(
     state: &AppState,
     at: &IndexedLayout,
-    candidates: &Candidates<'_>,
-    query: &str,
-    terms: &[String],
+    candidates: &Candidates<'a>,
+    (query, terms): (&str, &[String]),
     ranking: Ranking,
-) -> Result<(Vec<Scored>, u64), ApiError> {
+    keep: usize,
+) -> Result<(Vec<Scored<'a>>, u64), ApiError> {
     let client = state.embeddings.as_ref().expect("checked by the caller");
     let (index, vectors) =
         crate::meaning::layout_vectors(&state.store, &state.caches.vectors, at, client.model()).await?;
-    let missing = candidates.iter().filter(|(_, p)| !vectors.by_digest.contains_key(&p.digest)).count() as u64;
+    let resolved = candidates.vectors(&vectors.by_digest);
+    let missing = resolved.iter().filter(|v| v.is_none()).count() as u64;
     if missing > 0 && index.is_none_or(|i| !i.pending()) {
         // Published before vectors existed, or with another model: index it.
         state.store.mark_index_stale(at, chrono::Utc::now()).await?;
@@ -245,25 +250,26 @@ async fn by_meaning(
     let Some(query_vector) = query_vector else {
         return Ok((candidates.by_words(terms), candidates.len() as u64));
     };
-    let semantic = candidates.by_vector(&query_vector, &vectors.by_digest);
-    let words = candidates.by_words(terms);
+    let semantic = candidates.by_vector(&query_vector, &resolved);
+    let depth = rank::FUSION_DEPTH.max(keep);
     let ranked = match ranking {
-        Ranking::Hybrid => rank::fuse(&[semantic, words]),
+        Ranking::Hybrid => rank::fuse(vec![semantic, candidates.by_words(terms)], depth),
         _ if missing == 0 => semantic,
         _ => {
-            let unembedded: Vec<Scored> = words
-                .into_iter()
-                .filter(|s| !semantic.iter().any(|v| v.path == s.path && v.passage.line == s.passage.line))
-                .collect();
-            rank::fuse(&[semantic, unembedded])
+            let words = candidates.by_words(terms);
+            let embedded: std::collections::HashSet<(&str, u64)> =
+                semantic.iter().map(|v| (v.path, v.passage.line)).collect();
+            let unembedded: Vec<Scored<'a>> =
+                words.into_iter().filter(|s| !embedded.contains(&(s.path, s.passage.line))).collect();
+            rank::fuse(vec![semantic, unembedded], depth)
         }
     };
     Ok((ranked, missing))
 }
 
-fn shown(scored: &Scored) -> PassageMatch {
+fn shown(scored: &Scored<'_>) -> PassageMatch {
     PassageMatch {
-        path: scored.path.clone(),
+        path: scored.path.to_owned(),
         line: scored.passage.line,
         end_line: scored.passage.end_line,
         heading: cut_at(&scored.passage.heading, MAX_HEADING_BYTES, false).to_owned(),

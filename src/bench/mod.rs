@@ -358,6 +358,12 @@ fn bench_config(args: &BenchArgs, mut config: Config, model: String, admin: &str
     config.jobs.phase_two_debounce = Duration::from_millis(args.phase_two_debounce_ms);
     config.jobs.eager_phase_one = Duration::from_secs(if args.eager { EAGER_IDLE_SECS } else { 0 });
     config.records.reclaim_dead_rows = args.reclaim_dead_rows;
+    // The tools workload searches by meaning: the fake model embeds too (in
+    // this process); the other workloads' publishes embed nothing.
+    if args.workload == Workload::Tools {
+        config.embeddings.base_url = Some(config.model.base_url.clone());
+        config.embeddings.model = Some("bench-embedder".into());
+    }
     // The events workload's receivers listen on plain http on loopback.
     config.events.webhook_allow_http = true;
     config.events.webhook_allow_private = true;

@@ -57,8 +57,11 @@ impl Bench {
         let base = format!("/v1/workspaces/{WORKSPACE}/layouts/default/memory");
         let case = format!("{} KiB MEMORY.md + {summaries} summaries", memory_bytes / 1024);
         let mut figures = Vec::new();
+        if self.server.state.embeddings.is_some() {
+            figures.extend(self.indexing_cost(&base, &case).await?);
+        }
         type Probe<'a> = (&'a str, Box<dyn Fn(usize) -> String + 'a>);
-        let probes: [Probe; 5] = [
+        let mut probes: Vec<Probe> = vec![
             ("search, a plain word", Box::new(|i| format!("{base}/search?query=cache-{}", i * 7 % 500))),
             (
                 "search by relevance (mode=ranked)",
@@ -79,6 +82,21 @@ impl Bench {
                 Box::new(|i| format!("{base}/read?path=rollout_summaries/r{:05}_deploy.md", i % summaries.max(1))),
             ),
         ];
+        let base = base.as_str();
+        if self.server.state.embeddings.is_some() {
+            for mode in ["semantic", "hybrid"] {
+                probes.push((
+                    if mode == "semantic" {
+                        "search by meaning (mode=semantic)"
+                    } else {
+                        "search by both (mode=hybrid)"
+                    },
+                    Box::new(move |i| {
+                        format!("{base}/search?query=which%20cache%20key%20for%20cache-{}&mode={mode}", i * 7 % 500)
+                    }),
+                ));
+            }
+        }
         for (what, path) in &probes {
             let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
             for _ in 0..self.runs {
@@ -90,8 +108,8 @@ impl Bench {
             figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p50", "ms", p50s));
             figures.push(figure("tools", self.backend, format!("{case}: {what}"), "latency p99", "ms", p99s));
         }
-        figures.extend(self.mcp_latency(&base, summaries, requests).await?);
-        figures.extend(self.edit_latency(&base, requests).await?);
+        figures.extend(self.mcp_latency(base, summaries, requests).await?);
+        figures.extend(self.edit_latency(base, requests).await?);
         Ok(figures)
     }
 
@@ -123,6 +141,91 @@ impl Bench {
             }
         }
         Ok(figures)
+    }
+
+    /// What embedding costs (the fake embedder, in this process): the whole
+    /// seeded folder indexed once (its first search by meaning marks it, a
+    /// sweep takes it up within two seconds), then a publish that changes one section
+    /// of `MEMORY.md` — from the request to the last vector stored — with
+    /// the passages embedded and the endpoint's calls.
+    async fn indexing_cost(&self, base: &str, case: &str) -> BenchResult<Vec<Figure>> {
+        let calls_before = self.fake.embedding_calls();
+        let started = Instant::now();
+        self.all_embedded(base).await?;
+        let whole = started.elapsed().as_secs_f64() * 1000.0;
+        let passages = self.passages_searched(base).await?;
+        let calls = self.fake.embedding_calls()[calls_before.len()..]
+            .iter()
+            .filter(|c| c.len() > 1 || c[0].contains('\n'))
+            .count();
+        let mut figures = vec![
+            figure("tools", self.backend, format!("{case}: index it all"), "passages", "count", vec![passages as f64]),
+            figure(
+                "tools",
+                self.backend,
+                format!("{case}: index it all"),
+                "embedding calls",
+                "count",
+                vec![calls as f64],
+            ),
+            figure("tools", self.backend, format!("{case}: index it all"), "time", "ms", vec![whole]),
+        ];
+        let (mut times, mut embedded, mut calls) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..self.runs.max(3) {
+            let before = self.fake.embedding_calls().len();
+            let edit = json!({"operations": [{"command": "str_replace", "path": "MEMORY.md",
+                "old_str": format!("## Task {run}: deploy service-{run} "), "new_str": format!("## Task {run}: ship service-{run} ")}]});
+            let started = Instant::now();
+            let (status, answer) = self.post(&format!("{base}/edits"), &edit).await?;
+            if status != 200 {
+                return Err(format!("an edit answered {status}: {answer}").into());
+            }
+            self.all_embedded(base).await?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            let indexing: Vec<Vec<String>> = self.fake.embedding_calls()[before..]
+                .iter()
+                .filter(|c| c.len() > 1 || c[0].contains('\n'))
+                .cloned()
+                .collect();
+            calls.push(indexing.len() as f64);
+            embedded.push(indexing.iter().map(Vec::len).sum::<usize>() as f64);
+        }
+        let what = format!("{case}: a publish changing one section");
+        figures.push(figure("tools", self.backend, what.clone(), "passages embedded", "count", embedded));
+        figures.push(figure("tools", self.backend, what.clone(), "embedding calls", "count", calls));
+        figures.push(figure("tools", self.backend, what, "request to indexed", "ms", times));
+        Ok(figures)
+    }
+
+    /// Searches by meaning until no passage is without its vector.
+    async fn all_embedded(&self, base: &str) -> BenchResult<()> {
+        for _ in 0..6000 {
+            let res = self.http.get(format!("{}{base}/search?query=indexed&mode=semantic&limit=1", self.base));
+            let answer: serde_json::Value = res.bearer_auth(&self.key).send().await?.json().await?;
+            if answer["not_embedded"] == 0 {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Err("the passages were not embedded within a minute".into())
+    }
+
+    /// The passages a search by meaning ranks (every one has a vector, so all are answered).
+    async fn passages_searched(&self, base: &str) -> BenchResult<u64> {
+        let mut cursor: Option<String> = None;
+        let mut count = 0u64;
+        loop {
+            let mut url = format!("{}{base}/search?query=deploy&mode=semantic&limit=50", self.base);
+            if let Some(c) = &cursor {
+                url.push_str(&format!("&cursor={c}"));
+            }
+            let answer: serde_json::Value = self.http.get(url).bearer_auth(&self.key).send().await?.json().await?;
+            count += answer["matches"].as_array().map_or(0, Vec::len) as u64;
+            match answer["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return Ok(count),
+            }
+        }
     }
 
     /// One GET of `path`, in ms; anything but a 200 fails the bench.

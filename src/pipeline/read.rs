@@ -144,8 +144,12 @@ mod tests {
         assert!(live.text.contains("same turn"));
         assert!(!live.text.contains("Never update memories."));
         assert!(!live.truncated);
-        let read_only =
-            render_instructions("memories", b"likes tea", ReadAsks { live_update: false, citations: false, search_by_meaning: false }).unwrap();
+        let read_only = render_instructions(
+            "memories",
+            b"likes tea",
+            ReadAsks { live_update: false, citations: false, search_by_meaning: false },
+        )
+        .unwrap();
         assert!(read_only.text.contains("Never update memories. You can only read them."));
         assert!(!read_only.text.contains("Memory is writable."));
     }
@@ -163,9 +167,13 @@ mod tests {
     fn citations_add_a_section_with_codexs_block() {
         let plain = render_instructions("memories", b"likes tea", LIVE).unwrap().text;
         assert!(!plain.contains("oai-mem-citation"));
-        let cited = render_instructions("memories", b"likes tea", ReadAsks { live_update: true, citations: true, search_by_meaning: true })
-            .unwrap()
-            .text;
+        let cited = render_instructions(
+            "memories",
+            b"likes tea",
+            ReadAsks { live_update: true, citations: true, search_by_meaning: true },
+        )
+        .unwrap()
+        .text;
         for tag in ["<oai-mem-citation>", "<rollout_ids>", "</rollout_ids>", "</oai-mem-citation>"] {
             assert!(cited.contains(tag), "{tag}");
         }

@@ -92,24 +92,27 @@ pub fn layout_passages(
     Ok(files)
 }
 
-/// One file's passages: from the cache while it is the same version.
+/// One file's passages: from the cache while it is the same version (a
+/// `stat`, no open: a query over a thousand unchanged files opens none).
 fn file_passages(cache: Option<&PassageCache>, path: &Path, max: usize) -> std::io::Result<Arc<FilePassages>> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
+    let meta = std::fs::metadata(path)?;
     let version = (meta.len().min(max as u64), meta.mtime(), meta.mtime_nsec(), meta.ino());
     if let Some(cached) = cache.and_then(|c| c.0.get(path)).filter(|c| c.version == version) {
         return Ok(cached);
     }
+    let mut file = std::fs::File::open(path)?;
+    let opened = file.metadata()?;
     let mut bytes = Vec::new();
     file.by_ref().take(max as u64).read_to_end(&mut bytes)?;
     let passages = index_text(&decoded(&bytes));
     let words: usize = passages.iter().map(|p| p.words.keys().map(|w| w.len() + 32).sum::<usize>()).sum();
     let weight = u32::try_from(2 * bytes.len() + words).unwrap_or(u32::MAX);
-    let indexed =
-        Arc::new(FilePassages { version: (bytes.len() as u64, version.1, version.2, version.3), passages, weight });
+    let read = (bytes.len() as u64, opened.mtime(), opened.mtime_nsec(), opened.ino());
+    let indexed = Arc::new(FilePassages { version: read, passages, weight });
+    // Cached only when what was read is the version that was stat'ed.
     if let Some(cache) = cache
-        && indexed.version == version
+        && read == version
     {
         cache.0.insert(path.to_owned(), indexed.clone());
     }

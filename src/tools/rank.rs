@@ -20,9 +20,9 @@ const RRF_K: f64 = 60.0;
 
 /// A passage of a file, and how well it answers the query.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Scored {
-    pub path: String,
-    pub passage: Passage,
+pub struct Scored<'a> {
+    pub path: &'a str,
+    pub passage: &'a Passage,
     pub score: f64,
 }
 
@@ -48,58 +48,53 @@ impl<'a> Candidates<'a> {
         self.all.iter()
     }
 
-    /// The passages with a score above zero, best first (ties in the
-    /// substring search's file order, then by line).
-    fn ranked(&self, scores: &[f64]) -> Vec<Scored> {
-        let mut scored: Vec<Scored> = self
-            .all
+    /// The passages with a score above zero, in no order (see [`best`]).
+    fn scored(&self, scores: &[f64]) -> Vec<Scored<'a>> {
+        self.all
             .iter()
             .zip(scores)
             .filter(|(_, score)| **score > 0.0)
-            .map(|((path, p), score)| Scored { path: (*path).to_owned(), passage: p.passage.clone(), score: *score })
-            .collect();
-        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
-        scored
+            .map(|((path, p), score)| Scored { path, passage: &p.passage, score: *score })
+            .collect()
     }
 
-    /// BM25 for the query's words; a passage holding none of them is left out.
-    pub fn by_words(&self, terms: &[String]) -> Vec<Scored> {
+    /// BM25 for the query's words; a passage holding none of them is left
+    /// out. One lookup of each word in each passage.
+    pub fn by_words(&self, terms: &[String]) -> Vec<Scored<'a>> {
         let count = self.all.len() as f64;
         let average = self.all.iter().map(|(_, p)| p.length as f64).sum::<f64>() / count.max(1.0);
-        let idf: Vec<f64> = terms
-            .iter()
-            .map(|t| {
-                let df = self.all.iter().filter(|(_, p)| p.words.contains_key(t)).count() as f64;
+        let counts: Vec<u32> =
+            self.all.iter().flat_map(|(_, p)| terms.iter().map(|t| p.words.get(t).copied().unwrap_or(0))).collect();
+        let idf: Vec<f64> = (0..terms.len())
+            .map(|i| {
+                let df = counts.iter().skip(i).step_by(terms.len().max(1)).filter(|n| **n > 0).count() as f64;
                 (1.0 + (count - df + 0.5) / (df + 0.5)).ln()
             })
             .collect();
         let scores: Vec<f64> = self
             .all
             .iter()
-            .map(|(_, p)| {
+            .zip(counts.chunks(terms.len().max(1)))
+            .map(|((_, p), tf)| {
                 let norm = K1 * (1.0 - B + B * p.length as f64 / average.max(1.0));
-                terms
-                    .iter()
-                    .zip(&idf)
-                    .map(|(t, idf)| {
-                        let f = p.words.get(t).copied().unwrap_or(0) as f64;
-                        idf * (f * (K1 + 1.0)) / (f + norm)
-                    })
-                    .sum()
+                tf.iter().zip(&idf).map(|(f, idf)| idf * (*f as f64 * (K1 + 1.0)) / (*f as f64 + norm)).sum()
             })
             .collect();
-        self.ranked(&scores)
+        self.scored(&scores)
     }
 
-    /// The cosine of each passage's vector (by digest) with the query's;
-    /// passages without a vector are left out.
-    pub fn by_vector(&self, query: &[f32], vectors: &HashMap<String, Arc<[f32]>>) -> Vec<Scored> {
-        let scores: Vec<f64> = self
-            .all
-            .iter()
-            .map(|(_, p)| vectors.get(&p.digest).map_or(0.0, |v| dot(query, v).max(f64::MIN_POSITIVE)))
-            .collect();
-        self.ranked(&scores)
+    /// Each passage's vector (by its digest), in the passages' order;
+    /// `None` where it has none yet.
+    pub fn vectors<'v>(&self, by_digest: &'v HashMap<String, Arc<[f32]>>) -> Vec<Option<&'v [f32]>> {
+        self.all.iter().map(|(_, p)| by_digest.get(&p.digest).map(|v| &**v)).collect()
+    }
+
+    /// The cosine of each passage's vector (as [`Self::vectors`] gives
+    /// them) with the query's; passages without a vector are left out.
+    pub fn by_vector(&self, query: &[f32], vectors: &[Option<&[f32]>]) -> Vec<Scored<'a>> {
+        let scores: Vec<f64> =
+            vectors.iter().map(|v| v.map_or(0.0, |v| dot(query, v).max(f64::MIN_POSITIVE))).collect();
+        self.scored(&scores)
     }
 }
 
@@ -120,24 +115,43 @@ pub fn query_terms(query: &str, max_words: usize) -> Result<Vec<String>, String>
     Ok(terms)
 }
 
-/// Both rankings fused: each passage scores the sum of `1 / (k + rank)`
-/// over the rankings it is in.
-pub fn fuse(rankings: &[Vec<Scored>]) -> Vec<Scored> {
-    let mut fused: Vec<Scored> = Vec::new();
-    let mut at: HashMap<(String, u64), usize> = HashMap::new();
+/// The `keep` best of `scored`, best first (ties in the substring search's
+/// file order, then by line); only they are sorted.
+pub fn best(mut scored: Vec<Scored<'_>>, keep: usize) -> Vec<Scored<'_>> {
+    let by_rank = |a: &Scored, b: &Scored| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b)));
+    if keep == 0 {
+        return Vec::new();
+    }
+    if keep < scored.len() {
+        scored.select_nth_unstable_by(keep - 1, by_rank);
+        scored.truncate(keep);
+    }
+    scored.sort_by(by_rank);
+    scored
+}
+
+/// How deep into each ranking a fusion looks: a passage past it adds less
+/// than `1 / (k + FUSION_DEPTH)`, under a sixteenth of a first place.
+pub const FUSION_DEPTH: usize = 1000;
+
+/// Rankings fused: each passage scores the sum of `1 / (k + rank)` over
+/// the rankings whose first `depth` it is in (in no order: see [`best`]).
+pub fn fuse<'a>(rankings: Vec<Vec<Scored<'a>>>, depth: usize) -> Vec<Scored<'a>> {
+    let mut fused: Vec<Scored<'a>> = Vec::new();
+    let mut at: HashMap<(&'a str, u64), usize> = HashMap::new();
     for ranking in rankings {
+        let ranking = best(ranking, depth);
         for (rank, s) in ranking.iter().enumerate() {
             let add = 1.0 / (RRF_K + rank as f64 + 1.0);
-            match at.get(&(s.path.clone(), s.passage.line)) {
+            match at.get(&(s.path, s.passage.line)) {
                 Some(i) => fused[*i].score += add,
                 None => {
-                    at.insert((s.path.clone(), s.passage.line), fused.len());
+                    at.insert((s.path, s.passage.line), fused.len());
                     fused.push(Scored { score: add, ..s.clone() });
                 }
             }
         }
     }
-    fused.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| order(a).cmp(&order(b))));
     fused
 }
 
@@ -149,13 +163,13 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// Ties go in the substring search's file order, then by line.
-fn order(s: &Scored) -> (u8, &str, u64) {
-    let rank = match s.path.as_str() {
+fn order<'a>(s: &Scored<'a>) -> (u8, &'a str, u64) {
+    let rank = match s.path {
         "MEMORY.md" => 0,
         "memory_summary.md" => 1,
         _ => 2,
     };
-    (rank, s.path.as_str(), s.passage.line)
+    (rank, s.path, s.passage.line)
 }
 
 #[cfg(test)]
@@ -166,8 +180,8 @@ mod tests {
     fn bm25(query: &str, docs: &[&str]) -> Vec<f64> {
         let files: Vec<(String, Arc<FilePassages>)> =
             docs.iter().enumerate().map(|(i, d)| (format!("skills/{i}.md"), file_of(d))).collect();
-        let ranked = Candidates::of(&files).by_words(&query_terms(query, 64).unwrap());
-        files.iter().map(|(path, _)| ranked.iter().find(|s| &s.path == path).map_or(0.0, |s| s.score)).collect()
+        let ranked = best(Candidates::of(&files).by_words(&query_terms(query, 64).unwrap()), usize::MAX);
+        files.iter().map(|(path, _)| ranked.iter().find(|s| s.path == path).map_or(0.0, |s| s.score)).collect()
     }
 
     fn file_of(text: &str) -> Arc<FilePassages> {
@@ -209,12 +223,12 @@ mod tests {
             .unwrap();
         std::fs::write(root.join("raw_memories/r1.md"), "package manager package manager pnpm\n").unwrap();
         let files = layout_passages(Some(&PassageCache::default()), root, "").unwrap();
-        let ranked = Candidates::of(&files).by_words(&query_terms("which package manager", 64).unwrap());
-        let mut found: Vec<(&str, u64)> = ranked.iter().map(|s| (s.path.as_str(), s.passage.line)).collect();
+        let ranked = best(Candidates::of(&files).by_words(&query_terms("which package manager", 64).unwrap()), 9);
+        let mut found: Vec<(&str, u64)> = ranked.iter().map(|s| (s.path, s.passage.line)).collect();
         assert!(ranked[0].score >= ranked[1].score, "best first");
         found.sort();
         assert_eq!(found, [("MEMORY.md", 4), ("rollout_summaries/r1_x.md", 1)], "raw memories are not ranked");
-        let runner = Candidates::of(&files).by_words(&query_terms("runner", 64).unwrap());
+        let runner = best(Candidates::of(&files).by_words(&query_terms("runner", 64).unwrap()), 1);
         assert!(runner[0].passage.heading.ends_with("Task 1: runner"));
     }
 
@@ -227,11 +241,11 @@ mod tests {
             [(digests[0].clone(), Arc::from(vec![1.0f32, 0.0])), (digests[1].clone(), Arc::from(vec![0.6f32, 0.8]))]
                 .into_iter()
                 .collect();
-        let semantic = candidates.by_vector(&[0.0, 1.0], &vectors);
+        let semantic = best(candidates.by_vector(&[0.0, 1.0], &candidates.vectors(&vectors)), 9);
         let headings: Vec<&str> = semantic.iter().map(|s| s.passage.heading.as_str()).collect();
         assert_eq!(headings, ["B", "A"], "C has no vector; A's cosine is 0 but it has one");
         let words = candidates.by_words(&query_terms("alpha", 8).unwrap());
-        let fused = fuse(&[words, semantic]);
+        let fused = best(fuse(vec![words, semantic], FUSION_DEPTH), 9);
         assert_eq!(fused[0].passage.heading, "A", "in both rankings: {fused:?}");
         assert_eq!(fused.len(), 2);
     }

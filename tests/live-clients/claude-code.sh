@@ -17,18 +17,19 @@ export ANTHROPIC_API_KEY=dummy DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 DISABLE
 PROJECT="$LC_RUN/project"
 mkdir -p "$HOME" "$CLAUDE_CONFIG_DIR" "$PROJECT"
 
-# The docs' .mcp.json, but for the URL.
-cat >"$PROJECT/.mcp.json" <<EOF
-{
-  "mcpServers": {
-    "memoryd": {
-      "type": "http",
-      "url": "$BASE/v1/mcp?workspace=alice",
-      "headers": { "Authorization": "Bearer \${MEMORYD_API_KEY}" }
-    }
-  }
+# write_mcp_json FILE ALWAYS_LOAD [MEMORYD_BASE]: the docs' .mcp.json as it
+# stands, but for the URL (and without "alwaysLoad" when ALWAYS_LOAD is no).
+write_mcp_json() {
+  lc_docs_block json 1 "${3:-$BASE}" | python3 -c '
+import json, sys
+config = json.load(sys.stdin)
+if sys.argv[1] == "no":
+    config["mcpServers"]["memoryd"].pop("alwaysLoad", None)
+print(json.dumps(config, indent=2))' "$2" >"$1"
+  grep -q 'Bearer ${MEMORYD_API_KEY}' "$1" || fail "no .mcp.json block in docs/api.md"
 }
-EOF
+write_mcp_json "$PROJECT/.mcp.json" yes
+cat "$PROJECT/.mcp.json" >&2
 
 # run NAME TOOL ARGUMENTS PROMPT [claude options...]: one `claude -p` in the
 # project against a fresh fake; the environment may add ENABLE_TOOL_SEARCH.
@@ -69,22 +70,46 @@ grep -q 'memoryd said: MEMORY.md:' "$LC_RUN/default/stdout" || fail "claude -p d
 pass "Claude Code: the project's .mcp.json server ran in -p with no approval; the model saw path:line: text"
 
 # 2. Tool search. Against a base URL that is not api.anthropic.com (a proxy,
-#    this fake) Claude Code leaves it off unless ENABLE_TOOL_SEARCH is set:
-#    memoryd's tools are in the first request's `tools` (step 1). With
-#    ENABLE_TOOL_SEARCH=true they are not: a system message names memoryd as a
-#    server whose tools ToolSearch finds; the fake calls ToolSearch
-#    ("select:mcp__memoryd__memory_search"), gets a tool_reference back, and the
-#    next request carries the tool with defer_loading.
+#    this fake) Claude Code leaves it off unless ENABLE_TOOL_SEARCH is set, so
+#    step 1 had the tools up front anyway. With ENABLE_TOOL_SEARCH=true and no
+#    "alwaysLoad", memoryd's tools are not in the first request: a system
+#    message names memoryd among the servers whose tools ToolSearch finds; the
+#    fake calls ToolSearch ("select:mcp__memoryd__memory_search"), gets a
+#    tool_reference back, and the next request carries the tool with
+#    defer_loading. "alwaysLoad": true keeps them up front.
+write_mcp_json "$PROJECT/.mcp.json" no
 ENABLE_TOOL_SEARCH=true run search-on memory_search '{"query": "runner image"}' "Which runner image do we pin?" --allowedTools mcp__memoryd
-say "ENABLE_TOOL_SEARCH=true, first request: $(offered search-on)"
-offered search-on | grep -q 'memoryd: (none); ToolSearch: yes' || fail "ENABLE_TOOL_SEARCH=true did not defer memoryd's tools"
+say "ENABLE_TOOL_SEARCH=true, no alwaysLoad, first request: $(offered search-on)"
+offered search-on | grep 'memoryd: (none); ToolSearch: yes' >/dev/null || fail "ENABLE_TOOL_SEARCH=true did not defer memoryd's tools"
 grep -q '"call": "ToolSearch"' "$LC_RUN/search-on/plans.jsonl" || fail "the fake did not need ToolSearch"
 lc_expect_readable "$LC_RUN/search-on" '^MEMORY\.md:[0-9]+: .*ubuntu-22\.04'
 pass "Claude Code: ENABLE_TOOL_SEARCH=true deferred memoryd's tools; ToolSearch loaded memory_search"
 ENABLE_TOOL_SEARCH=false run search-off memory_search '{"query": "runner image"}' "Which runner image do we pin?" --allowedTools mcp__memoryd
-say "ENABLE_TOOL_SEARCH=false, first request: $(offered search-off)"
-offered search-off | grep -q 'mcp__memoryd__memory_search.*ToolSearch: no' || fail "ENABLE_TOOL_SEARCH=false did not load memoryd's tools up front"
+say "ENABLE_TOOL_SEARCH=false, no alwaysLoad, first request: $(offered search-off)"
+offered search-off | grep 'mcp__memoryd__memory_search.*ToolSearch: no' >/dev/null || fail "ENABLE_TOOL_SEARCH=false did not load memoryd's tools up front"
 pass "Claude Code: ENABLE_TOOL_SEARCH=false loads memoryd's tools up front"
+write_mcp_json "$PROJECT/.mcp.json" yes
+ENABLE_TOOL_SEARCH=true run search-on-always memory_search '{"query": "runner image"}' "Which runner image do we pin?" --allowedTools mcp__memoryd
+say "ENABLE_TOOL_SEARCH=true, alwaysLoad, first request: $(offered search-on-always)"
+offered search-on-always | grep 'mcp__memoryd__memory_search.*ToolSearch: yes' >/dev/null || fail "alwaysLoad did not keep memoryd's tools out of tool search"
+offered search-on-always | grep 'deferred' >/dev/null && fail "alwaysLoad: memoryd's tools were deferred"
+pass "Claude Code: with \"alwaysLoad\": true memoryd's tools stay up front under tool search"
+
+# 2b. A memoryd slow to answer (1 s a request, through slow_proxy.py): claude -p
+#     connects in the background and starts without memoryd's tools, unless
+#     "alwaysLoad": true (or MCP_CONNECTION_NONBLOCKING=false) makes it wait.
+lc_slow 1
+write_mcp_json "$PROJECT/.mcp.json" no "$SLOW_BASE"
+run slow memory_search '{"query": "runner image"}' "Which runner image do we pin?" --allowedTools mcp__memoryd
+say "slow memoryd, no alwaysLoad: $(offered slow)"
+write_mcp_json "$PROJECT/.mcp.json" yes "$SLOW_BASE"
+run slow-always memory_search '{"query": "runner image"}' "Which runner image do we pin?" --allowedTools mcp__memoryd
+say "slow memoryd, alwaysLoad: $(offered slow-always)"
+lc_stop "$SLOW_PID"
+write_mcp_json "$PROJECT/.mcp.json" yes
+offered slow | grep 'memoryd: (none)' >/dev/null || say "NOTE: claude -p now waits for a slow server without alwaysLoad"
+lc_expect_readable "$LC_RUN/slow-always" '^MEMORY\.md:[0-9]+: .*ubuntu-22\.04'
+pass "Claude Code: with \"alwaysLoad\": true, claude -p waited for a slow memoryd"
 
 # 3. Without --allowedTools, -p refuses the call and the model is told so.
 run not-allowed memory_search '{"query": "runner image"}' "Which runner image do we pin?"
@@ -97,11 +122,11 @@ run edit memory_edit '{"operations": [{"command": "insert", "path": "MEMORY.md",
   "Note that Claude Code was here." --allowedTools mcp__memoryd
 lc_seen "$LC_RUN/edit" >&2
 curl -sf "$BASE/v1/workspaces/alice/layouts/default/files/MEMORY.md" -H "Authorization: Bearer $MEMORYD_API_KEY" |
-  grep -q 'Claude Code was here' || fail "memory_edit did not change MEMORY.md"
+  grep 'Claude Code was here' >/dev/null || fail "memory_edit did not change MEMORY.md"
 pass "Claude Code: memory_edit changed MEMORY.md"
 
 # 5. The same server from --mcp-config (any directory) with --strict-mcp-config.
-cp "$PROJECT/.mcp.json" "$LC_RUN/memoryd-mcp.json"
+write_mcp_json "$LC_RUN/memoryd-mcp.json" yes
 OUTSIDE="$LC_RUN/elsewhere"; mkdir -p "$OUTSIDE"
 lc_fake messages "$LC_RUN/strict" --tool memory_search
 (cd "$OUTSIDE" && ANTHROPIC_BASE_URL="$FAKE_URL" timeout 120 claude -p "Which runner image do we pin?" \
@@ -145,6 +170,7 @@ if command -v tmux >/dev/null; then
 EOF
   lc_fake messages "$LC_RUN/attach-tui" --tool memory_search
   TMUX_SESSION="lc-claude-$$"
+  LC_TMUX=$TMUX_SESSION   # ended by lc_cleanup if a step fails
   tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 \
     "cd '$PROJECT' && env ANTHROPIC_BASE_URL='$FAKE_URL' claude --allowedTools mcp__memoryd; sleep 5"
   sleep 6
@@ -156,6 +182,7 @@ EOF
   for _ in $(seq 30); do [ -s "$LC_RUN/attach-tui/tool_results.jsonl" ] && break; sleep 1; done
   tmux capture-pane -p -t "$TMUX_SESSION" >"$LC_RUN/attach-tui/screen.txt" || true
   tmux kill-session -t "$TMUX_SESSION" || true
+  LC_TMUX=
   lc_stop "$FAKE_PID"
   say "interactive with an @ mention: resource attached: $(attached attach-tui)"
   [ "$(attached attach-tui)" = yes ] || fail "the interactive session did not attach memory://alice/default/MEMORY.md"
@@ -181,6 +208,6 @@ say "claude mcp list (key set): $(grep memoryd "$LC_RUN/mcp-list-with-key.txt")"
 say "claude mcp list (key unset): $(grep memoryd "$LC_RUN/mcp-list-without-key.txt")"
 say "no key, first request: $(offered no-key); stderr: $(head -c 300 "$LC_RUN/no-key/stderr")"
 grep -i -E 'memoryd.*(MEMORYD_API_KEY|401|auth|fail|error)|missing environment' "$LC_RUN/no-key/debug.txt" | cut -c1-300 | head -8 >&2 || true
-offered no-key | grep -q 'memoryd: (none)' || fail "Claude Code offered memoryd's tools without a key"
+offered no-key | grep 'memoryd: (none)' >/dev/null || fail "Claude Code offered memoryd's tools without a key"
 
 say "all Claude Code trials passed; logs in $LC_RUN"

@@ -18,6 +18,7 @@ pass() { printf 'ok: %s\n' "$*" >&2; }
 
 lc_cleanup() {
   local pid
+  if [ -n "${LC_TMUX:-}" ]; then tmux kill-session -t "$LC_TMUX" 2>/dev/null || true; fi
   for pid in "${LC_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${LC_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
@@ -34,8 +35,13 @@ lc_install() {
   start=$(date +%s)
   (cd "$LC_PREFIX" && npm install --no-fund --no-audit --loglevel=error "$@" >&2)
   end=$(date +%s)
-  say "npm install $* took $((end - start)) s; $LC_PREFIX/node_modules is $(du -sh "$LC_PREFIX/node_modules" | cut -f1)"
-  export PATH="$LC_PREFIX/node_modules/.bin:$LC_PREFIX/node_modules/node/bin:$PATH"
+  # Node 22 from npm's `node` package first, unless LC_SYSTEM_NODE=1 (to try the machine's own).
+  if [ "${LC_SYSTEM_NODE:-0}" = 1 ]; then
+    export PATH="$PATH:$LC_PREFIX/node_modules/.bin"   # .bin holds a `node` too: last
+  else
+    export PATH="$LC_PREFIX/node_modules/.bin:$LC_PREFIX/node_modules/node/bin:$PATH"
+  fi
+  say "npm install $* took $((end - start)) s; $LC_PREFIX/node_modules is $(du -sh "$LC_PREFIX/node_modules" | cut -f1); node $(node --version)"
 }
 
 # lc_start_memoryd: memoryd on a free port with a fresh data dir; sets BASE.
@@ -133,4 +139,30 @@ for part in parts:
 if not any(re.search(sys.argv[2], part, re.M) for part in parts):
     sys.exit(f"no part matches {sys.argv[2]!r}")
 EOF
+}
+
+# lc_slow DELAY: a slow_proxy.py in front of memoryd; sets SLOW_BASE (and SLOW_PID).
+lc_slow() {
+  local port
+  port=$(lc_free_port)
+  python3 "$LC_HERE/slow_proxy.py" "$port" "${BASE##*:}" "$1" &
+  SLOW_PID=$!
+  LC_PIDS+=("$SLOW_PID")
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+  SLOW_BASE="http://127.0.0.1:$port"
+}
+
+# lc_docs_block LANG N [BASE]: the Nth (from 1) LANG block of docs/api.md's
+# "Over MCP" section, its example URL pointed at BASE (default $BASE): the
+# trials run the documented configuration itself.
+lc_docs_block() {
+  python3 - "$LC_HERE/../../docs/api.md" "$1" "$2" "${3:-$BASE}" <<'PY'
+import re, sys
+doc, lang, n, base = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+text = open(doc, encoding="utf-8").read()
+section = text[text.index("### Over MCP"):]
+section = section[:section.index("\n### ", 1)]
+blocks = re.findall(r"^```" + lang + r"\n(.*?)^```", section, re.S | re.M)
+print(blocks[n - 1].replace("https://memoryd.example.com", base), end="")
+PY
 }

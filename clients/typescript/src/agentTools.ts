@@ -88,7 +88,10 @@ function slice(answer: Schemas["MemoryRead"]): string {
 
 function matches(answer: Schemas["MemorySearch"] | Schemas["MemoryPassages"]): string {
   if ("mode" in answer) {
-    const shown = answer.matches.map((p) => `${p.path}:${p.line}-${p.end_line} (score ${p.score}) ${p.heading}\n${p.text}`);
+    const shown = answer.matches.map((p) => {
+      const lines = p.line === p.end_line ? `${p.line}` : `${p.line}-${p.end_line}`;
+      return `${p.path}:${lines} (score ${p.score})${p.heading ? ` ${p.heading}` : ""}\n${p.text}`;
+    });
     const more = answer.next_cursor ? `\n… more sections: pass cursor ${answer.next_cursor}` : "";
     return (shown.join("\n\n") || "No section of the memory folder answers the query.") + more;
   }

@@ -88,12 +88,16 @@ pub(super) fn matches(found: &MemorySearchPage) -> String {
 /// where it stands, best first.
 pub(super) fn passages(found: &RankedPage) -> String {
     if found.matches.is_empty() {
-        return "No section of the memory folder holds the query's words.".into();
+        return "No section of the memory folder answers the query.".into();
     }
     let shown: Vec<String> = found
         .matches
         .iter()
-        .map(|p| format!("{}:{}-{} (score {}) {}\n{}", p.path, p.line, p.end_line, p.score, p.heading, p.text))
+        .map(|p| {
+            let lines = if p.line == p.end_line { p.line.to_string() } else { format!("{}-{}", p.line, p.end_line) };
+            let heading = if p.heading.is_empty() { String::new() } else { format!(" {}", p.heading) };
+            format!("{}:{lines} (score {}){heading}\n{}", p.path, p.score, p.text)
+        })
         .collect();
     format!("{}{}", shown.join("\n\n"), more(found.next_cursor.as_deref(), "sections"))
 }

@@ -167,7 +167,11 @@ def render(name: str, answer: Any) -> str:
         lines = [f"{hit.path}:{hit.line}: {hit.text}" for hit in answer.matches]
         return "\n".join(lines) or "No line of the memory folder matches."
     if isinstance(answer, m.MemoryPassages):
-        shown = [f"{p.path}:{p.line}-{p.end_line} (score {p.score}) {p.heading}\n{p.text}" for p in answer.matches]
+        shown = [
+            f"{p.path}:{p.line if p.line == p.end_line else f'{p.line}-{p.end_line}'} (score {p.score})"
+            f"{' ' + p.heading if p.heading else ''}\n{p.text}"
+            for p in answer.matches
+        ]
         more = f"\n… more sections: pass cursor {answer.next_cursor}" if answer.next_cursor else ""
         return ("\n\n".join(shown) or "No section of the memory folder answers the query.") + more
     if isinstance(answer, m.PublishedEdit):
