@@ -99,7 +99,13 @@ def test_the_running_agents_memory_routes(server, tenant):
         memory = client.read_memory("memories/MEMORY.md")
         assert "green tea" in memory.text and len(memory.sha256) == 64
         found = client.search_memory("GREEN TEA")
-        assert found.matches[0].path == "MEMORY.md"
+        assert isinstance(found, m.MemorySearch) and found.matches[0].path == "MEMORY.md"
+        ranked = client.search_memory("tea green", mode="ranked", limit=1)
+        assert isinstance(ranked, m.MemoryPassages) and ranked.mode == "ranked"
+        assert "green tea" in ranked.matches[0].text and ranked.not_embedded is None
+        with pytest.raises(MemorydError) as refused:
+            client.search_memory("tea", mode="semantic")
+        assert refused.value.code == "not_configured"
         done = client.edit_memory(
             operations=[
                 {"command": "insert", "path": "MEMORY.md", "insert_line": 0, "insert_text": "- likes oat milk"}

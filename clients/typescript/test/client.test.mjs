@@ -65,6 +65,10 @@ for (const backend of backends) {
       assert.equal(memory.sha256.length, 64);
       const found = await client.searchMemory("GREEN TEA", { context: 1 });
       assert.equal(found.matches[0].path, "MEMORY.md");
+      const ranked = await client.searchMemory("tea green", { mode: "ranked", limit: 1 });
+      assert.equal(ranked.mode, "ranked");
+      assert.ok(ranked.matches[0].text.includes("green tea"), JSON.stringify(ranked));
+      await assert.rejects(client.searchMemory("tea", { mode: "semantic" }), (e) => e.code === "not_configured");
       const done = await client.editMemory({
         operations: [{ command: "insert", path: "MEMORY.md", insert_line: 0, insert_text: "- likes oat milk" }],
         expect: { "MEMORY.md": memory.sha256 },
