@@ -32,4 +32,4 @@ CREATE TABLE passage_indexes (
 );
 CREATE INDEX passage_indexes_due ON passage_indexes (retry_after) WHERE embedded_generation < generation;
 
-ALTER TABLE usage_days ADD COLUMN embedding_tokens BIGINT NOT NULL DEFAULT 0;
+-- Embedding tokens are counted in model_usage_days under the kind 'embedding'.

@@ -112,7 +112,12 @@ impl Indexer {
             self.store.index_failed(at, state.generation, until).await.map_err(|e| failed(&e))?;
             return Err("the tenant's token budget of the day is spent".into());
         }
-        let Some(memory_root) = self.memory_root(at).await? else { return Ok(None) };
+        let Some(memory_root) = self.memory_root(at).await? else {
+            // The layout is gone: nothing to embed until a publish names it again.
+            let later = now + chrono::Duration::days(1);
+            self.store.index_failed(at, state.generation, later).await.map_err(|e| failed(&e))?;
+            return Ok(None);
+        };
         let files = tokio::task::spawn_blocking(move || layout_passages(None, &memory_root, ""))
             .await
             .map_err(|e| e.to_string())?

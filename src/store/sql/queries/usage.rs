@@ -75,6 +75,8 @@ pub(super) const STORAGE_OF_TENANT: &str = "SELECT CAST(
                     AND state IN ('queued', 'running')), 0) AS BIGINT) AS bytes";
 
 const MODEL_KINDS: &str = "('phase_one', 'phase_two')";
+/// The `kind` of embedding tokens in `model_usage_days` (no job kind is named so).
+const EMBEDDING_KIND: &str = "embedding";
 
 impl SqlStore<DB> {
     /// Adds the deltas (by tenant, in order) to the counters of `now`'s
@@ -123,23 +125,20 @@ impl SqlStore<DB> {
                 Self::recount_history_in(&mut *conn, *tenant).await?;
             }
         }
-        let mut days = sqlx::QueryBuilder::<DB>::new(
-            "WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens) AS (",
-        );
+        let mut days =
+            sqlx::QueryBuilder::<DB>::new("WITH counted (tenant_id, day, segments, bytes_ingested, closes, runs) AS (");
         days.push_values(deltas, |mut row, (tenant, change)| {
             row.push_bind(*tenant)
                 .push_bind(day.as_str())
                 .push_bind(change.segments)
                 .push_bind(change.bytes_ingested)
                 .push_bind(change.closes)
-                .push_bind(change.runs)
-                .push_bind(change.embedding_tokens);
+                .push_bind(change.runs);
         });
         // `WHERE true`: SQLite would read the `ON` of `ON CONFLICT` as a join's.
         days.push(
-            ") INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens,
-                                    storage_bytes)
-             SELECT tenant_id, day, segments, bytes_ingested, closes, runs, embedding_tokens,
+            ") INSERT INTO usage_days (tenant_id, day, segments, bytes_ingested, closes, runs, storage_bytes)
+             SELECT tenant_id, day, segments, bytes_ingested, closes, runs,
                     (SELECT CAST(COALESCE(SUM(s.bytes), 0) AS BIGINT) FROM storage_usage s
                      WHERE s.tenant_id = counted.tenant_id)
              FROM counted WHERE true ORDER BY tenant_id
@@ -148,7 +147,6 @@ impl SqlStore<DB> {
                 bytes_ingested = usage_days.bytes_ingested + excluded.bytes_ingested,
                 closes = usage_days.closes + excluded.closes,
                 runs = usage_days.runs + excluded.runs,
-                embedding_tokens = usage_days.embedding_tokens + excluded.embedding_tokens,
                 storage_bytes = excluded.storage_bytes
              RETURNING tenant_id, storage_bytes",
         );
@@ -156,9 +154,18 @@ impl SqlStore<DB> {
         for row in days.build().fetch_all(&mut *conn).await? {
             storage.insert(row.try_get("tenant_id")?, row.try_get::<Option<i64>, _>("storage_bytes")?.unwrap_or(0));
         }
-        let used: Vec<(TenantId, JobKind, TokenUsage)> = deltas
+        // Embedding tokens are a kind of their own in the model counters: they
+        // count against the budget with the others, and an append's
+        // transaction writes no more than it did before search by meaning.
+        let used: Vec<(TenantId, &str, TokenUsage)> = deltas
             .iter()
-            .flat_map(|(tenant, change)| change.model.iter().map(|(kind, used)| (*tenant, *kind, *used)))
+            .flat_map(|(tenant, change)| {
+                let embedded = (change.embedding_tokens > 0).then(|| {
+                    let tokens = TokenUsage { input_tokens: change.embedding_tokens as u64, ..TokenUsage::default() };
+                    (*tenant, EMBEDDING_KIND, tokens)
+                });
+                change.model.iter().map(|(kind, used)| (*tenant, kind.as_str(), *used)).chain(embedded)
+            })
             .collect();
         if !used.is_empty() {
             let mut model = sqlx::QueryBuilder::<DB>::new(
@@ -167,7 +174,7 @@ impl SqlStore<DB> {
             model.push_values(&used, |mut row, (tenant, kind, used)| {
                 row.push_bind(*tenant)
                     .push_bind(day.as_str())
-                    .push_bind(kind.as_str())
+                    .push_bind(*kind)
                     .push_bind(used.calls as i64)
                     .push_bind(used.input_tokens as i64)
                     .push_bind(used.output_tokens as i64);
@@ -210,10 +217,8 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let counted: i64 = sqlx::query(
-            "SELECT CAST(COALESCE((SELECT SUM(input_tokens + output_tokens) FROM model_usage_days
-                                     WHERE tenant_id = $1 AND day = $2), 0)
-                         + COALESCE((SELECT SUM(embedding_tokens) FROM usage_days
-                                     WHERE tenant_id = $1 AND day = $2), 0) AS BIGINT) AS used",
+            "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS used
+                 FROM model_usage_days WHERE tenant_id = $1 AND day = $2",
         )
         .bind(tenant)
         .bind(day_of(now))
@@ -293,7 +298,7 @@ impl UsageStore for SqlStore<DB> {
 
     async fn usage_history(&self, tenant: TenantId, from: &str, to: &str) -> StoreResult<UsageHistory> {
         let rows = sqlx::query(
-            "SELECT day, segments, bytes_ingested, closes, runs, embedding_tokens, storage_bytes FROM usage_days
+            "SELECT day, segments, bytes_ingested, closes, runs, storage_bytes FROM usage_days
              WHERE tenant_id = $1 AND day >= $2 AND day <= $3 ORDER BY day",
         )
         .bind(tenant)
@@ -312,7 +317,7 @@ impl UsageStore for SqlStore<DB> {
                     bytes_ingested: row.try_get("bytes_ingested")?,
                     closes: row.try_get("closes")?,
                     runs: row.try_get("runs")?,
-                    embedding_tokens: row.try_get("embedding_tokens")?,
+                    embedding_tokens: 0,
                     storage_bytes: row.try_get("storage_bytes")?,
                     by_kind: Vec::new(),
                 },
@@ -330,8 +335,13 @@ impl UsageStore for SqlStore<DB> {
         for row in rows {
             let date: String = row.try_get("day")?;
             let day = days.entry(date.clone()).or_insert_with(|| UsageDay { date, ..UsageDay::default() });
+            let kind: String = row.try_get("kind")?;
+            if kind == EMBEDDING_KIND {
+                day.embedding_tokens += row.try_get::<i64, _>("input_tokens")?;
+                continue;
+            }
             day.by_kind.push((
-                row.try_get("kind")?,
+                kind,
                 ModelUse {
                     model_calls: row.try_get("model_calls")?,
                     input_tokens: row.try_get("input_tokens")?,
