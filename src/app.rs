@@ -180,8 +180,7 @@ fn start_workers(core: &Core, provider: Provider) -> JoinSet<()> {
         indexer: core.embeddings.clone().map(|client| {
             let settings = &core.config.jobs;
             Arc::new(crate::jobs::indexer::Indexer::new(
-                core.store.clone(),
-                core.volumes.clone(),
+                (core.store.clone(), core.volumes.clone(), core.publisher.clone()),
                 client,
                 settings.retry_base,
                 core.default_limits,

@@ -80,9 +80,10 @@ pub async fn layout_vectors(
     if let Some(cached) = cache.0.get(at).filter(|c| c.state == state && c.model == model) {
         return Ok((state, cached));
     }
+    let read_at = state.clone();
     let stored = store.layout_vectors(at, model).await?;
     let by_digest = stored.into_iter().filter_map(|v| Some((v.digest, decode(&v.vector)?))).collect();
-    let vectors = Arc::new(LayoutVectors { state, model: model.to_owned(), by_digest });
+    let vectors = Arc::new(LayoutVectors { state: read_at, model: model.to_owned(), by_digest });
     cache.0.insert(at.clone(), vectors.clone());
     Ok((state, vectors))
 }

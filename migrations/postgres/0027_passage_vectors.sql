@@ -24,6 +24,9 @@ CREATE TABLE passage_indexes (
     tenant_id UUID NOT NULL REFERENCES tenants(id),
     workspace TEXT NOT NULL,
     layout TEXT NOT NULL,
+    -- Set when the row is made: a layout forgotten and published again
+    -- starts a new epoch, so an indexing of the old one can store nothing.
+    epoch TEXT NOT NULL,
     generation BIGINT NOT NULL,
     embedded_generation BIGINT NOT NULL DEFAULT 0,
     attempts BIGINT NOT NULL DEFAULT 0,

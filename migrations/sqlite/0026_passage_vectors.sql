@@ -24,6 +24,9 @@ CREATE TABLE passage_indexes (
     tenant_id BLOB NOT NULL REFERENCES tenants(id),
     workspace TEXT NOT NULL,
     layout TEXT NOT NULL,
+    -- Set when the row is made: a layout forgotten and published again
+    -- starts a new epoch, so an indexing of the old one can store nothing.
+    epoch TEXT NOT NULL,
     generation INTEGER NOT NULL,
     embedded_generation INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,

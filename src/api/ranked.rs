@@ -75,6 +75,9 @@ const DEFAULT_PASSAGES: usize = 10;
 const MAX_PASSAGE_BYTES: usize = 2000;
 /// And at most this much of its heading.
 const MAX_HEADING_BYTES: usize = 200;
+/// A search by meaning waits this long for its query's embedding, then
+/// ranks by words: a slow endpoint must not stall every search.
+const QUERY_EMBEDDING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A query ranks by its first this many distinct words.
 const MAX_QUERY_WORDS: usize = 64;
 /// What an HTTP page holds at most (its passages' text, headings and paths).
@@ -190,6 +193,7 @@ pub(crate) async fn search(
             position.next
         }
     };
+    let whole_layout = dir.is_empty();
     let cache = state.caches.passages.clone();
     let files = agent_memory::on_disk(move || layout_passages(Some(&cache), &memory_root, &dir)).await?;
     let candidates = Candidates::of(&files);
@@ -197,7 +201,8 @@ pub(crate) async fn search(
         Ranking::Words => (candidates.by_words(&terms), None),
         _ => {
             let keep = start.saturating_add(limit);
-            let (ranked, not_embedded) = by_meaning(state, &at, &candidates, (&query, &terms), ranking, keep).await?;
+            let asked = (query.as_str(), terms.as_slice(), whole_layout);
+            let (ranked, not_embedded) = by_meaning(state, &at, &candidates, asked, ranking, keep).await?;
             (ranked, Some(not_embedded))
         }
     };
@@ -227,26 +232,36 @@ async fn by_meaning<'a>(
     state: &AppState,
     at: &IndexedLayout,
     candidates: &Candidates<'a>,
-    (query, terms): (&str, &[String]),
+    (query, terms, whole_layout): (&str, &[String], bool),
     ranking: Ranking,
     keep: usize,
 ) -> Result<(Vec<Scored<'a>>, u64), ApiError> {
     let client = state.embeddings.as_ref().expect("checked by the caller");
     let (index, vectors) =
         crate::meaning::layout_vectors(&state.store, &state.caches.vectors, at, client.model()).await?;
-    let resolved = candidates.vectors(&vectors.by_digest);
-    let missing = resolved.iter().filter(|v| v.is_none()).count() as u64;
-    if missing > 0 && index.is_none_or(|i| !i.pending()) {
-        // Published before vectors existed, or with another model: index it.
-        state.store.mark_index_stale(at, chrono::Utc::now()).await?;
-    }
-    let query_vector = match client.embed(&[query], "query").await {
-        Ok(mut embedded) => embedded.vectors.pop(),
-        Err(e) => {
+    let query_vector = match tokio::time::timeout(QUERY_EMBEDDING_TIMEOUT, client.embed(&[query], "query")).await {
+        Ok(Ok(mut embedded)) => embedded.vectors.pop(),
+        Ok(Err(e)) => {
             tracing::warn!(tenant_id = %at.tenant, error = %e, "embedding a query failed; ranked by words");
             None
         }
+        Err(_) => {
+            tracing::warn!(tenant_id = %at.tenant, "embedding a query timed out; ranked by words");
+            None
+        }
     };
+    // A vector of another length (another model) counts as none.
+    let dimensions = query_vector.as_ref().map_or(0, Vec::len);
+    let resolved: Vec<Option<&[f32]>> = candidates
+        .vectors(&vectors.by_digest)
+        .into_iter()
+        .map(|v| v.filter(|v| query_vector.is_none() || v.len() == dimensions))
+        .collect();
+    let missing = resolved.iter().filter(|v| v.is_none()).count() as u64;
+    if missing > 0 && whole_layout && index.is_none_or(|i| !i.pending()) {
+        // Published before vectors existed, or with another model: index it.
+        state.store.mark_index_stale(at, chrono::Utc::now()).await?;
+    }
     let Some(query_vector) = query_vector else {
         return Ok((candidates.by_words(terms), candidates.len() as u64));
     };

@@ -38,14 +38,8 @@ pub fn digest(passage: &Passage) -> String {
 
 /// The digests of the passages of `text`, each once, in order.
 pub fn digests(text: &str) -> Vec<String> {
-    let mut digests: Vec<String> = Vec::new();
-    for passage in cut(text) {
-        let d = digest(&passage);
-        if !digests.contains(&d) {
-            digests.push(d);
-        }
-    }
-    digests
+    let mut seen = std::collections::HashSet::new();
+    cut(text).iter().map(digest).filter(|d| seen.insert(d.clone())).collect()
 }
 
 /// Where the section under way began, and the group it sits in.

@@ -7,8 +7,8 @@
 //! passages are searched by their words. Never on a read's path.
 
 use crate::domain::passages::is_ranked;
-use crate::llm::embeddings::{BATCH_INPUTS, EmbeddingsClient, unit};
-use crate::store::{DynStore, IndexedLayout, NewVectors, PassageChanges, StoredVector};
+use crate::llm::embeddings::{BATCH_INPUTS, EmbeddingsClient};
+use crate::store::{DynStore, IndexState, IndexedLayout, NewVectors, PassageChanges, StoredVector};
 use crate::tools::passage_index::layout_passages;
 use crate::workspace::Volumes;
 use crate::workspace::publish::FileChanges;
@@ -23,6 +23,26 @@ const AT_ONCE: usize = 2;
 /// Layouts a sweep takes up at most.
 const SWEEP_BATCH: i64 = 16;
 
+/// Why an indexing stopped, and when to try again (`None`: the job
+/// engine's backoff). An empty message: nothing went wrong, it waits.
+struct Failure {
+    message: String,
+    retry_at: Option<chrono::DateTime<Utc>>,
+    retry_after: Option<Duration>,
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Self { message: message.to_owned(), retry_at: None, retry_after: None }
+    }
+}
+
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::from(crate::error_chain(&e).as_str())
+    }
+}
+
 /// What one indexing did (logged; the benchmark reports it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct IndexReport {
@@ -36,6 +56,8 @@ pub struct IndexReport {
 pub struct Indexer {
     store: DynStore,
     volumes: Volumes,
+    /// Completes a committed publish before the files are read.
+    publisher: crate::workspace::publish::Publisher,
     client: Arc<EmbeddingsClient>,
     retry_base: Duration,
     default_limits: crate::domain::limits::Limits,
@@ -46,14 +68,13 @@ pub struct Indexer {
 
 impl Indexer {
     pub fn new(
-        store: DynStore,
-        volumes: Volumes,
+        (store, volumes, publisher): (DynStore, Volumes, crate::workspace::publish::Publisher),
         client: Arc<EmbeddingsClient>,
         retry_base: Duration,
         default_limits: crate::domain::limits::Limits,
     ) -> Self {
         let permits = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
-        Self { store, volumes, client, retry_base, default_limits, busy: Mutex::default(), permits }
+        Self { store, volumes, publisher, client, retry_base, default_limits, busy: Mutex::default(), permits }
     }
 
     /// A publish of `at` was recorded: index it now, beside the workers,
@@ -100,64 +121,80 @@ impl Indexer {
     }
 
     /// Embeds the passages of `at` that have no vector; `None` when nothing
-    /// was pending (or a publish came between: the next round has it).
+    /// was pending (or a publish came between: the next round has it). A
+    /// failure is recorded with the job engine's backoff, whatever failed.
     pub async fn index(&self, at: &IndexedLayout) -> Result<Option<IndexReport>, String> {
-        let failed = |e: &crate::store::StoreError| crate::error_chain(e);
-        let Some(state) = self.store.index_state(at).await.map_err(|e| failed(&e))? else { return Ok(None) };
-        if !state.pending() {
-            return Ok(None);
-        }
-        let now = Utc::now();
-        if let Some(until) = self.store.model_budget_hold(at.tenant, now).await.map_err(|e| failed(&e))? {
-            self.store.index_failed(at, state.generation, until).await.map_err(|e| failed(&e))?;
-            return Err("the tenant's token budget of the day is spent".into());
-        }
-        let Some(memory_root) = self.memory_root(at).await? else {
-            // The layout is gone: nothing to embed until a publish names it again.
-            let later = now + chrono::Duration::days(1);
-            self.store.index_failed(at, state.generation, later).await.map_err(|e| failed(&e))?;
-            return Ok(None);
+        let state = match self.store.index_state(at).await {
+            Ok(Some(state)) if state.pending() => state,
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(crate::error_chain(&e)),
         };
+        let now = Utc::now();
+        let failure = match self.index_at(at, &state).await {
+            Ok(done) => return Ok(done),
+            Err(failure) => failure,
+        };
+        let retry = failure.retry_at.unwrap_or_else(|| {
+            let wait = crate::jobs::backoff(state.attempts + 1, self.retry_base, failure.retry_after);
+            now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::hours(1))
+        });
+        if let Err(e) = self.store.index_failed(at, &state, retry).await {
+            tracing::warn!(error = %crate::error_chain(&e), "recording a failed indexing failed");
+        }
+        if failure.message.is_empty() { Ok(None) } else { Err(failure.message) }
+    }
+
+    async fn index_at(&self, at: &IndexedLayout, state: &IndexState) -> Result<Option<IndexReport>, Failure> {
+        if let Some(until) = self.store.model_budget_hold(at.tenant, Utc::now()).await? {
+            return Err(Failure {
+                retry_at: Some(until),
+                ..Failure::from("the tenant's token budget of the day is spent")
+            });
+        }
+        let Some(memory_root) = self.memory_root(at).await.map_err(|e| Failure::from(e.as_str()))? else {
+            // The layout is gone: nothing to embed until a publish names it again.
+            return Err(Failure { retry_at: Some(Utc::now() + chrono::Duration::days(1)), ..Failure::from("") });
+        };
+        // What a publish committed but has not renamed into place yet is
+        // what the layout holds: read it, never the files it replaces.
+        let same_layout = |s: &crate::workspace::publish::PublishScope| {
+            s.tenant == at.tenant && s.workspace == at.workspace.as_str() && s.layout == at.layout.as_str()
+        };
+        let owner = crate::jobs::PublishOwner::Reader;
+        crate::jobs::finish_pending_publishes(self.store.as_ref(), &self.publisher, same_layout, owner).await;
         let files = tokio::task::spawn_blocking(move || layout_passages(None, &memory_root, ""))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| crate::error_chain(&e))?;
+            .map_err(|e| Failure::from(e.to_string().as_str()))?
+            .map_err(|e| Failure::from(crate::error_chain(&e).as_str()))?;
         let model = self.client.model();
-        let stored = self.store.layout_vectors(at, model).await.map_err(|e| failed(&e))?;
+        let stored = self.store.layout_vectors(at, model).await?;
         let have: HashSet<(&str, &str)> = stored.iter().map(|v| (v.path.as_str(), v.digest.as_str())).collect();
+        let mut kept: HashSet<(String, String)> = HashSet::new();
         let mut missing: Vec<(&str, &str, &str)> = Vec::new();
         for (path, file) in &files {
             for p in &file.passages {
                 let key = (path.as_str(), p.digest.as_str());
-                if !have.contains(&key) && !missing.iter().any(|(a, b, _)| (*a, *b) == key) {
+                if kept.insert((key.0.to_owned(), key.1.to_owned())) && !have.contains(&key) {
                     missing.push((key.0, key.1, p.passage.ranked_text.as_str()));
                 }
             }
         }
         let mut report =
             IndexReport { passages: files.iter().map(|(_, f)| f.passages.len()).sum(), ..Default::default() };
-        match self.vectors_for(at, &missing, &mut report).await {
-            Ok(vectors) => {
-                let budget = self.token_budget(at).await;
-                let new = NewVectors {
-                    generation: state.generation,
-                    model,
-                    vectors: &vectors,
-                    tokens: report.tokens,
-                    token_budget: budget,
-                };
-                let stored = self.store.store_vectors(at, &new).await.map_err(|e| failed(&e))?;
-                crate::metrics::embeddings_passages("embedded", report.embedded);
-                crate::metrics::embeddings_passages("reused", report.reused);
-                Ok(stored.then_some(report))
-            }
+        let budget = self.token_budget(at).await;
+        let vectors = match self.vectors_for(at, &missing, &mut report).await {
+            Ok(vectors) => vectors,
             Err(e) => {
-                let retry = crate::jobs::backoff(state.attempts + 1, self.retry_base, e.retry_after);
-                let at_time = now + chrono::Duration::from_std(retry).unwrap_or(chrono::Duration::hours(1));
-                self.store.index_failed(at, state.generation, at_time).await.map_err(|e| failed(&e))?;
-                Err(e.message)
+                // Tokens of the calls that answered were spent all the same.
+                self.store.count_embedding_tokens(at.tenant, report.tokens, budget).await?;
+                return Err(Failure { retry_after: e.retry_after, ..Failure::from(e.message.as_str()) });
             }
-        }
+        };
+        let new = NewVectors { state, model, vectors: &vectors, tokens: report.tokens, token_budget: budget };
+        let stored = self.store.store_vectors(at, &new, &kept).await?;
+        crate::metrics::embeddings_passages("embedded", report.embedded);
+        crate::metrics::embeddings_passages("reused", report.reused);
+        Ok(stored.then_some(report))
     }
 
     /// Vectors for the `missing` passages: the tenant's own where it has one
@@ -181,19 +218,19 @@ impl Indexer {
                 }
             };
         report.reused = missing.iter().filter(|(_, d, _)| known.contains_key(*d)).count();
-        let mut texts: Vec<(&str, &str)> = Vec::new();
-        for (_, digest, text) in missing {
-            if !known.contains_key(*digest) && !texts.iter().any(|(d, _)| d == digest) {
-                texts.push((digest, text));
-            }
-        }
+        let mut asked: HashSet<&str> = HashSet::new();
+        let texts: Vec<(&str, &str)> = missing
+            .iter()
+            .filter(|(_, digest, _)| !known.contains_key(*digest) && asked.insert(digest))
+            .map(|(_, digest, text)| (*digest, *text))
+            .collect();
         for batch in texts.chunks(BATCH_INPUTS) {
             let inputs: Vec<&str> = batch.iter().map(|(_, t)| *t).collect();
             let embedded = self.client.embed(&inputs, "index").await?;
             report.calls += 1;
             report.tokens += embedded.tokens;
             for ((digest, _), vector) in batch.iter().zip(embedded.vectors) {
-                known.insert((*digest).to_owned(), crate::meaning::encode(&unit(vector)));
+                known.insert((*digest).to_owned(), crate::meaning::encode(&vector));
             }
         }
         report.embedded = missing.len() - report.reused;

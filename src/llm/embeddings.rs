@@ -4,15 +4,16 @@
 //! by meaning").
 
 use super::client::post_json;
-use super::{FailureClass, ModelError, TokenUsage};
+use super::{FailureClass, ModelError};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 /// Texts one call embeds at most.
 pub const BATCH_INPUTS: usize = 64;
-/// The bytes of a passage that are embedded: its start. Embedding models
-/// read a few hundred to a few thousand tokens of an input and cut the rest.
-pub const MAX_INPUT_BYTES: usize = 8_000;
+/// The bytes of a passage that are embedded: its start, as much as an
+/// answer shows of it. Small embedding models read 256 to 512 tokens, and
+/// some endpoints (TEI, vLLM) refuse a longer input instead of cutting it.
+pub const MAX_INPUT_BYTES: usize = 2_000;
 
 /// What a call gave back: one unit vector an input, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +77,8 @@ pub fn parse_embeddings(bytes: &[u8], inputs: &[&str]) -> Result<Embedded, Model
     for (position, item) in data.iter().enumerate() {
         let index = item["index"].as_u64().map_or(position, |i| i as usize);
         let values = item["embedding"].as_array().ok_or_else(|| unusable("an item without an embedding array"))?;
-        let vector: Option<Vec<f32>> = values.iter().map(|v| v.as_f64().map(|f| f as f32)).collect();
+        let vector: Option<Vec<f32>> =
+            values.iter().map(|v| v.as_f64().map(|f| f as f32).filter(|f| f.is_finite())).collect();
         let vector = vector.filter(|v| !v.is_empty()).ok_or_else(|| unusable("an embedding that is not numbers"))?;
         let slot = vectors.get_mut(index).ok_or_else(|| unusable("an index past the inputs"))?;
         *slot = Some(unit(vector));
@@ -103,11 +105,6 @@ pub fn unit(mut v: Vec<f32>) -> Vec<f32> {
     v
 }
 
-/// Embedding tokens as the usage counters keep them (input tokens).
-pub fn as_usage(tokens: u64) -> TokenUsage {
-    TokenUsage { input_tokens: tokens, ..TokenUsage::default() }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +126,7 @@ mod tests {
             br#"{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[1]}]}"#,
             br#"{"data":[{"embedding":[1]},{"embedding":[1,2]}]}"#,
             br#"{"data":[{"embedding":["x"]},{"embedding":[]}]}"#,
+            br#"{"data":[{"embedding":[1e39]},{"embedding":[1]}]}"#,
             br#"{"data":[{"index":9,"embedding":[1]},{"embedding":[1]}]}"#,
             b"not json",
         ] {

@@ -16,8 +16,10 @@ pub struct IndexedLayout {
 
 /// How far a layout's indexing is: every publish raises `generation`; the
 /// vectors of what was read at `embedded_generation` are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexState {
+    /// Made with the row: a layout forgotten and published again is another epoch.
+    pub epoch: String,
     pub generation: i64,
     pub embedded_generation: i64,
     pub attempts: i64,
@@ -46,9 +48,9 @@ pub struct PassageChanges {
     pub files: Vec<(String, Vec<String>)>,
 }
 
-/// What an indexing stores, read at `generation`.
+/// What an indexing stores, read at `state`.
 pub struct NewVectors<'a> {
-    pub generation: i64,
+    pub state: &'a IndexState,
     pub model: &'a str,
     pub vectors: &'a [StoredVector],
     /// Embedding tokens the indexing spent.
@@ -70,12 +72,22 @@ pub trait PassageVectorStore: Send + Sync {
         model: &str,
         digests: &[String],
     ) -> StoreResult<Vec<(String, Vec<u8>)>>;
-    /// Stores an indexing's vectors and marks its generation embedded, only
-    /// while it is still the layout's latest (`false` otherwise: a publish
-    /// came between, and nothing is stored); its tokens are counted.
-    async fn store_vectors(&self, at: &IndexedLayout, new: &NewVectors<'_>) -> StoreResult<bool>;
-    /// An indexing of `generation` failed: tried again at `retry_after`.
-    async fn index_failed(&self, at: &IndexedLayout, generation: i64, retry_after: DateTime<Utc>) -> StoreResult<()>;
+    /// Stores an indexing's vectors, drops the layout's vectors of passages
+    /// its files no longer hold (`kept`: every `(path, digest)` read), and
+    /// marks the state embedded, only while it is still the layout's latest
+    /// (`false` otherwise: a publish came between, and nothing is stored).
+    /// Its tokens are counted either way.
+    async fn store_vectors(
+        &self,
+        at: &IndexedLayout,
+        new: &NewVectors<'_>,
+        kept: &std::collections::HashSet<(String, String)>,
+    ) -> StoreResult<bool>;
+    /// Embedding tokens spent on an indexing that stored nothing.
+    async fn count_embedding_tokens(&self, tenant: TenantId, tokens: u64, budget: Option<u64>) -> StoreResult<()>;
+    /// An indexing at `state` failed: tried again at `retry_after`.
+    async fn index_failed(&self, at: &IndexedLayout, state: &IndexState, retry_after: DateTime<Utc>)
+    -> StoreResult<()>;
     /// The layout's files hold passages without a vector: index it again.
     async fn mark_index_stale(&self, at: &IndexedLayout, now: DateTime<Utc>) -> StoreResult<()>;
     /// Layouts whose latest generation is not embedded and whose retry is due.

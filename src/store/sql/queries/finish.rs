@@ -49,6 +49,7 @@ fn is_plain(claimed: &ClaimedJob, finish: &JobFinish) -> bool {
     claimed.job.kind == JobKind::PhaseOne
         && finish.phase_two.is_none()
         && finish.import.is_none()
+        && finish.passages.is_none()
         && !matches!(finish.outcome, JobOutcome::Failed { .. })
         && (finish.accounting.model_tokens_per_day.is_none() || used.input_tokens + used.output_tokens == 0)
 }

@@ -21,8 +21,8 @@ impl SqlStore<DB> {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO passage_indexes (tenant_id, workspace, layout, generation, retry_after)
-             VALUES ($1, $2, $3, 1, $4)
+            "INSERT INTO passage_indexes (tenant_id, workspace, layout, epoch, generation, retry_after)
+             VALUES ($1, $2, $3, $5, 1, $4)
              ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
                 generation = passage_indexes.generation + 1, attempts = 0, retry_after = excluded.retry_after",
         )
@@ -30,6 +30,7 @@ impl SqlStore<DB> {
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
         .bind(now)
+        .bind(uuid::Uuid::new_v4().to_string())
         .execute(&mut *tx)
         .await?;
         for (path, kept) in &changes.files {
@@ -51,6 +52,87 @@ impl SqlStore<DB> {
     }
 }
 
+impl SqlStore<DB> {
+    /// Drops the layout's vectors of passages no file holds any more
+    /// (`kept`: every passage the indexing read): what a publish that
+    /// carried no passage changes (a phase one renaming a summary) left.
+    async fn prune_vectors_in(
+        tx: &mut DbConnection,
+        at: &IndexedLayout,
+        kept: &std::collections::HashSet<(String, String)>,
+    ) -> StoreResult<()> {
+        let rows = sqlx::query(
+            "SELECT path, digest FROM passage_vectors WHERE tenant_id = $1 AND workspace = $2 AND layout = $3",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let (path, digest): (String, String) = (row.try_get("path")?, row.try_get("digest")?);
+            if kept.contains(&(path.clone(), digest.clone())) {
+                continue;
+            }
+            sqlx::query(
+                "DELETE FROM passage_vectors
+                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND path = $4 AND digest = $5",
+            )
+            .bind(at.tenant)
+            .bind(at.workspace.as_str())
+            .bind(at.layout.as_str())
+            .bind(path)
+            .bind(digest)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_vectors_in(tx: &mut DbConnection, at: &IndexedLayout, new: &NewVectors<'_>) -> StoreResult<()> {
+        for chunk in new.vectors.chunks(100) {
+            let mut insert = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO passage_vectors (tenant_id, workspace, layout, path, digest, model, vector) ",
+            );
+            insert.push_values(chunk, |mut row, v| {
+                row.push_bind(at.tenant)
+                    .push_bind(at.workspace.as_str())
+                    .push_bind(at.layout.as_str())
+                    .push_bind(v.path.as_str())
+                    .push_bind(v.digest.as_str())
+                    .push_bind(new.model)
+                    .push_bind(v.vector.as_slice());
+            });
+            insert.push(
+                " ON CONFLICT (tenant_id, workspace, layout, path, digest) DO UPDATE SET
+                    model = excluded.model, vector = excluded.vector",
+            );
+            insert.build().execute(&mut *tx).await?;
+        }
+        Ok(())
+    }
+
+    /// Embedding tokens counted (the model counters' kind `embedding`) and
+    /// held against the tenant's budget.
+    async fn count_embedding_tokens_in(
+        tx: &mut DbConnection,
+        tenant: TenantId,
+        tokens: u64,
+        budget: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        if tokens == 0 {
+            return Ok(());
+        }
+        if budget.is_some() {
+            Self::enforce_token_budget_in(&mut *tx, tenant, budget, tokens, now).await?;
+        }
+        let delta = usage::UsageDelta { embedding_tokens: tokens as i64, ..Default::default() };
+        Self::count_usage_in(&mut *tx, &[(tenant, delta)].into_iter().collect(), now).await?;
+        Ok(())
+    }
+}
+
 fn vector_of(row: &DbRow) -> StoreResult<StoredVector> {
     Ok(StoredVector { path: row.try_get("path")?, digest: row.try_get("digest")?, vector: row.try_get("vector")? })
 }
@@ -59,7 +141,7 @@ fn vector_of(row: &DbRow) -> StoreResult<StoredVector> {
 impl PassageVectorStore for SqlStore<DB> {
     async fn index_state(&self, at: &IndexedLayout) -> StoreResult<Option<IndexState>> {
         let row = sqlx::query(
-            "SELECT generation, embedded_generation, attempts FROM passage_indexes
+            "SELECT epoch, generation, embedded_generation, attempts FROM passage_indexes
              WHERE tenant_id = $1 AND workspace = $2 AND layout = $3",
         )
         .bind(at.tenant)
@@ -69,6 +151,7 @@ impl PassageVectorStore for SqlStore<DB> {
         .await?;
         row.map(|row| {
             Ok(IndexState {
+                epoch: row.try_get("epoch")?,
                 generation: row.try_get("generation")?,
                 embedded_generation: row.try_get("embedded_generation")?,
                 attempts: row.try_get("attempts")?,
@@ -109,73 +192,71 @@ impl PassageVectorStore for SqlStore<DB> {
         .bind(serde_json::to_string(digests).expect("digests serialise"))
         .fetch_all(&self.pool)
         .await?;
-        let mut found: Vec<(String, Vec<u8>)> = Vec::with_capacity(rows.len());
+        let mut found: std::collections::HashMap<String, Vec<u8>> = std::collections::HashMap::new();
         for row in &rows {
-            let digest: String = row.try_get("digest")?;
-            if !found.iter().any(|(known, _)| *known == digest) {
-                found.push((digest, row.try_get("vector")?));
+            if let std::collections::hash_map::Entry::Vacant(slot) = found.entry(row.try_get("digest")?) {
+                slot.insert(row.try_get("vector")?);
             }
         }
-        Ok(found)
+        Ok(found.into_iter().collect())
     }
 
-    async fn store_vectors(&self, at: &IndexedLayout, new: &NewVectors<'_>) -> StoreResult<bool> {
+    async fn store_vectors(
+        &self,
+        at: &IndexedLayout,
+        new: &NewVectors<'_>,
+        kept: &std::collections::HashSet<(String, String)>,
+    ) -> StoreResult<bool> {
         let now = Utc::now();
         let mut tx = self.begin_write().await?;
         let marked = sqlx::query(
             "UPDATE passage_indexes SET embedded_generation = generation, attempts = 0
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND generation = $4",
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND generation = $4 AND epoch = $5",
         )
         .bind(at.tenant)
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
-        .bind(new.generation)
+        .bind(new.state.generation)
+        .bind(new.state.epoch.as_str())
         .execute(&mut *tx)
         .await?;
-        if marked.rows_affected() == 0 {
-            return Ok(false);
+        let current = marked.rows_affected() > 0;
+        if current {
+            Self::prune_vectors_in(&mut tx, at, kept).await?;
+            Self::insert_vectors_in(&mut tx, at, new).await?;
         }
-        for chunk in new.vectors.chunks(100) {
-            let mut insert = sqlx::QueryBuilder::<DB>::new(
-                "INSERT INTO passage_vectors (tenant_id, workspace, layout, path, digest, model, vector) ",
-            );
-            insert.push_values(chunk, |mut row, v| {
-                row.push_bind(at.tenant)
-                    .push_bind(at.workspace.as_str())
-                    .push_bind(at.layout.as_str())
-                    .push_bind(v.path.as_str())
-                    .push_bind(v.digest.as_str())
-                    .push_bind(new.model)
-                    .push_bind(v.vector.as_slice());
-            });
-            insert.push(
-                " ON CONFLICT (tenant_id, workspace, layout, path, digest) DO UPDATE SET
-                    model = excluded.model, vector = excluded.vector",
-            );
-            insert.build().execute(&mut *tx).await?;
-        }
-        if new.tokens > 0 {
-            if new.token_budget.is_some() {
-                Self::enforce_token_budget_in(&mut tx, at.tenant, new.token_budget, new.tokens, now).await?;
-            }
-            let delta = usage::UsageDelta { embedding_tokens: new.tokens as i64, ..Default::default() };
-            Self::count_usage_in(&mut tx, &[(at.tenant, delta)].into_iter().collect(), now).await?;
-        }
+        Self::count_embedding_tokens_in(&mut tx, at.tenant, new.tokens, new.token_budget, now).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(current)
     }
 
-    async fn index_failed(&self, at: &IndexedLayout, generation: i64, retry_after: DateTime<Utc>) -> StoreResult<()> {
+    async fn count_embedding_tokens(&self, tenant: TenantId, tokens: u64, budget: Option<u64>) -> StoreResult<()> {
+        if tokens == 0 {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        Self::count_embedding_tokens_in(&mut tx, tenant, tokens, budget, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn index_failed(
+        &self,
+        at: &IndexedLayout,
+        state: &IndexState,
+        retry_after: DateTime<Utc>,
+    ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "UPDATE passage_indexes SET attempts = attempts + 1, retry_after = $5
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND generation = $4",
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND generation = $4 AND epoch = $6",
         )
         .bind(at.tenant)
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
-        .bind(generation)
+        .bind(state.generation)
         .bind(retry_after)
+        .bind(state.epoch.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -185,8 +266,8 @@ impl PassageVectorStore for SqlStore<DB> {
     async fn mark_index_stale(&self, at: &IndexedLayout, now: DateTime<Utc>) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO passage_indexes (tenant_id, workspace, layout, generation, retry_after)
-             VALUES ($1, $2, $3, 1, $4)
+            "INSERT INTO passage_indexes (tenant_id, workspace, layout, epoch, generation, retry_after)
+             VALUES ($1, $2, $3, $5, 1, $4)
              ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET generation = passage_indexes.generation + 1
              WHERE passage_indexes.embedded_generation >= passage_indexes.generation",
         )
@@ -194,6 +275,7 @@ impl PassageVectorStore for SqlStore<DB> {
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
         .bind(now)
+        .bind(uuid::Uuid::new_v4().to_string())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
