@@ -162,4 +162,11 @@ async fn a_forget_takes_its_passages_vectors_with_it(backend: Backend) {
     assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     let left = "SELECT (SELECT count(*) FROM passage_vectors) + (SELECT count(*) FROM passage_indexes)";
     assert_eq!(db.count(left).await, 0);
+
+    // Published again under the same name: a new indexing, of the new passages only.
+    app.post_segment(&t.key, "s3", "default", json!({"rollout_id": "r3", "input": "hi"})).await;
+    edit(&app, &t.key, json!([{"command": "create", "path": "MEMORY.md", "file_text": NOTES}])).await;
+    embedded(&app, &t.key).await;
+    assert_eq!(db.count("SELECT count(*) FROM passage_vectors").await, 4, "the four passages of NOTES, no more");
+    assert!(!database_holds(&app, backend, &digest));
 }
