@@ -167,8 +167,8 @@ impl Indexer {
             .map_err(|e| Failure::from(e.to_string().as_str()))?
             .map_err(|e| Failure::from(crate::error_chain(&e).as_str()))?;
         let model = self.client.model();
-        let stored = self.store.layout_vectors(at, model).await?;
-        let have: HashSet<(&str, &str)> = stored.iter().map(|v| (v.path.as_str(), v.digest.as_str())).collect();
+        let stored = self.store.layout_vector_keys(at, model).await?;
+        let have: HashSet<(&str, &str)> = stored.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
         let mut kept: HashSet<(String, String)> = HashSet::new();
         let mut missing: Vec<(&str, &str, &str)> = Vec::new();
         for (path, file) in &files {

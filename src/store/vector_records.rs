@@ -65,6 +65,8 @@ pub trait PassageVectorStore: Send + Sync {
     async fn index_state(&self, at: &IndexedLayout) -> StoreResult<Option<IndexState>>;
     /// Every vector of the layout made by `model`.
     async fn layout_vectors(&self, at: &IndexedLayout, model: &str) -> StoreResult<Vec<StoredVector>>;
+    /// The `(path, digest)` of every vector of the layout made by `model`.
+    async fn layout_vector_keys(&self, at: &IndexedLayout, model: &str) -> StoreResult<Vec<(String, String)>>;
     /// Vectors by `model` the tenant already has for any of `digests`, one a digest.
     async fn vectors_by_digest(
         &self,

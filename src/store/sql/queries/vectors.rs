@@ -10,7 +10,37 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
 
+/// How a publish raises a layout's generation: always, and its retries start over.
+const RAISE_ALWAYS: &str = "generation = passage_indexes.generation + 1, attempts = 0,
+    retry_after = excluded.retry_after";
+/// How a search that met passages without a vector does: only when nothing is pending already.
+const RAISE_IF_EMBEDDED: &str = "generation = passage_indexes.generation + 1
+    WHERE passage_indexes.embedded_generation >= passage_indexes.generation";
+
 impl SqlStore<DB> {
+    /// The layout's indexing state made (a new epoch, generation 1) or its
+    /// generation raised as `raise` says: the layout is due for indexing.
+    async fn raise_generation_in(
+        tx: &mut DbConnection,
+        at: &IndexedLayout,
+        now: DateTime<Utc>,
+        raise: &'static str,
+    ) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO passage_indexes (tenant_id, workspace, layout, epoch, generation, retry_after)
+             VALUES ($1, $2, $3, $5, 1, $4)
+             ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET {raise}"
+        )))
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(now)
+        .bind(uuid::Uuid::new_v4().to_string())
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+
     /// A publish of `at`'s files: the generation goes up (first, so that an
     /// indexing storing at the old one waits for this transaction and then
     /// stores nothing), then each changed file's vanished passages go.
@@ -20,19 +50,7 @@ impl SqlStore<DB> {
         changes: &PassageChanges,
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO passage_indexes (tenant_id, workspace, layout, epoch, generation, retry_after)
-             VALUES ($1, $2, $3, $5, 1, $4)
-             ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET
-                generation = passage_indexes.generation + 1, attempts = 0, retry_after = excluded.retry_after",
-        )
-        .bind(at.tenant)
-        .bind(at.workspace.as_str())
-        .bind(at.layout.as_str())
-        .bind(now)
-        .bind(uuid::Uuid::new_v4().to_string())
-        .execute(&mut *tx)
-        .await?;
+        Self::raise_generation_in(&mut *tx, at, now, RAISE_ALWAYS).await?;
         for (path, kept) in &changes.files {
             let kept = serde_json::to_string(kept).expect("digests serialise");
             sqlx::query(AssertSqlSafe(format!(
@@ -174,6 +192,20 @@ impl PassageVectorStore for SqlStore<DB> {
         rows.iter().map(vector_of).collect()
     }
 
+    async fn layout_vector_keys(&self, at: &IndexedLayout, model: &str) -> StoreResult<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT path, digest FROM passage_vectors
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND model = $4",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(model)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get("path")?, row.try_get("digest")?))).collect()
+    }
+
     async fn vectors_by_digest(
         &self,
         tenant: TenantId,
@@ -265,19 +297,7 @@ impl PassageVectorStore for SqlStore<DB> {
 
     async fn mark_index_stale(&self, at: &IndexedLayout, now: DateTime<Utc>) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO passage_indexes (tenant_id, workspace, layout, epoch, generation, retry_after)
-             VALUES ($1, $2, $3, $5, 1, $4)
-             ON CONFLICT (tenant_id, workspace, layout) DO UPDATE SET generation = passage_indexes.generation + 1
-             WHERE passage_indexes.embedded_generation >= passage_indexes.generation",
-        )
-        .bind(at.tenant)
-        .bind(at.workspace.as_str())
-        .bind(at.layout.as_str())
-        .bind(now)
-        .bind(uuid::Uuid::new_v4().to_string())
-        .execute(&mut *tx)
-        .await?;
+        Self::raise_generation_in(&mut tx, at, now, RAISE_IF_EMBEDDED).await?;
         tx.commit().await?;
         Ok(())
     }
