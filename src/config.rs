@@ -211,6 +211,9 @@ pub struct QuotaSettings {
     /// Largest accepted request body, in bytes.
     #[arg(long = "max-segment-bytes", env = "MEMORYD_MAX_SEGMENT_BYTES", default_value_t = 33_554_432)]
     pub max_segment_bytes: usize,
+    /// The most segments one batch append takes (`segments:batch`).
+    #[arg(long = "max-batch-segments", env = "MEMORYD_MAX_BATCH_SEGMENTS", default_value_t = 1000)]
+    pub max_batch_segments: usize,
     /// Every tenant's limits where its own leave a field unset (JSON as in
     /// `PUT /v1/admin/tenants/{tenant_id}/limits`; absent or 0: unlimited).
     #[arg(long = "default-limits", env = "MEMORYD_DEFAULT_LIMITS", default_value = "{}")]
@@ -314,6 +317,7 @@ pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
     let (jobs, records, quotas, http) = (&c.jobs, &c.records, &c.quotas, &c.http);
     vec![
         ("MEMORYD_MAX_SEGMENT_BYTES", n(quotas.max_segment_bytes), 1, GIB),
+        ("MEMORYD_MAX_BATCH_SEGMENTS", n(quotas.max_batch_segments), 1, 100_000),
         ("MEMORYD_LLM_TIMEOUT_SECS", s(c.model.timeout), 1, DAY_SECS),
         ("MEMORYD_WORKER_CONCURRENCY", n(jobs.worker_concurrency), 1, 1024),
         ("MEMORYD_RETRY_BASE_MS", ms(jobs.retry_base), 1, DAY_SECS * 1000),

@@ -11,12 +11,10 @@
 
 use crate::domain::ids::{LayoutName, WorkspaceName};
 use crate::domain::layout::ValidLayout;
-use crate::store::{
-    AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, SegmentReceipt, Store, StoreError, TenantId,
-    WrittenSegment,
-};
+use crate::store::{AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, Store, StoreError, TenantId};
 use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
 use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
@@ -39,8 +37,9 @@ impl From<StoreError> for IngestError {
 
 type Answer = Result<AppendOutcome, IngestError>;
 
-/// The most appends one transaction takes. Bigger groups hold their rows'
-/// locks longer and gain little: the commit's cost is shared already.
+/// The most segments one transaction takes (but a batch of more goes in
+/// one, alone). Bigger groups hold their rows' locks longer and gain little:
+/// the commit's cost is shared already.
 pub const MAX_GROUP: usize = 64;
 
 /// While a group is under way, the next one starts once this many appends
@@ -136,7 +135,8 @@ fn start_groups(shared: &Arc<Shared>) {
             // then bigger, unless enough wait already.
             return;
         }
-        let group = next_group(&mut state.waiting, MAX_GROUP, |q| GroupKey::of(&q.req), &state.busy);
+        let group =
+            next_group(&mut state.waiting, MAX_GROUP, |q| q.req.segments.len(), |q| GroupKey::of(&q.req), &state.busy);
         if group.is_empty() {
             return;
         }
@@ -147,7 +147,7 @@ fn start_groups(shared: &Arc<Shared>) {
         tokio::spawn(async move {
             let shared = &finished.shared;
             let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
-            crate::metrics::append_group(reqs.len());
+            crate::metrics::append_group(reqs.iter().map(|r| r.segments.len()).sum());
             let answers = append_group(shared.store.as_ref(), &shared.volumes, &reqs).await;
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(answer);
@@ -211,10 +211,13 @@ pub enum GroupKey {
 
 impl GroupKey {
     fn of(req: &AppendRequest) -> Vec<GroupKey> {
-        let mut keys = vec![
-            GroupKey::Rollout(req.tenant_id, req.layout_name.clone(), req.segment.rollout_id.to_string()),
-            GroupKey::Session(req.tenant_id, req.session_id.to_string()),
-        ];
+        let mut keys = vec![GroupKey::Session(req.tenant_id, req.session_id.to_string())];
+        for s in &req.segments {
+            let rollout = GroupKey::Rollout(req.tenant_id, s.layout_name.clone(), s.segment.rollout_id.to_string());
+            if !keys.contains(&rollout) {
+                keys.push(rollout);
+            }
+        }
         if let Some(claim) = &req.idempotency {
             keys.push(GroupKey::IdempotencyKey(req.tenant_id, claim.key.clone()));
         }
@@ -226,28 +229,33 @@ impl GroupKey {
     }
 }
 
-/// Takes up to `max` of the waiting appends, oldest first. Left in the queue
-/// (in their order) are those that share a key with a group under way
+/// Takes waiting appends, oldest first, while their `size` (segments) adds
+/// up to at most `max`, but always the first one that may go. Left in the
+/// queue (in their order) are those that share a key with a group under way
 /// (`busy`), with one taken before them, or with one left before them: so
 /// appends to one rollout or session keep their order.
 pub fn next_group<T>(
     waiting: &mut VecDeque<T>,
     max: usize,
+    size: impl Fn(&T) -> usize,
     keys: impl Fn(&T) -> Vec<GroupKey>,
     busy: &HashSet<GroupKey>,
 ) -> Vec<T> {
     let mut taken = HashSet::new();
     let mut left_keys = HashSet::new();
     let mut group = Vec::new();
+    let mut group_size = 0;
     let mut left = VecDeque::new();
     while let Some(item) = waiting.pop_front() {
         let item_keys = keys(&item);
-        let free = group.len() < max
+        let item_size = size(&item);
+        let free = (group.is_empty() || group_size + item_size <= max)
             && item_keys.iter().all(|k| {
                 !busy.contains(k) && !left_keys.contains(k) && (k.shared_within_a_group() || !taken.contains(k))
             });
         if free {
             taken.extend(item_keys);
+            group_size += item_size;
             group.push(item);
         } else {
             left_keys.extend(item_keys);
@@ -315,39 +323,88 @@ pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRe
     answers.into_iter().map(|a| a.expect("every append of a group is answered")).collect()
 }
 
-/// Writes each line (by its place in the group) into its layout's sessions
-/// folder and makes all of them durable together.
-fn write_lines(
-    lines: Vec<(usize, std::path::PathBuf, ValidLayout, AppendPosition, Arc<str>)>,
-) -> Vec<(usize, Result<u64, IngestError>)> {
-    let mut results = Vec::with_capacity(lines.len());
-    let mut appends = Vec::with_capacity(lines.len());
-    let mut places = Vec::with_capacity(lines.len());
-    let mut ensured: Vec<(std::path::PathBuf, String, String)> = Vec::new();
-    for (place, root, layout, position, line) in lines {
-        let folders = (root, layout.sessions_dir.normalized.clone(), layout.memories_dir.normalized.clone());
+/// One append's lines to one rollout file, which go at `position`.
+struct FileLines {
+    /// The append's place in the group.
+    place: usize,
+    root: PathBuf,
+    layout: ValidLayout,
+    rollout_path: String,
+    offset: u64,
+    /// The lines, one after another.
+    bytes: Arc<str>,
+}
+
+/// An append's lines by file: the lines to one rollout in one write (a lone
+/// line as it is, not copied).
+fn file_lines(place: usize, root: &Path, req: &AppendRequest, position: &AppendPosition) -> Vec<FileLines> {
+    let mut files: Vec<(FileLines, Vec<Arc<str>>)> = Vec::new();
+    for (s, placed) in req.segments.iter().zip(&position.places) {
+        let path = &placed.receipt.rollout_path;
+        match files.iter_mut().find(|(f, _)| f.rollout_path == *path && f.layout.sessions_dir == s.layout.sessions_dir)
+        {
+            Some((_, lines)) => lines.push(s.segment.line.clone()),
+            None => files.push((
+                FileLines {
+                    place,
+                    root: root.to_path_buf(),
+                    layout: s.layout.clone(),
+                    rollout_path: path.clone(),
+                    offset: placed.offset,
+                    bytes: s.segment.line.clone(),
+                },
+                vec![s.segment.line.clone()],
+            )),
+        }
+    }
+    files
+        .into_iter()
+        .map(|(mut file, lines)| {
+            if lines.len() > 1 {
+                file.bytes = Arc::from(lines.concat());
+            }
+            file
+        })
+        .collect()
+}
+
+/// Writes each append's lines (by its place in the group) into its layouts'
+/// sessions folders and makes all of them durable together: for each file,
+/// the length it should have and the one it has, or why an append's lines
+/// are not durable.
+fn write_lines(files: Vec<FileLines>) -> Vec<(usize, u64, Result<u64, IngestError>)> {
+    let mut results = Vec::with_capacity(files.len());
+    let mut appends = Vec::with_capacity(files.len());
+    let mut places = Vec::with_capacity(files.len());
+    let mut ensured: Vec<(PathBuf, String, String)> = Vec::new();
+    for file in files {
+        let folders =
+            (file.root, file.layout.sessions_dir.normalized.clone(), file.layout.memories_dir.normalized.clone());
         let ready = if ensured.contains(&folders) {
             Ok(())
         } else {
-            ensure_layout(&folders.0, &layout).inspect(|()| ensured.push(folders.clone()))
+            ensure_layout(&folders.0, &file.layout).inspect(|()| ensured.push(folders.clone()))
         };
-        let root = &folders.0;
-        let path = ready.and_then(|()| confine(root, &position.rollout_path));
+        let path = ready.and_then(|()| confine(&folders.0, &file.rollout_path));
+        let end = file.offset + file.bytes.len() as u64;
         match path {
             Ok(path) => {
-                appends.push(LineAppend { path, committed_len: position.committed_len, line });
-                places.push(place);
+                appends.push(LineAppend { path, committed_len: file.offset, line: file.bytes });
+                places.push((file.place, end));
             }
-            Err(err) => results.push((place, Err(err.into()))),
+            Err(err) => results.push((file.place, end, Err(err.into()))),
         }
     }
     let durable = append_all_durably(&appends);
-    results.extend(places.into_iter().zip(durable.into_iter().map(|r| r.map_err(IngestError::from))));
+    let durable = places.into_iter().zip(durable).map(|((place, end), r)| (place, end, r.map_err(IngestError::from)));
+    results.extend(durable);
     results
 }
 
 fn lock_order(req: &AppendRequest) -> (TenantId, &str, &str, &str) {
-    (req.tenant_id, req.session_id.as_str(), req.layout_name.as_str(), req.segment.rollout_id.as_str())
+    let first = req.segments.first();
+    let layout = first.map_or("", |s| s.layout_name.as_str());
+    (req.tenant_id, req.session_id.as_str(), layout, first.map_or("", |s| s.segment.rollout_id.as_str()))
 }
 
 enum GroupResult {
@@ -365,11 +422,10 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
         Err(err) => return GroupResult::Failed(err),
     };
     let mut failures = Vec::new();
-    let mut lines = Vec::new();
+    let mut files = Vec::new();
     let mut outcomes = Vec::with_capacity(group.len());
-    let mut written = Vec::new();
     // Most of a group goes to a few workspaces: each is confined once.
-    let mut roots: Vec<((TenantId, &WorkspaceName), std::path::PathBuf)> = Vec::new();
+    let mut roots: Vec<((TenantId, &WorkspaceName), PathBuf)> = Vec::new();
     for (place, start) in batch.starts().iter().enumerate() {
         let position = match start {
             AppendStart::Done(outcome) => {
@@ -387,44 +443,37 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
                 .inspect(|root| roots.push((workspace, root.clone()))),
         };
         match root {
-            Ok(root) => lines.push((place, root, req.layout.clone(), position.clone(), req.segment.line.clone())),
+            Ok(root) => files.extend(file_lines(place, &root, req, position)),
             Err(err) => failures.push((pending[place], err.into())),
         }
-        let receipt = SegmentReceipt {
-            workspace: position.workspace.clone(),
-            session_id: req.session_id.clone(),
-            layout: req.layout_name.clone(),
-            rollout_id: req.segment.rollout_id.clone(),
-            segment_index: position.segment_index,
-            rollout_path: position.rollout_path.clone(),
-        };
-        let new_len = position.committed_len + req.segment.line.len() as u64;
-        written.push(WrittenSegment { request: place, new_len, receipt: receipt.clone() });
-        outcomes.push(AppendOutcome::Appended { receipt, opened_session: position.opened_session });
+        let receipts = position.places.iter().map(|p| p.receipt.clone()).collect();
+        outcomes.push(AppendOutcome::Appended { receipts, opened_session: position.opened_session });
     }
     if !failures.is_empty() {
         return GroupResult::NotWritten(failures);
     }
     // The rows are updated while the lines are written and synced: the
     // commit, which alone makes the updates count, waits for both.
-    let (synced, recorded) =
-        tokio::join!(tokio::task::spawn_blocking(move || write_lines(lines)), batch.record(&written));
+    let (synced, recorded) = tokio::join!(tokio::task::spawn_blocking(move || write_lines(files)), batch.record());
     let synced = match synced {
         Ok(synced) => synced,
         Err(panicked) => {
             return GroupResult::Failed(StoreError::Corrupt(format!("writing the rollout files panicked: {panicked}")));
         }
     };
-    for (place, result) in synced {
-        let expected = written.iter().find(|w| w.request == place).map(|w| w.new_len);
+    for (place, expected, result) in synced {
         match result {
-            Ok(new_len) if Some(new_len) == expected => {}
+            Ok(new_len) if new_len == expected => {}
             Ok(new_len) => {
                 return GroupResult::Failed(StoreError::Corrupt(format!(
-                    "a rollout file grew to {new_len} bytes, not the {expected:?} recorded"
+                    "a rollout file grew to {new_len} bytes, not the {expected} recorded"
                 )));
             }
-            Err(err) => failures.push((pending[place], err)),
+            Err(err) => {
+                if !failures.iter().any(|(f, _)| *f == pending[place]) {
+                    failures.push((pending[place], err));
+                }
+            }
         }
     }
     if !failures.is_empty() {
@@ -455,6 +504,10 @@ mod tests {
         ]
     }
 
+    fn one<T>(_: &T) -> usize {
+        1
+    }
+
     fn idle() -> HashSet<GroupKey> {
         HashSet::new()
     }
@@ -462,7 +515,7 @@ mod tests {
     #[test]
     fn a_group_takes_the_oldest_appends_up_to_its_size() {
         let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "c"), ("s4", "d")].into();
-        assert_eq!(next_group(&mut waiting, 3, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s3", "c")]);
+        assert_eq!(next_group(&mut waiting, 3, one, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s3", "c")]);
         assert_eq!(waiting, [("s4", "d")]);
     }
 
@@ -470,30 +523,30 @@ mod tests {
     fn appends_to_one_rollout_go_in_later_groups_in_their_order() {
         let mut waiting: VecDeque<(&str, &str)> =
             [("s1", "a"), ("s2", "b"), ("s3", "a"), ("s4", "c"), ("s5", "a")].into();
-        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s4", "c")]);
-        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s3", "a")]);
-        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s5", "a")]);
+        assert_eq!(next_group(&mut waiting, 10, one, keys, &idle()), [("s1", "a"), ("s2", "b"), ("s4", "c")]);
+        assert_eq!(next_group(&mut waiting, 10, one, keys, &idle()), [("s3", "a")]);
+        assert_eq!(next_group(&mut waiting, 10, one, keys, &idle()), [("s5", "a")]);
         assert!(waiting.is_empty());
     }
 
     #[test]
     fn one_group_appends_to_several_rollouts_of_a_session() {
         let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s1", "b")].into();
-        assert_eq!(next_group(&mut waiting, 10, keys, &idle()), [("s1", "a"), ("s1", "b")]);
+        assert_eq!(next_group(&mut waiting, 10, one, keys, &idle()), [("s1", "a"), ("s1", "b")]);
     }
 
     #[test]
     fn a_group_under_way_holds_back_its_sessions_and_rollouts() {
         let busy: HashSet<GroupKey> = keys(&("s1", "a")).into_iter().collect();
         let mut waiting: VecDeque<(&str, &str)> = [("s1", "b"), ("s2", "a"), ("s3", "c"), ("s1", "d")].into();
-        assert_eq!(next_group(&mut waiting, 10, keys, &busy), [("s3", "c")]);
+        assert_eq!(next_group(&mut waiting, 10, one, keys, &busy), [("s3", "c")]);
         assert_eq!(waiting, [("s1", "b"), ("s2", "a"), ("s1", "d")]);
     }
 
     #[test]
     fn an_append_past_the_size_keeps_later_ones_of_its_rollout_behind_it() {
         let mut waiting: VecDeque<(&str, &str)> = [("s1", "a"), ("s2", "b"), ("s3", "b")].into();
-        assert_eq!(next_group(&mut waiting, 1, keys, &idle()), [("s1", "a")]);
+        assert_eq!(next_group(&mut waiting, 1, one, keys, &idle()), [("s1", "a")]);
         assert_eq!(waiting, [("s2", "b"), ("s3", "b")]);
     }
 
@@ -501,7 +554,20 @@ mod tests {
     fn one_idempotency_key_never_appears_twice_in_a_group() {
         let keyed = |k: &&str| vec![GroupKey::IdempotencyKey(tenant(), k.to_string())];
         let mut waiting: VecDeque<&str> = ["k1", "k1", "k2"].into();
-        assert_eq!(next_group(&mut waiting, 10, keyed, &idle()), ["k1", "k2"]);
+        assert_eq!(next_group(&mut waiting, 10, one, keyed, &idle()), ["k1", "k2"]);
         assert_eq!(waiting, ["k1"]);
+    }
+
+    #[test]
+    fn a_group_takes_batches_up_to_its_size_in_segments_and_a_bigger_one_alone() {
+        // (session, rollout, segments)
+        let sized = |(_, _, n): &(&str, &str, usize)| *n;
+        let keyed = |(s, r, _): &(&str, &str, usize)| keys(&(s, r));
+        let mut waiting: VecDeque<(&str, &str, usize)> =
+            [("s1", "a", 40), ("s2", "b", 24), ("s3", "c", 1), ("s4", "d", 300), ("s5", "e", 2)].into();
+        assert_eq!(next_group(&mut waiting, 64, sized, keyed, &idle()), [("s1", "a", 40), ("s2", "b", 24)]);
+        assert_eq!(next_group(&mut waiting, 64, sized, keyed, &idle()), [("s3", "c", 1), ("s5", "e", 2)]);
+        assert_eq!(next_group(&mut waiting, 64, sized, keyed, &idle()), [("s4", "d", 300)]);
+        assert!(waiting.is_empty());
     }
 }

@@ -101,6 +101,10 @@ pub enum ApiError {
     RateLimited(String, u64),
     #[error("{0}")]
     InsufficientStorage(String),
+    /// A batch was refused for one of its segments: that segment's error,
+    /// and its place in the batch (the problem's `index`).
+    #[error("segments[{index}]: {error}")]
+    AtSegment { index: usize, error: Box<ApiError> },
     /// The cause goes to the log with its whole chain, never to the client.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -146,6 +150,7 @@ impl ApiError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Busy(_) | Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
+            Self::AtSegment { error, .. } => error.status_and_code(),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -157,7 +162,12 @@ const RETRY_STORAGE_SECS: &str = "30";
 /// A problem document for `status`, used for errors raised outside the
 /// handlers too (unknown routes, panics, timeouts, body limits).
 pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
-    let mut response = (status, problem_json(status, code, detail)).into_response();
+    problem_at(status, code, detail, None)
+}
+
+/// [`problem`], naming the batch's segment it is about.
+fn problem_at(status: StatusCode, code: &str, detail: &str, index: Option<usize>) -> Response {
+    let mut response = (status, problem_document(status, code, detail, index)).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
     let headers = response.headers_mut();
     match status {
@@ -191,16 +201,24 @@ pub struct ProblemDocument<'a> {
     pub status: u16,
     pub detail: &'a str,
     pub code: &'a str,
+    /// The batch's segment the problem is about (SPEC §2.2 "Batches").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
 }
 
 /// The problem document of `status`, as text.
 pub fn problem_json(status: StatusCode, code: &str, detail: &str) -> String {
+    problem_document(status, code, detail, None)
+}
+
+fn problem_document(status: StatusCode, code: &str, detail: &str, index: Option<usize>) -> String {
     let document = ProblemDocument {
         problem_type: format!("urn:memoryd:problem:{code}"),
         title: status.canonical_reason().unwrap_or("Error"),
         status: status.as_u16(),
         detail,
         code,
+        index,
     };
     serde_json::to_string(&document).expect("a problem document serializes")
 }
@@ -231,7 +249,11 @@ impl IntoResponse for ApiError {
             tracing::error!(error = %crate::error_chain(cause.as_ref()), "request failed");
             return problem(status, code, "An internal error occurred; the request id identifies it in the log.");
         }
-        let mut response = problem(status, code, &self.to_string());
+        let index = match &self {
+            Self::AtSegment { index, .. } => Some(*index),
+            _ => None,
+        };
+        let mut response = problem_at(status, code, &self.to_string(), index);
         if let Self::RateLimited(_, secs) = self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }

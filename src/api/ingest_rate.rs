@@ -16,14 +16,14 @@ pub struct IngestRate {
 
 impl IngestRate {
     /// One segment appended for `tenant` in `minute` (minutes since the epoch).
-    pub fn record(&self, tenant: Uuid, minute: u64) {
+    pub fn record(&self, tenant: Uuid, minute: u64, segments: u64) {
         let mut by_tenant = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
         let slots = by_tenant.entry(tenant).or_insert([(u64::MAX, 0); MINUTES]);
         let slot = &mut slots[(minute % MINUTES as u64) as usize];
         if slot.0 != minute {
             *slot = (minute, 0);
         }
-        slot.1 += 1;
+        slot.1 += segments;
     }
 
     /// Segments per minute over the last `span` minutes up to `now` (seconds
@@ -58,13 +58,13 @@ mod tests {
         let rate = IngestRate::default();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         for _ in 0..30 {
-            rate.record(a, 100);
+            rate.record(a, 100, 1);
         }
         for _ in 0..10 {
-            rate.record(a, 104);
+            rate.record(a, 104, 1);
         }
-        rate.record(a, 110);
-        rate.record(b, 104);
+        rate.record(a, 110, 1);
+        rate.record(b, 104, 1);
         // At 30 s into minute 110: minutes 101 to 109 and half of 110.
         assert_eq!(rate.per_minute(a, 110 * 60 + 30, 10), 11.0 / 9.5);
         // Minutes 100 to 104 whole (at the end of minute 104).
@@ -73,11 +73,11 @@ mod tests {
         // Right after the first segments arrived, the rate is not zero.
         let c = Uuid::new_v4();
         for _ in 0..6 {
-            rate.record(c, 200);
+            rate.record(c, 200, 1);
         }
         assert!(rate.per_minute(c, 200 * 60 + 5, 10) > 0.0);
         // Minute 116 reuses minute 100's slot.
-        rate.record(a, 116);
+        rate.record(a, 116, 1);
         assert_eq!(rate.per_minute(a, 117 * 60 + 59, 15), (10 + 1 + 1) as f64 / (14.0 + 59.0 / 60.0));
         assert_eq!(rate.per_minute(Uuid::new_v4(), 110 * 60, 10), 0.0);
     }

@@ -150,6 +150,32 @@ pub(crate) async fn take_request(
     Some((rate, state.caches.buckets.check(tenant, rate)))
 }
 
+/// A batch's segments beyond the one request the rate layer took: the
+/// request rate counts segments (SPEC §2.2 "Batches"). The decision, for
+/// the response's RateLimit fields, or the 429.
+pub(crate) async fn take_segments(
+    state: &AppState,
+    tenant: Uuid,
+    segments: usize,
+) -> Result<Option<super::rate::RateDecision>, ApiError> {
+    let Some(rate) = effective_limits(state, tenant).await?.request_rate() else { return Ok(None) };
+    let more = u32::try_from(segments.saturating_sub(1)).unwrap_or(u32::MAX);
+    let Some(decision) = state.caches.buckets.check_n(tenant, rate, more) else {
+        return Err(ApiError::RateLimited(
+            format!(
+                "A batch of {segments} segments is more than this tenant's bursts of {} requests; \
+                 send at most {} segments a batch.",
+                rate.burst, rate.burst
+            ),
+            (f64::from(rate.burst) / rate.per_second).ceil() as u64,
+        ));
+    };
+    match refusal(rate, &decision) {
+        Some(refused) => Err(refused),
+        None => Ok(Some(decision)),
+    }
+}
+
 /// The 429 for a request the bucket refused.
 pub(crate) fn refusal(
     rate: crate::domain::limits::RequestRate,
@@ -180,6 +206,8 @@ pub async fn limit_requests(State(state): State<AppState>, mut req: Request<Body
         None => next.run(req).await,
         Some(refused) => refused.into_response(),
     };
+    // A batch took more than the one request, and says what is left.
+    let decision = response.extensions_mut().remove::<super::rate::RateDecision>().unwrap_or(decision);
     let headers = response.headers_mut();
     if let Ok(policy) = HeaderValue::from_str(&format!("\"tenant\";q={};w=1", rate.burst)) {
         headers.insert("ratelimit-policy", policy);

@@ -3,6 +3,7 @@
 
 mod admin;
 mod agent_memory;
+mod appends;
 pub mod authorize;
 mod cache;
 mod client;
@@ -267,8 +268,9 @@ fn tenant_endpoints() -> Vec<Endpoint> {
             Method::POST,
             "/v1/sessions/{session_id}/layouts/{layout}/segments",
             key(Ingest, Session),
-            sessions::append_segment,
+            appends::append_segment,
         ),
+        endpoint(Method::POST, "/v1/sessions/{session_id}/segments:batch", key(Ingest, Session), appends::append_batch),
         endpoint(Method::POST, "/v1/sessions/{session_id}/close", key(Close, Session), sessions::close_session),
         endpoint(Method::GET, "/v1/jobs", key(Read, Filtered), jobs::list_jobs),
         endpoint(Method::GET, "/v1/jobs/{job_id}", key(Read, Job), jobs::get_job),

@@ -70,28 +70,47 @@ impl TenantBuckets {
 
 impl RequestBuckets {
     pub fn check(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate) -> RateDecision {
-        use governor::clock::Clock;
-        let now = std::time::Instant::now();
-        let bucket = {
-            let mut by_tenant = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
-            by_tenant.prune(now);
-            match by_tenant.buckets.get_mut(&tenant) {
-                Some(current) if current.rate == rate => {
-                    current.used_at = now;
-                    current.bucket.clone()
-                }
-                _ => {
-                    let bucket = std::sync::Arc::new(Self::bucket(rate));
-                    by_tenant.buckets.insert(tenant, TenantBucket { rate, bucket: bucket.clone(), used_at: now });
-                    bucket
-                }
-            }
+        let bucket = self.bucket_of(tenant, rate);
+        Self::decision(rate, bucket.check())
+    }
+
+    /// Takes `n` requests at once (a batch's segments); `None` when `n` is
+    /// more than the burst, which no wait would let through.
+    pub fn check_n(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate, n: u32) -> Option<RateDecision> {
+        let Some(n) = std::num::NonZeroU32::new(n) else {
+            return Some(RateDecision { rate, remaining: rate.burst, retry_after: None });
         };
-        match bucket.check() {
+        let bucket = self.bucket_of(tenant, rate);
+        bucket.check_n(n).ok().map(|outcome| Self::decision(rate, outcome))
+    }
+
+    fn decision(
+        rate: crate::domain::limits::RequestRate,
+        outcome: Result<governor::middleware::StateSnapshot, governor::NotUntil<governor::clock::QuantaInstant>>,
+    ) -> RateDecision {
+        use governor::clock::Clock;
+        match outcome {
             Ok(state) => RateDecision { rate, remaining: state.remaining_burst_capacity(), retry_after: None },
             Err(refused) => {
                 let wait = refused.wait_time_from(governor::clock::DefaultClock::default().now());
                 RateDecision { rate, remaining: 0, retry_after: Some(wait) }
+            }
+        }
+    }
+
+    fn bucket_of(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate) -> std::sync::Arc<Bucket> {
+        let now = std::time::Instant::now();
+        let mut by_tenant = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
+        by_tenant.prune(now);
+        match by_tenant.buckets.get_mut(&tenant) {
+            Some(current) if current.rate == rate => {
+                current.used_at = now;
+                current.bucket.clone()
+            }
+            _ => {
+                let bucket = std::sync::Arc::new(Self::bucket(rate));
+                by_tenant.buckets.insert(tenant, TenantBucket { rate, bucket: bucket.clone(), used_at: now });
+                bucket
             }
         }
     }

@@ -2,33 +2,33 @@
 //! (SPEC §2.2, §2.3).
 
 use super::AppState;
-use super::authorize::SessionWorkspace;
-use super::error::{ApiError, STORAGE_FULL};
-use super::extract::{JsonBody, OptionalJsonBody, QueryParams, TenantAuth, sha256_hex};
-use super::layouts::find_layout;
-use crate::domain::ids::{LayoutName, ROLLOUT_ID_ERROR, RolloutId, SessionId, WorkspaceName};
+use super::error::ApiError;
+use super::extract::{OptionalJsonBody, QueryParams, TenantAuth};
+use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::memory_status::MemoryStatus;
-use crate::domain::segment::{SegmentError, build_segment_redacted};
-use crate::store::{
-    AppendOutcome, AppendRequest, AuthenticatedKey, CloseOutcome, CreateSessionOutcome, IdempotencyClaim, JobKind,
-    JobState, NewSession, SessionState,
-};
+use crate::store::{AuthenticatedKey, CloseOutcome, CreateSessionOutcome, JobKind, JobState, NewSession, SessionState};
 use axum::Json;
-use axum::extract::{Extension, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Duration;
 
-const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 const MAX_CLOSE_WAIT_SECS: u64 = 300;
 
 fn session_not_found(raw: &str) -> ApiError {
     ApiError::NotFound(format!("No session {raw}."))
 }
 
-fn parse_workspace(raw: &str) -> Result<WorkspaceName, ApiError> {
+/// A session id in a path; 400 when it is not one.
+pub(super) fn parse_session_id(raw: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(raw).ok_or_else(|| {
+        ApiError::InvalidRequest(format!("session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"))
+    })
+}
+
+pub(super) fn parse_workspace(raw: &str) -> Result<WorkspaceName, ApiError> {
     WorkspaceName::parse(raw).ok_or_else(|| {
         ApiError::InvalidRequest(format!("workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw}"))
     })
@@ -104,147 +104,8 @@ pub async fn get_session(
     Ok(Json(view))
 }
 
-#[derive(Deserialize)]
-pub struct SegmentQuery {
-    workspace: Option<String>,
-}
-
-fn idempotency_claim(headers: &HeaderMap, scope: &str, raw_body: &[u8]) -> Result<Option<IdempotencyClaim>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value.to_str().map_err(|_| ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into()))?;
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
-        return Err(ApiError::InvalidRequest(format!(
-            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
-        )));
-    }
-    let mut hashed = scope.as_bytes().to_vec();
-    hashed.push(0);
-    hashed.extend_from_slice(raw_body);
-    Ok(Some(IdempotencyClaim { key: key.to_owned(), request_hash: sha256_hex(&hashed) }))
-}
-
-pub async fn append_segment(
-    TenantAuth(tenant): TenantAuth,
-    State(state): State<AppState>,
-    Path((raw_session, raw_layout)): Path<(String, String)>,
-    QueryParams(query): QueryParams<SegmentQuery>,
-    found: Option<Extension<SessionWorkspace>>,
-    headers: HeaderMap,
-    body: JsonBody,
-) -> Result<axum::response::Response, ApiError> {
-    let session_id = SessionId::parse(&raw_session).ok_or_else(|| {
-        ApiError::InvalidRequest(format!(
-            "session id must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_session}"
-        ))
-    })?;
-    // For a key with some workspaces only, the session must still be in the
-    // one the authorization layer found when the append takes its lock.
-    let workspace = match query.workspace.as_deref() {
-        Some(raw) => Some(parse_workspace(raw)?),
-        None => found.map(|Extension(SessionWorkspace(w))| w),
-    };
-    let (layout_name, layout) = find_layout(&state, tenant, &raw_layout).await?;
-    let scope = format!("segment\0{session_id}\0{layout_name}\0{}", query.workspace.as_deref().unwrap_or(""));
-    let claim = idempotency_claim(&headers, &scope, &body.raw)?;
-    if layout.config.generate.is_none() {
-        return Err(generation_disabled(&layout_name));
-    }
-    if !state.volumes.has_room() {
-        return Err(ApiError::InsufficientStorage(STORAGE_FULL.into()));
-    }
-    // SPEC §4: with `at_ingest`, the stored line itself carries no secret.
-    let redactor = layout.config.redaction.at_ingest.then(|| layout.redactor());
-    let mut redacted = crate::domain::redact::Counts::new();
-    let segment = build_segment_redacted(body.value, chrono::Utc::now(), redactor.as_deref(), &mut redacted).map_err(
-        |e| match e {
-            SegmentError::RolloutId(_) => ApiError::InvalidRolloutId(ROLLOUT_ID_ERROR.into()),
-            SegmentError::Unparseable(detail) => ApiError::InvalidSegment { status: StatusCode::BAD_REQUEST, detail },
-            SegmentError::Invalid(detail) => {
-                ApiError::InvalidSegment { status: StatusCode::UNPROCESSABLE_ENTITY, detail }
-            }
-        },
-    )?;
-    crate::metrics::redactions("ingest", &redacted);
-    let bytes = segment.line.len();
-    let cited = segment.cited.clone();
-    let limits = super::limits::effective_limits(&state, tenant).await?;
-    let outcome = state
-        .appends
-        .append(AppendRequest {
-            tenant_id: tenant,
-            session_id: session_id.clone(),
-            workspace,
-            layout_name,
-            layout,
-            segment,
-            idempotency: claim,
-            max_open_sessions: limits.open_sessions.filter(|n| *n > 0),
-            max_storage_bytes: limits.storage_bytes.filter(|n| *n > 0),
-        })
-        .await?;
-    match outcome {
-        AppendOutcome::Appended { receipt, opened_session } => {
-            crate::metrics::segment_ingested(bytes);
-            state.caches.ingest.record(tenant, super::ingest_rate::current_minute());
-            if opened_session {
-                crate::metrics::session_opened();
-            }
-            // The request's own line says it at `info`; this is the hot path.
-            tracing::debug!(
-                session_id = %receipt.session_id, layout = %receipt.layout, rollout_id = %receipt.rollout_id,
-                segment_index = receipt.segment_index, bytes, "segment appended"
-            );
-            count_citations(&state, tenant, &receipt, &cited).await;
-            Ok((StatusCode::CREATED, Json(receipt)).into_response())
-        }
-        AppendOutcome::Replayed(first) => Ok((StatusCode::CREATED, Json(first)).into_response()),
-        AppendOutcome::IdempotencyConflict => {
-            Err(ApiError::IdempotencyConflict("This Idempotency-Key was used with another request.".into()))
-        }
-        AppendOutcome::SessionClosed(s) => Err(ApiError::SessionClosed(format!(
-            "Session {session_id} is {}; open a new session for further segments.",
-            s.as_str()
-        ))),
-        AppendOutcome::WorkspaceMismatch(actual) => {
-            Err(ApiError::IdempotencyConflict(format!("Session {session_id} belongs to workspace {actual}.")))
-        }
-        AppendOutcome::Forgetting(detail) => Err(ApiError::Forgetting(detail)),
-        AppendOutcome::TooManyOpenSessions(limit) => Err(too_many_open(limit)),
-        AppendOutcome::StorageQuota(limit) => Err(ApiError::QuotaExceeded(format!(
-            "This tenant may keep {limit} bytes, and this segment of {bytes} bytes would pass that; \
-             forget what is no longer needed or ask for a larger limit."
-        ))),
-    }
-}
-
-/// The rollouts an appended segment cites count as used by its session
-/// (SPEC §2.10); best effort: the segment is already acknowledged.
-async fn count_citations(
-    state: &AppState,
-    tenant: uuid::Uuid,
-    receipt: &crate::store::SegmentReceipt,
-    cited: &[crate::domain::ids::RolloutId],
-) {
-    if cited.is_empty() {
-        return;
-    }
-    let counted = state
-        .store
-        .record_memory_uses(tenant, &receipt.workspace, &receipt.layout, &receipt.session_id, cited, chrono::Utc::now())
-        .await;
-    if let Err(e) = counted {
-        tracing::warn!(error = %crate::error_chain(&e), "counting a segment's citations failed");
-    }
-}
-
-fn too_many_open(limit: u64) -> ApiError {
+pub(super) fn too_many_open(limit: u64) -> ApiError {
     ApiError::QuotaExceeded(format!("This tenant may have {limit} open sessions; close one before opening another."))
-}
-
-fn generation_disabled(layout: &crate::domain::ids::LayoutName) -> ApiError {
-    ApiError::GenerationDisabled(format!("Layout {layout} has generate: null; it only reads memory."))
 }
 
 #[derive(Deserialize)]

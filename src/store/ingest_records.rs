@@ -36,19 +36,49 @@ pub struct IdempotencyClaim {
     pub request_hash: String,
 }
 
+/// An append: one or more segments to one session, in order, all of them
+/// acknowledged or none (SPEC §2.2: a single append is a batch of one).
 pub struct AppendRequest {
     pub tenant_id: TenantId,
     pub session_id: SessionId,
     /// `?workspace=`; `None` means the session's own (or `default` for a new one).
     pub workspace: Option<WorkspaceName>,
-    pub layout_name: LayoutName,
-    pub layout: ValidLayout,
-    pub segment: Segment,
+    /// At least one.
+    pub segments: Vec<SegmentAppend>,
+    /// The answer an idempotency key keeps: a batch's or a single segment's.
+    pub answer: AnswerShape,
     pub idempotency: Option<IdempotencyClaim>,
     /// The tenant's `open_sessions` limit, if any: a segment may not open one more.
     pub max_open_sessions: Option<u64>,
     /// The tenant's `storage_bytes` limit, if any: a segment may not pass it.
     pub max_storage_bytes: Option<u64>,
+}
+
+/// One segment of an append, with the layout it goes to.
+pub struct SegmentAppend {
+    pub layout_name: LayoutName,
+    pub layout: ValidLayout,
+    pub segment: Segment,
+}
+
+/// What the route answers, and so what an idempotency key replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerShape {
+    /// The segment's receipt.
+    Single,
+    /// [`BatchAnswer`].
+    Batch,
+}
+
+impl AppendRequest {
+    /// The answer kept for this append's idempotency key.
+    pub fn answer(&self, receipts: &[SegmentReceipt]) -> Value {
+        match (self.answer, receipts) {
+            (AnswerShape::Single, [receipt]) => serde_json::to_value(receipt),
+            _ => serde_json::to_value(BatchAnswer { session_id: self.session_id.clone(), receipts: receipts.to_vec() }),
+        }
+        .expect("a receipt always serialises")
+    }
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -65,11 +95,19 @@ pub struct SegmentReceipt {
     pub rollout_path: String,
 }
 
+/// A batch's answer: each segment's receipt, in the batch's order.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AppendedBatch")]
+pub struct BatchAnswer {
+    pub session_id: SessionId,
+    pub receipts: Vec<SegmentReceipt>,
+}
+
 #[derive(Debug, Clone)]
 pub enum AppendOutcome {
-    /// `opened_session`: this segment opened the session.
+    /// Each segment's receipt, in order; `opened_session`: this append opened the session.
     Appended {
-        receipt: SegmentReceipt,
+        receipts: Vec<SegmentReceipt>,
         opened_session: bool,
     },
     /// The first response to this idempotency key, returned again.
@@ -77,56 +115,60 @@ pub enum AppendOutcome {
     IdempotencyConflict,
     SessionClosed(SessionState),
     WorkspaceMismatch(WorkspaceName),
-    /// The workspace or the rollout is being forgotten (the detail says which).
-    Forgetting(String),
+    /// The workspace or a rollout is being forgotten (the detail says
+    /// which); `index`: the first segment refused.
+    Forgetting {
+        detail: String,
+        index: usize,
+    },
     /// Opening the session would pass the tenant's `open_sessions` limit.
     TooManyOpenSessions(u64),
-    /// The line would take the tenant's storage past this many bytes.
-    StorageQuota(u64),
+    /// The segment at `index` would take the tenant's storage past `limit` bytes.
+    StorageQuota {
+        limit: u64,
+        index: usize,
+    },
 }
 
-/// Where a segment goes, decided and locked by `begin_appends`: the line is
-/// written at `committed_len` of the rollout file at `rollout_path`.
+/// Where an append's segments go, decided and locked by `begin_appends`.
 #[derive(Debug, Clone)]
 pub struct AppendPosition {
     pub workspace: WorkspaceName,
-    pub rollout_path: String,
-    pub committed_len: u64,
-    pub segment_index: i64,
-    /// This segment opens the session.
+    /// This append opens the session.
     pub opened_session: bool,
+    /// Each segment's place, in the append's order.
+    pub places: Vec<SegmentPlace>,
 }
 
-/// What `begin_appends` found for one append of a batch.
+/// One segment's line: written at `offset` of its rollout file (the
+/// committed length, plus the lines of this append before it in the same
+/// file), and its receipt.
+#[derive(Debug, Clone)]
+pub struct SegmentPlace {
+    pub offset: u64,
+    pub receipt: SegmentReceipt,
+}
+
+/// What `begin_appends` found for one append of a group.
 #[derive(Debug, Clone)]
 pub enum AppendStart {
     /// Nothing is to be written: a replay, a conflict, a closed session.
     Done(AppendOutcome),
-    /// Write the line here, then commit the batch.
+    /// Write the lines here, then commit the group.
     Write(AppendPosition),
 }
 
-/// A line for its rollout file, to be recorded by [`AppendBatch::record`].
-#[derive(Debug, Clone)]
-pub struct WrittenSegment {
-    /// The append's place in the batch.
-    pub request: usize,
-    /// The rollout file's length with the line.
-    pub new_len: u64,
-    pub receipt: SegmentReceipt,
-}
-
 /// Appends under way in one transaction: their sessions' and rollouts' rows
-/// are locked (across replicas) until the batch is committed or dropped
+/// are locked (across replicas) until the group is committed or dropped
 /// (which rolls all of it back).
 #[async_trait]
 pub trait AppendBatch: Send {
     /// What each append found, in the order they were given.
     fn starts(&self) -> &[AppendStart];
-    /// Records every line (one for each `Write` start) and the answers for
-    /// their idempotency keys, within the transaction: nothing of it counts
-    /// before `commit`, so the lines may still be on their way to the disk.
-    async fn record(&mut self, written: &[WrittenSegment]) -> StoreResult<()>;
+    /// Records every line of each `Write` start and the answers for their
+    /// idempotency keys, within the transaction: nothing of it counts before
+    /// `commit`, so the lines may still be on their way to the disk.
+    async fn record(&mut self) -> StoreResult<()>;
     /// Commits what was recorded: all of it, or none.
     async fn commit(self: Box<Self>) -> StoreResult<()>;
 }

@@ -6,6 +6,7 @@ mod harness;
 
 mod admin;
 mod agent_memory;
+mod batches;
 mod bounds;
 mod churn;
 mod coalesce;

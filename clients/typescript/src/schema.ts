@@ -1107,6 +1107,68 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/segments:batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Append many segments to one session, in order, all or none (durable before the 201)
+         * @description Each segment names its layout. At most MEMORYD_MAX_BATCH_SEGMENTS segments and MEMORYD_MAX_SEGMENT_BYTES for the whole body. A segment that would be refused alone refuses the batch with its status and code, and the problem's `index` names the first such segment; nothing is written. The request rate counts the batch's segments.
+         */
+        post: {
+            parameters: {
+                query?: {
+                    /** @description workspace of a session this call creates; default `default` */
+                    workspace?: components["schemas"]["FileSafeId"];
+                };
+                header?: {
+                    /** @description covers the whole batch */
+                    "Idempotency-Key"?: string;
+                };
+                path: {
+                    session_id: components["parameters"]["SessionId"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SegmentBatch"];
+                };
+            };
+            responses: {
+                /** @description every segment appended (or the first response to this Idempotency-Key) */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AppendedBatch"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                403: components["responses"]["Problem"];
+                404: components["responses"]["Problem"];
+                408: components["responses"]["Problem"];
+                409: components["responses"]["Problem"];
+                413: components["responses"]["Problem"];
+                422: components["responses"]["Problem"];
+                429: components["responses"]["Problem"];
+                503: components["responses"]["Unavailable"];
+                507: components["responses"]["InsufficientStorage"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/close": {
         parameters: {
             query?: never;
@@ -2425,6 +2487,8 @@ export interface components {
             title: string;
             status: number;
             detail: string;
+            /** @description a batch append's first refused segment */
+            index?: number;
             /** @enum {string} */
             code: "unauthorized" | "not_found" | "invalid_json" | "invalid_rollout_id" | "invalid_segment" | "invalid_layout" | "invalid_request" | "layout_conflict" | "precondition_failed" | "generation_disabled" | "session_closed" | "idempotency_conflict" | "payload_too_large" | "job_not_failed" | "job_not_retryable" | "webhook_disabled" | "history_expired" | "session_open" | "forgetting" | "quota_exceeded" | "invalid_patch" | "read_only" | "memory_changed" | "not_configured" | "method_not_allowed" | "request_timeout" | "unsupported_media_type" | "rate_limited" | "headers_too_large" | "unavailable" | "insufficient_storage" | "internal";
         };
@@ -2528,6 +2592,12 @@ export interface components {
                 has_final_output?: boolean;
             };
             final_output?: unknown;
+        };
+        SegmentBatch: {
+            segments: (components["schemas"]["Segment"] & {
+                /** @description the layout the segment goes to */
+                layout: string;
+            })[];
         };
         SelectionItem: {
             rollout_id: string;
@@ -2754,6 +2824,11 @@ export interface components {
              */
             segment_index: number;
             rollout_path: string;
+        };
+        /** @description A batch's answer: each segment's receipt, in the batch's order. */
+        AppendedBatch: {
+            session_id: string;
+            receipts: components["schemas"]["AppendedSegment"][];
         };
         Session: {
             session_id: string;

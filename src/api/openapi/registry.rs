@@ -6,7 +6,7 @@ use schemars::SchemaGenerator;
 /// What routes answer with, as serialised.
 pub(super) fn answers(generator: &mut SchemaGenerator) {
     use crate::api::{admin, agent_memory, health, history, jobs, keys, limits, listings, memory, sessions, webhooks};
-    use crate::store::{JobRecord, SegmentReceipt, SessionView};
+    use crate::store::{BatchAnswer, JobRecord, SegmentReceipt, SessionView};
     generator.subschema_for::<health::Health>();
     generator.subschema_for::<admin::NewTenantAnswer>();
     generator.subschema_for::<keys::IssuedKey>();
@@ -14,6 +14,7 @@ pub(super) fn answers(generator: &mut SchemaGenerator) {
     generator.subschema_for::<limits::UsageReport>();
     generator.subschema_for::<crate::domain::limits::LimitsView>();
     generator.subschema_for::<SegmentReceipt>();
+    generator.subschema_for::<BatchAnswer>();
     generator.subschema_for::<SessionView>();
     generator.subschema_for::<sessions::CloseAnswer>();
     generator.subschema_for::<JobRecord>();

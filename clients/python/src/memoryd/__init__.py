@@ -10,6 +10,7 @@ The openai-agents integration is :mod:`memoryd.agents` (``pip install
 
 from . import models
 from ._transport import RawResponse, RetryPolicy
+from .buffer import AsyncSegmentBuffer, BufferedAppendError, SegmentBuffer
 from .client import AsyncMemoryd, Memoryd
 from .errors import (
     AuthenticationError,
@@ -30,6 +31,8 @@ from .webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "AsyncMemoryd",
+    "AsyncSegmentBuffer",
+    "BufferedAppendError",
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
@@ -44,6 +47,7 @@ __all__ = [
     "RateLimitedError",
     "RawResponse",
     "RetryPolicy",
+    "SegmentBuffer",
     "ServerError",
     "UnavailableError",
     "WebhookVerificationError",

@@ -15,6 +15,7 @@ from . import models as m
 from ._transport import Call, new_idempotency_key, segment
 
 SegmentBody = Mapping[str, Any] | m.Segment
+BatchSegmentBody = Mapping[str, Any] | m.Segment
 LayoutBody = Mapping[str, Any] | m.LayoutConfig
 DateLike = datetime.date | str | None
 DateTimeLike = datetime.datetime | str | None
@@ -303,6 +304,38 @@ def append_segment(
         as_model(m.AppendedSegment),
         params={"workspace": workspace},
         json=_dump(segment_body),
+        headers={"idempotency-key": key},
+    )
+
+
+def append_segments(
+    session_id: str,
+    segments: Sequence[BatchSegmentBody],
+    *,
+    layout: str = "default",
+    workspace: str | None = None,
+    idempotency_key: str | None = None,
+) -> Call[m.AppendedBatch]:
+    """``POST /v1/sessions/{session_id}/segments:batch``: append many runs in
+    order, all of them or none.
+
+    A segment goes to its own ``"layout"`` (a :class:`~memoryd.models.BatchSegment`
+    or a mapping with that key), else to ``layout``. One ``Idempotency-Key``
+    covers the whole batch, the same on every retry. A batch refused for one
+    of its segments raises with that segment's place in ``error.index``.
+    """
+    bodies = []
+    for body in segments:
+        dumped = _dump(body)
+        dumped.setdefault("layout", layout)
+        bodies.append(dumped)
+    key = idempotency_key or new_idempotency_key()
+    return Call(
+        "POST",
+        f"/v1/sessions/{segment(session_id)}/segments:batch",
+        as_model(m.AppendedBatch),
+        params={"workspace": workspace},
+        json={"segments": bodies},
         headers={"idempotency-key": key},
     )
 

@@ -283,6 +283,7 @@ class _Routes:
     list_workspaces = _Route(routes.list_workspaces)
     get_session = _Route(routes.get_session)
     append_segment = _Route(routes.append_segment)
+    append_segments = _Route(routes.append_segments)
     close_session = _Route(routes.close_session)
 
     # -- jobs ----------------------------------------------------------------

@@ -15,7 +15,9 @@ class MemorydError(Exception):
 
     ``status`` is the HTTP status (``None`` when no answer arrived at all),
     ``code`` memoryd's stable error code, ``detail`` its explanation and
-    ``request_id`` the ``x-request-id`` to quote when asking about it.
+    ``request_id`` the ``x-request-id`` to quote when asking about it. For a
+    batch append refused for one of its segments, ``index`` is that
+    segment's place in the batch (else ``None``).
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class MemorydError(Exception):
         self.request_id = request_id
         self.retry_after = retry_after
         self.body = body
+        self.index: int | None = body.get("index") if isinstance(body, dict) else None
         where = f" (request {request_id})" if request_id else ""
         super().__init__(f"{status or 'no answer'} {code}: {detail}{where}")
 

@@ -31,6 +31,7 @@ class Problem(_Model):
     status: int
     detail: str
     code: str
+    index: int | None = None
 
 
 class NewTenant(_Model):
@@ -229,6 +230,23 @@ class AppendedSegment(_Model):
     rollout_id: str
     segment_index: int
     rollout_path: str
+
+
+class BatchSegment(Segment):
+    """A segment of a batch append, naming the layout it goes to."""
+
+    layout: str
+
+
+class SegmentBatch(_Model):
+    segments: list[BatchSegment]
+
+
+class AppendedBatch(_Model):
+    """Each segment's receipt, in the batch's order."""
+
+    session_id: str
+    receipts: list[AppendedSegment]
 
 
 class NewSession(_Model):

@@ -85,7 +85,7 @@ impl SqlStore<DB> {
             }
         }
         // `$1`–`$4` name the rollout.
-        const BY_ROLLOUT: [(Binds, &str); 7] = [
+        const BY_ROLLOUT: [(Binds, &str); 9] = [
             (
                 Binds::Scope,
                 "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
@@ -106,6 +106,19 @@ impl SqlStore<DB> {
             (
                 Binds::Scope,
                 "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
+            // A batch's key, with every rollout its answer names.
+            (
+                Binds::Scope,
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key IN (
+                    SELECT key FROM idempotency_key_rollouts
+                    WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4)",
+            ),
+            (
+                Binds::Scope,
+                "DELETE FROM idempotency_key_rollouts WHERE tenant_id = $1 AND key IN (
+                    SELECT key FROM idempotency_key_rollouts
+                    WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4)",
             ),
             (
                 Binds::Scope,
@@ -299,7 +312,7 @@ impl SqlStore<DB> {
         own_job: Uuid,
     ) -> StoreResult<()> {
         // `$1`, `$2` name the workspace.
-        const BY_WORKSPACE: [(Binds, &str); 18] = [
+        const BY_WORKSPACE: [(Binds, &str); 19] = [
             (Binds::Scope, "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2"),
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
@@ -340,6 +353,7 @@ impl SqlStore<DB> {
             ),
             (Binds::Scope, "DELETE FROM run_history WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM idempotency_key_rollouts WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM workspace_forgets WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM passage_vectors WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM passage_indexes WHERE tenant_id = $1 AND workspace = $2"),
@@ -355,7 +369,7 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 30] = [
+        const BY_TENANT: [&str; 31] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1",
             "DELETE FROM passage_vectors WHERE tenant_id = $1",
             "DELETE FROM passage_indexes WHERE tenant_id = $1",
@@ -377,6 +391,7 @@ impl SqlStore<DB> {
             "DELETE FROM raw_memories WHERE tenant_id = $1",
             "DELETE FROM job_sessions WHERE tenant_id = $1",
             "DELETE FROM jobs WHERE tenant_id = $1",
+            "DELETE FROM idempotency_key_rollouts WHERE tenant_id = $1",
             "DELETE FROM idempotency_keys WHERE tenant_id = $1",
             "DELETE FROM session_rollouts WHERE tenant_id = $1",
             "DELETE FROM rollouts WHERE tenant_id = $1",

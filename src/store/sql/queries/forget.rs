@@ -375,8 +375,20 @@ impl ForgetStore for SqlStore<DB> {
         .fetch_all(&mut *tx)
         .await?
         .len() as u64;
+        // A batch's key lists its rollouts, made with it: they age alike.
+        let listed = sqlx::query(
+            "DELETE FROM idempotency_key_rollouts WHERE (tenant_id, key, layout, rollout_id) IN (
+                SELECT tenant_id, key, layout, rollout_id FROM idempotency_key_rollouts WHERE created_at < $1 LIMIT $2)
+             RETURNING 1 AS gone",
+        )
+        .bind(before)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?
+        .len() as u64;
         tx.commit().await?;
-        Ok(deleted)
+        // The caller goes on while a batch comes back full.
+        Ok(deleted.max(listed))
     }
 
     async fn expire_records(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {

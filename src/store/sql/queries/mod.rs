@@ -11,6 +11,7 @@ mod finish;
 mod forget;
 mod history;
 mod ingest;
+mod ingest_record;
 mod jobs;
 mod layouts;
 mod memory;
