@@ -458,6 +458,30 @@ export class Memoryd {
     return this.send(call, json<S["AppendedSegment"]>, options);
   }
 
+  /**
+   * Appends many runs to one session in order, all of them or none. A segment goes to its own
+   * `layout`, else to `append.layout` (default `default`). One `Idempotency-Key` covers the whole
+   * batch, the same on every retry. A batch refused for one of its segments rejects with that
+   * segment's place in `error.index`.
+   */
+  appendSegments(
+    sessionId: string,
+    segments: ReadonlyArray<S["Segment"] | Record<string, unknown>>,
+    append: { layout?: string; workspace?: string; idempotencyKey?: string } = {},
+    options?: CallOptions,
+  ): Promise<S["AppendedBatch"]> {
+    const layout = append.layout ?? "default";
+    const call: Call = {
+      method: "POST",
+      path: `/v1/sessions/${segment(sessionId)}/segments:batch`,
+      query: { workspace: append.workspace },
+      json: { segments: segments.map((s) => ({ layout, ...s })) },
+      headers: { "idempotency-key": append.idempotencyKey ?? crypto.randomUUID() },
+      idempotent: true,
+    };
+    return this.send(call, json<S["AppendedBatch"]>, options);
+  }
+
   /** Closes a session; with `wait` (seconds), answers once its memory is made or the wait is over. */
   closeSession(sessionId: string, close: { wait?: number } = {}, options?: CallOptions): Promise<S["CloseResult"]> {
     const call: Call = {

@@ -29,6 +29,12 @@ export class MemorydError extends Error {
     this.retryAfter = init.retryAfter;
     this.body = init.body;
   }
+
+  /** For a batch append refused for one of its segments: that segment's place in the batch. */
+  get index(): number | undefined {
+    const body = this.body as { index?: unknown } | undefined;
+    return typeof body?.index === "number" ? body.index : undefined;
+  }
 }
 
 /** memoryd could not be reached, or the connection broke before an answer. */

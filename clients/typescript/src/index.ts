@@ -1,3 +1,5 @@
+export { BufferedAppendError, SegmentBuffer } from "./buffer.js";
+export type { SegmentBufferOptions } from "./buffer.js";
 export { Memoryd, segment } from "./client.js";
 export type { CallOptions, KeyScope, MemorydOptions, RetryPolicy, Schemas, StreamedEvent } from "./client.js";
 export {
