@@ -211,7 +211,8 @@ pub struct QuotaSettings {
     /// Largest accepted request body, in bytes.
     #[arg(long = "max-segment-bytes", env = "MEMORYD_MAX_SEGMENT_BYTES", default_value_t = 33_554_432)]
     pub max_segment_bytes: usize,
-    /// The most segments one batch append takes (`segments:batch`).
+    /// The most segments one batch append takes (`segments:batch`), at most
+    /// 4,000.
     #[arg(long = "max-batch-segments", env = "MEMORYD_MAX_BATCH_SEGMENTS", default_value_t = 1000)]
     pub max_batch_segments: usize,
     /// Every tenant's limits where its own leave a field unset (JSON as in
@@ -304,6 +305,10 @@ fn hours(raw: &str) -> Result<Duration, String> {
 }
 
 const DAY_SECS: u64 = 86_400;
+/// The largest `MEMORYD_MAX_BATCH_SEGMENTS`: a batch's rollouts are a row
+/// each of one statement, at most 8 parameters a row, and SQLite takes at
+/// most 32,766 parameters a statement.
+const MAX_BATCH_SEGMENTS: u64 = 4000;
 const GIB: u64 = 1 << 30;
 
 /// Each whole-number setting by its environment variable, its value in the
@@ -317,7 +322,7 @@ pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
     let (jobs, records, quotas, http) = (&c.jobs, &c.records, &c.quotas, &c.http);
     vec![
         ("MEMORYD_MAX_SEGMENT_BYTES", n(quotas.max_segment_bytes), 1, GIB),
-        ("MEMORYD_MAX_BATCH_SEGMENTS", n(quotas.max_batch_segments), 1, 100_000),
+        ("MEMORYD_MAX_BATCH_SEGMENTS", n(quotas.max_batch_segments), 1, MAX_BATCH_SEGMENTS),
         ("MEMORYD_LLM_TIMEOUT_SECS", s(c.model.timeout), 1, DAY_SECS),
         ("MEMORYD_WORKER_CONCURRENCY", n(jobs.worker_concurrency), 1, 1024),
         ("MEMORYD_RETRY_BASE_MS", ms(jobs.retry_base), 1, DAY_SECS * 1000),

@@ -77,6 +77,8 @@ struct QueueState {
 
 struct QueuedAppend {
     req: AppendRequest,
+    /// What it must not share with another group under way, found once.
+    keys: Arc<[GroupKey]>,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -94,7 +96,8 @@ impl AppendQueue {
     /// task's thread.
     pub async fn append(&self, req: AppendRequest) -> Answer {
         let (reply, answer) = oneshot::channel();
-        self.shared.lock().waiting.push_back(QueuedAppend { req, reply });
+        let keys = GroupKey::of(&req);
+        self.shared.lock().waiting.push_back(QueuedAppend { req, keys, reply });
         start_groups(&self.shared);
         answer.await.map_err(|_| stopped())?
     }
@@ -136,11 +139,11 @@ fn start_groups(shared: &Arc<Shared>) {
             return;
         }
         let group =
-            next_group(&mut state.waiting, MAX_GROUP, |q| q.req.segments.len(), |q| GroupKey::of(&q.req), &state.busy);
+            next_group(&mut state.waiting, MAX_GROUP, |q| q.req.segments.len(), |q| q.keys.clone(), &state.busy);
         if group.is_empty() {
             return;
         }
-        let keys: Vec<GroupKey> = group.iter().flat_map(|q| GroupKey::of(&q.req)).collect();
+        let keys: Vec<GroupKey> = group.iter().flat_map(|q| q.keys.iter().cloned()).collect();
         state.busy.extend(keys.iter().cloned());
         state.running += 1;
         let finished = GroupFinished { shared: shared.clone(), keys };
@@ -210,18 +213,17 @@ pub enum GroupKey {
 }
 
 impl GroupKey {
-    fn of(req: &AppendRequest) -> Vec<GroupKey> {
-        let mut keys = vec![GroupKey::Session(req.tenant_id, req.session_id.to_string())];
+    /// Each distinct key of an append, in a time linear in its segments.
+    fn of(req: &AppendRequest) -> Arc<[GroupKey]> {
+        let mut keys: HashSet<GroupKey> = HashSet::new();
+        keys.insert(GroupKey::Session(req.tenant_id, req.session_id.to_string()));
         for s in &req.segments {
-            let rollout = GroupKey::Rollout(req.tenant_id, s.layout_name.clone(), s.segment.rollout_id.to_string());
-            if !keys.contains(&rollout) {
-                keys.push(rollout);
-            }
+            keys.insert(GroupKey::Rollout(req.tenant_id, s.layout_name.clone(), s.segment.rollout_id.to_string()));
         }
         if let Some(claim) = &req.idempotency {
-            keys.push(GroupKey::IdempotencyKey(req.tenant_id, claim.key.clone()));
+            keys.insert(GroupKey::IdempotencyKey(req.tenant_id, claim.key.clone()));
         }
-        keys
+        keys.into_iter().collect()
     }
 
     fn shared_within_a_group(&self) -> bool {
@@ -238,7 +240,7 @@ pub fn next_group<T>(
     waiting: &mut VecDeque<T>,
     max: usize,
     size: impl Fn(&T) -> usize,
-    keys: impl Fn(&T) -> Vec<GroupKey>,
+    keys: impl Fn(&T) -> Arc<[GroupKey]>,
     busy: &HashSet<GroupKey>,
 ) -> Vec<T> {
     let mut taken = HashSet::new();
@@ -254,11 +256,11 @@ pub fn next_group<T>(
                 !busy.contains(k) && !left_keys.contains(k) && (k.shared_within_a_group() || !taken.contains(k))
             });
         if free {
-            taken.extend(item_keys);
+            taken.extend(item_keys.iter().cloned());
             group_size += item_size;
             group.push(item);
         } else {
-            left_keys.extend(item_keys);
+            left_keys.extend(item_keys.iter().cloned());
             left.push_back(item);
         }
     }
@@ -339,22 +341,24 @@ struct FileLines {
 /// line as it is, not copied).
 fn file_lines(place: usize, root: &Path, req: &AppendRequest, position: &AppendPosition) -> Vec<FileLines> {
     let mut files: Vec<(FileLines, Vec<Arc<str>>)> = Vec::new();
+    // A rollout's path names its layout's sessions folder: one file, one path.
+    let mut by_path: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (s, placed) in req.segments.iter().zip(&position.places) {
-        let path = &placed.receipt.rollout_path;
-        match files.iter_mut().find(|(f, _)| f.rollout_path == *path && f.layout.sessions_dir == s.layout.sessions_dir)
-        {
-            Some((_, lines)) => lines.push(s.segment.line.clone()),
-            None => files.push((
-                FileLines {
+        let path = placed.receipt.rollout_path.as_str();
+        match by_path.get(path) {
+            Some(&at) => files[at].1.push(s.segment.line.clone()),
+            None => {
+                by_path.insert(path, files.len());
+                let file = FileLines {
                     place,
                     root: root.to_path_buf(),
                     layout: s.layout.clone(),
-                    rollout_path: path.clone(),
+                    rollout_path: path.to_owned(),
                     offset: placed.offset,
                     bytes: s.segment.line.clone(),
-                },
-                vec![s.segment.line.clone()],
-            )),
+                };
+                files.push((file, vec![s.segment.line.clone()]));
+            }
         }
     }
     files
@@ -497,11 +501,11 @@ mod tests {
     }
 
     /// An append to rollout `r` of session `s`.
-    fn keys((session, rollout): &(&str, &str)) -> Vec<GroupKey> {
-        vec![
+    fn keys((session, rollout): &(&str, &str)) -> Arc<[GroupKey]> {
+        Arc::new([
             GroupKey::Rollout(tenant(), LayoutName::parse("default").unwrap(), rollout.to_string()),
             GroupKey::Session(tenant(), session.to_string()),
-        ]
+        ])
     }
 
     fn one<T>(_: &T) -> usize {
@@ -537,7 +541,7 @@ mod tests {
 
     #[test]
     fn a_group_under_way_holds_back_its_sessions_and_rollouts() {
-        let busy: HashSet<GroupKey> = keys(&("s1", "a")).into_iter().collect();
+        let busy: HashSet<GroupKey> = keys(&("s1", "a")).iter().cloned().collect();
         let mut waiting: VecDeque<(&str, &str)> = [("s1", "b"), ("s2", "a"), ("s3", "c"), ("s1", "d")].into();
         assert_eq!(next_group(&mut waiting, 10, one, keys, &busy), [("s3", "c")]);
         assert_eq!(waiting, [("s1", "b"), ("s2", "a"), ("s1", "d")]);
@@ -552,7 +556,7 @@ mod tests {
 
     #[test]
     fn one_idempotency_key_never_appears_twice_in_a_group() {
-        let keyed = |k: &&str| vec![GroupKey::IdempotencyKey(tenant(), k.to_string())];
+        let keyed = |k: &&str| Arc::from([GroupKey::IdempotencyKey(tenant(), k.to_string())]);
         let mut waiting: VecDeque<&str> = ["k1", "k1", "k2"].into();
         assert_eq!(next_group(&mut waiting, 10, one, keyed, &idle()), ["k1", "k2"]);
         assert_eq!(waiting, ["k1"]);

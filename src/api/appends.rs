@@ -89,6 +89,9 @@ pub async fn append_segment(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&raw_session)?;
+    if let Some(raw) = query.workspace.as_deref() {
+        parse_workspace(raw)?;
+    }
     let (layout_name, layout) = find_layout(&state, tenant, &raw_layout).await?;
     let scope = format!("segment\0{session_id}\0{layout_name}");
     let target = Target::of(tenant, &raw_session, &query, found, &headers, &scope, &body)?;
@@ -117,7 +120,7 @@ pub async fn append_batch(
     let mut redacted = Counts::new();
     let mut segments = Vec::with_capacity(raw_segments.len());
     for (index, raw) in raw_segments.into_iter().enumerate() {
-        let at = |error| ApiError::AtSegment { index, error: Box::new(error) };
+        let at = |error| at_segment(index, error);
         let (name, layout, value) = batch_layout(&state, tenant, &mut layouts, raw).await.map_err(at)?;
         writable(&state, &name, &layout).map_err(at)?;
         segments.push(build(name, layout, value, &mut redacted).map_err(at)?);
@@ -129,6 +132,15 @@ pub async fn append_batch(
         response.extensions_mut().insert(decision);
     }
     Ok(response)
+}
+
+/// A batch refused for its segment at `index`; a failure of memoryd's own
+/// (or its database's, or its disk's) is no segment's and is left as it is.
+fn at_segment(index: usize, error: ApiError) -> ApiError {
+    match error {
+        ApiError::Internal(_) | ApiError::Unavailable(_) | ApiError::InsufficientStorage(_) => error,
+        error => ApiError::AtSegment { index, error: Box::new(error) },
+    }
 }
 
 /// The batch's segments: `{"segments": [segment, …]}`, 1 to `max` of them.
@@ -243,7 +255,7 @@ async fn append(
     };
     let refused = |index: usize, error: ApiError| match shape {
         AnswerShape::Single => error,
-        AnswerShape::Batch => ApiError::AtSegment { index, error: Box::new(error) },
+        AnswerShape::Batch => at_segment(index, error),
     };
     let session_id = &target.session_id;
     let (receipts, opened_session) = match state.appends.append(request).await? {

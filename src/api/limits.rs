@@ -152,23 +152,29 @@ pub(crate) async fn take_request(
 
 /// A batch's segments beyond the one request the rate layer took: the
 /// request rate counts segments (SPEC §2.2 "Batches"). The decision, for
-/// the response's RateLimit fields, or the 429.
+/// the response's RateLimit fields (`None`: the layer's stands), or the
+/// refusal: 429 when the bucket is short, 413 for a batch larger than the
+/// tenant's burst, which no wait would let through.
 pub(crate) async fn take_segments(
     state: &AppState,
     tenant: Uuid,
     segments: usize,
 ) -> Result<Option<super::rate::RateDecision>, ApiError> {
+    if segments <= 1 {
+        return Ok(None);
+    }
     let Some(rate) = effective_limits(state, tenant).await?.request_rate() else { return Ok(None) };
-    let more = u32::try_from(segments.saturating_sub(1)).unwrap_or(u32::MAX);
-    let Some(decision) = state.caches.buckets.check_n(tenant, rate, more) else {
-        return Err(ApiError::RateLimited(
-            format!(
-                "A batch of {segments} segments is more than this tenant's bursts of {} requests; \
-                 send at most {} segments a batch.",
-                rate.burst, rate.burst
-            ),
-            (f64::from(rate.burst) / rate.per_second).ceil() as u64,
-        ));
+    let more = u32::try_from(segments - 1).unwrap_or(u32::MAX);
+    let decision = match u32::try_from(segments) {
+        Ok(n) if n <= rate.burst => state.caches.buckets.check_n(tenant, rate, more),
+        _ => None,
+    };
+    let Some(decision) = decision else {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "A batch counts each segment against this tenant's request rate, in bursts of at most {}; \
+             this one has {segments} segments: send at most {} a batch.",
+            rate.burst, rate.burst
+        )));
     };
     match refusal(rate, &decision) {
         Some(refused) => Err(refused),

@@ -74,12 +74,10 @@ impl RequestBuckets {
         Self::decision(rate, bucket.check())
     }
 
-    /// Takes `n` requests at once (a batch's segments); `None` when `n` is
-    /// more than the burst, which no wait would let through.
+    /// Takes `n` (at least one) requests at once, a batch's segments; `None`
+    /// when `n` is zero or more than the burst, which no wait would let through.
     pub fn check_n(&self, tenant: Uuid, rate: crate::domain::limits::RequestRate, n: u32) -> Option<RateDecision> {
-        let Some(n) = std::num::NonZeroU32::new(n) else {
-            return Some(RateDecision { rate, remaining: rate.burst, retry_after: None });
-        };
+        let n = std::num::NonZeroU32::new(n)?;
         let bucket = self.bucket_of(tenant, rate);
         bucket.check_n(n).ok().map(|outcome| Self::decision(rate, outcome))
     }

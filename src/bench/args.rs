@@ -101,6 +101,10 @@ pub struct BenchArgs {
     /// The ingest workload's numbers of clients (default 1, 8 and 32; with `--quick` 1 and 8).
     #[arg(long, value_delimiter = ',')]
     pub clients: Vec<usize>,
+    /// The ingest workload's segments a request (default 1: single appends;
+    /// more: batch appends of that many, over four rollouts a client).
+    #[arg(long, value_delimiter = ',')]
+    pub batch: Vec<usize>,
     /// The log filter of the memoryd under test (its logs are formatted and
     /// dropped): `info` is what `MEMORYD_LOG` defaults to.
     #[arg(long, default_value = "info")]

@@ -1,4 +1,5 @@
-//! The ingest workload: C clients post 8 KiB segments for a while. Besides
+//! The ingest workload: C clients post 8 KiB segments for a while, one a
+//! request or B a batch (spread over four rollouts a client). Besides
 //! throughput and latency it reports memoryd's CPU time per acknowledged
 //! segment (the server runs on threads of its own, see `SERVER_THREAD`), and
 //! with `--against-postgres` the same number of clients making one durable
@@ -21,18 +22,21 @@ const SEGMENT_BYTES: usize = 8000;
 const TICKS_PER_SECOND: f64 = 100.0;
 
 impl Bench {
-    pub(super) async fn ingest(&self, clients: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
+    pub(super) async fn ingest(&self, clients: usize, batch: usize, duration: Duration) -> BenchResult<Vec<Figure>> {
         let mut runs = Vec::new();
         for run in 0..self.runs {
             let bare_before = self.bare_inserts(clients, duration).await?;
-            let bare_http = self.bare_http(clients, run, duration).await?;
+            let bare_http = self.bare_http(clients, batch, run, duration).await?;
             reset_peak_rss();
             let groups_before = self.append_groups().await?;
             let cpu_before = server_cpu_seconds();
             let postgres_before = postgres_cpu_seconds();
-            let url =
-                |name: &str| format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base);
-            let load = post_segments(clients, &format!("ingest-{clients}-{run}"), url, &self.key, duration).await?;
+            let url = |name: &str| match batch {
+                1 => format!("{}/v1/sessions/{name}/layouts/default/segments?workspace=ingest", self.base),
+                _ => format!("{}/v1/sessions/{name}/segments:batch?workspace=ingest", self.base),
+            };
+            let prefix = format!("ingest-{clients}-{batch}-{run}");
+            let load = post_segments(clients, batch, &prefix, url, &self.key, duration).await?;
             let cpu = server_cpu_seconds() - cpu_before;
             let postgres_cpu = postgres_cpu_seconds() - postgres_before;
             let peak_rss = peak_rss_mib();
@@ -40,7 +44,7 @@ impl Bench {
             let group_size = (groups.0 - groups_before.0) / (groups.1 - groups_before.1);
             let bare_after = self.bare_inserts(clients, duration).await?;
             let bare = BarePostgres::mean(bare_before, bare_after);
-            let segments = load.latencies.len() as f64;
+            let segments = load.segments;
             let cpu_per_segment_us = cpu * 1e6 / segments;
             // Only memoryd's own database counts: with SQLite it is in `cpu`.
             let postgres_cpu_per_segment_us = match self.backend {
@@ -57,14 +61,15 @@ impl Bench {
                 ..load
             });
         }
-        Ok(ingest_figures(self.backend, &format!("C={clients}"), &runs))
+        let case = if batch == 1 { format!("C={clients}") } else { format!("C={clients} B={batch}") };
+        Ok(ingest_figures(self.backend, &case, &runs))
     }
 
     /// The floor under memoryd's CPU per segment: the same clients posting
     /// the same body through memoryd's connection handling, on the server's
     /// runtime, to a route that takes the body and answers a receipt — no
     /// middleware, parsing, database or disk.
-    async fn bare_http(&self, clients: usize, run: usize, duration: Duration) -> BenchResult<BareHttp> {
+    async fn bare_http(&self, clients: usize, batch: usize, run: usize, duration: Duration) -> BenchResult<BareHttp> {
         let receipt = json!({"workspace": "ingest", "session_id": "s", "layout": "default", "rollout_id": "r",
                              "segment_index": 0, "rollout_path": "sessions/r.jsonl"});
         let app = axum::Router::new().route(
@@ -85,7 +90,7 @@ impl Bench {
         let server = self.server_runtime.handle().spawn(crate::api::serve::serve(listener, app, limits, stop.clone()));
         let cpu_before = server_cpu_seconds();
         let url = |name: &str| format!("{base}/{name}");
-        let load = post_segments(clients, &format!("bare-{clients}-{run}"), url, "bench", duration).await;
+        let load = post_segments(clients, batch, &format!("bare-{clients}-{run}"), url, "bench", duration).await;
         let cpu = server_cpu_seconds() - cpu_before;
         stop.cancel();
         server.await??;
@@ -125,7 +130,7 @@ fn ingest_figures(backend: &'static str, case: &str, runs: &[IngestRun]) -> Vec<
         figure("latency p99", "ms", column(|r| percentile(&r.latencies, 0.99))),
         figure("latency max", "ms", column(|r| r.latencies.last().copied().unwrap_or(f64::NAN))),
         figure("memoryd CPU per segment", "µs", column(|r| r.cpu_per_segment_us)),
-        figure("appends per group", "", column(|r| r.group_size)),
+        figure("segments per group", "", column(|r| r.group_size)),
         figure("peak RSS (server and clients)", "MiB", column(|r| r.peak_rss)),
         figure("bare HTTP, same clients", "requests/s", column(|r| r.bare_http.rate)),
         figure("bare HTTP CPU per request", "µs", column(|r| r.bare_http.cpu_per_request_us)),
@@ -150,11 +155,14 @@ fn ingest_figures(backend: &'static str, case: &str, runs: &[IngestRun]) -> Vec<
 }
 
 struct IngestRun {
+    /// Segments a second.
     rate: f64,
-    /// Sorted, in milliseconds.
+    /// Segments acknowledged.
+    segments: f64,
+    /// Of each request, sorted, in milliseconds.
     latencies: Vec<f64>,
     cpu_per_segment_us: f64,
-    /// Appends per group (one transaction, one sync).
+    /// Segments per group (one transaction, one sync).
     group_size: f64,
     peak_rss: f64,
     /// Bare Postgres, the mean of before and after.
@@ -189,10 +197,12 @@ struct BareHttp {
     cpu_per_request_us: f64,
 }
 
-/// `clients` connections posting 8 KiB segments one after the other for
-/// `duration`, each to `url(its name)`.
+/// `clients` connections posting 8 KiB segments one request after the
+/// other for `duration`, each to `url(its name)`: one a request, or `batch`
+/// in a batch over four rollouts of its own.
 async fn post_segments(
     clients: usize,
+    batch: usize,
     prefix: &str,
     url: impl Fn(&str) -> String,
     key: &str,
@@ -207,7 +217,7 @@ async fn post_segments(
         let (http, url, key) = (http.clone(), url(&name), key.to_owned());
         tasks.push(tokio::spawn(async move {
             // Serialised once: the client's CPU is taken from the server's two cores.
-            let body = json!({"rollout_id": name, "input": "x".repeat(SEGMENT_BYTES)});
+            let body = request_body(&name, batch);
             let body = axum::body::Bytes::from(serde_json::to_vec(&body).map_err(|e| e.to_string())?);
             let mut latencies = Vec::new();
             while started.elapsed() < duration {
@@ -226,10 +236,12 @@ async fn post_segments(
     for task in tasks {
         latencies.extend(task.await??);
     }
-    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    let segments = (latencies.len() * batch) as f64;
+    let rate = segments / started.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
     Ok(IngestRun {
         rate,
+        segments,
         latencies,
         cpu_per_segment_us: f64::NAN,
         postgres_cpu_per_segment_us: f64::NAN,
@@ -238,6 +250,18 @@ async fn post_segments(
         bare: None,
         bare_http: BareHttp { rate: f64::NAN, cpu_per_request_us: f64::NAN },
     })
+}
+
+/// What client `name` posts: one segment, or a batch of `batch` over four rollouts.
+fn request_body(name: &str, batch: usize) -> serde_json::Value {
+    let said = "x".repeat(SEGMENT_BYTES);
+    if batch == 1 {
+        return json!({"rollout_id": name, "input": said});
+    }
+    let segments: Vec<serde_json::Value> = (0..batch)
+        .map(|i| json!({"layout": "default", "rollout_id": format!("{name}-{}", i % 4), "input": said}))
+        .collect();
+    json!({"segments": segments})
 }
 
 async fn bare_insert_loop(url: &str, clients: usize, duration: Duration) -> BenchResult<BarePostgres> {

@@ -478,8 +478,11 @@ async fn run_backend(bench: &Bench, args: &BenchArgs, out: &mut Vec<Figure>) -> 
             ([], false) => vec![1, 8, 32],
             (chosen, _) => chosen.to_vec(),
         };
-        for c in clients {
-            keep(bench.ingest(c, duration).await?);
+        let batches = if args.batch.is_empty() { vec![1] } else { args.batch.clone() };
+        for batch in batches {
+            for &c in &clients {
+                keep(bench.ingest(c, batch.max(1), duration).await?);
+            }
         }
     }
     if wants(Workload::Soak) {

@@ -419,8 +419,8 @@ pub trait ForgetStore: Send + Sync {
     /// After a forget, leaves no copy of deleted rows in the database's
     /// files where the database can promise it (SQLite: truncates the WAL).
     async fn compact_after_forget(&self) -> StoreResult<()>;
-    /// Deletes at most `batch` idempotency keys made before `before`, and
-    /// at most `batch` of the rollouts their batches listed; the larger count.
+    /// Deletes at most `batch` idempotency keys made before `before` (with
+    /// the rollouts a batch's key lists).
     async fn expire_idempotency_keys(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64>;
     /// Deletes at most `batch` finished jobs and `batch` closed sessions that
     /// ended before `before`: records only, never memory.

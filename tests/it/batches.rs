@@ -157,6 +157,11 @@ async fn a_batch_with_one_bad_segment_writes_nothing_and_names_it(backend: Backe
     assert_eq!(app.request(Method::GET, "/v1/sessions/fresh", &t.key).send().await.unwrap().status(), 404);
     assert_eq!(db.count("SELECT count(*) FROM rollouts WHERE rollout_id = 'new'").await, 0);
     assert_eq!(db.count("SELECT count(*) FROM idempotency_keys WHERE key = 'k-forgetting'").await, 0);
+    // A single segment finds its rollout forgotten only once it has opened
+    // its session: the transaction is made again without it.
+    let res = app.post_segment(&t.key, "fresh-single", "default", json!({"rollout_id": "gone", "input": "x"})).await;
+    assert_eq!(status_code_body(res).await.1, "forgetting");
+    assert_eq!(app.request(Method::GET, "/v1/sessions/fresh-single", &t.key).send().await.unwrap().status(), 404);
     let usage = app.json(Method::GET, "/v1/usage", &t.key).await;
     assert_eq!(usage["days"].as_array().unwrap().last().unwrap()["segments"], 1, "{usage}");
 }
@@ -217,7 +222,11 @@ async fn a_batch_meets_the_limits_and_redaction_of_single_appends(backend: Backe
     assert_eq!(limit(body).await.unwrap().status(), 200);
     let six = (0..6).map(|i| segment("default", "rate", &i.to_string())).collect();
     let (status, code, problem) = status_code_body(batch(&app, &t.key, "s", six, None).await).await;
-    assert_eq!((status, code.as_str()), (429, "rate_limited"), "more than a burst: {problem}");
+    assert_eq!(
+        (status, code.as_str()),
+        (413, "payload_too_large"),
+        "more than a burst, which no wait lets through: {problem}"
+    );
     let four = (0..4).map(|i| segment("default", "rate", &i.to_string())).collect();
     let res = batch(&app, &t.key, "s", four, None).await;
     assert_eq!(res.status(), 201);

@@ -595,14 +595,20 @@ fn a_bad_setting_stops_start_up_with_the_usage_message() {
 async fn the_ingest_workload_reports_cpu_groups_and_the_bare_postgres_ratio() {
     let url = postgres_url().await;
     let quick = ["--workload", "ingest", "--quick", "--runs", "1", "--backend", "sqlite", "--clients", "4"];
-    let figures = bench_figures(&[&quick[..], &["--against-postgres", "--postgres-url", &url]].concat()).await;
-    let median = |metric: &str| {
-        let found = figures.as_array().unwrap().iter().find(|f| f["metric"] == metric && f["case"] == "C=4");
-        found.and_then(|f| f["median"].as_f64()).unwrap_or_else(|| panic!("no {metric}: {figures}"))
+    let batches = ["--batch", "1,8"];
+    let figures =
+        bench_figures(&[&quick[..], &batches, &["--against-postgres", "--postgres-url", &url]].concat()).await;
+    let of = |case: &str, metric: &str| {
+        let found = figures.as_array().unwrap().iter().find(|f| f["metric"] == metric && f["case"] == case);
+        found.and_then(|f| f["median"].as_f64()).unwrap_or_else(|| panic!("no {metric} of {case}: {figures}"))
     };
+    let median = |metric: &str| of("C=4", metric);
     let cpu = median("memoryd CPU per segment");
     assert!(cpu > 0.0 && cpu < 1_000_000.0, "{cpu} µs");
-    assert!((1.0..=4.0).contains(&median("appends per group")), "{figures}");
+    assert!((1.0..=4.0).contains(&median("segments per group")), "{figures}");
+    // Batches of eight: a group holds at least one, whole.
+    assert!(of("C=4 B=8", "segments per group") >= 8.0, "{figures}");
+    assert!(of("C=4 B=8", "throughput") > 0.0 && of("C=4 B=8", "ratio to bare Postgres") > 0.0, "{figures}");
     assert!(median("bare Postgres, same clients") > 0.0);
     let ratio = median("ratio to bare Postgres");
     assert!((median("throughput") / ratio - median("bare Postgres, same clients")).abs() < 1.0, "{figures}");

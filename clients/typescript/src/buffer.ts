@@ -4,9 +4,12 @@
  * wait a few milliseconds for their acknowledgement.
  *
  * A buffer sends what it holds once it holds `maxSegments` or when the oldest segment has waited
- * `maxDelayMs`, and on `flush()` and `close()`. A batch that fails is never dropped silently: the
- * next call (`append`, `flush` or `close`) rejects with a `BufferedAppendError`, which carries the
- * segments it held, in order, to send again; the segment of an `append` that rejects is not held.
+ * `maxDelayMs`, and on `flush()` and `close()`; each batch under an `Idempotency-Key` of its own,
+ * retried by the client's policy. A batch that fails is never dropped silently, nor overtaken:
+ * nothing more is sent, and the next call (`append`, `flush` or `close`) rejects with a
+ * `BufferedAppendError`, which hands back the failed batch with its key and every segment held after
+ * it, in order. The buffer is then empty and may go on; the segment of an `append` that rejects is
+ * not held.
  */
 
 import type { Memoryd, Schemas } from "./client.js";
@@ -15,21 +18,34 @@ import { MemorydError } from "./errors.js";
 type Segment = Schemas["Segment"] | Record<string, unknown>;
 type Receipt = Schemas["AppendedSegment"];
 
-/** A batch of buffered segments was refused or could not be sent; `cause` is the error that failed it. */
+/**
+ * A batch of buffered segments was refused or could not be sent; `cause` is the error that failed
+ * it. Sending `batch` again with `idempotencyKey` appends it once, whether or not memoryd had it;
+ * `held` are the segments given after it, never sent.
+ */
 export class BufferedAppendError extends MemorydError {
-  readonly segments: Record<string, unknown>[];
+  readonly batch: Record<string, unknown>[];
+  readonly idempotencyKey: string;
+  held: Record<string, unknown>[] = [];
 
-  constructor(cause: MemorydError, segments: Record<string, unknown>[]) {
+  constructor(cause: unknown, batch: Record<string, unknown>[], idempotencyKey: string) {
+    const known = cause instanceof MemorydError;
     super({
-      status: cause.status,
-      code: cause.code,
-      detail: cause.detail,
-      requestId: cause.requestId,
-      retryAfter: cause.retryAfter,
-      body: cause.body,
+      status: known ? cause.status : undefined,
+      code: known ? cause.code : "client_error",
+      detail: known ? cause.detail : String(cause),
+      requestId: known ? cause.requestId : undefined,
+      retryAfter: known ? cause.retryAfter : undefined,
+      body: known ? cause.body : undefined,
     });
     this.cause = cause;
-    this.segments = segments;
+    this.batch = batch;
+    this.idempotencyKey = idempotencyKey;
+  }
+
+  /** The failed batch and what was held after it, in order. */
+  get segments(): Record<string, unknown>[] {
+    return [...this.batch, ...this.held];
   }
 }
 
@@ -46,13 +62,14 @@ export interface SegmentBufferOptions {
 
 /** Appends one session's segments in batches, in the order they were given. */
 export class SegmentBuffer {
-  /** Every receipt so far, in order. */
-  readonly receipts: Receipt[] = [];
+  /** Segments memoryd acknowledged. */
+  appended = 0;
   private held: Record<string, unknown>[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined;
-  /** The batch under way: the next one starts after it, so batches land in order. */
+  /** The batch under way: the next one is taken after it, so batches land in order. */
   private sending: Promise<unknown> = Promise.resolve();
   private failed: BufferedAppendError | undefined;
+  private closed = false;
   private readonly layout: string;
   private readonly maxSegments: number;
   private readonly maxDelayMs: number;
@@ -71,49 +88,66 @@ export class SegmentBuffer {
 
   /** Holds a segment; sends the batch once it is full. */
   async append(segment: Segment, layout?: string): Promise<void> {
-    this.raiseFailure();
+    this.usable();
     this.held.push({ layout: layout ?? this.layout, ...segment });
     if (this.held.length >= this.maxSegments) {
-      await this.flush();
+      await this.sendHeld(true);
     } else if (this.timer === undefined) {
       this.timer = setTimeout(() => {
         this.timer = undefined;
-        this.send(false).catch(() => undefined);
+        void this.sendHeld(false);
       }, this.maxDelayMs);
     }
   }
 
   /** Sends what is held now; the receipts of this batch. */
   async flush(): Promise<Receipt[]> {
-    this.raiseFailure();
-    return this.send(true);
+    this.usable();
+    return this.sendHeld(true);
   }
 
-  /** Sends what is left and waits for batches under way; rejects if any failed. */
+  /** Sends what is left and waits for batches under way; rejects if one failed. Nothing is taken after. */
   async close(): Promise<void> {
-    await this.flush();
-    await this.sending;
+    try {
+      await this.flush();
+      await this.sending;
+      this.raiseFailure();
+    } finally {
+      this.closed = true;
+      if (this.timer !== undefined) clearTimeout(this.timer);
+    }
+  }
+
+  private usable(): void {
+    if (this.closed) throw new Error("this SegmentBuffer is closed");
     this.raiseFailure();
   }
 
-  private send(rejectNow: boolean): Promise<Receipt[]> {
+  private sendHeld(rejectNow: boolean): Promise<Receipt[]> {
     const sent = this.sending.then(async () => {
       if (this.timer !== undefined) {
         clearTimeout(this.timer);
         this.timer = undefined;
       }
+      if (this.failed !== undefined) {
+        // An earlier batch failed: nothing more is sent before it is handed back.
+        if (rejectNow) this.raiseFailure();
+        return [];
+      }
       const batch = this.held;
       this.held = [];
       if (batch.length === 0) return [];
+      const idempotencyKey = crypto.randomUUID();
       try {
-        const answer = await this.client.appendSegments(this.sessionId, batch, { workspace: this.options.workspace });
-        this.receipts.push(...answer.receipts);
+        const answer = await this.client.appendSegments(this.sessionId, batch, {
+          workspace: this.options.workspace,
+          idempotencyKey,
+        });
+        this.appended += batch.length;
         return answer.receipts;
       } catch (error) {
-        if (!(error instanceof MemorydError)) throw error;
-        const failure = new BufferedAppendError(error, batch);
-        if (rejectNow) throw failure;
-        this.failed ??= failure;
+        this.failed = new BufferedAppendError(error, batch, idempotencyKey);
+        if (rejectNow) this.raiseFailure();
         return [];
       }
     });
@@ -121,9 +155,13 @@ export class SegmentBuffer {
     return sent;
   }
 
+  /** Rejects with a failed batch, handing back what is held. */
   private raiseFailure(): void {
     const failed = this.failed;
+    if (failed === undefined) return;
     this.failed = undefined;
-    if (failed !== undefined) throw failed;
+    failed.held = this.held;
+    this.held = [];
+    throw failed;
   }
 }

@@ -4,16 +4,19 @@ runs a second and can wait a few milliseconds for their acknowledgement.
 
 A buffer sends what it holds once it holds ``max_segments`` or when the
 oldest segment has waited ``max_delay`` seconds, and on ``flush()`` and
-``close()``. A batch that fails is never dropped silently: the next call
-(``append``, ``flush`` or ``close``) raises :class:`BufferedAppendError`,
-which carries the segments it held, in order, to send again; the segment of
-an ``append`` that raises is not held.
+``close()``; each batch under an ``Idempotency-Key`` of its own, retried by
+the client's policy. A batch that fails is never dropped silently, nor
+overtaken: nothing more is sent, and the next call (``append``, ``flush`` or
+``close``) raises :class:`BufferedAppendError`, which hands back the failed
+batch with its key and every segment held after it, in order. The buffer is
+then empty and may go on; the segment of an ``append`` that raises is not held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,21 +35,35 @@ DEFAULT_MAX_DELAY = 0.005
 class BufferedAppendError(MemorydError):
     """A batch of buffered segments was refused or could not be sent.
 
-    The fields are those of the error that failed it (``__cause__``);
-    ``segments`` are the batch's segments, as given to ``append``, in order.
+    The fields are those of the error that failed it (``__cause__``).
+    ``batch`` is that batch's segments and ``idempotency_key`` its key:
+    sending ``batch`` again with that key appends it once, whether or not
+    memoryd had it. ``held`` are the segments given after it, never sent;
+    ``segments`` both, in order.
     """
 
-    def __init__(self, cause: MemorydError, segments: list[dict[str, Any]]) -> None:
-        super().__init__(
-            status=cause.status,
-            code=cause.code,
-            detail=cause.detail,
-            title=cause.title,
-            request_id=cause.request_id,
-            retry_after=cause.retry_after,
-            body=cause.body,
-        )
-        self.segments = segments
+    def __init__(self, cause: BaseException, batch: list[dict[str, Any]], idempotency_key: str) -> None:
+        if isinstance(cause, MemorydError):
+            fields: dict[str, Any] = {
+                "status": cause.status,
+                "code": cause.code,
+                "detail": cause.detail,
+                "title": cause.title,
+                "request_id": cause.request_id,
+                "retry_after": cause.retry_after,
+                "body": cause.body,
+            }
+        else:
+            fields = {"status": None, "code": "client_error", "detail": f"{type(cause).__name__}: {cause}"}
+        super().__init__(**fields)
+        self.__cause__ = cause
+        self.batch = batch
+        self.idempotency_key = idempotency_key
+        self.held: list[dict[str, Any]] = []
+
+    @property
+    def segments(self) -> list[dict[str, Any]]:
+        return self.batch + self.held
 
 
 def _with_layout(segment: Mapping[str, Any] | m.Segment, layout: str) -> dict[str, Any]:
@@ -69,7 +86,8 @@ class SegmentBuffer:
     """Appends one session's segments in batches, from any thread.
 
     Use it as a context manager (or call :meth:`close`) so that what it
-    holds is sent before the session is closed.
+    holds is sent before the session is closed. ``appended`` counts the
+    segments memoryd acknowledged.
     """
 
     def __init__(
@@ -90,37 +108,39 @@ class SegmentBuffer:
         self._sending = threading.Lock()
         self._timer: threading.Timer | None = None
         self._failed: BufferedAppendError | None = None
-        self.receipts: list[m.AppendedSegment] = []
+        self._closed = False
+        self.appended = 0
 
     def append(self, segment: Mapping[str, Any] | m.Segment, *, layout: str | None = None) -> None:
         """Holds a segment (to ``layout``, else the buffer's, unless it names
         its own); sends the batch once it is full."""
         body = _with_layout(segment, layout or self._layout)
         with self._state:
-            self._raise_failure()
+            self._usable()
             self._held.append(body)
             full = len(self._held) >= self._limits.max_segments
             if not full and self._timer is None:
-                self._timer = threading.Timer(self._limits.max_delay, self._send_due)
+                self._timer = threading.Timer(self._limits.max_delay, self._send_held, kwargs={"raise_now": False})
                 self._timer.daemon = True
                 self._timer.start()
         if full:
-            self.flush()
+            self._send_held(raise_now=True)
 
     def flush(self) -> list[m.AppendedSegment]:
         """Sends what is held now; the receipts of this batch."""
-        with self._sending:
-            with self._state:
-                self._raise_failure()
-                batch, self._held = self._held, []
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-            return self._send(batch, raise_now=True)
+        with self._state:
+            self._usable()
+        return self._send_held(raise_now=True)
 
     def close(self) -> None:
-        """Sends what is left; raises if any batch failed."""
-        self.flush()
+        """Sends what is left; raises if a batch failed. Nothing is taken after."""
+        try:
+            self.flush()
+        finally:
+            with self._state:
+                self._closed = True
+                if self._timer is not None:
+                    self._timer.cancel()
 
     def __enter__(self) -> Self:
         return self
@@ -128,32 +148,44 @@ class SegmentBuffer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send_due(self) -> None:
+    def _usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this SegmentBuffer is closed")
+        self._raise_failure()
+
+    def _send_held(self, *, raise_now: bool) -> list[m.AppendedSegment]:
         with self._sending:
             with self._state:
-                self._timer = None
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                if self._failed is not None:
+                    # An earlier batch failed: nothing more is sent before it is handed back.
+                    if raise_now:
+                        self._raise_failure()
+                    return []
                 batch, self._held = self._held, []
-            self._send(batch, raise_now=False)
-
-    def _send(self, batch: list[dict[str, Any]], *, raise_now: bool) -> list[m.AppendedSegment]:
-        if not batch:
-            return []
-        try:
-            answer = self._client.append_segments(self._session_id, batch, workspace=self._workspace)
-        except MemorydError as err:
-            failure = BufferedAppendError(err, batch)
-            failure.__cause__ = err
-            if raise_now:
-                raise failure from err
-            with self._state:
-                self._failed = self._failed or failure
-            return []
-        self.receipts.extend(answer.receipts)
-        return answer.receipts
+            if not batch:
+                return []
+            key = str(uuid.uuid4())
+            try:
+                answer = self._client.append_segments(
+                    self._session_id, batch, workspace=self._workspace, idempotency_key=key
+                )
+            except Exception as err:
+                with self._state:
+                    self._failed = BufferedAppendError(err, batch, key)
+                    if raise_now:
+                        self._raise_failure()
+                return []
+            self.appended += len(batch)
+            return answer.receipts
 
     def _raise_failure(self) -> None:
+        """With ``_state`` held: raises a failed batch, with what is held."""
         failed, self._failed = self._failed, None
         if failed is not None:
+            failed.held, self._held = self._held, []
             raise failed
 
 
@@ -177,28 +209,32 @@ class AsyncSegmentBuffer:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[list[m.AppendedSegment]]] = set()
         self._failed: BufferedAppendError | None = None
-        self.receipts: list[m.AppendedSegment] = []
+        self._closed = False
+        self.appended = 0
 
     async def append(self, segment: Mapping[str, Any] | m.Segment, *, layout: str | None = None) -> None:
         """Holds a segment; sends the batch once it is full."""
-        self._raise_failure()
+        self._usable()
         self._held.append(_with_layout(segment, layout or self._layout))
         if len(self._held) >= self._limits.max_segments:
-            await self.flush()
+            await self._send_held(raise_now=True)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._limits.max_delay, self._send_due)
 
     async def flush(self) -> list[m.AppendedSegment]:
         """Sends what is held now; the receipts of this batch."""
-        self._raise_failure()
-        return await self._send(raise_now=True)
+        self._usable()
+        return await self._send_held(raise_now=True)
 
     async def close(self) -> None:
-        """Sends what is left, waits for batches under way; raises if any failed."""
-        await self.flush()
-        if self._tasks:
-            await asyncio.gather(*self._tasks)
-        self._raise_failure()
+        """Sends what is left, waits for batches under way; raises if one failed."""
+        try:
+            await self.flush()
+            if self._tasks:
+                await asyncio.gather(*self._tasks)
+            self._raise_failure()
+        finally:
+            self._closed = True
 
     async def __aenter__(self) -> Self:
         return self
@@ -206,38 +242,45 @@ class AsyncSegmentBuffer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _take(self) -> list[dict[str, Any]]:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._held = self._held, []
-        return batch
+    def _usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this AsyncSegmentBuffer is closed")
+        self._raise_failure()
 
     def _send_due(self) -> None:
         self._timer = None
-        task = asyncio.get_running_loop().create_task(self._send(raise_now=False))
+        task = asyncio.get_running_loop().create_task(self._send_held(raise_now=False))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, *, raise_now: bool) -> list[m.AppendedSegment]:
+    async def _send_held(self, *, raise_now: bool) -> list[m.AppendedSegment]:
         # The batch is taken once the one before it is sent: batches land in order.
         async with self._sending:
-            batch = self._take()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._failed is not None:
+                if raise_now:
+                    self._raise_failure()
+                return []
+            batch, self._held = self._held, []
             if not batch:
                 return []
+            key = str(uuid.uuid4())
             try:
-                answer = await self._client.append_segments(self._session_id, batch, workspace=self._workspace)
-            except MemorydError as err:
-                failure = BufferedAppendError(err, batch)
+                answer = await self._client.append_segments(
+                    self._session_id, batch, workspace=self._workspace, idempotency_key=key
+                )
+            except Exception as err:
+                self._failed = BufferedAppendError(err, batch, key)
                 if raise_now:
-                    raise failure from err
-                failure.__cause__ = err
-                self._failed = self._failed or failure
+                    self._raise_failure()
                 return []
-        self.receipts.extend(answer.receipts)
+        self.appended += len(batch)
         return answer.receipts
 
     def _raise_failure(self) -> None:
         failed, self._failed = self._failed, None
         if failed is not None:
+            failed.held, self._held = self._held, []
             raise failed

@@ -364,31 +364,28 @@ impl ForgetStore for SqlStore<DB> {
     }
 
     async fn expire_idempotency_keys(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {
+        // The oldest `batch` keys, the same ones for both statements of the transaction.
+        const EXPIRED: &str = "SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1
+                               ORDER BY created_at, tenant_id, key LIMIT $2";
         let mut tx = self.begin_write().await?;
-        let deleted = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (tenant_id, key) IN (
-                SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)
-             RETURNING 1 AS gone",
-        )
+        // A batch's key lists its rollouts: the listing goes with the key.
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM idempotency_key_rollouts WHERE (tenant_id, key) IN ({EXPIRED})"
+        )))
         .bind(before)
         .bind(batch)
-        .fetch_all(&mut *tx)
-        .await?
-        .len() as u64;
-        // A batch's key lists its rollouts, made with it: they age alike.
-        let listed = sqlx::query(
-            "DELETE FROM idempotency_key_rollouts WHERE (tenant_id, key, layout, rollout_id) IN (
-                SELECT tenant_id, key, layout, rollout_id FROM idempotency_key_rollouts WHERE created_at < $1 LIMIT $2)
-             RETURNING 1 AS gone",
-        )
+        .execute(&mut *tx)
+        .await?;
+        let deleted = sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM idempotency_keys WHERE (tenant_id, key) IN ({EXPIRED}) RETURNING 1 AS gone"
+        )))
         .bind(before)
         .bind(batch)
         .fetch_all(&mut *tx)
         .await?
         .len() as u64;
         tx.commit().await?;
-        // The caller goes on while a batch comes back full.
-        Ok(deleted.max(listed))
+        Ok(deleted)
     }
 
     async fn expire_records(&self, before: DateTime<Utc>, batch: i64) -> StoreResult<u64> {

@@ -3,14 +3,15 @@
 //! committed lengths. An append is one or more segments to one session, all
 //! of them placed or none.
 
-use super::ingest_record::{AppendRows, KeyAnswer, RolloutUpdate, SqlAppendBatch};
+use super::ingest_record::{AppendRows, KeyAnswer, SqlAppendBatch};
+use super::ingest_rollouts::{place_lines, rollout_forgotten};
 use super::rows::*;
 use super::*;
 use crate::domain::ids::WorkspaceName;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 /// A tenant's storage as this group sees it, against its limit.
 struct StorageBudget {
@@ -20,21 +21,21 @@ struct StorageBudget {
 }
 
 /// A rollout of a session's workspace: tenant, workspace, layout, rollout id.
-type RolloutKey = (TenantId, String, String, String);
+pub(super) type RolloutKey = (TenantId, String, String, String);
 
 /// A rollout's committed length and segment count, and whether a forget of
 /// it is queued (it then takes no segment).
-type RolloutPosition = (i64, i64, bool);
+pub(super) type RolloutPosition = (i64, i64, bool);
 
 /// What the group's first two statements found and locked.
 #[derive(Default)]
-struct Known {
+pub(super) struct Known {
     /// The sessions that exist.
-    sessions: HashMap<(TenantId, String), SessionRecord>,
+    pub sessions: HashMap<(TenantId, String), SessionRecord>,
     /// Those of their rollouts that exist, in the sessions' workspaces.
-    rollouts: HashMap<RolloutKey, RolloutPosition>,
+    pub rollouts: HashMap<RolloutKey, RolloutPosition>,
     /// With a storage limit in the group: the sessions' tenants' storage.
-    storage: HashMap<TenantId, i64>,
+    pub storage: HashMap<TenantId, i64>,
 }
 
 /// The session an append goes to, or why it may not open one.
@@ -230,7 +231,15 @@ impl SqlStore<DB> {
                 }
             }
         }
-        let opened = match known.sessions.get(&(req.tenant_id, req.session_id.as_str().to_owned())) {
+        let existing = known.sessions.get(&(req.tenant_id, req.session_id.as_str().to_owned()));
+        if req.segments.len() > 1 {
+            let default = WorkspaceName::default_workspace();
+            let workspace = existing.map(|s| &s.workspace).or(req.workspace.as_ref()).unwrap_or(&default);
+            if let Some(index) = Self::forgotten_first_in(tx, req, workspace, known).await? {
+                return Self::refused_in(tx, req, rollout_forgotten(req, index)).await;
+            }
+        }
+        let opened = match existing {
             Some(session) => Opened::Session(Box::new(session.clone()), false),
             None => Self::open_session_in(tx, req, now).await?,
         };
@@ -258,9 +267,7 @@ impl SqlStore<DB> {
         let (positions, made) = Self::lock_rollouts_in(tx, req, &session.workspace, known, now).await?;
         let forgotten = positions.values().filter(|(_, (_, _, forgetting))| *forgetting).map(|(first, _)| *first).min();
         if let Some(index) = forgotten {
-            let rollout = &req.segments[index].segment.rollout_id;
-            let detail = format!("Rollout {rollout} is being forgotten; it takes segments again once that is done.");
-            let refusal = AppendOutcome::Forgetting { detail, index };
+            let refusal = rollout_forgotten(req, index);
             if opened_session || made {
                 return Ok(Placed::Undo(refusal));
             }
@@ -286,42 +293,6 @@ impl SqlStore<DB> {
         };
         let position = AppendPosition { workspace: session.workspace, opened_session, places };
         Ok(Placed::Start(AppendStart::Write(position), Some(row)))
-    }
-
-    /// Each rollout of the append (by layout and id) with its first segment's
-    /// place in the append and its position, locked: those the group's
-    /// statement found, the rest one by one in one order, made where new
-    /// (`true` when one was).
-    async fn lock_rollouts_in(
-        tx: &mut WriteTx<'_, DB>,
-        req: &AppendRequest,
-        workspace: &WorkspaceName,
-        known: &Known,
-        now: DateTime<Utc>,
-    ) -> StoreResult<(BTreeMap<(String, String), (usize, RolloutPosition)>, bool)> {
-        let mut firsts: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for (index, s) in req.segments.iter().enumerate() {
-            firsts
-                .entry((s.layout_name.as_str().to_owned(), s.segment.rollout_id.as_str().to_owned()))
-                .or_insert(index);
-        }
-        let mut positions = BTreeMap::new();
-        let mut made = false;
-        for ((layout, rollout), first) in firsts {
-            let key = (req.tenant_id, workspace.as_str().to_owned(), layout, rollout);
-            let position = match known.rollouts.get(&key) {
-                Some(position) => *position,
-                None => {
-                    let s = &req.segments[first];
-                    let path = s.layout.rollout_path(&s.segment.rollout_id);
-                    let (position, new) = Self::lock_rollout_in(tx, req.tenant_id, workspace, s, &path, now).await?;
-                    made |= new;
-                    position
-                }
-            };
-            positions.insert((key.2, key.3), (first, position));
-        }
-        Ok((positions, made))
     }
 
     /// Claims the append's idempotency key; the stored answer (or a
@@ -422,90 +393,4 @@ impl SqlStore<DB> {
             .await?;
         Ok(row.is_some())
     }
-
-    /// The rollout's committed length and segment count, its row created
-    /// (`true`) if it is new, and locked.
-    async fn lock_rollout_in(
-        conn: &mut DbConnection,
-        tenant: TenantId,
-        workspace: &WorkspaceName,
-        segment: &SegmentAppend,
-        path_text: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<(RolloutPosition, bool)> {
-        let (layout, rollout) = (segment.layout_name.as_str(), segment.segment.rollout_id.as_str());
-        let lock = || {
-            sqlx::query(locking::<DB>(
-                "SELECT committed_len, segment_count, forgetting FROM rollouts
-                 WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
-            ))
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .bind(layout)
-            .bind(rollout)
-        };
-        let (row, made) = match lock().fetch_optional(&mut *conn).await? {
-            Some(row) => (row, false),
-            None => {
-                let made = sqlx::query(
-                    "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
-                                           segment_count, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, 0, 0, $6) ON CONFLICT DO NOTHING",
-                )
-                .bind(tenant)
-                .bind(workspace.as_str())
-                .bind(layout)
-                .bind(rollout)
-                .bind(path_text)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected()
-                    > 0;
-                (lock().fetch_one(&mut *conn).await?, made)
-            }
-        };
-        let position = (row.try_get("committed_len")?, row.try_get("segment_count")?, row.try_get("forgetting")?);
-        Ok((position, made))
-    }
-}
-
-/// Each segment's place (after the lines before it in its rollout file),
-/// and what each rollout grows by, in the order of their first segments.
-fn place_lines(
-    req: &AppendRequest,
-    workspace: &WorkspaceName,
-    positions: BTreeMap<(String, String), (usize, RolloutPosition)>,
-) -> (Vec<SegmentPlace>, Vec<RolloutUpdate>) {
-    let mut growth: BTreeMap<(String, String), RolloutUpdate> = BTreeMap::new();
-    let mut places = Vec::with_capacity(req.segments.len());
-    for s in &req.segments {
-        let key = (s.layout_name.as_str().to_owned(), s.segment.rollout_id.as_str().to_owned());
-        let (first, (committed_len, segment_count, _)) = positions[&key];
-        let update = growth.entry(key).or_insert_with(|| RolloutUpdate {
-            first,
-            layout: s.layout_name.as_str().to_owned(),
-            rollout_id: s.segment.rollout_id.as_str().to_owned(),
-            new_len: committed_len,
-            segments: 0,
-            updated_at: String::new(),
-            terminal_state: String::new(),
-        });
-        let receipt = SegmentReceipt {
-            workspace: workspace.clone(),
-            session_id: req.session_id.clone(),
-            layout: s.layout_name.clone(),
-            rollout_id: s.segment.rollout_id.clone(),
-            segment_index: segment_count + update.segments,
-            rollout_path: s.layout.rollout_path(&s.segment.rollout_id),
-        };
-        places.push(SegmentPlace { offset: update.new_len as u64, receipt });
-        update.new_len += s.segment.line.len() as i64;
-        update.segments += 1;
-        update.updated_at.clone_from(&s.segment.updated_at);
-        update.terminal_state.clone_from(&s.segment.terminal_state);
-    }
-    let mut rollouts: Vec<RolloutUpdate> = growth.into_values().collect();
-    rollouts.sort_by_key(|r| r.first);
-    (places, rollouts)
 }

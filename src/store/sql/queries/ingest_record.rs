@@ -138,6 +138,8 @@ async fn keep_answer(
             .push_bind(rollout.rollout_id.as_str())
             .push_bind(now);
     });
+    // A key that expired and came back may find its old listing still there.
+    listed.push(" ON CONFLICT DO NOTHING");
     listed.build().execute(&mut *conn).await?;
     Ok(())
 }

@@ -12,6 +12,7 @@ mod forget;
 mod history;
 mod ingest;
 mod ingest_record;
+mod ingest_rollouts;
 mod jobs;
 mod layouts;
 mod memory;
