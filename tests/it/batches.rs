@@ -4,8 +4,8 @@
 //! SIGKILL.
 
 use crate::both_backends;
+use crate::group_commit::Killable;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body};
-use crate::process::{Memoryd, database_env, spawn_round};
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -261,26 +261,20 @@ async fn a_batch_meets_the_limits_and_redaction_of_single_appends(backend: Backe
 /// agrees on every file's length.
 async fn a_killed_batch_is_all_there_or_not_at_all(backend: Backend) {
     const SENDERS: usize = 8;
-    let dir = tempfile::tempdir().unwrap();
-    let env = database_env(backend).await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
-    let mut tenant = None;
-    let (mut memoryd, tenant_id, key) = spawn_round(dir.path(), 0, &env, &http, &mut tenant).await;
-    let base = Arc::new(RwLock::new(memoryd.base.clone()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let senders: Vec<_> =
-        (0..SENDERS).map(|i| tokio::spawn(sender(http.clone(), base.clone(), key.clone(), i, stop.clone()))).collect();
+    let mut server = Killable::start(backend).await;
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|i| {
+            let (http, base, key) = (server.http.clone(), server.base.clone(), server.key.clone());
+            tokio::spawn(sender(http, base, key, i, server.stop.clone()))
+        })
+        .collect();
     for round in 1..=3u64 {
-        tokio::time::sleep(Duration::from_millis(250 + 170 * round)).await;
-        memoryd.signal("-KILL");
-        memoryd.exit().await;
-        memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
-        *base.write().unwrap() = memoryd.base.clone();
-        memoryd.ready(&http).await;
+        server.kill_and_restart(round, Duration::from_millis(250 + 170 * round)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let root = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default"));
+    server.stop.store(true, Ordering::Relaxed);
+    let (http, key, memoryd) = (&server.http, &server.key, &server.memoryd);
+    let root = server.dir.path().join(format!("memoryd-data/workspaces/{}/default", server.tenant_id));
     for (i, task) in senders.into_iter().enumerate() {
         let acknowledged = task.await.unwrap();
         assert!(acknowledged > 3, "sender {i} made progress across the restarts");
@@ -289,7 +283,7 @@ async fn a_killed_batch_is_all_there_or_not_at_all(backend: Backend) {
             // and lands where the database says the file ends.
             let url = format!("{}/v1/sessions/s{i}/segments:batch", memoryd.base);
             let last = json!({"segments": [segment("default", &rollout, "<last>")]});
-            let res = http.post(url).bearer_auth(&key).json(&last).send().await.unwrap();
+            let res = http.post(url).bearer_auth(key).json(&last).send().await.unwrap();
             assert_eq!(res.status(), 201);
             let receipt = res.json::<Value>().await.unwrap()["receipts"][0].clone();
             let text = std::fs::read_to_string(root.join(receipt["rollout_path"].as_str().unwrap())).unwrap();

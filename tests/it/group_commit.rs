@@ -172,42 +172,68 @@ async fn appender(
     acknowledged
 }
 
+/// A memoryd process whose clients follow it through SIGKILLs: they send to
+/// `base`, the address of the process alive now.
+pub(crate) struct Killable {
+    pub dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+    pub http: reqwest::Client,
+    pub memoryd: Memoryd,
+    pub tenant_id: String,
+    pub key: String,
+    pub base: Arc<RwLock<String>>,
+    /// Set once the clients are to stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Killable {
+    pub(crate) async fn start(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let env = database_env(backend).await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+        let (memoryd, tenant_id, key) = spawn_round(dir.path(), 0, &env, &http, &mut None).await;
+        let base = Arc::new(RwLock::new(memoryd.base.clone()));
+        Self { dir, env, http, memoryd, tenant_id, key, base, stop: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// After `wait`, SIGKILL, and a new process on the same data and database.
+    pub(crate) async fn kill_and_restart(&mut self, round: u64, wait: Duration) {
+        tokio::time::sleep(wait).await;
+        self.memoryd.signal("-KILL");
+        self.memoryd.exit().await;
+        self.memoryd = Memoryd::spawn(self.dir.path(), &format!("round{round}"), &["serve"], &self.env);
+        *self.base.write().unwrap() = self.memoryd.base.clone();
+        self.memoryd.ready(&self.http).await;
+    }
+}
+
 async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
     const APPENDERS: usize = 32;
     const KILLS: u64 = 3;
-    let dir = tempfile::tempdir().unwrap();
-    let env = database_env(backend).await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
-    let mut tenant = None;
-    let (mut memoryd, tenant_id, key) = spawn_round(dir.path(), 0, &env, &http, &mut tenant).await;
-    let base = Arc::new(RwLock::new(memoryd.base.clone()));
-    let stop = Arc::new(AtomicBool::new(false));
+    let mut server = Killable::start(backend).await;
     // Two appenders per session, each with a rollout of its own.
     let appenders: Vec<_> = (0..APPENDERS)
         .map(|i| {
             let (session, rollout) = (format!("s-{}", i / 2), format!("r-{i}"));
-            tokio::spawn(appender(http.clone(), base.clone(), key.clone(), session, rollout, stop.clone()))
+            let (http, base, key) = (server.http.clone(), server.base.clone(), server.key.clone());
+            tokio::spawn(appender(http, base, key, session, rollout, server.stop.clone()))
         })
         .collect();
 
     let mut seed = u64::from(Instant::now().elapsed().subsec_nanos()) | 1;
     seed ^= std::process::id() as u64;
     for round in 1..=KILLS {
-        tokio::time::sleep(Duration::from_millis(jitter(&mut seed, 300..900))).await;
-        memoryd.signal("-KILL");
-        memoryd.exit().await;
-        memoryd = Memoryd::spawn(dir.path(), &format!("round{round}"), &["serve"], &env);
-        *base.write().unwrap() = memoryd.base.clone();
-        memoryd.ready(&http).await;
+        server.kill_and_restart(round, Duration::from_millis(jitter(&mut seed, 300..900))).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
+    server.stop.store(true, Ordering::Relaxed);
     let mut acknowledged = Vec::new();
     for task in appenders {
         acknowledged.push(task.await.unwrap());
     }
+    let (http, key, memoryd, tenant_id) = (&server.http, &server.key, &server.memoryd, &server.tenant_id);
 
-    let root = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default"));
+    let root = server.dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default"));
     for (i, acks) in acknowledged.iter().enumerate() {
         let (session, rollout) = (format!("s-{}", i / 2), format!("r-{i}"));
         assert!(acks.len() as u64 > KILLS, "{rollout} made progress across the restarts: {acks:?}");
@@ -215,7 +241,7 @@ async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
         // and lands at the next index.
         let res = http
             .post(format!("{}/v1/sessions/{session}/layouts/default/segments", memoryd.base))
-            .bearer_auth(&key)
+            .bearer_auth(key)
             .json(&segment(&rollout, &format!("<{rollout}#last>")))
             .send()
             .await

@@ -72,17 +72,37 @@ def _with_layout(segment: Mapping[str, Any] | m.Segment, layout: str) -> dict[st
     return body
 
 
-class _Limits:
-    def __init__(self, max_segments: int, max_delay: float) -> None:
+class _Held:
+    """What both buffers keep: the segments held, a failed batch, the limits."""
+
+    def __init__(
+        self, session_id: str, layout: str, workspace: str | None, max_segments: int, max_delay: float
+    ) -> None:
         if max_segments < 1:
             raise ValueError("max_segments must be at least 1")
         if max_delay < 0:
             raise ValueError("max_delay must not be negative")
-        self.max_segments = max_segments
-        self.max_delay = max_delay
+        self._session_id, self._layout, self._workspace = session_id, layout, workspace
+        self._max_segments, self._max_delay = max_segments, max_delay
+        self._held: list[dict[str, Any]] = []
+        self._failed: BufferedAppendError | None = None
+        self._closed = False
+        self.appended = 0
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        """Raises a failed batch, handing back what is held after it."""
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            failed.held, self._held = self._held, []
+            raise failed
 
 
-class SegmentBuffer:
+class SegmentBuffer(_Held):
     """Appends one session's segments in batches, from any thread.
 
     Use it as a context manager (or call :meth:`close`) so that what it
@@ -100,16 +120,12 @@ class SegmentBuffer:
         max_segments: int = DEFAULT_MAX_SEGMENTS,
         max_delay: float = DEFAULT_MAX_DELAY,
     ) -> None:
-        self._client, self._session_id, self._layout, self._workspace = client, session_id, layout, workspace
-        self._limits = _Limits(max_segments, max_delay)
-        self._held: list[dict[str, Any]] = []
+        super().__init__(session_id, layout, workspace, max_segments, max_delay)
+        self._client = client
         self._state = threading.Lock()
         # One batch at a time, so that batches land in the order they were made.
         self._sending = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._failed: BufferedAppendError | None = None
-        self._closed = False
-        self.appended = 0
 
     def append(self, segment: Mapping[str, Any] | m.Segment, *, layout: str | None = None) -> None:
         """Holds a segment (to ``layout``, else the buffer's, unless it names
@@ -118,9 +134,9 @@ class SegmentBuffer:
         with self._state:
             self._usable()
             self._held.append(body)
-            full = len(self._held) >= self._limits.max_segments
+            full = len(self._held) >= self._max_segments
             if not full and self._timer is None:
-                self._timer = threading.Timer(self._limits.max_delay, self._send_held, kwargs={"raise_now": False})
+                self._timer = threading.Timer(self._max_delay, self._send_held, kwargs={"raise_now": False})
                 self._timer.daemon = True
                 self._timer.start()
         if full:
@@ -147,11 +163,6 @@ class SegmentBuffer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise RuntimeError("this SegmentBuffer is closed")
-        self._raise_failure()
 
     def _send_held(self, *, raise_now: bool) -> list[m.AppendedSegment]:
         with self._sending:
@@ -181,15 +192,8 @@ class SegmentBuffer:
             self.appended += len(batch)
             return answer.receipts
 
-    def _raise_failure(self) -> None:
-        """With ``_state`` held: raises a failed batch, with what is held."""
-        failed, self._failed = self._failed, None
-        if failed is not None:
-            failed.held, self._held = self._held, []
-            raise failed
 
-
-class AsyncSegmentBuffer:
+class AsyncSegmentBuffer(_Held):
     """:class:`SegmentBuffer` for :class:`~memoryd.AsyncMemoryd`, in one event loop."""
 
     def __init__(
@@ -202,24 +206,20 @@ class AsyncSegmentBuffer:
         max_segments: int = DEFAULT_MAX_SEGMENTS,
         max_delay: float = DEFAULT_MAX_DELAY,
     ) -> None:
-        self._client, self._session_id, self._layout, self._workspace = client, session_id, layout, workspace
-        self._limits = _Limits(max_segments, max_delay)
-        self._held: list[dict[str, Any]] = []
+        super().__init__(session_id, layout, workspace, max_segments, max_delay)
+        self._client = client
         self._sending = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[list[m.AppendedSegment]]] = set()
-        self._failed: BufferedAppendError | None = None
-        self._closed = False
-        self.appended = 0
 
     async def append(self, segment: Mapping[str, Any] | m.Segment, *, layout: str | None = None) -> None:
         """Holds a segment; sends the batch once it is full."""
         self._usable()
         self._held.append(_with_layout(segment, layout or self._layout))
-        if len(self._held) >= self._limits.max_segments:
+        if len(self._held) >= self._max_segments:
             await self._send_held(raise_now=True)
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._limits.max_delay, self._send_due)
+            self._timer = asyncio.get_running_loop().call_later(self._max_delay, self._send_due)
 
     async def flush(self) -> list[m.AppendedSegment]:
         """Sends what is held now; the receipts of this batch."""
@@ -241,11 +241,6 @@ class AsyncSegmentBuffer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise RuntimeError("this AsyncSegmentBuffer is closed")
-        self._raise_failure()
 
     def _send_due(self) -> None:
         self._timer = None
@@ -278,9 +273,3 @@ class AsyncSegmentBuffer:
                 return []
         self.appended += len(batch)
         return answer.receipts
-
-    def _raise_failure(self) -> None:
-        failed, self._failed = self._failed, None
-        if failed is not None:
-            failed.held, self._held = self._held, []
-            raise failed
