@@ -285,11 +285,7 @@ async fn append(
     };
     counted(state, target.tenant, &receipts, &bytes, opened_session);
     count_citations(state, target.tenant, &receipts, cited).await;
-    let answer = match (shape, receipts.as_slice()) {
-        (AnswerShape::Single, [receipt]) => serde_json::to_value(receipt),
-        _ => serde_json::to_value(crate::store::BatchAnswer { session_id: session_id.clone(), receipts }),
-    };
-    answer.map_err(ApiError::internal)
+    Ok(shape.answer(session_id, &receipts))
 }
 
 /// The metrics and this replica's ingest rate of appended segments.

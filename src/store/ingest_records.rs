@@ -70,12 +70,13 @@ pub enum AnswerShape {
     Batch,
 }
 
-impl AppendRequest {
-    /// The answer kept for this append's idempotency key.
-    pub fn answer(&self, receipts: &[SegmentReceipt]) -> Value {
-        match (self.answer, receipts) {
+impl AnswerShape {
+    /// The route's answer for these receipts: what a 201 carries and an
+    /// idempotency key keeps.
+    pub fn answer(self, session_id: &SessionId, receipts: &[SegmentReceipt]) -> Value {
+        match (self, receipts) {
             (AnswerShape::Single, [receipt]) => serde_json::to_value(receipt),
-            _ => serde_json::to_value(BatchAnswer { session_id: self.session_id.clone(), receipts: receipts.to_vec() }),
+            _ => serde_json::to_value(BatchAnswer { session_id: session_id.clone(), receipts: receipts.to_vec() }),
         }
         .expect("a receipt always serialises")
     }

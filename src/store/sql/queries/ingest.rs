@@ -280,7 +280,8 @@ impl SqlStore<DB> {
         let receipts: Vec<SegmentReceipt> = places.iter().map(|p| p.receipt.clone()).collect();
         let key = req.idempotency.as_ref().map(|claim| KeyAnswer {
             key: claim.key.clone(),
-            answer: serde_json::to_string(&req.answer(&receipts)).expect("an answer always serialises"),
+            answer: serde_json::to_string(&req.answer.answer(&req.session_id, &receipts))
+                .expect("an answer always serialises"),
         });
         let row = AppendRows {
             tenant: req.tenant_id,
