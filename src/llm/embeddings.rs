@@ -15,6 +15,11 @@ pub const BATCH_INPUTS: usize = 64;
 /// some endpoints (TEI, vLLM) refuse a longer input instead of cutting it.
 pub const MAX_INPUT_BYTES: usize = 2_000;
 
+/// What of `text` an embedding is made of: its first [`MAX_INPUT_BYTES`], cut at a character.
+pub fn sent_input(text: &str) -> &str {
+    crate::tools::read::cut_at_char(text, MAX_INPUT_BYTES)
+}
+
 /// What a call gave back: one unit vector an input, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embedded {
@@ -46,7 +51,7 @@ impl EmbeddingsClient {
 
     /// One call for at most [`BATCH_INPUTS`] texts, each cut to [`MAX_INPUT_BYTES`].
     pub async fn embed(&self, inputs: &[&str], purpose: &'static str) -> Result<Embedded, ModelError> {
-        let inputs: Vec<&str> = inputs.iter().map(|t| crate::tools::read::cut_at_char(t, MAX_INPUT_BYTES)).collect();
+        let inputs: Vec<&str> = inputs.iter().map(|t| sent_input(t)).collect();
         let started = std::time::Instant::now();
         let body = json!({"model": self.model, "input": inputs, "encoding_format": "float"});
         let result = match post_json(&self.http, &self.url, &self.api_key, &body).await {

@@ -141,7 +141,10 @@ async fn a_forget_takes_its_passages_vectors_with_it(backend: Backend) {
         .expect("the conversation has its summary");
     let passage = memoryd::domain::passages::cut(&canary_summary).remove(0);
     let digest = memoryd::domain::passages::digest(&passage);
-    let vector = memoryd::meaning::encode(&memoryd::fake_embeddings::vector(&passage.ranked_text));
+    // What was embedded: the passage as the embeddings client sends it (cut at
+    // its input limit: a summary with a long conversation passes it).
+    let input = memoryd::llm::embeddings::sent_input(&passage.ranked_text);
+    let vector = memoryd::meaning::encode(&memoryd::fake_embeddings::vector(input));
     assert!(database_holds(&app, backend, &digest), "the passage's vector is stored under its digest");
     assert!(database_holds_bytes(&app, backend, &vector), "the vector itself is in the database");
 
