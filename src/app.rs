@@ -100,7 +100,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     std::fs::create_dir_all(&config.data_dir)?;
     crate::metrics::handle();
     let provider = provider(&config)?;
-    let store = store::connect(&config.database_url()).await?;
+    let store = store::connect_waiting(&config.database_url(), config.database_wait).await?;
     let volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();

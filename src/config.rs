@@ -48,6 +48,10 @@ pub struct Config {
     /// `postgres://…` or `sqlite://…`; default: `sqlite://<data dir>/memoryd.db`.
     #[arg(long = "database-url", env = "DATABASE_URL")]
     pub database_url: Option<String>,
+    /// How long a start waits for a database that cannot be reached yet
+    /// (refused, starting up), trying again with backoff; 0: not at all.
+    #[arg(long = "database-wait-secs", env = "MEMORYD_DATABASE_WAIT_SECS", default_value = "120", value_parser = secs)]
+    pub database_wait: Duration,
     /// Bearer token of `/v1/admin`; unset: the admin API answers 404.
     #[arg(long = "admin-token", env = "MEMORYD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -323,6 +327,7 @@ pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
     vec![
         ("MEMORYD_MAX_SEGMENT_BYTES", n(quotas.max_segment_bytes), 1, GIB),
         ("MEMORYD_MAX_BATCH_SEGMENTS", n(quotas.max_batch_segments), 1, MAX_BATCH_SEGMENTS),
+        ("MEMORYD_DATABASE_WAIT_SECS", s(c.database_wait), 0, DAY_SECS),
         ("MEMORYD_LLM_TIMEOUT_SECS", s(c.model.timeout), 1, DAY_SECS),
         ("MEMORYD_WORKER_CONCURRENCY", n(jobs.worker_concurrency), 1, 1024),
         ("MEMORYD_RETRY_BASE_MS", ms(jobs.retry_base), 1, DAY_SECS * 1000),

@@ -14,6 +14,7 @@ pub mod llm;
 pub mod meaning;
 pub mod metrics;
 pub mod pipeline;
+pub mod probe;
 pub mod store;
 pub mod tools;
 pub mod workspace;

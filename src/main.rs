@@ -18,6 +18,8 @@ enum Command {
     Worker(Config),
     /// Measure memoryd: start it (SQLite and Postgres) with a fake model, print figures.
     Bench(memoryd::bench::BenchArgs),
+    /// Ask the memoryd listening at MEMORYD_LISTEN whether it is up (or, with --ready, ready); exit 0 if so.
+    Health(memoryd::probe::HealthArgs),
 }
 
 fn init_logging(config: &Config) {
@@ -50,6 +52,16 @@ async fn run_bench(args: memoryd::bench::BenchArgs) -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("memoryd bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_health(args: memoryd::probe::HealthArgs) -> std::process::ExitCode {
+    match memoryd::probe::probe(&args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memoryd health: {e}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -138,6 +150,7 @@ async fn run() -> std::process::ExitCode {
         Command::Serve(config) => (config, true),
         Command::Worker(config) => (config, false),
         Command::Bench(args) => return run_bench(args).await,
+        Command::Health(args) => return run_health(args).await,
     };
     if let Err(refused) = config.validate() {
         eprintln!("memoryd: {refused}");
@@ -159,7 +172,7 @@ async fn run() -> std::process::ExitCode {
     let server = match started {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start");
+            tracing::error!(error = %memoryd::error_chain(&*e), "cannot start");
             return std::process::ExitCode::FAILURE;
         }
     };

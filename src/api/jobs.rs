@@ -69,6 +69,7 @@ pub async fn list_jobs(
     let rows = state.store.list_jobs(tenant, &filter, &page).await?;
     let (jobs, next_cursor) =
         page.finish(Listing::Jobs, rows, |j| PageCursor { at: j.created_at, key: j.job_id.to_string() });
+    settle_shown(&state, tenant, &jobs).await;
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
@@ -87,7 +88,28 @@ pub async fn get_job(
     Path(raw_id): Path<String>,
 ) -> Result<Json<JobRecord>, ApiError> {
     let job = state.store.get_job(tenant, job_id(&raw_id)?).await?.ok_or_else(|| job_not_found(&raw_id))?;
+    settle_shown(&state, tenant, std::slice::from_ref(&job)).await;
     Ok(Json(job))
+}
+
+/// A job shown `succeeded` has its files where every reader finds them: a
+/// publish its finish committed but its writer has not wholly renamed into
+/// place (it is in the middle, or died there) is completed before the
+/// answer, as a read of the memory completes it.
+async fn settle_shown(state: &AppState, tenant: uuid::Uuid, jobs: &[JobRecord]) {
+    let shown: std::collections::HashSet<uuid::Uuid> =
+        jobs.iter().filter(|j| j.state == JobState::Succeeded).map(|j| j.job_id).collect();
+    if shown.is_empty() {
+        return;
+    }
+    let in_scope = |s: &crate::workspace::publish::PublishScope| s.tenant == tenant && shown.contains(&s.job_id);
+    crate::jobs::finish_pending_publishes(
+        state.store.as_ref(),
+        &state.publisher,
+        in_scope,
+        crate::jobs::PublishOwner::Reader,
+    )
+    .await;
 }
 
 /// Puts a `failed` job back in the queue with a fresh attempt budget.

@@ -488,6 +488,33 @@ pub trait Store:
 
 pub type DynStore = Arc<dyn Store>;
 
+/// The longest pause between two tries of a database that cannot be reached.
+const MOST_DATABASE_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens the store as [`connect`] does, waiting up to `wait` for a database
+/// that cannot be reached yet — refused, not resolvable, starting up: a
+/// replica started before its database, as in every rollout — and saying
+/// each time what it waits for. Any other failure stops the start at once.
+pub async fn connect_waiting(database_url: &str, wait: std::time::Duration) -> StoreResult<DynStore> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(250);
+    loop {
+        match connect(database_url).await {
+            Err(e) if e.failure() == Failure::Unavailable && started.elapsed() + pause <= wait => {
+                tracing::warn!(
+                    error = %crate::error_chain(&e),
+                    waited_secs = started.elapsed().as_secs(),
+                    retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                    "waiting for the database"
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MOST_DATABASE_PAUSE);
+            }
+            opened => return opened,
+        }
+    }
+}
+
 /// Opens the store named by `database_url` and applies its migrations.
 pub async fn connect(database_url: &str) -> StoreResult<DynStore> {
     if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {

@@ -58,6 +58,10 @@ pub type PgStore = SqlStore<Postgres>;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub async fn connect(url: &str) -> StoreResult<PgStore> {
+    let options = PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]);
+    // One connection first, alone: a pool that cannot connect says only that
+    // it timed out, where this says why (refused, no such host, starting up).
+    sqlx::Connection::close(sqlx::ConnectOptions::connect(&options).await?).await?;
     let pool = pool_options::<Postgres>()
         .max_connections(32)
         // A lost database must answer 503 within seconds (SPEC §9), not after a long wait.
@@ -65,7 +69,7 @@ pub async fn connect(url: &str) -> StoreResult<PgStore> {
         // A replica that freezes (SIGSTOP, a stalled VM) inside a transaction
         // would hold its row locks, and the claim gate, until it wakes: the
         // server ends such a transaction after a while so the others go on.
-        .connect_with(PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]))
+        .connect_with(options)
         .await?;
     PgStore::open(pool, None).await
 }

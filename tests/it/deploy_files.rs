@@ -36,7 +36,61 @@ fn dockerfile_is_multi_stage_and_runs_as_non_root() {
     assert!(stages >= 2, "multi-stage build");
     let user = dockerfile.lines().rev().find(|l| l.trim_start().to_uppercase().starts_with("USER ")).unwrap();
     assert!(!user.contains("root") && !user.trim().ends_with(" 0"), "{user}");
-    assert!(dockerfile.contains("HEALTHCHECK") || repo_file("docker-compose.yml").contains("healthz"));
+    // No frontend to fetch: the Dockerfile uses nothing the builtin one lacks.
+    assert!(!dockerfile.contains("# syntax="), "no syntax directive");
+}
+
+/// The health checks ask where the server listens (`memoryd health` reads
+/// MEMORYD_LISTEN), never a hard-coded address.
+#[test]
+fn health_checks_follow_the_listen_address() {
+    let dockerfile = repo_file("Dockerfile");
+    let check = dockerfile.lines().find(|l| l.starts_with("HEALTHCHECK")).unwrap();
+    assert!(check.contains(r#"CMD ["memoryd", "health"]"#), "{check}");
+    let compose: serde_yaml::Value = serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
+    let test = compose["services"]["memoryd"]["healthcheck"]["test"].as_sequence().unwrap();
+    let words: Vec<&str> = test.iter().filter_map(|w| w.as_str()).collect();
+    assert_eq!(words, ["CMD", "memoryd", "health", "--ready"]);
+    assert!(!dockerfile.contains("8080/") && !repo_file("docker-compose.yml").contains(":8080/"));
+}
+
+/// The build context is what the build copies, not `target/` or `.git`;
+/// the dependencies are built in a layer before memoryd's source arrives.
+#[test]
+fn the_image_builds_from_a_small_context_with_a_dependency_layer() {
+    let ignore = repo_file(".dockerignore");
+    let lines: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(lines.first(), Some(&"*"), "everything is left out but what is named");
+    let dockerfile = repo_file("Dockerfile");
+    let build_stage = &dockerfile[..dockerfile.rfind("FROM ").unwrap()];
+    for copy in build_stage.lines().filter(|l| l.starts_with("COPY ")) {
+        let words: Vec<&str> = copy.split_whitespace().collect();
+        for source in &words[1..words.len() - 1] {
+            let source = source.trim_end_matches('/');
+            assert!(
+                lines.contains(&format!("!{source}").as_str()) || lines.contains(&format!("!{source}/").as_str()),
+                "{source} is in the context"
+            );
+        }
+    }
+    let dependencies = build_stage.find("cargo build").unwrap();
+    assert!(dependencies < build_stage.find("COPY src src").unwrap(), "dependencies first");
+    assert!(build_stage.matches("cargo build --release --locked").count() == 2);
+}
+
+/// Compose: restarts, a database check over TCP, the port on the loopback
+/// alone (it serves the admin API).
+#[test]
+fn compose_restarts_checks_postgres_over_tcp_and_keeps_the_port_local() {
+    let compose: serde_yaml::Value = serde_yaml::from_str(&repo_file("docker-compose.yml")).unwrap();
+    for service in ["memoryd", "postgres"] {
+        assert_eq!(compose["services"][service]["restart"].as_str(), Some("unless-stopped"), "{service}");
+    }
+    let check = compose["services"]["postgres"]["healthcheck"]["test"][1].as_str().unwrap();
+    assert!(check.contains("pg_isready -h 127.0.0.1"), "{check}");
+    for port in compose["services"]["memoryd"]["ports"].as_sequence().unwrap() {
+        assert!(port.as_str().unwrap().starts_with("127.0.0.1:"), "{port:?}");
+    }
 }
 
 #[test]

@@ -158,9 +158,6 @@ impl TestApp {
             let body = self.json(Method::GET, &format!("/v1/jobs?{query}"), key).await;
             let jobs = body["jobs"].as_array().unwrap().clone();
             if !jobs.is_empty() && jobs.iter().all(|j| !matches!(j["state"].as_str(), Some("queued" | "running"))) {
-                // A job is finished once its outcome is committed; its files
-                // are renamed into place just after: wait for that too.
-                self.publishes_done().await;
                 return jobs;
             }
             assert!(started.elapsed() < std::time::Duration::from_secs(60), "jobs did not settle: {jobs:?}");
@@ -188,7 +185,6 @@ impl TestApp {
         loop {
             let job = self.json(Method::GET, &format!("/v1/jobs/{job_id}"), key).await;
             if !matches!(job["state"].as_str(), Some("queued" | "running")) {
-                self.publishes_done().await;
                 return job;
             }
             assert!(started.elapsed() < std::time::Duration::from_secs(60), "the job did not finish: {job}");

@@ -44,4 +44,5 @@ mod round_three;
 mod scoped_keys;
 mod semantic;
 mod sessions;
+mod startup;
 mod usage;

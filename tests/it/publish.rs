@@ -207,6 +207,66 @@ async fn a_read_never_sees_half_a_run(backend: Backend) {
     assert!(selection.contains("chat-2"), "the whole run is in place: {selection}");
 }
 
+crate::both_backends!(a_job_shown_succeeded_has_its_files_in_place);
+
+/// The job of the one consolidation (a manifest that writes `MEMORY.md`)
+/// pending in `data_dir`: a run held mid-publish.
+fn held_consolidation(data_dir: &std::path::Path) -> String {
+    let consolidations: Vec<Value> = std::fs::read_dir(data_dir.join("publish"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).ok()?).ok())
+        .filter(|m| m["entries"].as_array().unwrap().iter().any(|e| e["path"] == "memories/MEMORY.md"))
+        .collect();
+    assert_eq!(consolidations.len(), 1, "one consolidation is held: {consolidations:?}");
+    consolidations[0]["scope"]["job_id"].as_str().unwrap().to_owned()
+}
+
+/// A run held between its first rename and the rest (a test hook) has its
+/// job's finish committed: the job, read alone or in a listing, shows
+/// `succeeded` only with every file of the run in place on the volume.
+async fn a_job_shown_succeeded_has_its_files_in_place(backend: Backend) {
+    use crate::harness::TestApp;
+    use reqwest::Method;
+    let app = TestApp::start_with(backend, |c| c.test_publish_pause = std::time::Duration::from_millis(3000)).await;
+    let t = app.tenant().await;
+    let memories = app.workspace_dir(&t, "default").join("memories");
+    let statements = [
+        ("I prefer green tea in the morning.", "green tea"),
+        ("I switched to black coffee.", "black coffee"),
+        ("I switched to rooibos.", "rooibos"),
+    ];
+    for (n, (said, drink)) in statements.into_iter().enumerate() {
+        let session = format!("s{n}");
+        let body = json!({"rollout_id": format!("chat-{n}"), "input": said, "final_output": "noted"});
+        assert_eq!(app.post_segment(&t.key, &session, "default", body).await.status(), 201);
+        if n == 0 {
+            let closed = app.json(Method::POST, "/v1/sessions/s0/close?wait=60", &t.key).await;
+            assert_eq!(closed["state"], "closed", "{closed}");
+            continue;
+        }
+        app.json(Method::POST, &format!("/v1/sessions/{session}/close"), &t.key).await;
+        wait_for("the first rename", Duration::from_secs(30), async || {
+            std::fs::read_to_string(memories.join("raw_memories.md")).is_ok_and(|t| t.contains(drink))
+        })
+        .await;
+        assert!(!std::fs::read_to_string(memories.join("MEMORY.md")).unwrap().contains(drink), "held");
+        let job_id = held_consolidation(&app.data_dir);
+        let shown = if n == 1 {
+            app.json(Method::GET, &format!("/v1/jobs/{job_id}"), &t.key).await
+        } else {
+            let listed = app.json(Method::GET, "/v1/jobs?kind=phase_two", &t.key).await;
+            listed["jobs"].as_array().unwrap().iter().find(|j| j["job_id"] == job_id.as_str()).unwrap().clone()
+        };
+        assert_eq!(shown["state"], "succeeded", "the finish is committed: {shown}");
+        let memory = std::fs::read_to_string(memories.join("MEMORY.md")).unwrap();
+        assert!(memory.contains(drink), "a job shown succeeded has its MEMORY.md in place: {memory}");
+        let selection = std::fs::read_to_string(memories.join("phase_two_selection.json")).unwrap();
+        assert!(selection.contains(&format!("chat-{n}")), "and its selection: {selection}");
+    }
+}
+
 crate::both_backends!(a_kill_during_an_edit_leaves_all_of_it_or_none);
 
 /// Kill -9 moments after an edit that writes twelve files was accepted: at
