@@ -5,7 +5,8 @@
 # 127.0.0.1:5432 (user postgres), else a throwaway cluster is started with
 # initdb/pg_ctl in a temp dir (Debian's postgresql package is installed first
 # when its binaries are missing). The tests use a fresh database
-# `memoryd_test` on it; SQLite needs nothing.
+# `memoryd_test` on it; SQLite needs nothing. The tests of workspaces in a
+# bucket use moto's S3-compatible server, installed from PyPI and started here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +54,9 @@ cleanup() {
     rm -rf "$THROWAWAY"
   fi
 }
-trap cleanup EXIT
+S3_PID=""
+stop_s3() { [ -n "$S3_PID" ] && kill "$S3_PID" 2>/dev/null || true; }
+trap 'stop_s3; cleanup' EXIT
 
 start_throwaway() {
   ensure_pg_binaries
@@ -99,6 +102,26 @@ if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator
 fi
 python3 -m openapi_spec_validator openapi.yaml
+
+# An S3-compatible server for the tests of workspaces in a bucket: moto's,
+# from PyPI (no build; about 30 s to install once, 2 s to start), in a virtual
+# environment of its own, on a free loopback port, stopped when the run ends.
+S3VENV="$PWD/target/s3venv"
+if [ ! -x "$S3VENV/bin/moto_server" ]; then
+  log "installing moto's S3 server from PyPI into $S3VENV"
+  python3 -m venv "$S3VENV"
+  "$S3VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==5.2.1"
+fi
+S3_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$S3VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >target/moto_server.log 2>&1 &
+S3_PID=$!
+for _ in $(seq 1 100); do
+  curl -fsS "http://127.0.0.1:$S3_PORT/" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "http://127.0.0.1:$S3_PORT/" >/dev/null || { log "moto's S3 server did not start"; exit 1; }
+export MEMORYD_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+log "S3 for the tests: $MEMORYD_TEST_S3_ENDPOINT"
 
 status=0
 if cargo nextest --version >/dev/null 2>&1; then

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod app;
 pub mod bench;
+pub mod bucket;
 pub mod config;
 pub mod domain;
 pub mod events;

@@ -20,6 +20,8 @@ enum Command {
     Bench(memoryd::bench::BenchArgs),
     /// Ask the memoryd listening at MEMORYD_LISTEN whether it is up (or, with --ready, ready); exit 0 if so.
     Health(memoryd::probe::HealthArgs),
+    /// Copy a stopped deployment's workspaces from its data dir into s3://<bucket>/<prefix>, then check them.
+    CopyToBucket(memoryd::bucket::copy::CopyArgs),
 }
 
 fn init_logging(config: &Config) {
@@ -62,6 +64,26 @@ async fn run_health(args: memoryd::probe::HealthArgs) -> std::process::ExitCode 
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("memoryd health: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_copy(args: memoryd::bucket::copy::CopyArgs) -> std::process::ExitCode {
+    init_logging(&args.config);
+    match memoryd::bucket::copy::copy_to_bucket(&args).await {
+        Ok(copied) => {
+            println!(
+                "copied {} files ({} bytes) of {} workspaces to {} and read each back: every object holds its file's bytes",
+                copied.files, copied.bytes, copied.workspaces, args.destination
+            );
+            if copied.unknown > 0 {
+                println!("left out {} workspace folders the database does not know", copied.unknown);
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memoryd copy-to-bucket: {}", memoryd::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -151,6 +173,7 @@ async fn run() -> std::process::ExitCode {
         Command::Worker(config) => (config, false),
         Command::Bench(args) => return run_bench(args).await,
         Command::Health(args) => return run_health(args).await,
+        Command::CopyToBucket(args) => return run_copy(args).await,
     };
     if let Err(refused) = config.validate() {
         eprintln!("memoryd: {refused}");

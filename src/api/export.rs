@@ -8,14 +8,13 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::TenantAuth;
 use crate::domain::ids::WorkspaceName;
-use crate::domain::portability::{MANIFEST_NAME, Take, manifest, take};
-use crate::store::{ExportedRollout, with_implicit_default};
-use crate::workspace::archive::{ArchiveEntry, ChunkSender, snapshot, write_archive};
+use crate::domain::portability::{MANIFEST_NAME, manifest};
+use crate::store::with_implicit_default;
+use crate::workspace::archive::{ChunkSender, entries_taken, snapshot, write_archive};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,25 +61,7 @@ pub(crate) async fn workspace_archive(
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
 
-    let by_path: HashMap<&str, &ExportedRollout> = view.rollouts.iter().map(|r| (r.rollout_path.as_str(), r)).collect();
-    let mut entries = Vec::with_capacity(taken.files.len());
-    let mut exported_rollouts: Vec<&ExportedRollout> = Vec::new();
-    for file in &taken.files {
-        let len = match take(&file.relative, &by_path, &layouts) {
-            Take::Whole => file.len,
-            Take::Prefix(committed) => {
-                exported_rollouts.push(by_path[file.relative.as_str()]);
-                committed
-            }
-            Take::Nothing => continue,
-        };
-        entries.push(ArchiveEntry {
-            relative: file.relative.clone(),
-            source: file.linked.clone(),
-            len,
-            modified: file.modified,
-        });
-    }
+    let (entries, exported_rollouts) = entries_taken(&taken.files, &view, &layouts);
     let document = manifest(workspace.as_str(), &layouts, &view, &exported_rollouts);
     let manifest_bytes = serde_json::to_vec_pretty(&document).map_err(ApiError::internal)?;
     tracing::info!(%workspace, files = entries.len(), rollouts = exported_rollouts.len(), "export started");

@@ -4,7 +4,6 @@
 //! that will not run again, and files of releases that did not name their
 //! owner.
 
-use crate::domain::ids::WorkspaceName;
 use crate::store::{DynStore, with_implicit_default};
 use crate::workspace::publish::Publisher;
 use crate::workspace::{Leftover, Volumes, confine, find_leftovers, remove_if_present};
@@ -158,11 +157,8 @@ pub(super) async fn repair_rollout_files(store: &DynStore, volumes: &Volumes) ->
                 continue;
             }
         };
-        for workspace_dir in subdirectories(&tenant_dir) {
-            let Some(workspace) = workspace_dir.file_name().and_then(|n| n.to_str()).and_then(WorkspaceName::parse)
-            else {
-                continue;
-            };
+        for workspace in crate::workspace::workspaces_in(&tenant_dir) {
+            let workspace_dir = tenant_dir.join(workspace.as_str());
             let committed: HashMap<String, u64> = match store.export_view(tenant, &workspace).await {
                 Ok(view) => view.rollouts.into_iter().map(|r| (r.rollout_path, r.committed_len)).collect(),
                 Err(e) => {

@@ -6,6 +6,8 @@
 //! a gzip tar written to any `Write`, never whole in memory.
 
 use super::{files_under, is_temporary_file};
+use crate::domain::layout::StoredLayout;
+use crate::domain::portability::{ExportView, ExportedRollout, Take, take};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use std::collections::BTreeMap;
@@ -157,6 +159,33 @@ pub struct ArchiveEntry {
     pub source: PathBuf,
     pub len: u64,
     pub modified: u64,
+}
+
+/// What an export, or a copy into a bucket, takes of a snapshot: each
+/// rollout file up to its committed length (one no append committed left
+/// out), every other file whole; and the rollouts it took.
+pub fn entries_taken<'v>(
+    files: &[SnapshotFile],
+    view: &'v ExportView,
+    layouts: &[StoredLayout],
+) -> (Vec<ArchiveEntry>, Vec<&'v ExportedRollout>) {
+    let by_path: std::collections::HashMap<&str, &ExportedRollout> =
+        view.rollouts.iter().map(|r| (r.rollout_path.as_str(), r)).collect();
+    let mut entries = Vec::with_capacity(files.len());
+    let mut rollouts = Vec::new();
+    for file in files {
+        let len = match take(&file.relative, &by_path, layouts) {
+            Take::Whole => file.len,
+            Take::Prefix(committed) => {
+                rollouts.push(by_path[file.relative.as_str()]);
+                committed
+            }
+            Take::Nothing => continue,
+        };
+        let (relative, source, modified) = (file.relative.clone(), file.linked.clone(), file.modified);
+        entries.push(ArchiveEntry { relative, source, len, modified });
+    }
+    (entries, rollouts)
 }
 
 /// Writes a gzip tar to `out`: `manifest` first, as `manifest_name`, then

@@ -29,21 +29,8 @@ pub enum PathError {
 /// call) and the disk: the result lies under `root`, also after following
 /// every symlink that exists on the way.
 pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
-    if relative.is_empty() {
-        return Err(PathError::Empty);
-    }
-    let rel = Path::new(relative);
     let mut joined = root.to_path_buf();
-    for component in rel.components() {
-        match component {
-            Component::Normal(part) => joined.push(part),
-            Component::CurDir => {}
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(PathError::Absolute(relative.to_owned()));
-            }
-            Component::ParentDir => return Err(PathError::Escapes(relative.to_owned())),
-        }
-    }
+    joined.extend(relative_parts(relative)?);
     // The common case costs one `lstat` per component below `root` and no
     // `realpath`: with no symlink among them the path is under `root`,
     // wherever `root` itself resolves to.
@@ -79,6 +66,27 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
     }
 }
 
+/// The names `relative` steps through, by the rules alone: not empty, not
+/// absolute, no `..`; `.` and repeated slashes step nowhere (`.` alone is
+/// the root itself). [`confine`]
+/// checks the disk past them; an object key is made of them (no symlinks
+/// in a bucket).
+pub fn relative_parts(relative: &str) -> Result<Vec<&str>, PathError> {
+    if relative.is_empty() {
+        return Err(PathError::Empty);
+    }
+    let mut parts = Vec::new();
+    for component in Path::new(relative).components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_str().expect("a part of a str is a str")),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return Err(PathError::Absolute(relative.to_owned())),
+            Component::ParentDir => return Err(PathError::Escapes(relative.to_owned())),
+        }
+    }
+    Ok(parts)
+}
+
 /// Whether no component of `joined` below `root` that exists is a symlink
 /// (past the first missing one, none exists).
 fn symlink_free_below(root: &Path, joined: &Path) -> io::Result<bool> {
@@ -93,6 +101,17 @@ fn symlink_free_below(root: &Path, joined: &Path) -> io::Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// The workspaces a tenant's folder holds: its subfolders named as a
+/// workspace can be.
+pub fn workspaces_in(tenant_dir: &Path) -> Vec<WorkspaceName> {
+    let Ok(entries) = fs::read_dir(tenant_dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| WorkspaceName::parse(e.file_name().to_str()?))
+        .collect()
 }
 
 /// Readiness fails below this much free space even with the watermark off:

@@ -1,0 +1,201 @@
+//! `memoryd copy-to-bucket s3://<bucket>/<prefix>`: a stopped deployment's
+//! workspaces copied from its data dir into a bucket, in the bucket's
+//! layout — what an export holds, file by file: rollouts up to what the
+//! database committed, the memory files as the last committed run left
+//! them — then read back and checked, byte for byte.
+
+use super::BucketUrl;
+use crate::config::Config;
+use crate::domain::ids::WorkspaceName;
+use crate::jobs::{PublishOwner, finish_pending_publishes};
+use crate::store::{DynStore, with_implicit_default};
+use crate::workspace::Volumes;
+use crate::workspace::archive::{ArchiveEntry, entries_taken, snapshot};
+use crate::workspace::publish::Publisher;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectKey;
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use uuid::Uuid;
+
+/// Objects written (and read back) at once.
+const COPIES_AT_ONCE: usize = 16;
+
+/// A file at most this long is one PUT; a longer one is uploaded in parts of
+/// this size (S3 takes parts of 5 MiB and more), a few at a time.
+const PART_BYTES: usize = 8 << 20;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CopyArgs {
+    /// Where the workspaces go: `s3://<bucket>/<prefix>`; credentials,
+    /// region and endpoint from the standard AWS_* variables.
+    #[arg(value_name = "S3_URL")]
+    pub destination: BucketUrl,
+    #[command(flatten)]
+    pub config: Config,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("the database: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("the data dir: {0}")]
+    Volume(#[from] std::io::Error),
+    #[error("the bucket: {0}")]
+    Bucket(#[from] object_store::Error),
+    #[error("the check failed: {0}")]
+    Check(String),
+}
+
+/// What a copy did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Copied {
+    pub workspaces: usize,
+    pub files: usize,
+    pub bytes: u64,
+    /// Folders of workspaces the database does not know (left out).
+    pub unknown: usize,
+}
+
+/// One object written: its key, length and SHA-256.
+struct Written {
+    key: ObjectKey,
+    len: u64,
+    digest: [u8; 32],
+}
+
+pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
+    let config = &args.config;
+    config.validate().map_err(CopyError::Refused)?;
+    let store = crate::store::connect_waiting(&config.database_url(), config.database_wait).await?;
+    let volumes = Volumes::new(&config.data_dir, 0);
+    // A run whose outcome was committed is copied whole, one that was not is undone, as at a start.
+    let publisher = Publisher::new(&config.data_dir);
+    finish_pending_publishes(store.as_ref(), &publisher, |_| true, PublishOwner::Worker { own_job: None }).await;
+    if !publisher.pending()?.is_empty() {
+        return Err(CopyError::Refused("a publish is still under way: stop every replica first".into()));
+    }
+    let bucket = args.destination.open()?;
+    let mut copied = Copied::default();
+    let mut written = Vec::new();
+    for (tenant, tenant_dir) in volumes.tenant_dirs() {
+        for workspace in crate::workspace::workspaces_in(&tenant_dir) {
+            if !store.workspace_known(tenant, &workspace).await? {
+                tracing::warn!(%tenant, %workspace, "a workspace folder the database does not know is left out");
+                copied.unknown += 1;
+                continue;
+            }
+            if store.workspace_forgetting(tenant, &workspace).await? {
+                let why =
+                    format!("workspace {workspace} of tenant {tenant} is being forgotten: start memoryd to finish");
+                return Err(CopyError::Refused(why));
+            }
+            let files = copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;
+            copied.workspaces += 1;
+            copied.files += files.len();
+            copied.bytes += files.iter().map(|w| w.len).sum::<u64>();
+            tracing::info!(%tenant, %workspace, files = files.len(), "workspace copied");
+            written.extend(files);
+        }
+    }
+    check(&bucket, &args.destination, &written).await?;
+    Ok(copied)
+}
+
+/// Copies one workspace's files as an export takes them.
+async fn copy_workspace(
+    store: &DynStore,
+    volumes: &Volumes,
+    url: &BucketUrl,
+    bucket: &Arc<dyn ObjectStore>,
+    tenant: Uuid,
+    workspace: &WorkspaceName,
+) -> Result<Vec<Written>, CopyError> {
+    let layouts = with_implicit_default(store.stored_layouts(tenant).await?);
+    let view = store.export_view(tenant, workspace).await?;
+    let root = volumes.workspace_root(tenant, workspace).map_err(std::io::Error::other)?;
+    let (scratch, memory_dirs) = (
+        volumes.export_scratch(),
+        layouts.iter().map(|l| l.layout.memories_dir.normalized.clone()).collect::<Vec<_>>(),
+    );
+    let taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
+        .await
+        .map_err(std::io::Error::other)??;
+    let (entries, _) = entries_taken(&taken.files, &view, &layouts);
+    let mut keyed = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let key = url.object_key(tenant, workspace, &entry.relative).map_err(std::io::Error::other)?;
+        keyed.push((key, entry));
+    }
+    futures_util::stream::iter(keyed)
+        .map(|(key, entry)| upload(bucket, key, entry))
+        .buffer_unordered(COPIES_AT_ONCE)
+        .try_collect()
+        .await
+}
+
+/// Writes `entry`'s first `len` bytes to `key`: one PUT, or parts.
+async fn upload(bucket: &Arc<dyn ObjectStore>, key: ObjectKey, entry: ArchiveEntry) -> Result<Written, CopyError> {
+    let mut file = tokio::fs::File::open(&entry.source).await?.take(entry.len);
+    let mut digest = Sha256::new();
+    if entry.len <= PART_BYTES as u64 {
+        let mut bytes = Vec::with_capacity(entry.len as usize);
+        file.read_to_end(&mut bytes).await?;
+        digest.update(&bytes);
+        let len = bytes.len() as u64;
+        bucket.put(&key, PutPayload::from(bytes)).await?;
+        return Ok(Written { key, len, digest: digest.finalize().into() });
+    }
+    let mut parts = WriteMultipart::new_with_chunk_size(bucket.put_multipart(&key).await?, PART_BYTES);
+    let (mut buffer, mut len) = (vec![0u8; 1 << 20], 0u64);
+    loop {
+        let read = file.read(&mut buffer).await?;
+        if read == 0 {
+            break;
+        }
+        digest.update(&buffer[..read]);
+        len += read as u64;
+        parts.wait_for_capacity(2).await?;
+        parts.write(&buffer[..read]);
+    }
+    parts.finish().await?;
+    Ok(Written { key, len, digest: digest.finalize().into() })
+}
+
+/// The prefix holds exactly what was written, each object its file's bytes.
+async fn check(bucket: &Arc<dyn ObjectStore>, url: &BucketUrl, written: &[Written]) -> Result<(), CopyError> {
+    let prefix = (!url.prefix.is_empty()).then(|| ObjectKey::from(url.prefix.as_str()));
+    let listed: HashMap<ObjectKey, u64> =
+        bucket.list(prefix.as_ref()).map_ok(|meta| (meta.location, meta.size)).try_collect().await?;
+    let expected: HashMap<&ObjectKey, &Written> = written.iter().map(|w| (&w.key, w)).collect();
+    let mut extra: Vec<String> = listed.keys().filter(|k| !expected.contains_key(k)).map(|k| k.to_string()).collect();
+    if !extra.is_empty() {
+        extra.sort();
+        extra.truncate(10);
+        return Err(CopyError::Check(format!("{url} holds objects that are not the data dir's, e.g. {extra:?}")));
+    }
+    for w in written {
+        if listed.get(&w.key) != Some(&w.len) {
+            return Err(CopyError::Check(format!("{} is not {} bytes long in the bucket", w.key, w.len)));
+        }
+    }
+    futures_util::stream::iter(written)
+        .map(|w| async move {
+            let mut stream = bucket.get(&w.key).await?.into_stream();
+            let mut digest = Sha256::new();
+            while let Some(chunk) = stream.try_next().await? {
+                digest.update(&chunk);
+            }
+            let same = digest.finalize().as_slice() == w.digest;
+            if same { Ok(()) } else { Err(CopyError::Check(format!("{} does not hold its file's bytes", w.key))) }
+        })
+        .buffer_unordered(COPIES_AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}

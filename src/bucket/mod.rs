@@ -1,0 +1,146 @@
+//! Workspace files in an object store (S3 and compatibles): where a bucket
+//! is (`s3://<bucket>/<prefix>`), the one function that turns a workspace
+//! path into an object key, and the client, configured from the standard
+//! `AWS_*` variables. A workspace's objects hold the same tree as its folder
+//! on a volume: `<prefix>/<tenant_id>/<workspace>/<path in the workspace>`.
+
+pub mod copy;
+
+use crate::domain::ids::WorkspaceName;
+use crate::workspace::{PathError, relative_parts};
+use object_store::ObjectStore;
+use object_store::path::Path as ObjectKey;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// `s3://<bucket>[/<prefix>]`: a bucket and the key prefix memoryd's objects live under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketUrl {
+    pub bucket: String,
+    /// Without leading or trailing slashes; empty: the bucket's root.
+    pub prefix: String,
+}
+
+impl std::str::FromStr for BucketUrl {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        let rest = raw.strip_prefix("s3://").ok_or_else(|| format!("{raw} is not s3://<bucket>/<prefix>"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if !valid_bucket_name(bucket) {
+            return Err(format!(
+                "{bucket:?} is not a bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, \
+                 starting and ending with a letter or digit"
+            ));
+        }
+        let prefix = prefix.trim_end_matches('/');
+        let bad_part = |p: &str| p.is_empty() || p == "." || p == ".." || p.chars().any(char::is_control);
+        if !prefix.is_empty() && prefix.split('/').any(bad_part) {
+            return Err(format!("{prefix:?} is not a key prefix: no empty, '.' or '..' parts"));
+        }
+        Ok(Self { bucket: bucket.to_owned(), prefix: prefix.to_owned() })
+    }
+}
+
+impl std::fmt::Display for BucketUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix.is_empty() {
+            write!(f, "s3://{}", self.bucket)
+        } else {
+            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+fn valid_bucket_name(name: &str) -> bool {
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name.bytes().all(allowed)
+        && edge(name.as_bytes().first())
+        && edge(name.as_bytes().last())
+        && !name.contains("..")
+}
+
+impl BucketUrl {
+    /// The key prefix of one tenant's workspace.
+    pub fn workspace_prefix(&self, tenant: Uuid, workspace: &WorkspaceName) -> String {
+        let below = format!("{tenant}/{}", workspace.as_str());
+        if self.prefix.is_empty() { below } else { format!("{}/{below}", self.prefix) }
+    }
+
+    /// The one gate between a path in a workspace (from anywhere) and the
+    /// bucket: the key lies under the workspace's prefix, by the same rules
+    /// as a path on a volume, and is a key every S3 store takes as it is.
+    pub fn object_key(&self, tenant: Uuid, workspace: &WorkspaceName, relative: &str) -> Result<ObjectKey, PathError> {
+        let parts = relative_parts(relative)?;
+        if parts.is_empty() {
+            return Err(PathError::Empty);
+        }
+        let key = format!("{}/{}", self.workspace_prefix(tenant, workspace), parts.join("/"));
+        ObjectKey::parse(&key).map_err(|_| PathError::Escapes(relative.to_owned()))
+    }
+
+    /// A client for the bucket, with credentials, region and endpoint from
+    /// the standard variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …); writes may be
+    /// conditional on an object's ETag.
+    pub fn open(&self) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(&self.bucket)
+            .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+            .build()?;
+        Ok(Arc::new(store))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_urls_name_a_bucket_and_a_prefix() {
+        let url: BucketUrl = "s3://memoryd-data/prod/eu/".parse().unwrap();
+        assert_eq!((url.bucket.as_str(), url.prefix.as_str()), ("memoryd-data", "prod/eu"));
+        assert_eq!(url.to_string(), "s3://memoryd-data/prod/eu");
+        let root: BucketUrl = "s3://memoryd".parse().unwrap();
+        assert_eq!(
+            (root.bucket.as_str(), root.prefix.as_str(), root.to_string().as_str()),
+            ("memoryd", "", "s3://memoryd")
+        );
+        for bad in [
+            "memoryd",
+            "http://memoryd/x",
+            "s3://",
+            "s3://ab",
+            "s3://Upper",
+            "s3://-edge",
+            "s3://a..b",
+            "s3://a_b",
+            "s3://bucket//x",
+            "s3://bucket/a/../b",
+            "s3://bucket/./a",
+        ] {
+            assert!(bad.parse::<BucketUrl>().is_err(), "{bad}");
+        }
+        assert!(format!("s3://{}", "a".repeat(64)).parse::<BucketUrl>().is_err());
+    }
+
+    #[test]
+    fn keys_lie_under_their_workspace_by_the_volumes_rules() {
+        let url: BucketUrl = "s3://memoryd/p".parse().unwrap();
+        let tenant = Uuid::nil();
+        let workspace = WorkspaceName::parse("ws").unwrap();
+        let key = |rel: &str| url.object_key(tenant, &workspace, rel).map(|k| k.to_string());
+        let base = format!("p/{tenant}/ws");
+        assert_eq!(key("memories/MEMORY.md").unwrap(), format!("{base}/memories/MEMORY.md"));
+        assert_eq!(key("./sessions//r.jsonl").unwrap(), format!("{base}/sessions/r.jsonl"));
+        assert!(matches!(key("../other/x"), Err(PathError::Escapes(_))));
+        assert!(matches!(key("a/../../x"), Err(PathError::Escapes(_))));
+        assert!(matches!(key("/etc/passwd"), Err(PathError::Absolute(_))));
+        assert!(matches!(key(""), Err(PathError::Empty)));
+        assert!(matches!(key("."), Err(PathError::Empty)));
+        let root: BucketUrl = "s3://memoryd".parse().unwrap();
+        assert_eq!(root.object_key(tenant, &workspace, "x").unwrap().to_string(), format!("{tenant}/ws/x"));
+    }
+}

@@ -1,0 +1,94 @@
+//! `memoryd copy-to-bucket`: a stopped deployment's workspaces copied into
+//! a bucket of the tests' S3 server, in the bucket's layout, as an export
+//! would take them, then checked.
+
+use crate::harness::Backend;
+use crate::process::{Memoryd, database_env, get_json, new_tenant};
+use crate::s3;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+crate::both_backends!(a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it);
+
+/// Every file under `dir`, by its path below it (staging files left out).
+fn files_below(dir: &Path, below: &Path, found: &mut BTreeMap<String, Vec<u8>>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files_below(&path, below, found);
+        } else if !entry.file_name().to_string_lossy().starts_with(".memoryd-") {
+            let relative = path.strip_prefix(below).unwrap().to_string_lossy().into_owned();
+            found.insert(relative, std::fs::read(&path).unwrap());
+        }
+    }
+}
+
+fn copy_to_bucket(dir: &Path, url: &str, database: &[(&'static str, String)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_memoryd"));
+    command.args(["copy-to-bucket", url]).current_dir(dir).env_remove("DATABASE_URL");
+    command.envs(database.iter().cloned()).envs(s3::process_env());
+    command.output().unwrap()
+}
+
+async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let database = database_env(backend).await;
+    let http = reqwest::Client::new();
+    let mut memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &database);
+    memoryd.ready(&http).await;
+    let (tenant, key) = new_tenant(&http, &memoryd.base).await;
+    for (session, workspace, rollout, said) in [
+        ("s1", "default", "chat-1", "I prefer green tea."),
+        ("s1", "default", "chat-2", "The deploy needs the VPN."),
+        ("s2", "other", "chat-3", "My timezone is Europe/Berlin."),
+    ] {
+        let body = json!({"rollout_id": rollout, "input": said, "final_output": "noted"});
+        let path = format!("{}/v1/sessions/{session}/layouts/default/segments?workspace={workspace}", memoryd.base);
+        assert_eq!(http.post(path).bearer_auth(&key).json(&body).send().await.unwrap().status(), 201);
+    }
+    for session in ["s1", "s2"] {
+        let path = format!("{}/v1/sessions/{session}/close?wait=60", memoryd.base);
+        let closed: serde_json::Value = http.post(path).bearer_auth(&key).send().await.unwrap().json().await.unwrap();
+        assert_eq!(closed["state"], "closed", "{closed}");
+    }
+    let jobs = get_json(&http, &memoryd.base, &key, "/v1/jobs?kind=phase_two").await;
+    assert!(jobs["jobs"].as_array().unwrap().iter().all(|j| j["state"] == "succeeded"), "{jobs}");
+    memoryd.signal("-TERM");
+    assert!(memoryd.exit().await.success());
+
+    // What the volume holds; then a line no append committed (a crash's), which the copy leaves out.
+    let tenant_dir = dir.path().join(format!("memoryd-data/workspaces/{tenant}"));
+    let mut expected = BTreeMap::new();
+    files_below(&tenant_dir, &tenant_dir, &mut expected);
+    let rollout = tenant_dir.join("default/sessions/chat-1.jsonl");
+    let mut tail = std::fs::OpenOptions::new().append(true).open(&rollout).unwrap();
+    std::io::Write::write_all(&mut tail, b"{\"never\":\"acknowledged\"}\n").unwrap();
+    for wanted in ["default/memories/MEMORY.md", "default/sessions/chat-1.jsonl", "other/sessions/chat-3.jsonl"] {
+        assert!(expected.contains_key(wanted), "{wanted} in {:?}", expected.keys());
+    }
+
+    let (url, prefix) = s3::fresh_prefix().await;
+    let copied = copy_to_bucket(dir.path(), &url, &database);
+    let said = String::from_utf8_lossy(&copied.stdout);
+    assert!(copied.status.success(), "{said}{}", String::from_utf8_lossy(&copied.stderr));
+    assert!(said.contains(&format!("copied {} files", expected.len())) && said.contains("read each back"), "{said}");
+    let in_bucket = s3::objects_under(&format!("{prefix}/{tenant}")).await;
+    assert_eq!(in_bucket.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    for (path, bytes) in &expected {
+        assert!(in_bucket[path] == *bytes, "{path} holds its file's committed bytes");
+    }
+
+    // Again: the same objects, checked again.
+    assert!(copy_to_bucket(dir.path(), &url, &database).status.success());
+    // An object that is not the data dir's fails the check, and is named.
+    s3::bucket().put(&format!("{prefix}/stray.txt").into(), "x".into()).await.unwrap();
+    let refused = copy_to_bucket(dir.path(), &url, &database);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("stray.txt"), "{why}");
+
+    let bad = copy_to_bucket(dir.path(), "s3://Not_A_Bucket/x", &database);
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && why.contains("bucket name"), "{why}");
+}

@@ -1,0 +1,66 @@
+//! The tests' S3-compatible server (scripts/test.sh starts moto's and names
+//! it in MEMORYD_TEST_S3_ENDPOINT): a bucket for the tests, a fresh prefix
+//! per test, the variables a memoryd process reads, and a client to look.
+
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use std::sync::Arc;
+
+pub(crate) const BUCKET: &str = "memoryd-test";
+
+fn endpoint() -> String {
+    std::env::var("MEMORYD_TEST_S3_ENDPOINT")
+        .expect("MEMORYD_TEST_S3_ENDPOINT names an S3-compatible server (scripts/test.sh starts one)")
+}
+
+/// `s3://memoryd-test/<fresh prefix>`, the bucket made if it is not there yet.
+pub(crate) async fn fresh_prefix() -> (String, String) {
+    static MADE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    MADE.get_or_init(|| async {
+        // moto takes an unsigned request; a bucket there already is fine.
+        let res = reqwest::Client::new().put(format!("{}/{BUCKET}", endpoint())).send().await.unwrap();
+        assert!(res.status().is_success() || res.status() == 409, "making the bucket: {}", res.status());
+    })
+    .await;
+    let prefix = format!("t-{}", uuid::Uuid::new_v4().simple());
+    (format!("s3://{BUCKET}/{prefix}"), prefix)
+}
+
+/// What a memoryd process needs to reach the tests' bucket.
+pub(crate) fn process_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", endpoint()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "memoryd-test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "memoryd-test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
+}
+
+/// A client of the tests' bucket, to look at what memoryd left there.
+pub(crate) fn bucket() -> Arc<dyn ObjectStore> {
+    let store = AmazonS3Builder::new()
+        .with_endpoint(endpoint())
+        .with_allow_http(true)
+        .with_bucket_name(BUCKET)
+        .with_access_key_id("memoryd-test")
+        .with_secret_access_key("memoryd-test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    Arc::new(store)
+}
+
+/// Every object under `prefix`: key below the prefix → bytes.
+pub(crate) async fn objects_under(prefix: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    use futures_util::TryStreamExt;
+    let bucket = bucket();
+    let listed: Vec<_> = bucket.list(Some(&prefix.into())).try_collect().await.unwrap();
+    let mut objects = std::collections::BTreeMap::new();
+    for meta in listed {
+        let bytes = bucket.get(&meta.location).await.unwrap().bytes().await.unwrap();
+        let key = meta.location.as_ref().strip_prefix(&format!("{prefix}/")).unwrap().to_owned();
+        objects.insert(key, bytes.to_vec());
+    }
+    objects
+}
