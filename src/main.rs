@@ -166,6 +166,29 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The API and workers (`api`) or the workers alone, started; `None` once
+/// the reason it could not start is logged.
+async fn start_serving(config: Config, api: bool) -> Option<memoryd::app::RunningServer> {
+    let started = if api {
+        match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(listener) => start(config, listener).await,
+            Err(e) => {
+                tracing::error!(error = %e, listen = %config.listen, "cannot listen");
+                return None;
+            }
+        }
+    } else {
+        start_worker_only(config).await
+    };
+    match started {
+        Ok(server) => Some(server),
+        Err(e) => {
+            tracing::error!(error = %memoryd::error_chain(&*e), "cannot start");
+            None
+        }
+    }
+}
+
 async fn run() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
     let (config, api) = match command {
@@ -181,26 +204,22 @@ async fn run() -> std::process::ExitCode {
     }
     init_logging(&config);
     let config_summary = EffectiveConfig::of(&config);
-    let started = if api {
-        match tokio::net::TcpListener::bind(config.listen).await {
-            Ok(listener) => start(config, listener).await,
-            Err(e) => {
-                tracing::error!(error = %e, listen = %config.listen, "cannot listen");
-                return std::process::ExitCode::FAILURE;
-            }
-        }
-    } else {
-        start_worker_only(config).await
-    };
-    let server = match started {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %memoryd::error_chain(&*e), "cannot start");
-            return std::process::ExitCode::FAILURE;
+    // Watched from the start: a replica still waiting for its database stops
+    // when asked (as PID 1 in a container it would otherwise ignore SIGTERM).
+    let stop = termination_signal();
+    tokio::pin!(stop);
+    let server = tokio::select! {
+        started = start_serving(config, api) => match started {
+            Some(server) => server,
+            None => return std::process::ExitCode::FAILURE,
+        },
+        () = &mut stop => {
+            tracing::info!("stopped before it started");
+            return std::process::ExitCode::SUCCESS;
         }
     };
     log_effective_config(&config_summary, api.then_some(server.addr));
-    termination_signal().await;
+    stop.await;
     tracing::info!("shutting down");
     match tokio::time::timeout(SHUTDOWN_GRACE, server.shutdown()).await {
         Ok(Ok(())) => std::process::ExitCode::SUCCESS,

@@ -22,11 +22,16 @@ use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
 /// Objects written (and read back) at once.
-const COPIES_AT_ONCE: usize = 16;
+const COPIES_AT_ONCE: usize = 8;
 
 /// A file at most this long is one PUT; a longer one is uploaded in parts of
-/// this size (S3 takes parts of 5 MiB and more), a few at a time.
+/// this size (S3 takes parts of 5 MiB and more), two at a time: at most
+/// about 150 MiB in flight.
 const PART_BYTES: usize = 8 << 20;
+
+/// Each request's limit, unless `AWS_TIMEOUT` says otherwise: a part or a
+/// read-back of a large object over a slow uplink takes minutes.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CopyArgs {
@@ -72,39 +77,74 @@ struct Written {
 pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
     let config = &args.config;
     config.validate().map_err(CopyError::Refused)?;
-    let store = crate::store::connect_waiting(&config.database_url(), config.database_wait).await?;
     let volumes = Volumes::new(&config.data_dir, 0);
-    // A run whose outcome was committed is copied whole, one that was not is undone, as at a start.
-    let publisher = Publisher::new(&config.data_dir);
-    finish_pending_publishes(store.as_ref(), &publisher, |_| true, PublishOwner::Worker { own_job: None }).await;
-    if !publisher.pending()?.is_empty() {
-        return Err(CopyError::Refused("a publish is still under way: stop every replica first".into()));
-    }
-    let bucket = args.destination.open()?;
+    let store = open_deployment(config).await?;
     let mut copied = Copied::default();
-    let mut written = Vec::new();
+    let mut workspaces = Vec::new();
     for (tenant, tenant_dir) in volumes.tenant_dirs() {
         for workspace in crate::workspace::workspaces_in(&tenant_dir) {
             if !store.workspace_known(tenant, &workspace).await? {
                 tracing::warn!(%tenant, %workspace, "a workspace folder the database does not know is left out");
                 copied.unknown += 1;
-                continue;
-            }
-            if store.workspace_forgetting(tenant, &workspace).await? {
+            } else if store.workspace_forgetting(tenant, &workspace).await? {
                 let why =
                     format!("workspace {workspace} of tenant {tenant} is being forgotten: start memoryd to finish");
                 return Err(CopyError::Refused(why));
+            } else {
+                workspaces.push((tenant, workspace));
             }
-            let files = copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;
-            copied.workspaces += 1;
-            copied.files += files.len();
-            copied.bytes += files.iter().map(|w| w.len).sum::<u64>();
-            tracing::info!(%tenant, %workspace, files = files.len(), "workspace copied");
-            written.extend(files);
         }
+    }
+    let bucket = args.destination.open(REQUEST_TIMEOUT)?;
+    let mut written = Vec::new();
+    for (tenant, workspace) in workspaces {
+        let files = copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;
+        copied.workspaces += 1;
+        copied.files += files.len();
+        copied.bytes += files.iter().map(|w| w.len).sum::<u64>();
+        tracing::info!(%tenant, %workspace, files = files.len(), "workspace copied");
+        written.extend(files);
     }
     check(&bucket, &args.destination, &written).await?;
     Ok(copied)
+}
+
+/// The stopped deployment's database, its runs settled: a run whose outcome
+/// was committed is completed, one that was not is undone, as at a start.
+/// Refused when a worker may still write, or when the data dir or the
+/// SQLite file is not there (a wrong setting would copy nothing).
+async fn open_deployment(config: &Config) -> Result<DynStore, CopyError> {
+    let workspaces = config.data_dir.join("workspaces");
+    if !workspaces.is_dir() {
+        let why = format!("{} holds no workspaces: is MEMORYD_DATA_DIR the deployment's?", config.data_dir.display());
+        return Err(CopyError::Refused(why));
+    }
+    let url = config.database_url();
+    if let Some(file) = sqlite_file(&url).filter(|f| !f.exists()) {
+        return Err(CopyError::Refused(format!("there is no database at {}", file.display())));
+    }
+    let store = crate::store::connect_waiting(&url, config.database_wait).await?;
+    let leased = store.leased_jobs(chrono::Utc::now()).await?;
+    if leased > 0 {
+        let why = format!(
+            "{leased} jobs are running: stop every replica first (a killed replica's jobs count until their \
+             leases expire, at most MEMORYD_JOB_LEASE_SECS after it died)"
+        );
+        return Err(CopyError::Refused(why));
+    }
+    let publisher = Publisher::new(&config.data_dir);
+    finish_pending_publishes(store.as_ref(), &publisher, |_| true, PublishOwner::Worker { own_job: None }).await;
+    if !publisher.pending()?.is_empty() {
+        return Err(CopyError::Refused("a publish could not be finished: see the log".into()));
+    }
+    Ok(store)
+}
+
+/// The file a `sqlite:` URL names (none for a database in memory).
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && !path.starts_with(":memory:")).then(|| std::path::PathBuf::from(path))
 }
 
 /// Copies one workspace's files as an export takes them.
@@ -129,47 +169,77 @@ async fn copy_workspace(
     let (entries, _) = entries_taken(&taken.files, &view, &layouts);
     let mut keyed = Vec::with_capacity(entries.len());
     for entry in entries {
-        let key = url.object_key(tenant, workspace, &entry.relative).map_err(std::io::Error::other)?;
+        let key = url.object_key(tenant, workspace, &entry.relative).map_err(|e| {
+            CopyError::Refused(format!("{}/{} cannot be an object key: {e}", workspace, entry.relative))
+        })?;
         keyed.push((key, entry));
     }
-    futures_util::stream::iter(keyed)
+    // Every upload runs to its end (a failed one aborted), then the first failure is the answer.
+    let uploads: Vec<Result<Written, CopyError>> = futures_util::stream::iter(keyed)
         .map(|(key, entry)| upload(bucket, key, entry))
         .buffer_unordered(COPIES_AT_ONCE)
-        .try_collect()
-        .await
+        .collect()
+        .await;
+    uploads.into_iter().collect()
 }
 
 /// Writes `entry`'s first `len` bytes to `key`: one PUT, or parts.
 async fn upload(bucket: &Arc<dyn ObjectStore>, key: ObjectKey, entry: ArchiveEntry) -> Result<Written, CopyError> {
     let mut file = tokio::fs::File::open(&entry.source).await?.take(entry.len);
     let mut digest = Sha256::new();
-    if entry.len <= PART_BYTES as u64 {
+    let len = if entry.len <= PART_BYTES as u64 {
         let mut bytes = Vec::with_capacity(entry.len as usize);
         file.read_to_end(&mut bytes).await?;
         digest.update(&bytes);
         let len = bytes.len() as u64;
-        bucket.put(&key, PutPayload::from(bytes)).await?;
-        return Ok(Written { key, len, digest: digest.finalize().into() });
+        if len == entry.len {
+            bucket.put(&key, PutPayload::from(bytes)).await?;
+        }
+        len
+    } else {
+        let mut parts = WriteMultipart::new_with_chunk_size(bucket.put_multipart(&key).await?, PART_BYTES);
+        match write_parts(&mut file, &mut parts, &mut digest).await {
+            Ok(len) if len == entry.len => {
+                parts.finish().await?;
+                len
+            }
+            other => {
+                // An upload left incomplete is kept (and billed) by the store until aborted.
+                let _ = parts.abort().await;
+                other?
+            }
+        }
+    };
+    if len != entry.len {
+        let why =
+            format!("{} is shorter than what the database committed ({len} of {} bytes)", entry.relative, entry.len);
+        return Err(CopyError::Check(why));
     }
-    let mut parts = WriteMultipart::new_with_chunk_size(bucket.put_multipart(&key).await?, PART_BYTES);
+    Ok(Written { key, len, digest: digest.finalize().into() })
+}
+
+/// Feeds `file` to `parts`, two parts in flight at most; the bytes fed.
+async fn write_parts(
+    file: &mut tokio::io::Take<tokio::fs::File>,
+    parts: &mut WriteMultipart,
+    digest: &mut Sha256,
+) -> Result<u64, CopyError> {
     let (mut buffer, mut len) = (vec![0u8; 1 << 20], 0u64);
     loop {
         let read = file.read(&mut buffer).await?;
         if read == 0 {
-            break;
+            return Ok(len);
         }
         digest.update(&buffer[..read]);
         len += read as u64;
         parts.wait_for_capacity(2).await?;
         parts.write(&buffer[..read]);
     }
-    parts.finish().await?;
-    Ok(Written { key, len, digest: digest.finalize().into() })
 }
 
 /// The prefix holds exactly what was written, each object its file's bytes.
 async fn check(bucket: &Arc<dyn ObjectStore>, url: &BucketUrl, written: &[Written]) -> Result<(), CopyError> {
-    let prefix = (!url.prefix.is_empty()).then(|| ObjectKey::from(url.prefix.as_str()));
+    let prefix = url.prefix_key();
     let listed: HashMap<ObjectKey, u64> =
         bucket.list(prefix.as_ref()).map_ok(|meta| (meta.location, meta.size)).try_collect().await?;
     let expected: HashMap<&ObjectKey, &Written> = written.iter().map(|w| (&w.key, w)).collect();
@@ -184,7 +254,7 @@ async fn check(bucket: &Arc<dyn ObjectStore>, url: &BucketUrl, written: &[Writte
             return Err(CopyError::Check(format!("{} is not {} bytes long in the bucket", w.key, w.len)));
         }
     }
-    futures_util::stream::iter(written)
+    let checks: Vec<Result<(), CopyError>> = futures_util::stream::iter(written)
         .map(|w| async move {
             let mut stream = bucket.get(&w.key).await?.into_stream();
             let mut digest = Sha256::new();
@@ -195,7 +265,7 @@ async fn check(bucket: &Arc<dyn ObjectStore>, url: &BucketUrl, written: &[Writte
             if same { Ok(()) } else { Err(CopyError::Check(format!("{} does not hold its file's bytes", w.key))) }
         })
         .buffer_unordered(COPIES_AT_ONCE)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
+        .collect()
+        .await;
+    checks.into_iter().collect()
 }

@@ -34,9 +34,9 @@ impl std::str::FromStr for BucketUrl {
             ));
         }
         let prefix = prefix.trim_end_matches('/');
-        let bad_part = |p: &str| p.is_empty() || p == "." || p == ".." || p.chars().any(char::is_control);
-        if !prefix.is_empty() && prefix.split('/').any(bad_part) {
-            return Err(format!("{prefix:?} is not a key prefix: no empty, '.' or '..' parts"));
+        let bad_part = |p: &str| p.is_empty() || p == "." || p == "..";
+        if !prefix.is_empty() && (prefix.split('/').any(bad_part) || ObjectKey::parse(prefix).is_err()) {
+            return Err(format!("{prefix:?} is not a key prefix: no empty, '.' or '..' parts, no control characters"));
         }
         Ok(Self { bucket: bucket.to_owned(), prefix: prefix.to_owned() })
     }
@@ -63,6 +63,11 @@ fn valid_bucket_name(name: &str) -> bool {
 }
 
 impl BucketUrl {
+    /// The prefix as a key, as it is written (none: the bucket's root).
+    pub fn prefix_key(&self) -> Option<ObjectKey> {
+        (!self.prefix.is_empty()).then(|| ObjectKey::parse(&self.prefix).expect("checked when parsed"))
+    }
+
     /// The key prefix of one tenant's workspace.
     pub fn workspace_prefix(&self, tenant: Uuid, workspace: &WorkspaceName) -> String {
         let below = format!("{tenant}/{}", workspace.as_str());
@@ -85,12 +90,18 @@ impl BucketUrl {
     /// the standard variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …); writes may be
     /// conditional on an object's ETag.
-    pub fn open(&self) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
-        let store = object_store::aws::AmazonS3Builder::from_env()
+    /// Each request is limited to `timeout` unless `AWS_TIMEOUT` says otherwise.
+    pub fn open(&self, timeout: std::time::Duration) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+        use object_store::ClientConfigKey;
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+        let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(&self.bucket)
-            .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
-            .build()?;
-        Ok(Arc::new(store))
+            .with_conditional_put(S3ConditionalPut::ETagMatch);
+        if std::env::var_os("AWS_TIMEOUT").is_none() {
+            let limit = format!("{}s", timeout.as_secs().max(1));
+            builder = builder.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), limit);
+        }
+        Ok(Arc::new(builder.build()?))
     }
 }
 
@@ -142,5 +153,10 @@ mod tests {
         assert!(matches!(key("."), Err(PathError::Empty)));
         let root: BucketUrl = "s3://memoryd".parse().unwrap();
         assert_eq!(root.object_key(tenant, &workspace, "x").unwrap().to_string(), format!("{tenant}/ws/x"));
+        assert_eq!(root.prefix_key(), None);
+        // A prefix is written as it is given, characters a URL would escape included.
+        let odd: BucketUrl = "s3://memoryd/team~x".parse().unwrap();
+        assert_eq!(odd.prefix_key().unwrap().as_ref(), "team~x");
+        assert!(odd.object_key(tenant, &workspace, "x").unwrap().as_ref().starts_with("team~x/"));
     }
 }

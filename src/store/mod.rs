@@ -287,6 +287,8 @@ pub trait JobQueue: Send + Sync {
     async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>>;
     /// `(kind, state, count)` of the queued and running jobs: the queue's depth.
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>>;
+    /// Running jobs whose lease has not expired at `now`: a worker may still write.
+    async fn leased_jobs(&self, now: DateTime<Utc>) -> StoreResult<i64>;
     /// One tenant's jobs, all of them counted: by kind and state, and those
     /// that failed after `failed_after`.
     async fn tenant_job_counts(&self, tenant: TenantId, failed_after: DateTime<Utc>) -> StoreResult<TenantJobCounts>;
@@ -491,11 +493,13 @@ pub type DynStore = Arc<dyn Store>;
 /// The longest pause between two tries of a database that cannot be reached.
 const MOST_DATABASE_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Opens the store as [`connect`] does, waiting up to `wait` for a database
+/// Opens the store as [`connect`] does, waiting up to `wait` for a Postgres
 /// that cannot be reached yet — refused, not resolvable, starting up: a
 /// replica started before its database, as in every rollout — and saying
-/// each time what it waits for. Any other failure stops the start at once.
+/// each time what it waits for. Any other failure, and any SQLite failure
+/// (a file in the data dir: nothing to wait for), stops the start at once.
 pub async fn connect_waiting(database_url: &str, wait: std::time::Duration) -> StoreResult<DynStore> {
+    let wait = if database_url.starts_with("sqlite:") { std::time::Duration::ZERO } else { wait };
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(250);
     loop {

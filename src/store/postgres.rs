@@ -61,7 +61,10 @@ pub async fn connect(url: &str) -> StoreResult<PgStore> {
     let options = PgConnectOptions::from_str(url)?.options([("idle_in_transaction_session_timeout", "10s")]);
     // One connection first, alone: a pool that cannot connect says only that
     // it timed out, where this says why (refused, no such host, starting up).
-    sqlx::Connection::close(sqlx::ConnectOptions::connect(&options).await?).await?;
+    // Bounded as the pool's acquire is: a host that drops packets, or a
+    // server that never answers, is a database not reachable yet.
+    let first = tokio::time::timeout(ACQUIRE_TIMEOUT, sqlx::ConnectOptions::connect(&options)).await;
+    sqlx::Connection::close(first.map_err(|_| sqlx::Error::PoolTimedOut)??).await?;
     let pool = pool_options::<Postgres>()
         .max_connections(32)
         // A lost database must answer 503 within seconds (SPEC §9), not after a long wait.

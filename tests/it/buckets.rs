@@ -91,4 +91,11 @@ async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(back
     let bad = copy_to_bucket(dir.path(), "s3://Not_A_Bucket/x", &database);
     let why = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && why.contains("bucket name"), "{why}");
+    // A data dir that is not the deployment's copies nothing and says so.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (url, prefix) = s3::fresh_prefix().await;
+    let wrong = copy_to_bucket(elsewhere.path(), &url, &database);
+    let why = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success() && why.contains("holds no workspaces"), "{why}");
+    assert!(s3::objects_under(&prefix).await.is_empty());
 }

@@ -51,19 +51,25 @@ async fn a_replica_started_before_its_database_waits_for_it_and_says_why() {
     memoryd.signal("-TERM");
     assert!(memoryd.exit().await.success());
 
-    let no_wait = [("DATABASE_URL", url.to_string().replace(&port.to_string(), &free_port().to_string()))];
-    let mut impatient = Memoryd::spawn(
-        dir.path(),
-        "impatient",
-        &["serve"],
-        &[&no_wait[..], &[("MEMORYD_DATABASE_WAIT_SECS", "0".to_owned())]].concat(),
-    );
+    url.set_port(Some(free_port())).unwrap();
+    let no_wait = [("DATABASE_URL", url.to_string()), ("MEMORYD_DATABASE_WAIT_SECS", "0".to_owned())];
+    let mut impatient = Memoryd::spawn(dir.path(), "impatient", &["serve"], &no_wait);
     let started = Instant::now();
     assert!(!impatient.exit().await.success(), "no database, no wait: it stops");
     assert!(started.elapsed() < Duration::from_secs(10));
     let log = impatient.log_text();
     assert!(log.contains("cannot start") && log.contains("refused"), "the reason is given: {log}");
     assert!(!log.contains("waiting for the database"), "{log}");
+
+    // Asked to stop while it waits, it stops at once.
+    url.set_port(Some(free_port())).unwrap();
+    let mut waiting = Memoryd::spawn(dir.path(), "stopped", &["serve"], &[("DATABASE_URL", url.to_string())]);
+    wait_for_log(&waiting, "waiting for the database").await;
+    waiting.signal("-TERM");
+    let asked = Instant::now();
+    assert!(waiting.exit().await.success(), "{}", waiting.log_text());
+    assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+    assert!(waiting.log_text().contains("stopped before it started"));
 }
 
 fn health(listen: &str, extra: &[&str]) -> std::process::Output {

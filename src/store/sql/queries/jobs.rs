@@ -365,6 +365,14 @@ impl JobQueue for SqlStore<DB> {
         Ok(queued)
     }
 
+    async fn leased_jobs(&self, now: DateTime<Utc>) -> StoreResult<i64> {
+        let row = sqlx::query("SELECT count(*) AS n FROM jobs WHERE state = 'running' AND lease_expires_at > $1")
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("n")?)
+    }
+
     async fn job_counts(&self) -> StoreResult<Vec<(String, String, i64)>> {
         // Only the states an index finds: the cost follows the queue, not the history.
         let rows = sqlx::query(
