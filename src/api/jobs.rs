@@ -102,14 +102,7 @@ async fn settle_shown(state: &AppState, tenant: uuid::Uuid, jobs: &[JobRecord]) 
     if shown.is_empty() {
         return;
     }
-    let in_scope = |s: &crate::workspace::publish::PublishScope| s.tenant == tenant && shown.contains(&s.job_id);
-    crate::jobs::finish_pending_publishes(
-        state.store.as_ref(),
-        &state.publisher,
-        in_scope,
-        crate::jobs::PublishOwner::Reader,
-    )
-    .await;
+    super::memory::settle_publishes_where(state, |s| s.tenant == tenant && shown.contains(&s.job_id)).await;
 }
 
 /// Puts a `failed` job back in the queue with a fresh attempt budget.

@@ -30,16 +30,19 @@ pub(crate) async fn settle_publishes(
     workspace: &WorkspaceName,
     layout: &LayoutName,
 ) {
-    let in_scope = |s: &crate::workspace::publish::PublishScope| {
+    settle_publishes_where(state, |s| {
         s.tenant == tenant && s.workspace == workspace.as_str() && s.layout == layout.as_str()
-    };
-    crate::jobs::finish_pending_publishes(
-        state.store.as_ref(),
-        &state.publisher,
-        in_scope,
-        crate::jobs::PublishOwner::Reader,
-    )
+    })
     .await;
+}
+
+/// Completes, as a reader, the committed publishes `in_scope` accepts.
+pub(crate) async fn settle_publishes_where(
+    state: &AppState,
+    in_scope: impl Fn(&crate::workspace::publish::PublishScope) -> bool,
+) {
+    let owner = crate::jobs::PublishOwner::Reader;
+    crate::jobs::finish_pending_publishes(state.store.as_ref(), &state.publisher, in_scope, owner).await;
 }
 
 /// The tenant's workspace and layout named in the path; 404 for either unknown.

@@ -7,7 +7,7 @@
 pub mod copy;
 
 use crate::domain::ids::WorkspaceName;
-use crate::workspace::{PathError, relative_parts};
+use crate::workspace::{PathError, each_relative_part};
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectKey;
 use std::sync::Arc;
@@ -78,11 +78,14 @@ impl BucketUrl {
     /// bucket: the key lies under the workspace's prefix, by the same rules
     /// as a path on a volume, and is a key every S3 store takes as it is.
     pub fn object_key(&self, tenant: Uuid, workspace: &WorkspaceName, relative: &str) -> Result<ObjectKey, PathError> {
-        let parts = relative_parts(relative)?;
-        if parts.is_empty() {
+        let mut key = self.workspace_prefix(tenant, workspace);
+        if each_relative_part(relative, |name| {
+            key.push('/');
+            key.push_str(name);
+        })? == 0
+        {
             return Err(PathError::Empty);
         }
-        let key = format!("{}/{}", self.workspace_prefix(tenant, workspace), parts.join("/"));
         ObjectKey::parse(&key).map_err(|_| PathError::Escapes(relative.to_owned()))
     }
 

@@ -30,7 +30,7 @@ pub enum PathError {
 /// every symlink that exists on the way.
 pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
     let mut joined = root.to_path_buf();
-    joined.extend(relative_parts(relative)?);
+    each_relative_part(relative, |name| joined.push(name))?;
     // The common case costs one `lstat` per component below `root` and no
     // `realpath`: with no symlink among them the path is under `root`,
     // wherever `root` itself resolves to.
@@ -66,25 +66,28 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, PathError> {
     }
 }
 
-/// The names `relative` steps through, by the rules alone: not empty, not
-/// absolute, no `..`; `.` and repeated slashes step nowhere (`.` alone is
-/// the root itself). [`confine`]
-/// checks the disk past them; an object key is made of them (no symlinks
-/// in a bucket).
-pub fn relative_parts(relative: &str) -> Result<Vec<&str>, PathError> {
+/// Walks the names `relative` steps through, by the rules alone: not
+/// empty, not absolute, no `..`; `.` and repeated slashes step nowhere (`.`
+/// alone is the root itself). [`confine`] pushes them onto a root and then
+/// checks the disk; an object key is made of them (a bucket has no
+/// symlinks). Returns how many names there were.
+pub fn each_relative_part(relative: &str, mut part: impl FnMut(&str)) -> Result<usize, PathError> {
     if relative.is_empty() {
         return Err(PathError::Empty);
     }
-    let mut parts = Vec::new();
+    let mut count = 0;
     for component in Path::new(relative).components() {
         match component {
-            Component::Normal(part) => parts.push(part.to_str().expect("a part of a str is a str")),
+            Component::Normal(name) => {
+                part(name.to_str().expect("a part of a str is a str"));
+                count += 1;
+            }
             Component::CurDir => {}
             Component::RootDir | Component::Prefix(_) => return Err(PathError::Absolute(relative.to_owned())),
             Component::ParentDir => return Err(PathError::Escapes(relative.to_owned())),
         }
     }
-    Ok(parts)
+    Ok(count)
 }
 
 /// Whether no component of `joined` below `root` that exists is a symlink
