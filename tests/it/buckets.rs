@@ -3,14 +3,18 @@
 //! would take them, then checked.
 
 use crate::harness::Backend;
-use crate::process::{Memoryd, database_env, get_json, new_tenant};
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::process::{Memoryd, database_env, first_process_mid_call, get_json, model_env, new_tenant};
 use crate::s3;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-crate::both_backends!(a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it);
+crate::both_backends!(
+    a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it,
+    no_copy_while_a_replica_may_still_write,
+);
 
 /// Every file under `dir`, by its path below it (staging files left out).
 fn files_below(dir: &Path, below: &Path, found: &mut BTreeMap<String, Vec<u8>>) {
@@ -99,3 +103,34 @@ async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(back
     assert!(!wrong.status.success() && why.contains("holds no workspaces"), "{why}");
     assert!(s3::objects_under(&prefix).await.is_empty());
 }
+
+/// A job some replica holds under a live lease refuses the copy (its worker
+/// may still publish); once the lease of a killed replica's job has
+/// expired, nothing can write any more and the copy goes ahead.
+async fn no_copy_while_a_replica_may_still_write(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    fake.set_default(Reply::artifacts("never-recorded", "s", "m").after(std::time::Duration::from_secs(60)));
+    let dir = tempfile::tempdir().unwrap();
+    let database = database_env(backend).await;
+    let mut env = model_env(&fake);
+    env.extend(database.clone());
+    env.push(("MEMORYD_JOB_LEASE_SECS", "3".into()));
+    let http = reqwest::Client::new();
+    let (mut memoryd, _, _) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
+    memoryd.signal("-KILL");
+    memoryd.exit().await;
+    let killed = std::time::Instant::now();
+
+    let (url, prefix) = s3::fresh_prefix().await;
+    let refused = copy_to_bucket(dir.path(), &url, &database);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("1 jobs are running"), "{why}");
+    assert!(killed.elapsed() < std::time::Duration::from_secs(3), "the lease was still live when it was refused");
+    assert!(s3::objects_under(&prefix).await.is_empty(), "nothing written before the refusal");
+
+    tokio::time::sleep(std::time::Duration::from_secs(3).saturating_sub(killed.elapsed())).await;
+    let copied = copy_to_bucket(dir.path(), &url, &database);
+    assert!(copied.status.success(), "{}", String::from_utf8_lossy(&copied.stderr));
+    assert!(!s3::objects_under(&prefix).await.is_empty());
+}
+

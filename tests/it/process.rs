@@ -288,7 +288,7 @@ both_backends!(
 
 /// A first memoryd with one segment whose session is closed, once its
 /// phase-one model call is in flight; returns it with the tenant id and key.
-async fn first_process_mid_call(
+pub(crate) async fn first_process_mid_call(
     dir: &Path,
     env: &[(&str, String)],
     fake: &FakeLlm,
