@@ -79,14 +79,20 @@ pub struct Manifest {
 impl Manifest {
     /// Renames every staged file into place and removes what the run
     /// deleted, then the manifest. A staged file already gone was renamed by
-    /// an earlier try.
+    /// an earlier try. Once the manifest is gone another process has
+    /// finished the publish, and this one stops: a later run may have
+    /// written a file this one would delete.
     pub fn apply(&self, publisher: &Publisher) -> io::Result<()> {
         let mut dirs = BTreeSet::new();
+        let manifest = publisher.manifest_path(self.publish_id);
         for (n, entry) in self.entries.iter().enumerate() {
             if n == 1
                 && let Some(pause) = publisher.pause_after_first_rename
             {
                 std::thread::sleep(pause);
+            }
+            if !manifest.exists() {
+                return Ok(());
             }
             let dest = confine(&self.root, &entry.path).map_err(io::Error::other)?;
             let dir = dest.parent().ok_or_else(|| io::Error::other("a published path has no folder"))?.to_owned();
@@ -453,6 +459,23 @@ mod tests {
         third.apply(&publisher).unwrap();
         assert!(publisher.pending().unwrap().is_empty());
         assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "newest memory");
+    }
+
+    /// A writer that stalled while another process completed its publish,
+    /// and a later run wrote a file this one deletes, stops when it wakes:
+    /// the later run's file stays.
+    #[test]
+    fn a_writer_that_wakes_late_does_not_undo_a_later_run() {
+        let (_dir, root, publisher) = fixture();
+        let stalled = publisher.stage(scope(), &root, changes()).unwrap();
+        publisher.pending().unwrap().remove(0).apply(&publisher).unwrap();
+        assert!(!root.join("memories/gone.md").exists());
+        let mut later = FileChanges::default();
+        later.write("memories/gone.md".into(), "written again");
+        publisher.stage(scope(), &root, later).unwrap().apply(&publisher).unwrap();
+        stalled.apply(&publisher).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("memories/gone.md")).unwrap(), "written again");
+        assert_eq!(std::fs::read_to_string(root.join("memories/MEMORY.md")).unwrap(), "new memory");
     }
 
     #[test]

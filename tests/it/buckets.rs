@@ -2,8 +2,8 @@
 //! a bucket of the tests' S3 server, in the bucket's layout, as an export
 //! would take them, then checked.
 
-use crate::harness::Backend;
 use crate::fake_llm::{FakeLlm, Reply};
+use crate::harness::Backend;
 use crate::process::{Memoryd, database_env, first_process_mid_call, get_json, model_env, new_tenant};
 use crate::s3;
 use serde_json::json;
@@ -133,4 +133,3 @@ async fn no_copy_while_a_replica_may_still_write(backend: Backend) {
     assert!(copied.status.success(), "{}", String::from_utf8_lossy(&copied.stderr));
     assert!(!s3::objects_under(&prefix).await.is_empty());
 }
-
