@@ -103,17 +103,22 @@ if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
 fi
 python3 -m openapi_spec_validator openapi.yaml
 
-# An S3-compatible server for the tests of workspaces in a bucket: moto's,
-# from PyPI (no build; about 30 s to install once, 2 s to start), in a virtual
-# environment of its own, on a free loopback port, stopped when the run ends.
-S3VENV="$PWD/target/s3venv"
-if [ ! -x "$S3VENV/bin/moto_server" ]; then
-  log "installing moto's S3 server from PyPI into $S3VENV"
-  python3 -m venv "$S3VENV"
-  "$S3VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==5.2.1"
+# Test tools from PyPI, in a virtual environment of their own (about 30 s to
+# install once; no build): moto's S3-compatible server, for the tests of
+# workspaces in a bucket, and kubernetes-validate, which checks the Kubernetes
+# manifests against the API's schemas (it carries them: no cluster needed).
+TOOLS="$PWD/target/testtools"
+if [ ! -x "$TOOLS/bin/moto_server" ] || [ ! -x "$TOOLS/bin/kubernetes-validate" ]; then
+  log "installing moto's S3 server and kubernetes-validate from PyPI into $TOOLS"
+  python3 -m venv "$TOOLS"
+  "$TOOLS/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "moto[server]==5.2.1" "kubernetes-validate==1.37.0"
 fi
+"$TOOLS/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml
+
+# moto's server on a free loopback port (about 2 s to start), stopped when the run ends.
 S3_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$S3VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >target/moto_server.log 2>&1 &
+"$TOOLS/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >target/moto_server.log 2>&1 &
 S3_PID=$!
 for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$S3_PORT/" >/dev/null 2>&1 && break

@@ -267,3 +267,51 @@ async fn memoryd_refuses_to_start_with_a_setting_out_of_range() {
     assert!(!memoryd.exit().await.success());
     assert!(memoryd.log_text().contains("job-lease-secs"), "{}", memoryd.log_text());
 }
+
+/// The documents of a multi-document YAML file, by kind.
+fn manifests(name: &str) -> Vec<serde_yaml::Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(&repo_file(name))
+        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
+        .collect()
+}
+
+/// The Kubernetes manifests (scripts/test.sh checks them against the API's
+/// schemas): several replicas that share the workspaces' volume, probes on
+/// memoryd's health routes at the port it listens on, the image's user, a
+/// start that may wait for the database, a grace past memoryd's own.
+#[test]
+fn the_kubernetes_manifests_run_several_replicas_as_memoryd_expects() {
+    let docs = manifests("deploy/kubernetes/memoryd.yaml");
+    let of = |kind: &str| docs.iter().find(|d| d["kind"].as_str() == Some(kind)).unwrap_or_else(|| panic!("{kind}"));
+    let deployment = of("Deployment");
+    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(10001), "the image's user");
+    assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > 30, "past memoryd's 30 s of shutdown");
+    let container = &pod["containers"][0];
+    let env = |name: &str| {
+        container["env"].as_sequence().unwrap().iter().find(|e| e["name"].as_str() == Some(name)).cloned().unwrap()
+    };
+    assert_eq!(env("MEMORYD_LISTEN")["value"].as_str(), Some("0.0.0.0:8080"));
+    assert_eq!(container["ports"][0]["containerPort"].as_u64(), Some(8080));
+    assert!(env("DATABASE_URL")["valueFrom"]["secretKeyRef"].is_mapping(), "the URL holds a password: a Secret");
+    assert!(env("MEMORYD_ADMIN_TOKEN")["valueFrom"]["secretKeyRef"].is_mapping());
+    let wait: u64 = env("MEMORYD_DATABASE_WAIT_SECS")["value"].as_str().unwrap().parse().unwrap();
+    let startup = &container["startupProbe"];
+    let patience = startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
+    assert!(patience > wait, "the startup probe outlasts the wait for the database");
+    for (probe, path) in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"].as_str(), Some(path), "{probe}");
+    }
+    let mount = &container["volumeMounts"][0];
+    assert_eq!(mount["mountPath"].as_str(), env("MEMORYD_DATA_DIR")["value"].as_str());
+    let claim = of("PersistentVolumeClaim");
+    assert_eq!(claim["spec"]["accessModes"][0].as_str(), Some("ReadWriteMany"), "replicas share the workspaces");
+    let claimed = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(claimed["persistentVolumeClaim"]["claimName"], claim["metadata"]["name"]);
+    assert_eq!(of("Service")["spec"]["ports"][0]["targetPort"].as_str(), Some("http"));
+    let postgres = manifests("deploy/kubernetes/postgres.yaml");
+    let check = &postgres[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"];
+    assert!(check.as_sequence().unwrap().iter().any(|w| w.as_str() == Some("127.0.0.1")), "pg_isready over TCP");
+}
