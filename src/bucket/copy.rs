@@ -26,7 +26,7 @@ const COPIES_AT_ONCE: usize = 8;
 
 /// A file at most this long is one PUT; a longer one is uploaded in parts of
 /// this size (S3 takes parts of 5 MiB and more), two at a time: at most
-/// about 150 MiB in flight.
+/// about 200 MiB in flight over all uploads.
 const PART_BYTES: usize = 8 << 20;
 
 /// Each request's limit, unless `AWS_TIMEOUT` says otherwise: a part or a
@@ -127,7 +127,7 @@ async fn open_deployment(config: &Config) -> Result<DynStore, CopyError> {
     let leased = store.leased_jobs(chrono::Utc::now()).await?;
     if leased > 0 {
         let why = format!(
-            "{leased} jobs are running: stop every replica first (a killed replica's jobs count until their \
+            "running jobs: {leased}; stop every replica first (a killed replica's jobs count until their \
              leases expire, at most MEMORYD_JOB_LEASE_SECS after it died)"
         );
         return Err(CopyError::Refused(why));

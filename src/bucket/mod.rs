@@ -16,9 +16,10 @@ use uuid::Uuid;
 /// `s3://<bucket>[/<prefix>]`: a bucket and the key prefix memoryd's objects live under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketUrl {
-    pub bucket: String,
+    bucket: String,
     /// Without leading or trailing slashes; empty: the bucket's root.
-    pub prefix: String,
+    /// Checked when parsed: a key as it is.
+    prefix: String,
 }
 
 impl std::str::FromStr for BucketUrl {

@@ -79,9 +79,10 @@ pub struct Manifest {
 impl Manifest {
     /// Renames every staged file into place and removes what the run
     /// deleted, then the manifest. A staged file already gone was renamed by
-    /// an earlier try. Once the manifest is gone another process has
-    /// finished the publish, and this one stops: a later run may have
-    /// written a file this one would delete.
+    /// an earlier try. Before a removal the manifest must still be there:
+    /// once it is gone another process has finished the publish, and a later
+    /// run may have written the file (this narrows that window from a whole
+    /// job to a check and an unlink).
     pub fn apply(&self, publisher: &Publisher) -> io::Result<()> {
         let mut dirs = BTreeSet::new();
         let manifest = publisher.manifest_path(self.publish_id);
@@ -91,7 +92,7 @@ impl Manifest {
             {
                 std::thread::sleep(pause);
             }
-            if !manifest.exists() {
+            if entry.staged.is_none() && !manifest.try_exists()? {
                 return Ok(());
             }
             let dest = confine(&self.root, &entry.path).map_err(io::Error::other)?;

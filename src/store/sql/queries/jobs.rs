@@ -8,6 +8,14 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
+/// Queues again the running jobs (all, or the one `$2` names) whose lease
+/// expired by `$1`: their worker stopped renewing (killed, crashed or cut
+/// off). The attempt counted at the claim stays counted.
+const REQUEUE_EXPIRED: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_token = NULL,
+        lease_expires_at = NULL,
+        last_error = 'lease_expired: the worker stopped during the attempt (killed, crashed or cut off)'
+     WHERE state = 'running' AND lease_expires_at <= $1 AND ($2 IS NULL OR id = $2)";
+
 impl SqlStore<DB> {
     /// A job just written in this transaction, as the API shows it.
     pub(super) async fn job_in(conn: &mut DbConnection, job_id: Uuid) -> StoreResult<JobRecord> {
@@ -144,14 +152,7 @@ impl JobQueue for SqlStore<DB> {
         // A job whose worker stopped renewing its lease is queued again,
         // in its old place; the attempt counted at its claim stays counted,
         // so a job that kills its worker runs out of attempts.
-        sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-                    last_error = 'lease_expired: the worker stopped during the attempt (killed, crashed or cut off)'
-             WHERE state = 'running' AND lease_expires_at <= $1",
-        )
-        .bind(req.now)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(REQUEUE_EXPIRED).bind(req.now).bind(None::<Uuid>).execute(&mut *tx).await?;
         let chosen = Self::choose_claims(&mut tx, req, limit).await?;
         if chosen.is_empty() {
             return Ok(Vec::new());
@@ -282,6 +283,10 @@ impl JobQueue for SqlStore<DB> {
         publish_id: Uuid,
         now: DateTime<Utc>,
     ) -> StoreResult<PublishDecision> {
+        // A job whose lease has expired is taken from its worker first, as a
+        // claim would: a worker that wakes later cannot finish it, so a
+        // publish judged abandoned can never be committed after all.
+        sqlx::query(REQUEUE_EXPIRED).bind(now).bind(Some(job_id)).execute(&self.pool).await?;
         let row = sqlx::query("SELECT state, lease_expires_at, publish_id FROM jobs WHERE id = $1")
             .bind(job_id)
             .fetch_optional(&self.pool)
