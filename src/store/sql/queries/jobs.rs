@@ -283,21 +283,33 @@ impl JobQueue for SqlStore<DB> {
         publish_id: Uuid,
         now: DateTime<Utc>,
     ) -> StoreResult<PublishDecision> {
-        // A job whose lease has expired is taken from its worker first, as a
-        // claim would: a worker that wakes later cannot finish it, so a
-        // publish judged abandoned can never be committed after all.
-        sqlx::query(REQUEUE_EXPIRED).bind(now).bind(Some(job_id)).execute(&self.pool).await?;
-        let row = sqlx::query("SELECT state, lease_expires_at, publish_id FROM jobs WHERE id = $1")
-            .bind(job_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else { return Ok(PublishDecision::Abandoned) };
-        if row.try_get::<Option<Uuid>, _>("publish_id")? == Some(publish_id) {
-            return Ok(PublishDecision::Committed);
+        // Decided from the job's row; only a job whose lease has expired is
+        // written to: taken from its worker first, as a claim would, so that a
+        // worker that wakes later cannot finish it and a publish judged
+        // abandoned can never be committed after all. A row that changed in
+        // between (finished, renewed) is read again; after a few such races
+        // the publish is left for later.
+        for _ in 0..3 {
+            let row = sqlx::query("SELECT state, lease_expires_at, publish_id FROM jobs WHERE id = $1")
+                .bind(job_id)
+                .fetch_optional(&self.pool)
+                .await?;
+            let Some(row) = row else { return Ok(PublishDecision::Abandoned) };
+            if row.try_get::<Option<Uuid>, _>("publish_id")? == Some(publish_id) {
+                return Ok(PublishDecision::Committed);
+            }
+            if JobState::parse(&row.try_get::<String, _>("state")?) != Some(JobState::Running) {
+                return Ok(PublishDecision::Abandoned);
+            }
+            if row.try_get::<Option<DateTime<Utc>>, _>("lease_expires_at")?.is_some_and(|until| until > now) {
+                return Ok(PublishDecision::Pending);
+            }
+            let taken = sqlx::query(REQUEUE_EXPIRED).bind(now).bind(Some(job_id)).execute(&self.pool).await?;
+            if taken.rows_affected() > 0 {
+                return Ok(PublishDecision::Abandoned);
+            }
         }
-        let leased = JobState::parse(&row.try_get::<String, _>("state")?) == Some(JobState::Running)
-            && row.try_get::<Option<DateTime<Utc>>, _>("lease_expires_at")?.is_some_and(|until| until > now);
-        Ok(if leased { PublishDecision::Pending } else { PublishDecision::Abandoned })
+        Ok(PublishDecision::Pending)
     }
 
     async fn queue_eager_phase_one(&self, idle_since: DateTime<Utc>, limit: i64) -> StoreResult<Vec<JobRecord>> {
