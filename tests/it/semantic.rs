@@ -145,6 +145,12 @@ async fn a_forget_takes_its_passages_vectors_with_it(backend: Backend) {
     // its input limit: a summary with a long conversation passes it).
     let input = memoryd::llm::embeddings::sent_input(&passage.ranked_text);
     let vector = memoryd::meaning::encode(&memoryd::fake_embeddings::vector(input));
+    // The summaries' passages are embedded with the phase two that follows
+    // their phase one, which may still be under way on a loaded machine.
+    let started = std::time::Instant::now();
+    while !database_holds_bytes(&app, backend, &vector) && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(database_holds(&app, backend, &digest), "the passage's vector is stored under its digest");
     assert!(database_holds_bytes(&app, backend, &vector), "the vector itself is in the database");
 
