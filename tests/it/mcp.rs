@@ -7,12 +7,21 @@ use crate::harness::{Backend, TestApp};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(resources_page_through_every_file_the_key_reaches, unknown_names_are_protocol_errors);
+both_backends!(
+    resources_page_through_every_file_the_key_reaches,
+    unknown_names_are_protocol_errors,
+    a_resource_read_counts_usage_as_memory_read_does
+);
 
 async fn rpc(app: &TestApp, key: &str, method: &str, params: Value) -> Value {
+    rpc_at(app, "/v1/mcp", key, method, params).await
+}
+
+/// One JSON-RPC call to the MCP endpoint at `path` (its query names a session or workspace).
+async fn rpc_at(app: &TestApp, path: &str, key: &str, method: &str, params: Value) -> Value {
     let message = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let res = app
-        .request(Method::POST, "/v1/mcp", key)
+        .request(Method::POST, path, key)
         .header("accept", "application/json, text/event-stream")
         .json(&message)
         .send()
@@ -128,4 +137,69 @@ async fn a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on(backend: Ba
     let text = resource["result"]["contents"][0]["text"].as_str().unwrap();
     assert!(text.len() <= 64 * 1024 && text.starts_with("- note 0:"), "{}", text.len());
     assert!(text.ends_with("reads the rest"), "{}", &text[text.len() - 120..]);
+}
+
+async fn closed_conversation(app: &TestApp, key: &str, session: &str, rollout: &str) {
+    let body = json!({"rollout_id": rollout, "input": "I prefer green tea.", "final_output": "noted"});
+    assert_eq!(app.post_segment(key, session, "default", body).await.status(), 201);
+    let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), key).await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+}
+
+async fn usage_of(app: &TestApp, key: &str, rollout: &str) -> i64 {
+    let selection = app.json(Method::GET, "/v1/workspaces/default/layouts/default/phase_two_selection", key).await;
+    let entry = selection["selected"].as_array().unwrap().iter().find(|e| e["rollout_id"] == rollout).cloned();
+    entry.unwrap_or_else(|| panic!("{rollout} is not selected: {selection}"))["usage_count"].as_i64().unwrap()
+}
+
+/// resources/read under a session counts a use of the memory it reads, as
+/// memory_read does: for a runtime's key, never for a read-only one.
+async fn a_resource_read_counts_usage_as_memory_read_does(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    closed_conversation(&app, &t.key, "s1", "chat-1").await;
+    let made = |permissions: Value| {
+        let request = app.request(Method::POST, "/v1/keys", &t.key);
+        async move {
+            let made: Value = request
+                .json(&json!({"workspaces": "*", "permissions": permissions}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            made["api_key"].as_str().unwrap().to_owned()
+        }
+    };
+    let (reader, runtime) = (made(json!(["read"])).await, made(json!(["ingest", "read"])).await);
+    let uri = json!({"uri": "memory://default/default/raw_memories/chat-1.md"});
+    for (key, session) in [(&reader, "fake-1"), (&reader, "fake-2"), (&runtime, "runtime-1"), (&runtime, "runtime-1")] {
+        let read = rpc_at(&app, &format!("/v1/mcp?session_id={session}"), key, "resources/read", uri.clone()).await;
+        assert!(read["result"]["contents"][0]["text"].as_str().unwrap().contains("green tea"), "{read}");
+    }
+    // The uses are ranked by the next phase two's selection: one session of the runtime, none of the reader.
+    closed_conversation(&app, &t.key, "s2", "chat-2").await;
+    assert_eq!(usage_of(&app, &t.key, "chat-1").await, 1);
+}
+
+/// An MCP client that introduces itself, then lists the memory folder.
+pub async fn as_a_named_client(http: &reqwest::Client, base: &str, key: &str) {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe-client", "version": "1.2.3"}}});
+    let call =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_list", "arguments": {}}});
+    for message in [initialize, call] {
+        let res = http
+            .post(format!("{base}/v1/mcp"))
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&message)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let answer: Value = res.json().await.unwrap();
+        assert!(answer["result"].is_object(), "{answer}");
+    }
 }

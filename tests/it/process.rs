@@ -189,6 +189,8 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     let jobs = settle(&http, &base, &key, 1, Duration::from_secs(20)).await;
     assert_eq!(jobs[0]["state"], "succeeded");
 
+    crate::mcp::as_a_named_client(&http, &base, &key).await;
+
     memoryd.signal("-TERM");
     let exit = memoryd.exit().await;
     assert!(exit.success(), "{exit:?}");
@@ -213,6 +215,13 @@ async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
         "{started}"
     );
     assert_eq!((fields["data_dir"].as_str(), fields["workers"].as_u64()), (Some("./memoryd-data"), Some(8)));
+    // Each MCP tool call's line names the client by what its initialize said.
+    let call = lines.iter().find(|l| l["message"] == "MCP tool call").expect("an MCP tool call's line");
+    assert_eq!(
+        (call["client"].as_str(), call["tool"].as_str()),
+        (Some("probe-client 1.2.3"), Some("memory_list")),
+        "{call}"
+    );
 }
 
 /// The text format writes no colour codes into a file (stderr is not a terminal).
