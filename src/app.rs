@@ -101,7 +101,10 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     crate::metrics::handle();
     let provider = provider(&config)?;
     let store = store::connect_waiting(&config.database_url(), config.database_wait).await?;
-    let volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
+    let mut volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
+    if let Some(bucket) = &config.rollouts_bucket {
+        volumes = volumes.with_bucket(bucket.clone());
+    }
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();
     let console =

@@ -76,6 +76,11 @@ pub struct Config {
     pub events: EventSettings,
     #[command(flatten)]
     pub console: ConsoleSettings,
+    /// Rollouts in an object store, their acknowledged lines journaled in the
+    /// database (SPEC §6.1). Chosen by the tests alone while the object-store
+    /// mode is being built: memory files still live on the volume.
+    #[arg(skip)]
+    pub rollouts_bucket: Option<crate::bucket::Bucket>,
     /// A test hook: every publish stops this long after its first rename.
     #[arg(long = "test-publish-pause-ms", hide = true, default_value = "0", value_parser = millis)]
     pub test_publish_pause: Duration,

@@ -29,10 +29,6 @@ const COPIES_AT_ONCE: usize = 8;
 /// about 200 MiB in flight over all uploads.
 const PART_BYTES: usize = 8 << 20;
 
-/// Each request's limit, unless `AWS_TIMEOUT` says otherwise: a part or a
-/// read-back of a large object over a slow uplink takes minutes.
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
-
 #[derive(Debug, Clone, clap::Args)]
 pub struct CopyArgs {
     /// Where the workspaces go: `s3://<bucket>/<prefix>`; credentials,
@@ -95,7 +91,7 @@ pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
             }
         }
     }
-    let bucket = args.destination.open(REQUEST_TIMEOUT)?;
+    let bucket = args.destination.open(super::REQUEST_TIMEOUT)?;
     let mut written = Vec::new();
     for (tenant, workspace) in workspaces {
         let files = copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;

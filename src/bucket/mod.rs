@@ -5,6 +5,7 @@
 //! on a volume: `<prefix>/<tenant_id>/<workspace>/<path in the workspace>`.
 
 pub mod copy;
+pub mod rollouts;
 
 use crate::domain::ids::WorkspaceName;
 use crate::workspace::{PathError, each_relative_part};
@@ -12,6 +13,55 @@ use object_store::ObjectStore;
 use object_store::path::Path as ObjectKey;
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// A request's limit, unless `AWS_TIMEOUT` says otherwise: a whole
+/// rollout or a multipart part on a slow link (600 s, as the model's).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Workspace files in a bucket: where it is, and a client for it.
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    pub url: BucketUrl,
+    pub objects: Arc<dyn ObjectStore>,
+}
+
+impl Bucket {
+    /// Removes the objects of the rollouts at `rollout_paths` of a workspace
+    /// (forgetting them); an object already gone is fine.
+    pub async fn remove_rollouts(
+        &self,
+        tenant: Uuid,
+        workspace: &WorkspaceName,
+        rollout_paths: &[String],
+    ) -> Result<(), rollouts::RolloutError> {
+        for path in rollout_paths {
+            let key = self.url.object_key(tenant, workspace, path)?;
+            match self.objects.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every object of a tenant (`workspace` none) or of one of its
+    /// workspaces: what forgetting either leaves of it in the bucket is nothing.
+    pub async fn remove_all_of(
+        &self,
+        tenant: Uuid,
+        workspace: Option<&WorkspaceName>,
+    ) -> Result<usize, object_store::Error> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let prefix = match workspace {
+            Some(workspace) => self.url.workspace_prefix(tenant, workspace),
+            None => self.url.tenant_prefix(tenant),
+        };
+        let prefix = ObjectKey::parse(&prefix)?;
+        let listed = self.objects.list(Some(&prefix)).map_ok(|meta| meta.location).boxed();
+        let removed: Vec<ObjectKey> = self.objects.delete_stream(listed).try_collect().await?;
+        Ok(removed.len())
+    }
+}
 
 /// `s3://<bucket>[/<prefix>]`: a bucket and the key prefix memoryd's objects live under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,10 +119,14 @@ impl BucketUrl {
         (!self.prefix.is_empty()).then(|| ObjectKey::parse(&self.prefix).expect("checked when parsed"))
     }
 
+    /// The key prefix of one tenant's workspaces.
+    pub fn tenant_prefix(&self, tenant: Uuid) -> String {
+        if self.prefix.is_empty() { tenant.to_string() } else { format!("{}/{tenant}", self.prefix) }
+    }
+
     /// The key prefix of one tenant's workspace.
     pub fn workspace_prefix(&self, tenant: Uuid, workspace: &WorkspaceName) -> String {
-        let below = format!("{tenant}/{}", workspace.as_str());
-        if self.prefix.is_empty() { below } else { format!("{}/{below}", self.prefix) }
+        format!("{}/{}", self.tenant_prefix(tenant), workspace.as_str())
     }
 
     /// The one gate between a path in a workspace (from anywhere) and the

@@ -7,7 +7,7 @@
 
 use super::phase_two::{LayoutPlace, PhaseTwoInput, RunLog, consolidate, prepare_input, succeeded};
 use super::{Attempt, AttemptError, Completion, WorkerContext};
-use crate::domain::ids::RolloutId;
+use crate::domain::ids::{RolloutId, WorkspaceName};
 use crate::domain::job::{ForgetMode, ForgetScope, ForgetSpec};
 use crate::domain::layout::ValidLayout;
 use crate::domain::redact::Counts;
@@ -34,15 +34,38 @@ impl super::JobRunner for Forget {
         match spec.scope {
             ForgetScope::Rollouts => forget_rollouts(ctx, claimed, &spec).await,
             ForgetScope::Workspace => {
-                let root = ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace);
+                let workspace = &claimed.job.workspace;
+                if let Err(e) = remove_objects(ctx, claimed, Some(workspace)).await {
+                    return (Err(e), None);
+                }
+                let root = ctx.volumes.workspace_root(claimed.tenant_id, workspace);
                 (remove_folder(ctx, root.map_err(|e| e.to_string())).await, None)
             }
             ForgetScope::Tenant => {
+                if let Err(e) = remove_objects(ctx, claimed, None).await {
+                    return (Err(e), None);
+                }
                 let root = ctx.volumes.tenant_root(claimed.tenant_id);
                 (remove_folder(ctx, root.map_err(|e| e.to_string())).await, None)
             }
         }
     }
+}
+
+/// Where rollouts live in a bucket: every object of the tenant, or of one
+/// of its workspaces, removed (SPEC §6.1).
+async fn remove_objects(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    workspace: Option<&WorkspaceName>,
+) -> Result<(), AttemptError> {
+    let Some(bucket) = ctx.volumes.bucket() else { return Ok(()) };
+    let removed = bucket
+        .remove_all_of(claimed.tenant_id, workspace)
+        .await
+        .map_err(|e| io_failure("removing the objects failed", e))?;
+    tracing::info!(job_id = %claimed.job.job_id, removed, "removed the forgotten objects");
+    Ok(())
 }
 
 fn io_failure(what: &str, e: impl std::fmt::Display) -> AttemptError {
@@ -207,6 +230,13 @@ async fn forget_and_consolidate(
     // The conversations themselves go now: marked, they take no segment, and
     // a crash before the finish leaves the job to be run again.
     remove_rollout_files(&root, layout, ids).await?;
+    if let Some(bucket) = ctx.volumes.bucket() {
+        let paths: Vec<String> = ids.iter().map(|id| layout.rollout_path(id)).collect();
+        bucket
+            .remove_rollouts(claimed.tenant_id, &job.workspace, &paths)
+            .await
+            .map_err(|e| io_failure("removing a rollout's object failed", e))?;
+    }
 
     // Their raw memories and summaries leave the working copy before the
     // agent can read them.

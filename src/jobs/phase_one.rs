@@ -2,6 +2,7 @@
 //! the three artifacts, and hand back the two files to write.
 
 use super::{AttemptError, Completion, WorkerContext};
+use crate::bucket::Bucket;
 use crate::domain::redact::Counts;
 use crate::llm::{FailureClass, Model, ModelError, Provider, StructuredRequest, TokenUsage};
 use crate::pipeline::extractive;
@@ -10,6 +11,8 @@ use crate::pipeline::phase_one::{
     format_raw_memory, format_rollout_summary, redact_slug, render_phase_one, rollout_extraction_schema,
     rollout_summary_file,
 };
+use crate::store::CommittedRollout;
+use crate::store::journal_records::RolloutAt;
 use crate::store::{ClaimedJob, JobOutcome, RawMemoryRecord};
 use crate::workspace::publish::FileChanges;
 use crate::workspace::{confine, read_committed};
@@ -51,6 +54,29 @@ async fn read_rollout(root: &std::path::Path, rollout_path: &str, committed_len:
         .await
         .map_err(|e| io_error("reading the rollout failed", e))?
         .map_err(|e| io_error("reading the rollout failed", e))
+}
+
+/// The rollout as acknowledged when its object lives in a bucket: its
+/// journal moved into the object first (SPEC §6.1: before phase one reads
+/// it), then read whole — the journal too, should a rewrite have failed —
+/// up to the length the job reads.
+async fn rollout_in_bucket(
+    ctx: &WorkerContext,
+    bucket: &Bucket,
+    at: RolloutAt<'_>,
+    committed: &CommittedRollout,
+) -> Result<Vec<u8>, AttemptError> {
+    if let Err(e) = bucket.rewrite_rollout(ctx.store.as_ref(), at, &committed.rollout_path).await {
+        tracing::warn!(error = %crate::error_chain(&e), "rewriting a rollout's object failed; reading its journal");
+    }
+    let bytes = bucket
+        .rollout_bytes(ctx.store.as_ref(), at, &committed.rollout_path)
+        .await
+        .map_err(|e| io_error("reading the rollout failed", e))?
+        .ok_or_else(|| AttemptError::fatal(format!("rollout {} is gone", at.rollout)))?;
+    let mut bytes = bytes;
+    bytes.truncate(committed.committed_len as usize);
+    Ok(bytes)
 }
 
 /// The model's extraction of a rollout from its phase-one prompt.
@@ -107,7 +133,18 @@ async fn extract(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion
         .workspace_root(claimed.tenant_id, &job.workspace)
         .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
     let layout = claimed.layout.clone();
-    let bytes = read_rollout(&root, &committed.rollout_path, committed.committed_len).await?;
+    let bytes = match ctx.volumes.bucket() {
+        Some(bucket) => {
+            let at = RolloutAt {
+                tenant: claimed.tenant_id,
+                workspace: &job.workspace,
+                layout: &job.layout,
+                rollout: &rollout_id,
+            };
+            rollout_in_bucket(ctx, bucket, at, &committed).await?
+        }
+        None => read_rollout(&root, &committed.rollout_path, committed.committed_len).await?,
+    };
     let contents = String::from_utf8_lossy(&bytes);
 
     let token_limit = claimed.token_limit.map_or(PHASE_ONE_TOKEN_LIMIT, |l| l.max(1) as usize);

@@ -170,6 +170,9 @@ pub trait AppendBatch: Send {
     /// idempotency keys, within the transaction: nothing of it counts before
     /// `commit`, so the lines may still be on their way to the disk.
     async fn record(&mut self) -> StoreResult<()>;
+    /// Keeps lines in the rollouts' journal, within the transaction: where
+    /// rollouts live in an object store, this is what makes them durable.
+    async fn journal(&mut self, lines: &[JournalLines]) -> StoreResult<()>;
     /// Commits what was recorded: all of it, or none.
     async fn commit(self: Box<Self>) -> StoreResult<()>;
 }
@@ -180,6 +183,29 @@ pub struct CloseOutcome {
     pub jobs: Vec<JobRecord>,
     /// This call moved the session out of `open`.
     pub closed_now: bool,
+}
+
+/// One append's lines to one rollout, kept in its journal (SPEC §6.1).
+#[derive(Debug, Clone)]
+pub struct JournalLines {
+    pub tenant: TenantId,
+    pub workspace: String,
+    pub layout: String,
+    pub rollout_id: String,
+    /// The rollout's length before these lines: where they start.
+    pub start_len: u64,
+    pub lines: std::sync::Arc<str>,
+}
+
+/// What a rollout in an object store is made of: its object's first
+/// `object_len` bytes (of version `object_etag`; none before its first
+/// rewrite), then its journal's lines, each `(start_len, lines)`, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RolloutParts {
+    pub committed_len: u64,
+    pub object_len: u64,
+    pub object_etag: Option<String>,
+    pub journal: Vec<(u64, Vec<u8>)>,
 }
 
 /// The committed state of one rollout file.

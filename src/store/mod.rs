@@ -7,6 +7,7 @@
 
 mod event_records;
 mod ingest_records;
+pub mod journal_records;
 mod outward;
 mod postgres;
 mod records;
@@ -18,6 +19,7 @@ pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
 pub use crate::domain::layout::{StoredLayout, default_layout, layout_named, with_implicit_default};
 pub use event_records::*;
 pub use ingest_records::*;
+pub use journal_records::RolloutJournalStore;
 pub use outward::*;
 pub use postgres::PgStore;
 pub use records::*;
@@ -475,6 +477,7 @@ pub trait Store:
     + EventStore
     + AgentMemoryStore
     + PassageVectorStore
+    + RolloutJournalStore
     + 'static
 {
     async fn ping(&self) -> StoreResult<()>;

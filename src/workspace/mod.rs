@@ -130,6 +130,9 @@ pub struct Volumes {
     min_free_bytes: u64,
     /// The last reading of the free space and when it was taken.
     last_free: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// Where rollouts live when not here: an object store, their lines
+    /// journaled in the database until their objects hold them (SPEC §6.1).
+    bucket: Option<Arc<crate::bucket::Bucket>>,
 }
 
 /// How long a reading of the free space answers [`Volumes::has_room`] while
@@ -145,7 +148,19 @@ impl Volumes {
             root: data_dir.join("workspaces"),
             min_free_bytes,
             last_free: Arc::default(),
+            bucket: None,
         }
+    }
+
+    /// These volumes with their rollouts in `bucket`.
+    pub fn with_bucket(mut self, bucket: crate::bucket::Bucket) -> Self {
+        self.bucket = Some(Arc::new(bucket));
+        self
+    }
+
+    /// The object store the rollouts live in, if not here.
+    pub fn bucket(&self) -> Option<&Arc<crate::bucket::Bucket>> {
+        self.bucket.as_ref()
     }
 
     /// `(tenant, its volume)` for every tenant volume on disk.

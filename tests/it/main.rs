@@ -25,6 +25,7 @@ mod history;
 mod hostile;
 mod ingest;
 mod jobs;
+mod journal;
 mod layouts;
 mod leaks;
 mod limits;

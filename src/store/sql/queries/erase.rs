@@ -85,7 +85,11 @@ impl SqlStore<DB> {
             }
         }
         // `$1`–`$4` name the rollout.
-        const BY_ROLLOUT: [(Binds, &str); 9] = [
+        const BY_ROLLOUT: [(Binds, &str); 10] = [
+            (
+                Binds::Scope,
+                "DELETE FROM rollout_journal WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
+            ),
             (
                 Binds::Scope,
                 "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4",
@@ -312,7 +316,7 @@ impl SqlStore<DB> {
         own_job: Uuid,
     ) -> StoreResult<()> {
         // `$1`, `$2` name the workspace.
-        const BY_WORKSPACE: [(Binds, &str); 19] = [
+        const BY_WORKSPACE: [(Binds, &str); 20] = [
             (Binds::Scope, "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2"),
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
@@ -343,6 +347,7 @@ impl SqlStore<DB> {
                 "DELETE FROM job_sessions WHERE job_id IN (SELECT id FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3)",
             ),
             (Binds::ScopeAndOwnJob, "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3"),
+            (Binds::Scope, "DELETE FROM rollout_journal WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2"),
@@ -369,7 +374,7 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 31] = [
+        const BY_TENANT: [&str; 32] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1",
             "DELETE FROM passage_vectors WHERE tenant_id = $1",
             "DELETE FROM passage_indexes WHERE tenant_id = $1",
@@ -394,6 +399,7 @@ impl SqlStore<DB> {
             "DELETE FROM idempotency_key_rollouts WHERE tenant_id = $1",
             "DELETE FROM idempotency_keys WHERE tenant_id = $1",
             "DELETE FROM session_rollouts WHERE tenant_id = $1",
+            "DELETE FROM rollout_journal WHERE tenant_id = $1",
             "DELETE FROM rollouts WHERE tenant_id = $1",
             "DELETE FROM sessions WHERE tenant_id = $1",
             "DELETE FROM workspace_forgets WHERE tenant_id = $1",

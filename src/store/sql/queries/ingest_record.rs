@@ -7,6 +7,9 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
+/// Journal rows one insert carries (six parameters each).
+const JOURNAL_ROWS_A_STATEMENT: usize = 1_000;
+
 /// Appends whose session and rollout rows this transaction holds.
 pub(super) struct SqlAppendBatch<'s, DB: Database> {
     pub tx: WriteTx<'s, DB>,
@@ -60,6 +63,25 @@ impl<'s> AppendBatch for SqlAppendBatch<'s, DB> {
 
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         self.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn journal(&mut self, lines: &[JournalLines]) -> StoreResult<()> {
+        // One statement for the group, in chunks well under SQLite's 32,766 parameters.
+        for chunk in lines.chunks(JOURNAL_ROWS_A_STATEMENT) {
+            let mut insert = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO rollout_journal (tenant_id, workspace, layout, rollout_id, start_len, lines) ",
+            );
+            insert.push_values(chunk, |mut v, line| {
+                v.push_bind(line.tenant)
+                    .push_bind(line.workspace.as_str())
+                    .push_bind(line.layout.as_str())
+                    .push_bind(line.rollout_id.as_str())
+                    .push_bind(line.start_len as i64)
+                    .push_bind(line.lines.as_bytes());
+            });
+            insert.build().execute(&mut *self.tx).await?;
+        }
         Ok(())
     }
 

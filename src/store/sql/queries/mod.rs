@@ -14,6 +14,7 @@ mod ingest;
 mod ingest_record;
 mod ingest_rollouts;
 mod jobs;
+mod journal;
 mod layouts;
 mod memory;
 mod migrate;
@@ -87,7 +88,7 @@ impl Store for SqlStore<DB> {
 
 /// The tables whose rows move through states or come and go with every
 /// job, append, close and delivery.
-const CHURNING_TABLES: [&str; 8] = [
+const CHURNING_TABLES: [&str; 9] = [
     "jobs",
     "job_sessions",
     "sessions",
@@ -96,6 +97,7 @@ const CHURNING_TABLES: [&str; 8] = [
     "events",
     "webhook_deliveries",
     "tenant_turns",
+    "rollout_journal",
 ];
 
 impl SqlStore<DB> {

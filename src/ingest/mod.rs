@@ -9,12 +9,14 @@
 //! their rollouts' committed lengths at most, and such a tail is cut before
 //! the next append or read.
 
+mod lines;
+
 use crate::domain::ids::{LayoutName, WorkspaceName};
-use crate::domain::layout::ValidLayout;
-use crate::store::{AppendOutcome, AppendPosition, AppendRequest, AppendStart, DynStore, Store, StoreError, TenantId};
-use crate::workspace::{LineAppend, PathError, Volumes, append_all_durably, confine, ensure_layout};
+use crate::store::{AppendOutcome, AppendRequest, AppendStart, DynStore, Store, StoreError, TenantId};
+use crate::workspace::{PathError, Volumes};
+use lines::{file_lines, journal_group, write_lines};
 use std::collections::{HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
@@ -325,86 +327,6 @@ pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRe
     answers.into_iter().map(|a| a.expect("every append of a group is answered")).collect()
 }
 
-/// One append's lines to one rollout file, which go at `position`.
-struct FileLines {
-    /// The append's place in the group.
-    place: usize,
-    root: PathBuf,
-    layout: ValidLayout,
-    rollout_path: String,
-    offset: u64,
-    /// The lines, one after another.
-    bytes: Arc<str>,
-}
-
-/// An append's lines by file: the lines to one rollout in one write (a lone
-/// line as it is, not copied).
-fn file_lines(place: usize, root: &Path, req: &AppendRequest, position: &AppendPosition) -> Vec<FileLines> {
-    let mut files: Vec<(FileLines, Vec<Arc<str>>)> = Vec::new();
-    // A rollout's path names its layout's sessions folder: one file, one path.
-    let mut by_path: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (s, placed) in req.segments.iter().zip(&position.places) {
-        let path = placed.receipt.rollout_path.as_str();
-        match by_path.get(path) {
-            Some(&at) => files[at].1.push(s.segment.line.clone()),
-            None => {
-                by_path.insert(path, files.len());
-                let file = FileLines {
-                    place,
-                    root: root.to_path_buf(),
-                    layout: s.layout.clone(),
-                    rollout_path: path.to_owned(),
-                    offset: placed.offset,
-                    bytes: s.segment.line.clone(),
-                };
-                files.push((file, vec![s.segment.line.clone()]));
-            }
-        }
-    }
-    files
-        .into_iter()
-        .map(|(mut file, lines)| {
-            if lines.len() > 1 {
-                file.bytes = Arc::from(lines.concat());
-            }
-            file
-        })
-        .collect()
-}
-
-/// Writes each append's lines (by its place in the group) into its layouts'
-/// sessions folders and makes all of them durable together: for each file,
-/// the length it should have and the one it has, or why an append's lines
-/// are not durable.
-fn write_lines(files: Vec<FileLines>) -> Vec<(usize, u64, Result<u64, IngestError>)> {
-    let mut results = Vec::with_capacity(files.len());
-    let mut appends = Vec::with_capacity(files.len());
-    let mut places = Vec::with_capacity(files.len());
-    let mut ensured: Vec<(PathBuf, String, String)> = Vec::new();
-    for file in files {
-        let folders =
-            (file.root, file.layout.sessions_dir.normalized.clone(), file.layout.memories_dir.normalized.clone());
-        let ready = if ensured.contains(&folders) {
-            Ok(())
-        } else {
-            ensure_layout(&folders.0, &file.layout).inspect(|()| ensured.push(folders.clone()))
-        };
-        let path = ready.and_then(|()| confine(&folders.0, &file.rollout_path));
-        let end = file.offset + file.bytes.len() as u64;
-        match path {
-            Ok(path) => {
-                appends.push(LineAppend { path, committed_len: file.offset, line: file.bytes });
-                places.push((file.place, end));
-            }
-            Err(err) => results.push((file.place, end, Err(err.into()))),
-        }
-    }
-    let durable = append_all_durably(&appends);
-    let durable = places.into_iter().zip(durable).map(|((place, end), r)| (place, end, r.map_err(IngestError::from)));
-    results.extend(durable);
-    results
-}
-
 fn lock_order(req: &AppendRequest) -> (TenantId, &str, &str, &str) {
     let first = req.segments.first();
     let layout = first.map_or("", |s| s.layout_name.as_str());
@@ -455,6 +377,9 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
     }
     if !failures.is_empty() {
         return GroupResult::NotWritten(failures);
+    }
+    if volumes.bucket().is_some() {
+        return journal_group(batch, &files, outcomes).await;
     }
     // The rows are updated while the lines are written and synced: the
     // commit, which alone makes the updates count, waits for both.

@@ -1,0 +1,158 @@
+//! A rollout in an object store (SPEC §6.1): its object's committed prefix
+//! followed by its journal's lines in the database, read as one file, and
+//! the rewrite that moves the journal's lines into the object.
+//!
+//! Every version of a rollout's object begins with the bytes of the one
+//! before (a rewrite only adds lines), so the first `object_len` bytes the
+//! database records are the same in any later version: a rewrite whose
+//! record was lost (a crash, a lost race) leaves an object that still reads
+//! correctly, and the next rewrite starts from whatever version is there.
+
+use super::Bucket;
+use crate::store::journal_records::RolloutAt;
+use crate::store::{RolloutJournalStore, RolloutParts, StoreError};
+use object_store::{GetOptions, GetRange, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("the rollout's path is refused: {0}")]
+    Path(#[from] crate::workspace::PathError),
+    #[error("the object store failed: {0}")]
+    Objects(#[from] object_store::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the rollout's parts do not join up: {0}")]
+    Torn(String),
+}
+
+/// The rollout's bytes from its parts: the object's first `object_len`
+/// bytes (`object`), then each journal line where the one before ends, up to
+/// the committed length.
+pub fn joined(parts: &RolloutParts, object: Vec<u8>) -> Result<Vec<u8>, RolloutError> {
+    if object.len() as u64 != parts.object_len {
+        return Err(RolloutError::Torn(format!("{} bytes of an object of {}", object.len(), parts.object_len)));
+    }
+    let mut bytes = object;
+    for (start, lines) in &parts.journal {
+        if *start != bytes.len() as u64 {
+            return Err(RolloutError::Torn(format!("a line at {start} after {} bytes", bytes.len())));
+        }
+        bytes.extend_from_slice(lines);
+    }
+    if bytes.len() as u64 != parts.committed_len {
+        return Err(RolloutError::Torn(format!("{} bytes of {} committed", bytes.len(), parts.committed_len)));
+    }
+    Ok(bytes)
+}
+
+impl Bucket {
+    /// The rollout as one file: what was acknowledged, all of it. `None`
+    /// for a rollout the database does not know (or is forgetting).
+    pub async fn rollout_bytes(
+        &self,
+        store: &dyn RolloutJournalStore,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+    ) -> Result<Option<Vec<u8>>, RolloutError> {
+        let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
+        let object = self.object_prefix(at, rollout_path, parts.object_len).await?;
+        joined(&parts, object).map(Some)
+    }
+
+    /// Moves the rollout's journal into its object: the object rewritten
+    /// with every committed line, conditionally on the version it had, then
+    /// the lines dropped from the journal. Nothing to do when the journal is
+    /// empty; another replica's rewrite coming first is not an error (the
+    /// lines are in the object either way). An object is never written
+    /// shorter than the version it replaces.
+    pub async fn rewrite_rollout(
+        &self,
+        store: &dyn RolloutJournalStore,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+    ) -> Result<(), RolloutError> {
+        let Some(parts) = store.rollout_parts(at).await? else { return Ok(()) };
+        if parts.journal.is_empty() {
+            return Ok(());
+        }
+        let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
+        let bytes = joined(&parts, self.object_prefix(at, rollout_path, parts.object_len).await?)?;
+        let mut written = self.put_over(&key, bytes.clone(), parts.object_etag.as_deref()).await?;
+        if written.is_none() {
+            // The version recorded was replaced by a rewrite whose record was
+            // lost or is on its way: its bytes are committed lines too.
+            let now = self.objects.head(&key).await?;
+            let base = now.e_tag.ok_or_else(|| RolloutError::Torn("an object without an ETag".into()))?;
+            written = if now.size >= parts.committed_len {
+                Some(base)
+            } else {
+                self.put_over(&key, bytes, Some(&base)).await?
+            };
+        }
+        let Some(etag) = written else { return Ok(()) };
+        let recorded = store.rollout_rewritten(at, parts.object_etag.as_deref(), &etag, parts.committed_len).await?;
+        if !recorded && store.rollout_parts(at).await?.is_none() {
+            // Forgotten meanwhile: what this rewrite wrote must not outlive it.
+            self.objects.delete(&key).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at `key` if the object is still version `base` (none:
+    /// absent); the new version's ETag, or `None` when it was not.
+    async fn put_over(
+        &self,
+        key: &object_store::path::Path,
+        bytes: Vec<u8>,
+        base: Option<&str>,
+    ) -> Result<Option<String>, RolloutError> {
+        let mode = match base {
+            None => PutMode::Create,
+            Some(etag) => PutMode::Update(UpdateVersion { e_tag: Some(etag.to_owned()), version: None }),
+        };
+        let options = PutOptions { mode, ..PutOptions::default() };
+        match self.objects.put_opts(key, PutPayload::from(bytes), options).await {
+            Ok(put) => Ok(Some(put.e_tag.ok_or_else(|| RolloutError::Torn("a write without an ETag".into()))?)),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The first `len` bytes of the rollout's object (none when `len` is 0).
+    async fn object_prefix(&self, at: RolloutAt<'_>, rollout_path: &str, len: u64) -> Result<Vec<u8>, RolloutError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
+        let options = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
+        let bytes = self.objects.get_opts(&key, options).await?.bytes().await?;
+        Ok(bytes.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(committed_len: u64, object_len: u64, journal: &[(u64, &str)]) -> RolloutParts {
+        let journal = journal.iter().map(|(s, l)| (*s, l.as_bytes().to_vec())).collect();
+        RolloutParts { committed_len, object_len, object_etag: None, journal }
+    }
+
+    #[test]
+    fn a_rollout_is_its_object_then_its_journal() {
+        let joined = |p: &RolloutParts, object: &str| joined(p, object.as_bytes().to_vec()).map(String::from_utf8);
+        assert_eq!(joined(&parts(6, 3, &[(3, "b\n"), (5, "c")]), "a\n\n").unwrap().unwrap(), "a\n\nb\nc");
+        assert_eq!(joined(&parts(2, 0, &[(0, "a\n")]), "").unwrap().unwrap(), "a\n");
+        assert_eq!(joined(&parts(2, 2, &[]), "a\n").unwrap().unwrap(), "a\n");
+        // A gap, an overlap, a short object, lines missing at the end: torn, never guessed.
+        for (p, object) in [
+            (parts(4, 1, &[(2, "bc")]), "a"),
+            (parts(3, 2, &[(1, "bc")]), "ab"),
+            (parts(3, 2, &[(2, "c")]), "a"),
+            (parts(5, 2, &[(2, "c")]), "ab"),
+        ] {
+            assert!(matches!(joined(&p, object), Err(RolloutError::Torn(_))), "{p:?}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! An append group's lines, by rollout: written into the rollout files of a
+//! volume and synced together, or kept in the rollouts' journal where the
+//! rollouts live in an object store.
+
+use super::{GroupResult, IngestError};
+use crate::domain::layout::ValidLayout;
+use crate::store::{AppendBatch, AppendOutcome, AppendPosition, AppendRequest, JournalLines, SegmentReceipt, TenantId};
+use crate::workspace::{LineAppend, append_all_durably, confine, ensure_layout};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One append's lines to one rollout file, which go at `position`.
+pub(super) struct FileLines {
+    /// The append's place in the group.
+    place: usize,
+    tenant: TenantId,
+    /// The first segment's receipt: which rollout, in which workspace and layout.
+    rollout: SegmentReceipt,
+    root: PathBuf,
+    layout: ValidLayout,
+    rollout_path: String,
+    offset: u64,
+    /// The lines, one after another.
+    bytes: Arc<str>,
+}
+
+/// An append's lines by file: the lines to one rollout in one write (a lone
+/// line as it is, not copied).
+pub(super) fn file_lines(place: usize, root: &Path, req: &AppendRequest, position: &AppendPosition) -> Vec<FileLines> {
+    let mut files: Vec<(FileLines, Vec<Arc<str>>)> = Vec::new();
+    // A rollout's path names its layout's sessions folder: one file, one path.
+    let mut by_path: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (s, placed) in req.segments.iter().zip(&position.places) {
+        let path = placed.receipt.rollout_path.as_str();
+        match by_path.get(path) {
+            Some(&at) => files[at].1.push(s.segment.line.clone()),
+            None => {
+                by_path.insert(path, files.len());
+                let file = FileLines {
+                    place,
+                    tenant: req.tenant_id,
+                    rollout: placed.receipt.clone(),
+                    root: root.to_path_buf(),
+                    layout: s.layout.clone(),
+                    rollout_path: path.to_owned(),
+                    offset: placed.offset,
+                    bytes: s.segment.line.clone(),
+                };
+                files.push((file, vec![s.segment.line.clone()]));
+            }
+        }
+    }
+    files
+        .into_iter()
+        .map(|(mut file, lines)| {
+            if lines.len() > 1 {
+                file.bytes = Arc::from(lines.concat());
+            }
+            file
+        })
+        .collect()
+}
+
+/// Writes each append's lines (by its place in the group) into its layouts'
+/// sessions folders and makes all of them durable together: for each file,
+/// the length it should have and the one it has, or why an append's lines
+/// are not durable.
+pub(super) fn write_lines(files: Vec<FileLines>) -> Vec<(usize, u64, Result<u64, IngestError>)> {
+    let mut results = Vec::with_capacity(files.len());
+    let mut appends = Vec::with_capacity(files.len());
+    let mut places = Vec::with_capacity(files.len());
+    let mut ensured: Vec<(PathBuf, String, String)> = Vec::new();
+    for file in files {
+        let folders =
+            (file.root, file.layout.sessions_dir.normalized.clone(), file.layout.memories_dir.normalized.clone());
+        let ready = if ensured.contains(&folders) {
+            Ok(())
+        } else {
+            ensure_layout(&folders.0, &file.layout).inspect(|()| ensured.push(folders.clone()))
+        };
+        let path = ready.and_then(|()| confine(&folders.0, &file.rollout_path));
+        let end = file.offset + file.bytes.len() as u64;
+        match path {
+            Ok(path) => {
+                appends.push(LineAppend { path, committed_len: file.offset, line: file.bytes });
+                places.push((file.place, end));
+            }
+            Err(err) => results.push((file.place, end, Err(err.into()))),
+        }
+    }
+    let durable = append_all_durably(&appends);
+    let durable = places.into_iter().zip(durable).map(|((place, end), r)| (place, end, r.map_err(IngestError::from)));
+    results.extend(durable);
+    results
+}
+
+/// Where rollouts live in an object store: the group's lines are kept in
+/// the rollouts' journal, in the transaction that records them (SPEC §6.1).
+pub(super) async fn journal_group(
+    mut batch: Box<dyn AppendBatch + '_>,
+    files: &[FileLines],
+    outcomes: Vec<AppendOutcome>,
+) -> GroupResult {
+    let lines: Vec<JournalLines> = files
+        .iter()
+        .map(|file| JournalLines {
+            tenant: file.tenant,
+            workspace: file.rollout.workspace.as_str().to_owned(),
+            layout: file.rollout.layout.as_str().to_owned(),
+            rollout_id: file.rollout.rollout_id.as_str().to_owned(),
+            start_len: file.offset,
+            lines: file.bytes.clone(),
+        })
+        .collect();
+    let recorded = match batch.journal(&lines).await {
+        Ok(()) => batch.record().await,
+        Err(err) => Err(err),
+    };
+    match recorded {
+        Ok(()) => match batch.commit().await {
+            Ok(()) => GroupResult::Committed(outcomes),
+            Err(err) => GroupResult::Failed(err),
+        },
+        Err(err) => GroupResult::Failed(err),
+    }
+}

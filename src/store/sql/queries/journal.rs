@@ -1,0 +1,90 @@
+//! The rollouts' journal (`store::journal_records`): the lines an object
+//! store's rollout holds in the database until its object is rewritten.
+
+use super::*;
+use crate::store::journal_records::RolloutAt;
+use crate::store::*;
+use sqlx::Row;
+
+#[async_trait::async_trait]
+impl RolloutJournalStore for SqlStore<DB> {
+    async fn rollout_parts(&self, at: RolloutAt<'_>) -> StoreResult<Option<RolloutParts>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
+        let row = sqlx::query(
+            "SELECT committed_len, object_len, object_etag FROM rollouts
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND NOT forgetting",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(at.rollout.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let object_len = row.try_get::<i64, _>("object_len")? as u64;
+        let lines = sqlx::query(
+            "SELECT start_len, lines FROM rollout_journal
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND start_len >= $5
+             ORDER BY start_len",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(at.rollout.as_str())
+        .bind(object_len as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let journal = lines
+            .iter()
+            .map(|line| Ok((line.try_get::<i64, _>("start_len")? as u64, line.try_get::<Vec<u8>, _>("lines")?)))
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(RolloutParts {
+            committed_len: row.try_get::<i64, _>("committed_len")? as u64,
+            object_len,
+            object_etag: row.try_get("object_etag")?,
+            journal,
+        }))
+    }
+
+    async fn rollout_rewritten(
+        &self,
+        at: RolloutAt<'_>,
+        from: Option<&str>,
+        etag: &str,
+        object_len: u64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let moved = sqlx::query(
+            "UPDATE rollouts SET object_len = $5, object_etag = $6
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND NOT forgetting
+               AND object_len <= $5 AND committed_len >= $5
+               AND (object_etag = $7 OR (object_etag IS NULL AND $7 IS NULL))",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(at.rollout.as_str())
+        .bind(object_len as i64)
+        .bind(etag)
+        .bind(from)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(
+            "DELETE FROM rollout_journal
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND start_len < $5",
+        )
+        .bind(at.tenant)
+        .bind(at.workspace.as_str())
+        .bind(at.layout.as_str())
+        .bind(at.rollout.as_str())
+        .bind(object_len as i64)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}

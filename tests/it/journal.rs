@@ -1,0 +1,114 @@
+//! Rollouts in an object store (SPEC §6.1): an acknowledged segment is in
+//! the database's journal until the rollout's object holds it; phase one
+//! moves the journal into the object before it reads the rollout, and reads
+//! object and journal as one file.
+
+use crate::harness::{Backend, Database, Tenant, TestApp};
+use crate::s3;
+use memoryd::bucket::{Bucket, BucketUrl};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+crate::both_backends!(
+    acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_the_object,
+    a_forgotten_rollout_leaves_no_object_and_no_journal_line,
+);
+
+async fn in_a_bucket(backend: Backend) -> (TestApp, String) {
+    let (url, prefix) = s3::fresh_prefix().await;
+    let bucket = Bucket { url: url.parse::<BucketUrl>().unwrap(), objects: s3::bucket() };
+    let app = TestApp::start_with(backend, move |config| config.rollouts_bucket = Some(bucket)).await;
+    (app, prefix)
+}
+
+async fn say(app: &TestApp, t: &Tenant, session: &str, said: &str) {
+    say_in(app, t, session, "chat-1", said).await;
+}
+
+async fn say_in(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
+    let body = json!({"rollout_id": rollout, "input": said, "final_output": format!("noted: {said}")});
+    assert_eq!(app.post_segment(&t.key, session, "default", body).await.status(), 201);
+}
+
+async fn close(app: &TestApp, t: &Tenant, session: &str) {
+    let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+    let jobs = app.settled_jobs(&t.key, "kind=phase_one").await;
+    assert!(jobs.iter().all(|j| j["state"] == "succeeded"), "{jobs:?}");
+}
+
+/// The rollout's object's lines, each parsed.
+async fn object_lines(prefix: &str, t: &Tenant) -> Vec<Value> {
+    let objects = s3::objects_under(prefix).await;
+    let object = objects.get(&format!("{}/default/sessions/chat-1.jsonl", t.id)).expect("the rollout's object");
+    String::from_utf8(object.clone()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+async fn acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_the_object(backend: Backend) {
+    let (app, prefix) = in_a_bucket(backend).await;
+    let t = app.tenant().await;
+    let mut db = Database::connect(backend, &app.database_url).await;
+    for said in ["I prefer green tea.", "Mornings only.", "No sugar."] {
+        say(&app, &t, "s1", said).await;
+    }
+    // Acknowledged: in the journal, in no file and no object yet.
+    assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 3);
+    assert!(!app.workspace_dir(&t, "default").join("sessions/chat-1.jsonl").exists());
+    assert!(s3::objects_under(&prefix).await.is_empty());
+
+    close(&app, &t, "s1").await;
+    let lines = object_lines(&prefix, &t).await;
+    let said: Vec<&str> = lines.iter().map(|l| l["input"][0]["content"].as_str().unwrap()).collect();
+    assert_eq!(said, ["I prefer green tea.", "Mornings only.", "No sugar."]);
+    assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 0, "the object holds the lines");
+    assert_eq!(db.count("SELECT count(*) FROM rollouts WHERE object_len = committed_len").await, 1);
+
+    // Another session goes on with the rollout: its line joins the object's at the next close.
+    say(&app, &t, "s2", "Oolong on Sundays.").await;
+    assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 1);
+    close(&app, &t, "s2").await;
+    let lines = object_lines(&prefix, &t).await;
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[3]["final_output"], "noted: Oolong on Sundays.");
+    let raw =
+        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-1.md")).unwrap();
+    assert!(raw.contains("Oolong on Sundays"), "phase one read the whole rollout: {raw}");
+}
+
+/// Forgetting a rollout takes its object and its journal's lines; forgetting
+/// the workspace takes every object under its prefix.
+async fn a_forgotten_rollout_leaves_no_object_and_no_journal_line(backend: Backend) {
+    let (app, prefix) = in_a_bucket(backend).await;
+    let t = app.tenant().await;
+    let mut db = Database::connect(backend, &app.database_url).await;
+    let canary = "CANARY-7f3a-in-the-bucket";
+    say_in(&app, &t, "s1", "chat-1", &format!("My locker code is {canary}.")).await;
+    say_in(&app, &t, "s1", "kept", "I like oolong.").await;
+    close(&app, &t, "s1").await;
+    say_in(&app, &t, "s2", "chat-1", &format!("Again: {canary}.")).await;
+    close(&app, &t, "s2").await;
+    // As a line whose rewrite failed would be: still in the journal when the forget comes.
+    db.run(match backend {
+        Backend::Postgres => {
+            "INSERT INTO rollout_journal SELECT tenant_id, workspace, layout, rollout_id, committed_len,
+                 convert_to('{\"input\": \"CANARY-7f3a-in-the-bucket\"}', 'UTF8') FROM rollouts WHERE rollout_id = 'chat-1'"
+        }
+        Backend::Sqlite => {
+            "INSERT INTO rollout_journal SELECT tenant_id, workspace, layout, rollout_id, committed_len,
+                 CAST('{\"input\": \"CANARY-7f3a-in-the-bucket\"}' AS BLOB) FROM rollouts WHERE rollout_id = 'chat-1'"
+        }
+    })
+    .await;
+    assert!(s3::objects_under(&prefix).await.values().any(|bytes| String::from_utf8_lossy(bytes).contains(canary)));
+
+    let job = crate::forget::forget(&app, &t.key, "/v1/workspaces/default/layouts/default/rollouts/chat-1").await;
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    let objects = s3::objects_under(&prefix).await;
+    assert_eq!(objects.keys().collect::<Vec<_>>(), [&format!("{}/default/sessions/kept.jsonl", t.id)]);
+    assert!(objects.values().all(|bytes| !String::from_utf8_lossy(bytes).contains(canary)));
+    assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 0);
+
+    let job = crate::forget::forget(&app, &t.key, "/v1/workspaces/default").await;
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert!(s3::objects_under(&prefix).await.is_empty(), "the workspace's prefix is empty");
+}
