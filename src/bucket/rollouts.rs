@@ -83,9 +83,11 @@ impl Bucket {
             // lost or is on its way: its bytes are committed lines too.
             let now = self.objects.head(&key).await?;
             let base = now.e_tag.ok_or_else(|| RolloutError::Torn("an object without an ETag".into()))?;
-            written = if now.size >= parts.committed_len {
+            written = if now.size >= parts.committed_len && self.begins_with(&key, &base, &bytes).await? {
                 Some(base)
             } else {
+                // Shorter, or not this rollout's at all (one forgotten under
+                // the same id whose removal a crash cut short): replaced.
                 self.put_over(&key, bytes, Some(&base)).await?
             };
         }
@@ -114,6 +116,26 @@ impl Bucket {
         match self.objects.put_opts(key, PutPayload::from(bytes), options).await {
             Ok(put) => Ok(Some(put.e_tag.ok_or_else(|| RolloutError::Torn("a write without an ETag".into()))?)),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Version `version` of the object at `key` begins with `bytes` (`false`
+    /// too when that version is gone).
+    async fn begins_with(
+        &self,
+        key: &object_store::path::Path,
+        version: &str,
+        bytes: &[u8],
+    ) -> Result<bool, RolloutError> {
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(0..bytes.len() as u64)),
+            if_match: Some(version.to_owned()),
+            ..GetOptions::default()
+        };
+        match self.objects.get_opts(key, options).await {
+            Ok(got) => Ok(got.bytes().await?.as_ref() == bytes),
+            Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }

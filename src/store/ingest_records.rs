@@ -200,7 +200,7 @@ pub struct JournalLines {
 /// What a rollout in an object store is made of: its object's first
 /// `object_len` bytes (of version `object_etag`; none before its first
 /// rewrite), then its journal's lines, each `(start_len, lines)`, in order.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RolloutParts {
     pub committed_len: u64,
     pub object_len: u64,

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 crate::both_backends!(
     acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_the_object,
     a_forgotten_rollout_leaves_no_object_and_no_journal_line,
+    a_lost_rewrite_record_or_a_leftover_object_is_set_right,
 );
 
 async fn in_a_bucket(backend: Backend) -> (TestApp, String) {
@@ -111,4 +112,35 @@ async fn a_forgotten_rollout_leaves_no_object_and_no_journal_line(backend: Backe
     let job = crate::forget::forget(&app, &t.key, "/v1/workspaces/default").await;
     assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
     assert!(s3::objects_under(&prefix).await.is_empty(), "the workspace's prefix is empty");
+}
+
+/// The conditional paths of a rewrite: the version the database records is
+/// not the object's (a rewrite whose record was lost), and an object left at
+/// a rollout's key by a forget a crash cut short, under an id used again.
+async fn a_lost_rewrite_record_or_a_leftover_object_is_set_right(backend: Backend) {
+    let (app, prefix) = in_a_bucket(backend).await;
+    let t = app.tenant().await;
+    let mut db = Database::connect(backend, &app.database_url).await;
+    say(&app, &t, "s1", "I prefer green tea.").await;
+    close(&app, &t, "s1").await;
+    db.run("UPDATE rollouts SET object_etag = '\"not-the-objects\"'").await;
+    say(&app, &t, "s2", "Mornings only.").await;
+    close(&app, &t, "s2").await;
+    assert_eq!(object_lines(&prefix, &t).await.len(), 2);
+    assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM rollouts WHERE object_etag <> '\"not-the-objects\"'").await, 1);
+
+    let job = crate::forget::forget(&app, &t.key, "/v1/workspaces/default/layouts/default/rollouts/chat-1").await;
+    assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    let key = format!("{prefix}/{}/default/sessions/chat-1.jsonl", t.id);
+    let leftover = format!("{{\"input\": \"CANARY-leftover {}\"}}\n", "x".repeat(4096));
+    s3::bucket().put(&key.as_str().into(), leftover.into_bytes().into()).await.unwrap();
+    say(&app, &t, "s3", "Oolong on Sundays.").await;
+    close(&app, &t, "s3").await;
+    let lines = object_lines(&prefix, &t).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["final_output"], "noted: Oolong on Sundays.");
+    let raw =
+        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-1.md")).unwrap();
+    assert!(!raw.contains("CANARY"), "{raw}");
 }

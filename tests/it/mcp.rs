@@ -4,6 +4,7 @@
 
 use crate::both_backends;
 use crate::harness::{Backend, TestApp};
+use crate::round_three::{conversation, usage_of};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -139,25 +140,12 @@ async fn a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on(backend: Ba
     assert!(text.ends_with("reads the rest"), "{}", &text[text.len() - 120..]);
 }
 
-async fn closed_conversation(app: &TestApp, key: &str, session: &str, rollout: &str) {
-    let body = json!({"rollout_id": rollout, "input": "I prefer green tea.", "final_output": "noted"});
-    assert_eq!(app.post_segment(key, session, "default", body).await.status(), 201);
-    let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), key).await;
-    assert_eq!(closed["state"], "closed", "{closed}");
-}
-
-async fn usage_of(app: &TestApp, key: &str, rollout: &str) -> i64 {
-    let selection = app.json(Method::GET, "/v1/workspaces/default/layouts/default/phase_two_selection", key).await;
-    let entry = selection["selected"].as_array().unwrap().iter().find(|e| e["rollout_id"] == rollout).cloned();
-    entry.unwrap_or_else(|| panic!("{rollout} is not selected: {selection}"))["usage_count"].as_i64().unwrap()
-}
-
 /// resources/read under a session counts a use of the memory it reads, as
 /// memory_read does: for a runtime's key, never for a read-only one.
 async fn a_resource_read_counts_usage_as_memory_read_does(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
-    closed_conversation(&app, &t.key, "s1", "chat-1").await;
+    conversation(&app, &t, "default", "s1", "chat-1").await;
     let made = |permissions: Value| {
         let request = app.request(Method::POST, "/v1/keys", &t.key);
         async move {
@@ -179,7 +167,7 @@ async fn a_resource_read_counts_usage_as_memory_read_does(backend: Backend) {
         assert!(read["result"]["contents"][0]["text"].as_str().unwrap().contains("green tea"), "{read}");
     }
     // The uses are ranked by the next phase two's selection: one session of the runtime, none of the reader.
-    closed_conversation(&app, &t.key, "s2", "chat-2").await;
+    conversation(&app, &t, "default", "s2", "chat-2").await;
     assert_eq!(usage_of(&app, &t.key, "chat-1").await, 1);
 }
 

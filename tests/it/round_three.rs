@@ -194,7 +194,7 @@ async fn key_of(app: &TestApp, maker: &str, workspaces: Value, permissions: &[&s
     (made["key_id"].as_str().unwrap().to_owned(), made["api_key"].as_str().unwrap().to_owned())
 }
 
-async fn conversation(app: &TestApp, t: &Tenant, workspace: &str, session: &str, rollout: &str) {
+pub(crate) async fn conversation(app: &TestApp, t: &Tenant, workspace: &str, session: &str, rollout: &str) {
     let body = json!({"rollout_id": rollout, "input": "I prefer green tea.", "final_output": "noted"});
     let url = format!("/v1/sessions/{session}/layouts/default/segments?workspace={workspace}");
     assert_eq!(app.request(Method::POST, &url, &t.key).json(&body).send().await.unwrap().status(), 201);
@@ -202,7 +202,7 @@ async fn conversation(app: &TestApp, t: &Tenant, workspace: &str, session: &str,
     assert_eq!(closed["state"], "closed", "{closed}");
 }
 
-async fn usage_of(app: &TestApp, key: &str, rollout: &str) -> i64 {
+pub(crate) async fn usage_of(app: &TestApp, key: &str, rollout: &str) -> i64 {
     let selection = app.json(Method::GET, "/v1/workspaces/default/layouts/default/phase_two_selection", key).await;
     let entry = selection["selected"].as_array().unwrap().iter().find(|e| e["rollout_id"] == rollout).cloned();
     entry.unwrap_or_else(|| panic!("{rollout} is not selected: {selection}"))["usage_count"].as_i64().unwrap()

@@ -4,16 +4,24 @@
 use super::*;
 use crate::store::journal_records::RolloutAt;
 use crate::store::*;
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row};
+
+/// A rollout row that is not being forgotten — itself, its workspace or its
+/// tenant: a rewrite that began before a forget records nothing after it
+/// (and then removes what it wrote).
+const NOT_BEING_FORGOTTEN: &str = "NOT forgetting
+    AND NOT EXISTS (SELECT 1 FROM workspace_forgets f WHERE f.tenant_id = rollouts.tenant_id
+                      AND f.workspace = rollouts.workspace)
+    AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = rollouts.tenant_id AND t.deleting_at IS NOT NULL)";
 
 #[async_trait::async_trait]
 impl RolloutJournalStore for SqlStore<DB> {
     async fn rollout_parts(&self, at: RolloutAt<'_>) -> StoreResult<Option<RolloutParts>> {
         let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
-        let row = sqlx::query(
+        let row = sqlx::query(AssertSqlSafe(format!(
             "SELECT committed_len, object_len, object_etag FROM rollouts
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND NOT forgetting",
-        )
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND {NOT_BEING_FORGOTTEN}"
+        )))
         .bind(at.tenant)
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
@@ -55,12 +63,13 @@ impl RolloutJournalStore for SqlStore<DB> {
         object_len: u64,
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let moved = sqlx::query(
+        // An early return drops the transaction: nothing of it is kept.
+        let moved = sqlx::query(AssertSqlSafe(format!(
             "UPDATE rollouts SET object_len = $5, object_etag = $6
-             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND NOT forgetting
+             WHERE tenant_id = $1 AND workspace = $2 AND layout = $3 AND rollout_id = $4 AND {NOT_BEING_FORGOTTEN}
                AND object_len <= $5 AND committed_len >= $5
-               AND (object_etag = $7 OR (object_etag IS NULL AND $7 IS NULL))",
-        )
+               AND (object_etag = $7 OR (object_etag IS NULL AND $7 IS NULL))"
+        )))
         .bind(at.tenant)
         .bind(at.workspace.as_str())
         .bind(at.layout.as_str())
