@@ -64,16 +64,17 @@ impl Bucket {
     /// the lines dropped from the journal. Nothing to do when the journal is
     /// empty; another replica's rewrite coming first is not an error (the
     /// lines are in the object either way). An object is never written
-    /// shorter than the version it replaces.
+    /// shorter than the version it replaces. The rollout as this rewrite
+    /// wrote it when it was recorded, for a reader that need not fetch it again.
     pub async fn rewrite_rollout(
         &self,
         store: &dyn RolloutJournalStore,
         at: RolloutAt<'_>,
         rollout_path: &str,
-    ) -> Result<(), RolloutError> {
-        let Some(parts) = store.rollout_parts(at).await? else { return Ok(()) };
+    ) -> Result<Option<Vec<u8>>, RolloutError> {
+        let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
         if parts.journal.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
         let bytes = joined(&parts, self.object_prefix(at, rollout_path, parts.object_len).await?)?;
@@ -88,16 +89,19 @@ impl Bucket {
             } else {
                 // Shorter, or not this rollout's at all (one forgotten under
                 // the same id whose removal a crash cut short): replaced.
-                self.put_over(&key, bytes, Some(&base)).await?
+                self.put_over(&key, bytes.clone(), Some(&base)).await?
             };
         }
-        let Some(etag) = written else { return Ok(()) };
+        let Some(etag) = written else { return Ok(None) };
         let recorded = store.rollout_rewritten(at, parts.object_etag.as_deref(), &etag, parts.committed_len).await?;
-        if !recorded && store.rollout_parts(at).await?.is_none() {
+        if recorded {
+            return Ok(Some(bytes));
+        }
+        if store.rollout_parts(at).await?.is_none() {
             // Forgotten meanwhile: what this rewrite wrote must not outlive it.
             self.objects.delete(&key).await?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Writes `bytes` at `key` if the object is still version `base` (none:

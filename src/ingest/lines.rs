@@ -4,7 +4,7 @@
 
 use super::{GroupResult, IngestError};
 use crate::domain::layout::ValidLayout;
-use crate::store::{AppendBatch, AppendOutcome, AppendPosition, AppendRequest, JournalLines, SegmentReceipt, TenantId};
+use crate::store::{AppendBatch, AppendOutcome, AppendPosition, AppendRequest, AppendStart, JournalLines, TenantId};
 use crate::workspace::{LineAppend, append_all_durably, confine, ensure_layout};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,8 +14,9 @@ pub(super) struct FileLines {
     /// The append's place in the group.
     place: usize,
     tenant: TenantId,
-    /// The first segment's receipt: which rollout, in which workspace and layout.
-    rollout: SegmentReceipt,
+    /// The append's first segment to this rollout (by its place in the
+    /// append): its receipt names the rollout, looked up only to journal it.
+    first_segment: usize,
     root: PathBuf,
     layout: ValidLayout,
     rollout_path: String,
@@ -30,7 +31,7 @@ pub(super) fn file_lines(place: usize, root: &Path, req: &AppendRequest, positio
     let mut files: Vec<(FileLines, Vec<Arc<str>>)> = Vec::new();
     // A rollout's path names its layout's sessions folder: one file, one path.
     let mut by_path: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (s, placed) in req.segments.iter().zip(&position.places) {
+    for (n, (s, placed)) in req.segments.iter().zip(&position.places).enumerate() {
         let path = placed.receipt.rollout_path.as_str();
         match by_path.get(path) {
             Some(&at) => files[at].1.push(s.segment.line.clone()),
@@ -39,7 +40,7 @@ pub(super) fn file_lines(place: usize, root: &Path, req: &AppendRequest, positio
                 let file = FileLines {
                     place,
                     tenant: req.tenant_id,
-                    rollout: placed.receipt.clone(),
+                    first_segment: n,
                     root: root.to_path_buf(),
                     layout: s.layout.clone(),
                     rollout_path: path.to_owned(),
@@ -103,13 +104,17 @@ pub(super) async fn journal_group(
 ) -> GroupResult {
     let lines: Vec<JournalLines> = files
         .iter()
-        .map(|file| JournalLines {
-            tenant: file.tenant,
-            workspace: file.rollout.workspace.as_str().to_owned(),
-            layout: file.rollout.layout.as_str().to_owned(),
-            rollout_id: file.rollout.rollout_id.as_str().to_owned(),
-            start_len: file.offset,
-            lines: file.bytes.clone(),
+        .filter_map(|file| {
+            let AppendStart::Write(position) = &batch.starts()[file.place] else { return None };
+            let rollout = &position.places[file.first_segment].receipt;
+            Some(JournalLines {
+                tenant: file.tenant,
+                workspace: rollout.workspace.as_str().to_owned(),
+                layout: rollout.layout.as_str().to_owned(),
+                rollout_id: rollout.rollout_id.as_str().to_owned(),
+                start_len: file.offset,
+                lines: file.bytes.clone(),
+            })
         })
         .collect();
     let recorded = match batch.journal(&lines).await {

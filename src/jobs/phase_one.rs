@@ -66,15 +66,21 @@ async fn rollout_in_bucket(
     at: RolloutAt<'_>,
     committed: &CommittedRollout,
 ) -> Result<Vec<u8>, AttemptError> {
-    if let Err(e) = bucket.rewrite_rollout(ctx.store.as_ref(), at, &committed.rollout_path).await {
-        tracing::warn!(error = %crate::error_chain(&e), "rewriting a rollout's object failed; reading its journal");
-    }
-    let bytes = bucket
-        .rollout_bytes(ctx.store.as_ref(), at, &committed.rollout_path)
-        .await
-        .map_err(|e| io_error("reading the rollout failed", e))?
-        .ok_or_else(|| AttemptError::fatal(format!("rollout {} is gone", at.rollout)))?;
-    let mut bytes = bytes;
+    let rewritten = match bucket.rewrite_rollout(ctx.store.as_ref(), at, &committed.rollout_path).await {
+        Ok(rewritten) => rewritten,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "rewriting a rollout's object failed; reading its journal");
+            None
+        }
+    };
+    let mut bytes = match rewritten {
+        Some(bytes) => bytes,
+        None => bucket
+            .rollout_bytes(ctx.store.as_ref(), at, &committed.rollout_path)
+            .await
+            .map_err(|e| io_error("reading the rollout failed", e))?
+            .ok_or_else(|| AttemptError::fatal(format!("rollout {} is gone", at.rollout)))?,
+    };
     bytes.truncate(committed.committed_len as usize);
     Ok(bytes)
 }

@@ -4,7 +4,7 @@
 
 use crate::both_backends;
 use crate::harness::{Backend, TestApp};
-use crate::round_three::{conversation, usage_of};
+use crate::round_three::{conversation, key_of, usage_of};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -146,21 +146,8 @@ async fn a_resource_read_counts_usage_as_memory_read_does(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     conversation(&app, &t, "default", "s1", "chat-1").await;
-    let made = |permissions: Value| {
-        let request = app.request(Method::POST, "/v1/keys", &t.key);
-        async move {
-            let made: Value = request
-                .json(&json!({"workspaces": "*", "permissions": permissions}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            made["api_key"].as_str().unwrap().to_owned()
-        }
-    };
-    let (reader, runtime) = (made(json!(["read"])).await, made(json!(["ingest", "read"])).await);
+    let (_, reader) = key_of(&app, &t.key, json!("*"), &["read"]).await;
+    let (_, runtime) = key_of(&app, &t.key, json!("*"), &["ingest", "read"]).await;
     let uri = json!({"uri": "memory://default/default/raw_memories/chat-1.md"});
     for (key, session) in [(&reader, "fake-1"), (&reader, "fake-2"), (&runtime, "runtime-1"), (&runtime, "runtime-1")] {
         let read = rpc_at(&app, &format!("/v1/mcp?session_id={session}"), key, "resources/read", uri.clone()).await;

@@ -188,7 +188,7 @@ async fn make_key(app: &TestApp, maker: &str, body: Value) -> (u16, String, Valu
     status_code_body(app.request(Method::POST, "/v1/keys", maker).json(&body).send().await.unwrap()).await
 }
 
-async fn key_of(app: &TestApp, maker: &str, workspaces: Value, permissions: &[&str]) -> (String, String) {
+pub(crate) async fn key_of(app: &TestApp, maker: &str, workspaces: Value, permissions: &[&str]) -> (String, String) {
     let (status, _, made) = make_key(app, maker, json!({"workspaces": workspaces, "permissions": permissions})).await;
     assert_eq!(status, 201, "{made}");
     (made["key_id"].as_str().unwrap().to_owned(), made["api_key"].as_str().unwrap().to_owned())
