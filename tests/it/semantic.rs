@@ -144,7 +144,11 @@ async fn a_forget_takes_its_passages_vectors_with_it(backend: Backend) {
     // What was embedded: the passage as the embeddings client sends it (cut at
     // its input limit: a summary with a long conversation passes it).
     let input = memoryd::llm::embeddings::sent_input(&passage.ranked_text);
-    let vector = memoryd::meaning::encode(&memoryd::fake_embeddings::vector(input));
+    // The client scales every vector it is given to unit length itself: the
+    // fake's vector, already of length one by its own sum, can come out a bit
+    // or two apart, depending on the canary's words.
+    let stored = memoryd::llm::embeddings::unit(memoryd::fake_embeddings::vector(input));
+    let vector = memoryd::meaning::encode(&stored);
     // The summaries' passages are embedded with the phase two that follows
     // their phase one, which may still be under way on a loaded machine.
     let started = std::time::Instant::now();
