@@ -103,7 +103,7 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let store = store::connect_waiting(&config.database_url(), config.database_wait).await?;
     let mut volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
     if let Some(bucket) = &config.rollouts_bucket {
-        volumes = volumes.with_bucket(bucket.clone());
+        volumes = volumes.with_bucket(bucket.clone(), config.quotas.cache_bytes)?;
     }
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();

@@ -244,6 +244,10 @@ pub struct QuotaSettings {
     /// fails below it (0: off; readiness then fails below 64 KiB).
     #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
     pub min_free_bytes: u64,
+    /// Where workspace files live in an object store: the bytes of memory
+    /// files this replica keeps copies of, at most (SPEC §6.1).
+    #[arg(long = "cache-bytes", env = "MEMORYD_CACHE_BYTES", default_value_t = 1_073_741_824)]
+    pub cache_bytes: u64,
     /// Keys not revoked (expired ones included) one tenant may hold at once (beyond: 403 `quota_exceeded`).
     #[arg(long = "max-keys", env = "MEMORYD_MAX_KEYS", default_value_t = 10_000)]
     pub max_keys: u64,
@@ -350,6 +354,7 @@ pub fn whole_ranges(c: &Config) -> Vec<(&'static str, u64, u64, u64)> {
         ("MEMORYD_RECLAIM_DEAD_ROWS", records.reclaim_dead_rows.max(-1) as u64, 0, i64::MAX as u64),
         ("MEMORYD_EVENTS_RETAIN_HOURS", s(records.events_retain) / 3600, 0, 24 * 365),
         ("MEMORYD_MIN_FREE_BYTES", quotas.min_free_bytes, 0, 1024 * GIB),
+        ("MEMORYD_CACHE_BYTES", quotas.cache_bytes, 1 << 20, 1024 * GIB),
         ("MEMORYD_MAX_CONNECTIONS", n(http.max_connections), 1, 1_000_000),
         ("MEMORYD_HEADER_TIMEOUT_SECS", s(http.header_timeout), 1, 3600),
         ("MEMORYD_BODY_TIMEOUT_SECS", s(http.body_timeout), 1, 3600),

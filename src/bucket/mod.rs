@@ -4,7 +4,9 @@
 //! `AWS_*` variables. A workspace's objects hold the same tree as its folder
 //! on a volume: `<prefix>/<tenant_id>/<workspace>/<path in the workspace>`.
 
+pub mod cache;
 pub mod copy;
+pub mod files;
 pub mod rollouts;
 
 use crate::domain::ids::WorkspaceName;

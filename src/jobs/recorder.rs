@@ -10,6 +10,7 @@ use crate::store::{
     ClaimedJob, FileHistory, JobAccounting, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
     RunHistory, RunState,
 };
+use crate::store::workspace_files::VersionChanges;
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
 use chrono::Utc;
 
@@ -39,6 +40,7 @@ fn finish_for(
             accounting: counting(c.usage),
             import: None,
             passages: None,
+            versions: None,
         },
         Err(AttemptError::Fatal { message }) => JobFinish {
             outcome: JobOutcome::Failed { error: message },
@@ -49,6 +51,7 @@ fn finish_for(
             accounting: JobAccounting::default(),
             import: None,
             passages: None,
+            versions: None,
         },
         Err(AttemptError::Retryable { message, retry_after, usage, token_limit }) => {
             let outcome = if claimed.job.attempts >= settings.max_attempts {
@@ -67,6 +70,7 @@ fn finish_for(
                 accounting: counting(usage),
                 import: None,
                 passages: None,
+                versions: None,
             }
         }
     }
@@ -132,12 +136,50 @@ fn redact_memory_files(layout: &crate::domain::layout::ValidLayout, files: &mut 
     counts
 }
 
+/// An attempt's files, written where readers do not see them yet.
+enum StagedFiles {
+    /// Beside their destinations on the volume, listed by a manifest.
+    Volume(Manifest),
+    /// As versions in the bucket, made current by the finish.
+    Bucket(VersionChanges),
+}
+
 /// What an attempt staged: its files, an import's rows, what the publish
 /// changes of the layout's passages.
 struct Staged {
-    manifest: Manifest,
+    files: StagedFiles,
     import: Option<crate::store::ImportRecord>,
     passages: Option<crate::store::PassageChanges>,
+}
+
+/// Stages `files` where the workspace's files live, with the history of a
+/// run that keeps one (each file as it was, read where readers read it).
+async fn stage_where_they_live(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    files: FileChanges,
+    keeps_history: bool,
+) -> std::io::Result<(StagedFiles, Option<Vec<FileHistory>>)> {
+    let memories_dir = claimed.layout.memories_dir.normalized.clone();
+    let (tenant, workspace) = (claimed.tenant_id, &claimed.job.workspace);
+    if let Some(bucket) = ctx.volumes.bucket() {
+        let history = if keeps_history {
+            let readable = ctx.volumes.readable(ctx.store.as_ref(), tenant, workspace).await.map_err(std::io::Error::other)?;
+            Some(history_of(readable.root(), &memories_dir, &files)?)
+        } else {
+            None
+        };
+        let staged = bucket.stage_versions(tenant, workspace, files).await.map_err(std::io::Error::other)?;
+        return Ok((StagedFiles::Bucket(staged), history));
+    }
+    let root = ctx.volumes.workspace_root(tenant, workspace).map_err(std::io::Error::other)?;
+    let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
+    tokio::task::spawn_blocking(move || {
+        let history = if keeps_history { Some(history_of(&root, &memories_dir, &files)?) } else { None };
+        Ok((StagedFiles::Volume(publisher.stage(scope, &root, files)?), history))
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Writes an attempt's files under temporary names with the manifest that
@@ -153,7 +195,8 @@ async fn stage_files(
         Ok(Completion { imported: Some(imported), outcome, files, usage, redactions }) => {
             let Imported { staged, record } = *imported;
             let completion = Completion { outcome, files, usage, redactions, imported: None };
-            return (Ok(completion), Some(Staged { manifest: staged, import: Some(record), passages: None }));
+            let files = StagedFiles::Volume(staged);
+            return (Ok(completion), Some(Staged { files, import: Some(record), passages: None }));
         }
         other => other,
     };
@@ -161,7 +204,6 @@ async fn stage_files(
         return (result, None);
     };
     let keeps_history = report.as_ref().is_some_and(|r| r.run.state == RunState::Succeeded);
-    let memories_dir = claimed.layout.memories_dir.normalized.clone();
     // SPEC §4: whatever a job publishes under the memory folder (phase one's
     // files, the consolidation agent's edits, a restore) is redacted here,
     // the one place every kind passes through.
@@ -175,21 +217,8 @@ async fn stage_files(
     // follows: its finishes stay the plain batch they are.
     let passages = (claimed.job.kind != JobKind::PhaseOne)
         .then(|| super::indexer::passage_changes(&claimed.layout.memories_dir.normalized, &files));
-    let staged = match ctx.volumes.workspace_root(claimed.tenant_id, &claimed.job.workspace) {
-        Ok(root) => {
-            let (publisher, scope) = (ctx.publisher.clone(), scope_of(claimed));
-            tokio::task::spawn_blocking(move || {
-                let history = if keeps_history { Some(history_of(&root, &memories_dir, &files)?) } else { None };
-                Ok((publisher.stage(scope, &root, files)?, history))
-            })
-            .await
-            .map_err(std::io::Error::other)
-            .and_then(|staged| staged)
-        }
-        Err(e) => Err(std::io::Error::other(e)),
-    };
-    match staged {
-        Ok((manifest, history)) => {
+    match stage_where_they_live(ctx, claimed, files, keeps_history).await {
+        Ok((staged_files, history)) => {
             if let (Some(report), Some(mut files)) = (report.as_mut(), history) {
                 let forget = claimed.job.kind == JobKind::Forget;
                 if forget {
@@ -199,7 +228,7 @@ async fn stage_files(
                 }
                 report.history = Some(RunHistory { files, keep_runs: ctx.settings.history_runs, forget });
             }
-            let staged = Staged { manifest, import: None, passages };
+            let staged = Staged { files: staged_files, import: None, passages };
             (Ok(Completion::without_files(outcome, usage, redactions)), Some(staged))
         }
         Err(e) => {
@@ -243,6 +272,20 @@ async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool)
     if let Err(e) = done {
         // The manifest stays; the next attempt in this layout or the next start finishes it.
         tracing::error!(%publish_id, commit, error = %crate::error_chain(&e), "finishing a publish failed; it is retried later");
+    }
+}
+
+/// After the finish of a publish to a bucket: its chores done (plain keys
+/// placed, replaced versions removed), or its versions removed if it was
+/// not recorded. What fails is left to the sweep.
+async fn settle_versions(ctx: &WorkerContext, claimed: &ClaimedJob, versions: VersionChanges, recorded: bool) {
+    let Some(bucket) = ctx.volumes.bucket() else { return };
+    let (tenant, workspace) = (claimed.tenant_id, &claimed.job.workspace);
+    if !recorded {
+        return bucket.discard_versions(tenant, workspace, &versions).await;
+    }
+    if let Err(e) = bucket.do_chores(ctx.store.as_ref(), tenant, workspace).await {
+        tracing::warn!(publish_id = %versions.publish_id, error = %crate::error_chain(&e), "placing a publish's files failed; the sweep will");
     }
 }
 
@@ -367,14 +410,22 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     let stage_started = std::time::Instant::now();
     let (result, staged) = stage_files(ctx, &claimed, result, &mut report).await;
     crate::metrics::job_stage(kind, "stage", stage_started.elapsed());
-    let (staged, import, passages) = staged.map_or((None, None, None), |s| (Some(s.manifest), s.import, s.passages));
-    let publish_id = staged.as_ref().map(|m| m.publish_id);
+    let (staged, import, passages) = staged.map_or((None, None, None), |s| (Some(s.files), s.import, s.passages));
+    let publish_id = staged.as_ref().map(|files| match files {
+        StagedFiles::Volume(manifest) => manifest.publish_id,
+        StagedFiles::Bucket(versions) => versions.publish_id,
+    });
     let mut finish = finish_for(&claimed, result, report, publish_id, &ctx.settings);
     if publish_id.is_some() {
         finish.passages = passages;
     }
     let published_passages = finish.passages.is_some();
-    finish.accounting.storage_delta = staged.as_ref().map_or(0, |m| m.bytes_delta);
+    match &staged {
+        // The finish counts what the versions add against the ones they replace.
+        Some(StagedFiles::Bucket(versions)) => finish.versions = Some(versions.clone()),
+        Some(StagedFiles::Volume(manifest)) => finish.accounting.storage_delta = manifest.bytes_delta,
+        None => {}
+    }
     finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
     finish.import = import;
     let outcome = outcome_name(&finish.outcome);
@@ -389,7 +440,10 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     crate::metrics::job_stage(kind, "finish", stage_started.elapsed());
     let stage_started = std::time::Instant::now();
     match (staged, &recorded) {
-        (Some(manifest), Ok(recorded)) => settle_publish(&ctx.publisher, manifest, recorded.owned).await,
+        (Some(StagedFiles::Volume(manifest)), Ok(recorded)) => {
+            settle_publish(&ctx.publisher, manifest, recorded.owned).await
+        }
+        (Some(StagedFiles::Bucket(versions)), Ok(recorded)) => settle_versions(ctx, &claimed, versions, recorded.owned).await,
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}

@@ -14,6 +14,7 @@ mod records;
 mod sql;
 mod sqlite;
 mod vector_records;
+pub mod workspace_files;
 
 pub use crate::domain::job::{JobKind, JobState, RunState, SessionState};
 pub use crate::domain::layout::{StoredLayout, default_layout, layout_named, with_implicit_default};
@@ -26,6 +27,7 @@ pub use records::*;
 pub use sql::{Dialect, SqlStore};
 pub use sqlite::SqliteStore;
 pub use vector_records::*;
+pub use workspace_files::WorkspaceFilesStore;
 
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::layout::{LayoutPutError, ValidLayout};
@@ -478,6 +480,7 @@ pub trait Store:
     + AgentMemoryStore
     + PassageVectorStore
     + RolloutJournalStore
+    + WorkspaceFilesStore
     + 'static
 {
     async fn ping(&self) -> StoreResult<()>;

@@ -403,6 +403,9 @@ pub struct JobFinish {
     /// The passages a publish leaves in the files it changes: the vectors
     /// of the others are dropped with the finish (SPEC §2.10).
     pub passages: Option<super::PassageChanges>,
+    /// Where workspace files live in an object store: the versions this
+    /// finish makes current (SPEC §6.1).
+    pub versions: Option<super::workspace_files::VersionChanges>,
 }
 
 /// What a job's finish counts (SPEC §2.9), in its own transaction.

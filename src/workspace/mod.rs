@@ -133,6 +133,8 @@ pub struct Volumes {
     /// Where rollouts live when not here: an object store, their lines
     /// journaled in the database until their objects hold them (SPEC §6.1).
     bucket: Option<Arc<crate::bucket::Bucket>>,
+    /// This replica's copies of memory files that live in the bucket.
+    cache: Option<Arc<crate::bucket::cache::WorkspaceCache>>,
 }
 
 /// How long a reading of the free space answers [`Volumes::has_room`] while
@@ -149,13 +151,37 @@ impl Volumes {
             min_free_bytes,
             last_free: Arc::default(),
             bucket: None,
+            cache: None,
         }
     }
 
-    /// These volumes with their rollouts in `bucket`.
-    pub fn with_bucket(mut self, bucket: crate::bucket::Bucket) -> Self {
+    /// These volumes with their workspace files in `bucket`, and copies of
+    /// memory files, `cache_bytes` at most, where the workspaces were.
+    pub fn with_bucket(mut self, bucket: crate::bucket::Bucket, cache_bytes: u64) -> io::Result<Self> {
+        let cache = crate::bucket::cache::WorkspaceCache::new(self.root.clone(), cache_bytes)?;
         self.bucket = Some(Arc::new(bucket));
-        self
+        self.cache = Some(Arc::new(cache));
+        Ok(self)
+    }
+
+    /// A workspace's files for reading, as one generation while the result
+    /// is held: on a volume, where they are; from a bucket, this replica's
+    /// copy, brought up to date first.
+    pub async fn readable(
+        &self,
+        store: &dyn crate::store::WorkspaceFilesStore,
+        tenant: Uuid,
+        workspace: &WorkspaceName,
+    ) -> Result<crate::bucket::cache::ReadableWorkspace, crate::bucket::files::FilesError> {
+        match (&self.bucket, &self.cache) {
+            (Some(bucket), Some(cache)) => cache.readable(bucket, store, tenant, workspace).await,
+            _ => Ok(crate::bucket::cache::ReadableWorkspace::on_volume(self.workspace_root(tenant, workspace)?)),
+        }
+    }
+
+    /// This replica's copies of memory files in a bucket, if they live there.
+    pub fn cache(&self) -> Option<&Arc<crate::bucket::cache::WorkspaceCache>> {
+        self.cache.as_ref()
     }
 
     /// The object store the rollouts live in, if not here.

@@ -145,6 +145,7 @@ fn skipped() -> JobFinish {
         accounting: Default::default(),
         import: None,
         passages: None,
+        versions: None,
     }
 }
 

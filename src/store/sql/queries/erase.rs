@@ -316,7 +316,7 @@ impl SqlStore<DB> {
         own_job: Uuid,
     ) -> StoreResult<()> {
         // `$1`, `$2` name the workspace.
-        const BY_WORKSPACE: [(Binds, &str); 20] = [
+        const BY_WORKSPACE: [(Binds, &str); 23] = [
             (Binds::Scope, "DELETE FROM memory_uses WHERE tenant_id = $1 AND workspace = $2"),
             // Its events, and their deliveries, leave the outbox, but for the
             // forget's own: the `session.closed` of the sessions it ended
@@ -348,6 +348,9 @@ impl SqlStore<DB> {
             ),
             (Binds::ScopeAndOwnJob, "DELETE FROM jobs WHERE tenant_id = $1 AND workspace = $2 AND id <> $3"),
             (Binds::Scope, "DELETE FROM rollout_journal WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM workspace_files WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM workspace_generations WHERE tenant_id = $1 AND workspace = $2"),
+            (Binds::Scope, "DELETE FROM workspace_file_chores WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM rollouts WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM raw_memories WHERE tenant_id = $1 AND workspace = $2"),
             (Binds::Scope, "DELETE FROM phase_two_selections WHERE tenant_id = $1 AND workspace = $2"),
@@ -374,7 +377,7 @@ impl SqlStore<DB> {
 
     async fn erase_tenant(conn: &mut DbConnection, tenant: TenantId) -> StoreResult<()> {
         // Children before the rows they refer to.
-        const BY_TENANT: [&str; 32] = [
+        const BY_TENANT: [&str; 35] = [
             "DELETE FROM memory_uses WHERE tenant_id = $1",
             "DELETE FROM passage_vectors WHERE tenant_id = $1",
             "DELETE FROM passage_indexes WHERE tenant_id = $1",
@@ -400,6 +403,9 @@ impl SqlStore<DB> {
             "DELETE FROM idempotency_keys WHERE tenant_id = $1",
             "DELETE FROM session_rollouts WHERE tenant_id = $1",
             "DELETE FROM rollout_journal WHERE tenant_id = $1",
+            "DELETE FROM workspace_files WHERE tenant_id = $1",
+            "DELETE FROM workspace_generations WHERE tenant_id = $1",
+            "DELETE FROM workspace_file_chores WHERE tenant_id = $1",
             "DELETE FROM rollouts WHERE tenant_id = $1",
             "DELETE FROM sessions WHERE tenant_id = $1",
             "DELETE FROM workspace_forgets WHERE tenant_id = $1",

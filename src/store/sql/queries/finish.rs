@@ -201,6 +201,11 @@ impl SqlStore<DB> {
             let mut delta = usage::UsageDelta::default();
             delta.add_model_use(claimed.job.kind, finish.accounting.attempt_usage);
             delta.add_storage(claimed.job.workspace.as_str(), finish.accounting.storage_delta);
+            if let (JobOutcome::Succeeded { .. }, Some(versions)) = (&finish.outcome, &finish.versions) {
+                let workspace = &claimed.job.workspace;
+                let added = Self::record_versions_in(&mut *tx, claimed.tenant_id, workspace, versions, now).await?;
+                delta.add_storage(workspace.as_str(), added);
+            }
             effects.add(claimed.tenant_id, delta, Vec::new());
         }
         let made: Vec<_> = made
@@ -262,6 +267,10 @@ impl SqlStore<DB> {
         let mut delta = usage::UsageDelta::default();
         delta.add_model_use(job.kind, finish.accounting.attempt_usage);
         delta.add_storage(job.workspace.as_str(), finish.accounting.storage_delta);
+        if let (true, Some(versions)) = (succeeded, &finish.versions) {
+            let added = Self::record_versions_in(&mut *tx, claimed.tenant_id, &job.workspace, versions, now).await?;
+            delta.add_storage(job.workspace.as_str(), added);
+        }
         let mut recorded_events = Vec::new();
         if let JobOutcome::Failed { error } = &finish.outcome {
             recorded_events.push(job_failed_event(claimed, error));

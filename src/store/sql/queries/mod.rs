@@ -22,6 +22,7 @@ mod sessions;
 mod tenants;
 mod usage;
 mod vectors;
+mod workspace_files;
 
 use super::DB;
 use crate::store::sql::forgotten::*;

@@ -1,0 +1,244 @@
+//! A replica's copy of the memory files of the workspaces it reads, where
+//! they live in an object store (SPEC §6.1): never the truth — made from
+//! the versions the database says are current, checked against the
+//! workspace's generation before every read, wiped at start-up, bounded by
+//! `MEMORYD_CACHE_BYTES`, and dropped for what is forgotten.
+//!
+//! A reader holds its workspace's copy shared while it reads; bringing a
+//! copy up to date holds it alone. So a read sees one generation whole,
+//! never half of a run's files.
+
+use super::Bucket;
+use super::files::FilesError;
+use crate::domain::ids::WorkspaceName;
+use crate::store::TenantId;
+use crate::store::workspace_files::{CurrentFiles, WorkspaceFilesStore};
+use crate::workspace::confine;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+use uuid::Uuid;
+
+/// One workspace's copy: which generation it is (`None`: not made yet),
+/// each file's digest and size.
+#[derive(Debug, Default)]
+pub struct Copy {
+    generation: Option<Option<Uuid>>,
+    files: HashMap<String, (String, u64)>,
+    last_read: Option<Instant>,
+}
+
+impl Copy {
+    fn bytes(&self) -> u64 {
+        self.files.values().map(|(_, bytes)| bytes).sum()
+    }
+}
+
+type Key = (TenantId, WorkspaceName);
+
+/// The copies of one replica, under `<data_dir>/workspaces`.
+#[derive(Debug)]
+pub struct WorkspaceCache {
+    root: PathBuf,
+    limit: u64,
+    copies: Mutex<HashMap<Key, Arc<RwLock<Copy>>>>,
+}
+
+/// A workspace's files as one generation, for as long as this is held.
+pub struct ReadableWorkspace {
+    root: PathBuf,
+    _held: Option<OwnedRwLockReadGuard<Copy>>,
+}
+
+impl ReadableWorkspace {
+    /// Files on a volume are read where they are: nothing is held.
+    pub fn on_volume(root: PathBuf) -> Self {
+        Self { root, _held: None }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Writes a cached file: renamed into place, not synced (a copy a crash
+/// leaves is wiped at the next start).
+fn write_copy(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().ok_or_else(|| std::io::Error::other("a cached file has no folder"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".memoryd-cache-{}.tmp", Uuid::new_v4()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+impl WorkspaceCache {
+    /// The cache under `root` (`<data_dir>/workspaces`), emptied: what an
+    /// earlier life left is not known to be current.
+    pub fn new(root: PathBuf, limit: u64) -> std::io::Result<Self> {
+        remove_tree(&root)?;
+        Ok(Self { root, limit, copies: Mutex::default() })
+    }
+
+    fn workspace_root(&self, tenant: TenantId, workspace: &WorkspaceName) -> Result<PathBuf, FilesError> {
+        Ok(confine(&self.root, &format!("{tenant}/{workspace}"))?)
+    }
+
+    fn copy_of(&self, tenant: TenantId, workspace: &WorkspaceName) -> Arc<RwLock<Copy>> {
+        let mut copies = self.copies.lock().expect("the cache's map is never poisoned");
+        copies.entry((tenant, workspace.clone())).or_default().clone()
+    }
+
+    /// The workspace's files, current as of this call, held until the result is dropped.
+    pub async fn readable(
+        &self,
+        bucket: &Bucket,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> Result<ReadableWorkspace, FilesError> {
+        let root = self.workspace_root(tenant, workspace)?;
+        let generation = store.files_generation(tenant, workspace).await?;
+        let copy = self.copy_of(tenant, workspace);
+        let held = copy.clone().read_owned().await;
+        if held.generation == Some(generation) {
+            return Ok(ReadableWorkspace { root, _held: Some(held) });
+        }
+        drop(held);
+        {
+            let mut made = copy.clone().write_owned().await;
+            let mut tries = 0;
+            while made.generation != Some(generation) {
+                let current = store.current_files(tenant, workspace).await?;
+                match bring_up_to_date(bucket, tenant, workspace, &root, &mut made, current).await {
+                    // A version replaced (and removed) since the listing: list again.
+                    Err(FilesError::Objects(object_store::Error::NotFound { .. })) if tries < 3 => tries += 1,
+                    Err(e) => return Err(e),
+                    Ok(()) => break,
+                }
+            }
+            made.last_read = Some(Instant::now());
+        }
+        self.keep_within_limit(tenant, workspace);
+        Ok(ReadableWorkspace { root, _held: Some(copy.read_owned().await) })
+    }
+
+    /// Drops the copies no reader holds, least recently read first, until
+    /// the cache is within its limit (the one just made is kept).
+    fn keep_within_limit(&self, tenant: TenantId, workspace: &WorkspaceName) {
+        let copies = self.copies.lock().expect("the cache's map is never poisoned");
+        let mut held: Vec<_> = copies.iter().filter_map(|(key, copy)| Some((key, copy.clone().try_write_owned().ok()?))).collect();
+        let busy: u64 = copies.values().filter_map(|c| c.try_read().ok().map(|c| c.bytes())).sum();
+        let mut total = busy + held.iter().map(|(_, c)| c.bytes()).sum::<u64>();
+        held.sort_by_key(|(_, c)| c.last_read);
+        for ((copy_tenant, copy_workspace), mut copy) in held {
+            if total <= self.limit {
+                break;
+            }
+            if (*copy_tenant, copy_workspace) == (tenant, workspace) {
+                continue;
+            }
+            total -= copy.bytes();
+            self.drop_copy(*copy_tenant, copy_workspace, &mut copy);
+        }
+    }
+
+    fn drop_copy(&self, tenant: TenantId, workspace: &WorkspaceName, copy: &mut Copy) {
+        *copy = Copy::default();
+        let removed = self.workspace_root(tenant, workspace).map_err(std::io::Error::other).and_then(|root| remove_tree(&root));
+        if let Err(e) = removed {
+            tracing::warn!(%tenant, error = %e, "removing a cached workspace failed");
+        }
+    }
+
+    /// Drops the copies of a forgotten tenant (`workspace` none) or
+    /// workspace, waiting for their readers.
+    pub async fn forget(&self, tenant: TenantId, workspace: Option<&WorkspaceName>) {
+        let gone: Vec<(Key, Arc<RwLock<Copy>>)> = {
+            let mut copies = self.copies.lock().expect("the cache's map is never poisoned");
+            let keys: Vec<Key> = copies
+                .keys()
+                .filter(|(t, w)| *t == tenant && workspace.is_none_or(|ws| ws == w))
+                .cloned()
+                .collect();
+            keys.into_iter().filter_map(|k| copies.remove(&k).map(|c| (k, c))).collect()
+        };
+        for ((tenant, workspace), copy) in gone {
+            let mut copy = copy.write_owned().await;
+            self.drop_copy(tenant, &workspace, &mut copy);
+        }
+        let dir = match workspace {
+            Some(workspace) => self.workspace_root(tenant, workspace),
+            None => confine(&self.root, &tenant.to_string()).map_err(FilesError::from),
+        };
+        if let Err(e) = dir.map_err(std::io::Error::other).and_then(|dir| remove_tree(&dir)) {
+            tracing::warn!(%tenant, error = %e, "removing a forgotten workspace's cache failed");
+        }
+    }
+
+    /// Drops every copy whose workspace has moved on or is gone (another
+    /// replica published or forgot): the sweep, on every replica, so that a
+    /// forgotten file outlives its forget on no replica for longer than
+    /// the sweep's interval. The copies dropped.
+    pub async fn drop_stale(&self, store: &dyn WorkspaceFilesStore) -> usize {
+        let copies: Vec<(Key, Arc<RwLock<Copy>>)> = {
+            let copies = self.copies.lock().expect("the cache's map is never poisoned");
+            copies.iter().map(|(k, c)| (k.clone(), c.clone())).collect()
+        };
+        let mut dropped = 0;
+        for ((tenant, workspace), copy) in copies {
+            let Some(made) = copy.read().await.generation else { continue };
+            match store.files_generation(tenant, &workspace).await {
+                Ok(now) if now == made => {}
+                Ok(_) => {
+                    let mut copy = copy.write().await;
+                    self.drop_copy(tenant, &workspace, &mut copy);
+                    dropped += 1;
+                }
+                Err(e) => tracing::warn!(error = %crate::error_chain(&e), "checking a cached workspace failed"),
+            }
+        }
+        dropped
+    }
+}
+
+/// Makes `copy` the workspace's `current` files: each file it lacks or
+/// holds another version of is fetched, each it holds that is no longer
+/// current removed.
+async fn bring_up_to_date(
+    bucket: &Bucket,
+    tenant: TenantId,
+    workspace: &WorkspaceName,
+    root: &Path,
+    copy: &mut Copy,
+    current: CurrentFiles,
+) -> Result<(), FilesError> {
+    // Until it is whole, the copy is of no generation.
+    copy.generation = None;
+    let wanted: HashMap<&str, _> = current.files.iter().map(|(path, v)| (path.as_str(), v)).collect();
+    let stale: Vec<String> = copy.files.keys().filter(|p| !wanted.contains_key(p.as_str())).cloned().collect();
+    for path in stale {
+        copy.files.remove(&path);
+        let file = confine(root, &path)?;
+        crate::workspace::remove_if_present(&file)?;
+    }
+    for (path, version) in &current.files {
+        if copy.files.get(path).is_some_and(|(sha, _)| *sha == version.sha256) {
+            continue;
+        }
+        let bytes = bucket.read_version(tenant, workspace, path, version).await?;
+        let file = confine(root, path)?;
+        write_copy(&file, &bytes)?;
+        copy.files.insert(path.clone(), (version.sha256.clone(), version.bytes));
+    }
+    copy.generation = Some(current.generation);
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Memory files in an object store (SPEC §6.1). A publish writes each file
+//! it changes as an object of its own, a *version*
+//! (`.memoryd/versions/<publish id>/<path>` under the workspace's prefix);
+//! the job's fenced finish makes the versions current in the database, where
+//! memoryd's readers look them up, so none sees half a run. The finish also
+//! records its chores: each path placed at its plain key for readers outside
+//! memoryd, each replaced version removed. Chores are done right after the
+//! finish and, for one whose process died, by the sweep.
+
+use super::Bucket;
+use crate::domain::ids::{WorkspaceName, sha256_hex};
+use crate::store::workspace_files::{FileChore, FileVersion, VersionChanges, WorkspaceFilesStore};
+use crate::store::{StoreError, TenantId};
+use crate::workspace::PathError;
+use crate::workspace::publish::FileChanges;
+use object_store::path::Path as ObjectKey;
+use object_store::PutPayload;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("the file's path is refused: {0}")]
+    Path(#[from] PathError),
+    #[error("the object store failed: {0}")]
+    Objects(#[from] object_store::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the replica's copy failed: {0}")]
+    Cache(#[from] std::io::Error),
+}
+
+/// The folder of a workspace that holds memoryd's own objects.
+pub const OWN_FOLDER: &str = ".memoryd";
+
+/// Chores read at a time.
+const CHORES_AT_ONCE: u32 = 100;
+
+impl Bucket {
+    /// The key of version `publish_id` of a workspace's `path`.
+    pub fn version_key(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        publish_id: Uuid,
+        path: &str,
+    ) -> Result<ObjectKey, PathError> {
+        // The path goes through the one gate first: a version is where its file would be.
+        self.url.object_key(tenant, workspace, path)?;
+        self.url.object_key(tenant, workspace, &format!("{OWN_FOLDER}/versions/{publish_id}/{path}"))
+    }
+
+    /// Writes every file `changes` writes as a version of a new publish.
+    pub async fn stage_versions(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        changes: FileChanges,
+    ) -> Result<VersionChanges, FilesError> {
+        let publish_id = Uuid::new_v4();
+        let mut staged = VersionChanges { publish_id, files: Vec::with_capacity(changes.edits.len()) };
+        for (path, content) in changes.edits {
+            let version = match content {
+                Some(bytes) => {
+                    let key = self.version_key(tenant, workspace, publish_id, &path)?;
+                    let version = FileVersion { publish_id, bytes: bytes.len() as u64, sha256: sha256_hex(&bytes) };
+                    if let Err(e) = self.objects.put(&key, PutPayload::from(bytes)).await {
+                        self.discard_versions(tenant, workspace, &staged).await;
+                        return Err(e.into());
+                    }
+                    Some(version)
+                }
+                None => {
+                    self.url.object_key(tenant, workspace, &path)?;
+                    None
+                }
+            };
+            staged.files.push((path, version));
+        }
+        Ok(staged)
+    }
+
+    /// Removes the versions of a publish that was not recorded (its lease
+    /// was lost): what fails to go is left to the sweep.
+    pub async fn discard_versions(&self, tenant: TenantId, workspace: &WorkspaceName, staged: &VersionChanges) {
+        for (path, version) in &staged.files {
+            let Some(version) = version else { continue };
+            let Ok(key) = self.version_key(tenant, workspace, version.publish_id, path) else { continue };
+            if let Err(e) = self.objects.delete(&key).await {
+                tracing::warn!(error = %e, "removing a staged version failed; the sweep will");
+            }
+        }
+    }
+
+    /// A current file's bytes.
+    pub async fn read_version(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        path: &str,
+        version: &FileVersion,
+    ) -> Result<Vec<u8>, FilesError> {
+        let key = self.version_key(tenant, workspace, version.publish_id, path)?;
+        Ok(self.objects.get(&key).await?.bytes().await?.to_vec())
+    }
+
+    /// Does a workspace's chores, oldest first: the number done.
+    pub async fn do_chores(
+        &self,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> Result<usize, FilesError> {
+        let mut done = 0;
+        loop {
+            let chores = store.file_chores(tenant, workspace, CHORES_AT_ONCE).await?;
+            if chores.is_empty() {
+                return Ok(done);
+            }
+            for chore in &chores {
+                match chore {
+                    FileChore::Place { path, .. } => self.place(store, tenant, workspace, path).await?,
+                    FileChore::Remove { path, publish_id } => {
+                        let key = self.version_key(tenant, workspace, *publish_id, path)?;
+                        match self.objects.delete(&key).await {
+                            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                store.chore_done(tenant, workspace, chore).await?;
+                done += 1;
+            }
+        }
+    }
+
+    /// Makes `path`'s plain key what the database says is current: a copy
+    /// of its version, or nothing. A version replaced meanwhile (its copy
+    /// fails, or the row moved on) is looked up again.
+    async fn place(
+        &self,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        path: &str,
+    ) -> Result<(), FilesError> {
+        let plain = self.url.object_key(tenant, workspace, path)?;
+        let mut current = store.current_file(tenant, workspace, path).await?;
+        loop {
+            let placed = match &current {
+                None => self.objects.delete(&plain).await,
+                Some(version) => {
+                    let from = self.version_key(tenant, workspace, version.publish_id, path)?;
+                    self.objects.copy(&from, &plain).await
+                }
+            };
+            match placed {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let now = store.current_file(tenant, workspace, path).await?;
+            if now == current {
+                return Ok(());
+            }
+            current = now;
+        }
+    }
+}
