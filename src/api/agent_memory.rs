@@ -5,7 +5,7 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{EditBody, QueryParams, TenantAuth};
-use super::memory::{locate, settle_publishes};
+use super::memory::locate;
 use crate::domain::diff::Change;
 use crate::domain::ids::{LayoutName, RolloutId, SessionId, WorkspaceName};
 use crate::domain::key_scope::{KeyScope, Permission};
@@ -39,6 +39,8 @@ struct MemoryFolder {
     layout: ValidLayout,
     root: std::path::PathBuf,
     memory_root: std::path::PathBuf,
+    /// The files stay one generation while the folder is read.
+    _readable: crate::bucket::cache::ReadableWorkspace,
 }
 
 impl MemoryFolder {
@@ -46,10 +48,10 @@ impl MemoryFolder {
     /// no read sees half a run.
     async fn open(state: &AppState, tenant: uuid::Uuid, workspace: &str, layout: &str) -> Result<Self, ApiError> {
         let (workspace, layout_name, layout) = locate(state, tenant, workspace, layout).await?;
-        let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+        let readable = super::memory::readable_layout(state, tenant, &workspace, &layout_name).await?;
+        let root = readable.root().to_owned();
         let memory_root = confine(&root, &layout.memories_dir.normalized).map_err(ApiError::internal)?;
-        settle_publishes(state, tenant, &workspace, &layout_name).await;
-        Ok(Self { workspace, layout_name, layout, root, memory_root })
+        Ok(Self { workspace, layout_name, layout, root, memory_root, _readable: readable })
     }
 
     /// A `path` parameter as a path inside the folder (`""`: the folder

@@ -283,6 +283,20 @@ fn store_problem(err: &crate::store::StoreError) -> Option<ApiError> {
     }
 }
 
+impl From<crate::bucket::files::FilesError> for ApiError {
+    fn from(err: crate::bucket::files::FilesError) -> Self {
+        use crate::bucket::files::FilesError;
+        match err {
+            FilesError::Store(e) => e.into(),
+            FilesError::Objects(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "the object store is unavailable");
+                ApiError::Unavailable("The object store is unavailable; try again shortly.".into())
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
 impl From<crate::ingest::IngestError> for ApiError {
     fn from(err: crate::ingest::IngestError) -> Self {
         use crate::ingest::IngestError;

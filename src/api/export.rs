@@ -53,13 +53,15 @@ pub(crate) async fn workspace_archive(
         super::memory::settle_publishes(state, tenant, &workspace, &layout.name).await;
     }
     let view = state.store.export_view(tenant, &workspace).await?;
-    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    let readable = state.volumes.readable(state.store.as_ref(), tenant, &workspace).await?;
+    let root = readable.root().to_owned();
     let scratch = state.volumes.export_scratch();
     let memory_dirs: Vec<String> = layouts.iter().map(|l| l.layout.memories_dir.normalized.clone()).collect();
     let taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
         .await
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
+    drop(readable);
 
     let (entries, exported_rollouts) = entries_taken(&taken.files, &view, &layouts);
     let document = manifest(workspace.as_str(), &layouts, &view, &exported_rollouts);

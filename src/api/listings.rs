@@ -124,9 +124,8 @@ pub async fn list_files(
     QueryParams(NoParams {}): QueryParams<NoParams>,
 ) -> Result<Json<MemoryFileList>, ApiError> {
     let (workspace, layout_name, layout) = locate(&state, tenant, &raw_workspace, &raw_layout).await?;
-    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
-    super::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
-    let files = memory_files_of(&root, &layout.memories_dir.normalized).await?;
+    let readable = super::memory::readable_layout(&state, tenant, &workspace, &layout_name).await?;
+    let files = memory_files_of(readable.root(), &layout.memories_dir.normalized).await?;
     Ok(Json(MemoryFileList { files }))
 }
 

@@ -36,6 +36,19 @@ pub(crate) async fn settle_publishes(
     .await;
 }
 
+/// A workspace's files to read, one generation of them while the result
+/// is held; a publish of the layout under way on the volume is completed
+/// first, so that no read sees half a run.
+pub(crate) async fn readable_layout(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &WorkspaceName,
+    layout: &LayoutName,
+) -> Result<crate::bucket::cache::ReadableWorkspace, ApiError> {
+    settle_publishes(state, tenant, workspace, layout).await;
+    Ok(state.volumes.readable(state.store.as_ref(), tenant, workspace).await?)
+}
+
 /// Completes, as a reader, the committed publishes `in_scope` accepts.
 pub(crate) async fn settle_publishes_where(
     state: &AppState,
@@ -154,9 +167,8 @@ pub async fn file(
             }
         };
     }
-    let root = state.volumes.workspace_root(tenant, &workspace).map_err(|_| not_found())?;
-    let path = memory_file(&root, &layout.memories_dir.normalized, &raw_path).ok_or_else(not_found)?;
-    settle_publishes(&state, tenant, &workspace, &layout_name).await;
+    let readable = readable_layout(&state, tenant, &workspace, &layout_name).await?;
+    let path = memory_file(readable.root(), &layout.memories_dir.normalized, &raw_path).ok_or_else(not_found)?;
     let bytes = match tokio::fs::read(&path).await {
         Ok(bytes) => bytes,
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory) => {
@@ -226,9 +238,8 @@ pub(crate) async fn memory_instructions(
     let Some(read) = &layout.config.read else {
         return Ok(None);
     };
-    settle_publishes(state, tenant, &workspace, &layout_name).await;
-    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
-    let Some(path) = memory_file(&root, &layout.memories_dir.normalized, "memory_summary.md") else {
+    let readable = readable_layout(state, tenant, &workspace, &layout_name).await?;
+    let Some(path) = memory_file(readable.root(), &layout.memories_dir.normalized, "memory_summary.md") else {
         return Ok(None);
     };
     let summary = match tokio::fs::read(&path).await {

@@ -63,6 +63,55 @@ impl ReadableWorkspace {
     }
 }
 
+/// A job's own copy of a workspace's files, which it reads for as long as
+/// it runs (a consolidation takes minutes: no reader waits on it): on a
+/// volume the files where they are; from a bucket, hard links to one
+/// generation of the replica's copy, removed when dropped.
+pub struct JobWorkspace {
+    root: PathBuf,
+    own: bool,
+}
+
+impl JobWorkspace {
+    pub fn on_volume(root: PathBuf) -> Self {
+        Self { root, own: false }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for JobWorkspace {
+    fn drop(&mut self) {
+        if self.own
+            && let Err(e) = remove_tree(&self.root)
+        {
+            tracing::warn!(error = %e, "removing a job's copy of its workspace failed");
+        }
+    }
+}
+
+/// Links every file under `from` to the same place under `to`.
+fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type()?.is_dir() {
+            link_tree(&source, &target)?;
+        } else {
+            std::fs::hard_link(&source, &target)?;
+        }
+    }
+    Ok(())
+}
+
 fn remove_tree(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -131,11 +180,29 @@ impl WorkspaceCache {
         Ok(ReadableWorkspace { root, _held: Some(copy.read_owned().await) })
     }
 
+    /// A copy of the workspace's current files at `dir` for a job (see [`JobWorkspace`]).
+    pub async fn job_copy(
+        &self,
+        bucket: &Bucket,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        dir: PathBuf,
+    ) -> Result<JobWorkspace, FilesError> {
+        let readable = self.readable(bucket, store, tenant, workspace).await?;
+        remove_tree(&dir)?;
+        let job = JobWorkspace { root: dir, own: true };
+        let (from, to) = (readable.root().to_owned(), job.root.clone());
+        tokio::task::spawn_blocking(move || link_tree(&from, &to)).await.map_err(std::io::Error::other)??;
+        Ok(job)
+    }
+
     /// Drops the copies no reader holds, least recently read first, until
     /// the cache is within its limit (the one just made is kept).
     fn keep_within_limit(&self, tenant: TenantId, workspace: &WorkspaceName) {
         let copies = self.copies.lock().expect("the cache's map is never poisoned");
-        let mut held: Vec<_> = copies.iter().filter_map(|(key, copy)| Some((key, copy.clone().try_write_owned().ok()?))).collect();
+        let mut held: Vec<_> =
+            copies.iter().filter_map(|(key, copy)| Some((key, copy.clone().try_write_owned().ok()?))).collect();
         let busy: u64 = copies.values().filter_map(|c| c.try_read().ok().map(|c| c.bytes())).sum();
         let mut total = busy + held.iter().map(|(_, c)| c.bytes()).sum::<u64>();
         held.sort_by_key(|(_, c)| c.last_read);
@@ -153,7 +220,8 @@ impl WorkspaceCache {
 
     fn drop_copy(&self, tenant: TenantId, workspace: &WorkspaceName, copy: &mut Copy) {
         *copy = Copy::default();
-        let removed = self.workspace_root(tenant, workspace).map_err(std::io::Error::other).and_then(|root| remove_tree(&root));
+        let removed =
+            self.workspace_root(tenant, workspace).map_err(std::io::Error::other).and_then(|root| remove_tree(&root));
         if let Err(e) = removed {
             tracing::warn!(%tenant, error = %e, "removing a cached workspace failed");
         }
@@ -164,11 +232,8 @@ impl WorkspaceCache {
     pub async fn forget(&self, tenant: TenantId, workspace: Option<&WorkspaceName>) {
         let gone: Vec<(Key, Arc<RwLock<Copy>>)> = {
             let mut copies = self.copies.lock().expect("the cache's map is never poisoned");
-            let keys: Vec<Key> = copies
-                .keys()
-                .filter(|(t, w)| *t == tenant && workspace.is_none_or(|ws| ws == w))
-                .cloned()
-                .collect();
+            let keys: Vec<Key> =
+                copies.keys().filter(|(t, w)| *t == tenant && workspace.is_none_or(|ws| ws == w)).cloned().collect();
             keys.into_iter().filter_map(|k| copies.remove(&k).map(|c| (k, c))).collect()
         };
         for ((tenant, workspace), copy) in gone {

@@ -13,8 +13,8 @@ use crate::store::workspace_files::{FileChore, FileVersion, VersionChanges, Work
 use crate::store::{StoreError, TenantId};
 use crate::workspace::PathError;
 use crate::workspace::publish::FileChanges;
-use object_store::path::Path as ObjectKey;
 use object_store::PutPayload;
+use object_store::path::Path as ObjectKey;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -163,5 +163,69 @@ impl Bucket {
             }
             current = now;
         }
+    }
+}
+
+/// A version's key taken apart: tenant, workspace, publish, path in the
+/// workspace (`rest` is a key below the bucket's prefix).
+fn version_of_key(rest: &str) -> Option<(TenantId, WorkspaceName, Uuid, &str)> {
+    let mut parts = rest.splitn(6, '/');
+    let tenant = Uuid::parse_str(parts.next()?).ok()?;
+    let workspace = WorkspaceName::parse(parts.next()?)?;
+    let (own, versions) = (parts.next()?, parts.next()?);
+    if own != OWN_FOLDER || versions != "versions" {
+        return None;
+    }
+    let publish_id = Uuid::parse_str(parts.next()?).ok()?;
+    Some((tenant, workspace, publish_id, parts.next()?))
+}
+
+impl Bucket {
+    /// Removes the versions no finish recorded (their writer died or lost
+    /// its lease) once they are older than `grace`; the number removed.
+    /// Lists every object under the prefix.
+    pub async fn remove_unreferenced_versions(
+        &self,
+        store: &dyn WorkspaceFilesStore,
+        grace: std::time::Duration,
+    ) -> Result<usize, FilesError> {
+        use futures_util::TryStreamExt;
+        let before = chrono::Utc::now() - chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::hours(1));
+        let prefix = self.url.prefix_key();
+        let skip = prefix.as_ref().map_or(0, |p| p.as_ref().len() + 1);
+        let mut listed = self.objects.list(prefix.as_ref());
+        let mut removed = 0;
+        while let Some(meta) = listed.try_next().await? {
+            let Some((tenant, workspace, publish_id, path)) =
+                meta.location.as_ref().get(skip..).and_then(version_of_key)
+            else {
+                continue;
+            };
+            if meta.last_modified >= before || store.version_referenced(tenant, &workspace, path, publish_id).await? {
+                continue;
+            }
+            match self.objects.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => removed += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_keys_come_apart_into_their_places() {
+        let (tenant, publish) = (Uuid::new_v4(), Uuid::new_v4());
+        let key = format!("{tenant}/ws/.memoryd/versions/{publish}/memories/skills/a/SKILL.md");
+        let (t, w, p, path) = version_of_key(&key).unwrap();
+        assert_eq!((t, w.as_str(), p, path), (tenant, "ws", publish, "memories/skills/a/SKILL.md"));
+        assert!(version_of_key(&format!("{tenant}/ws/memories/MEMORY.md")).is_none());
+        assert!(version_of_key(&format!("{tenant}/ws/.memoryd/versions/{publish}")).is_none());
+        assert!(version_of_key(&format!("{tenant}/ws/.memoryd/other/{publish}/x")).is_none());
+        assert!(version_of_key(&format!("nope/ws/.memoryd/versions/{publish}/x")).is_none());
     }
 }

@@ -60,10 +60,8 @@ impl super::JobRunner for Edit {
 async fn edit(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let job = &claimed.job;
     let spec = job.edit.clone().ok_or_else(|| AttemptError::fatal("an edit job without its edit"))?;
-    let root = ctx
-        .volumes
-        .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
+    let copy = super::job_workspace(ctx, claimed).await?;
+    let root = copy.root().to_owned();
     let memories = claimed.layout.memories_dir.normalized.clone();
     let sessions = claimed.layout.sessions_dir.normalized.clone();
     let memory_root =

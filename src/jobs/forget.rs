@@ -60,6 +60,9 @@ async fn remove_objects(
     workspace: Option<&WorkspaceName>,
 ) -> Result<(), AttemptError> {
     let Some(bucket) = ctx.volumes.bucket() else { return Ok(()) };
+    if let Some(cache) = ctx.volumes.cache() {
+        cache.forget(claimed.tenant_id, workspace).await;
+    }
     let removed = bucket
         .remove_all_of(claimed.tenant_id, workspace)
         .await
@@ -213,10 +216,8 @@ async fn forget_and_consolidate(
     let job = &claimed.job;
     let layout = &claimed.layout;
     let ids = &spec.rollout_ids;
-    let root = ctx
-        .volumes
-        .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
+    let copy = super::job_workspace(ctx, claimed).await?;
+    let root = copy.root().to_owned();
     let memories = layout.memories_dir.normalized.clone();
     let memory_root =
         confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;

@@ -151,7 +151,7 @@ impl Indexer {
                 ..Failure::from("the tenant's token budget of the day is spent")
             });
         }
-        let Some(memory_root) = self.memory_root(at).await.map_err(|e| Failure::from(e.as_str()))? else {
+        let Some((readable, memory_root)) = self.memory_root(at).await.map_err(|e| Failure::from(e.as_str()))? else {
             // The layout is gone: nothing to embed until a publish names it again.
             return Err(Failure { retry_at: Some(Utc::now() + chrono::Duration::days(1)), ..Failure::from("") });
         };
@@ -166,6 +166,7 @@ impl Indexer {
             .await
             .map_err(|e| Failure::from(e.to_string().as_str()))?
             .map_err(|e| Failure::from(crate::error_chain(&e).as_str()))?;
+        drop(readable);
         let model = self.client.model();
         let stored = self.store.layout_vector_keys(at, model).await?;
         let have: HashSet<(&str, &str)> = stored.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
@@ -243,13 +244,22 @@ impl Indexer {
             .collect())
     }
 
-    /// The layout's memory folder; `None` when the layout is gone.
-    async fn memory_root(&self, at: &IndexedLayout) -> Result<Option<std::path::PathBuf>, String> {
+    /// The layout's memory folder, readable while the first part is held;
+    /// `None` when the layout is gone.
+    async fn memory_root(
+        &self,
+        at: &IndexedLayout,
+    ) -> Result<Option<(crate::bucket::cache::ReadableWorkspace, std::path::PathBuf)>, String> {
         let layouts = self.store.stored_layouts(at.tenant).await.map_err(|e| crate::error_chain(&e))?;
         let layouts = crate::store::with_implicit_default(layouts);
         let Some(layout) = crate::store::layout_named(&layouts, &at.layout) else { return Ok(None) };
-        let root = self.volumes.workspace_root(at.tenant, &at.workspace).map_err(|e| e.to_string())?;
-        crate::workspace::confine(&root, &layout.memories_dir.normalized).map(Some).map_err(|e| e.to_string())
+        let readable = self
+            .volumes
+            .readable(self.store.as_ref(), at.tenant, &at.workspace)
+            .await
+            .map_err(|e| crate::error_chain(&e))?;
+        let root = crate::workspace::confine(readable.root(), &layout.memories_dir.normalized);
+        Ok(Some((readable, root.map_err(|e| e.to_string())?)))
     }
 
     /// The tenant's `model_tokens_per_day`, which embedding tokens count against.

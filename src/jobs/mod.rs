@@ -21,7 +21,8 @@ pub use recorder::{PublishOwner, finish_pending_publishes, recover_publishes};
 use recorder::{prepare_attempt, record, served_sessions};
 pub use storage::{Reconciled, reconcile_storage};
 use sweepers::{
-    dead_row_reclaimer, eager_sweeper, index_sweeper, retention_sweeper, session_sweeper, storage_reconciler,
+    bucket_sweeper, dead_row_reclaimer, eager_sweeper, index_sweeper, retention_sweeper, session_sweeper,
+    storage_reconciler,
 };
 pub use sweepers::{expire_idempotency_keys, sweep_retention};
 
@@ -168,6 +169,21 @@ fn generate_config(claimed: &ClaimedJob) -> Result<crate::domain::layout::Genera
         .generate
         .clone()
         .ok_or_else(|| AttemptError::fatal(format!("layout {} no longer generates memory", claimed.job.layout)))
+}
+
+/// The job's workspace files to read while it runs: where they are on a
+/// volume, its own copy of them from a bucket (dropped with the result).
+async fn job_workspace(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+) -> Result<crate::bucket::cache::JobWorkspace, AttemptError> {
+    use crate::bucket::files::FilesError;
+    let (tenant, job) = (claimed.tenant_id, &claimed.job);
+    match ctx.volumes.for_job(ctx.store.as_ref(), tenant, &job.workspace, job.job_id).await {
+        Ok(copy) => Ok(copy),
+        Err(FilesError::Path(e)) => Err(AttemptError::fatal(format!("workspace path refused: {e}"))),
+        Err(e) => Err(AttemptError::retryable(format!("reading the workspace's files failed: {e}"))),
+    }
 }
 
 /// Removes the temporary files an earlier attempt of this job left under
@@ -404,6 +420,7 @@ pub fn spawn_workers(ctx: Arc<WorkerContext>, shutdown: CancellationToken) -> Jo
     let mut set = JoinSet::new();
     set.spawn(session_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(index_sweeper(ctx.clone(), shutdown.clone()));
+    set.spawn(bucket_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(retention_sweeper(ctx.clone(), shutdown.clone()));
     set.spawn(storage_reconciler(ctx.clone(), shutdown.clone()));
     if let Some(floor) = ctx.settings.reclaim_dead_rows {

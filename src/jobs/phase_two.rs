@@ -155,10 +155,8 @@ async fn attempt(
         return Ok(skipped(TokenUsage::default()));
     }
 
-    let root = ctx
-        .volumes
-        .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
+    let copy = super::job_workspace(ctx, claimed).await?;
+    let root = copy.root().to_owned();
     let layout = &claimed.layout;
     let memories = layout.memories_dir.normalized.clone();
     let policy = SelectionPolicy::of(&generate, Utc::now());

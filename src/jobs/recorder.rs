@@ -6,11 +6,11 @@ use super::finisher::Recorded;
 use super::{AttemptError, Completion, FinishedAttempt, Imported, WorkerContext, WorkerSettings, backoff};
 use crate::domain::redact::{Counts, add_counts};
 use crate::llm::TokenUsage;
+use crate::store::workspace_files::VersionChanges;
 use crate::store::{
     ClaimedJob, FileHistory, JobAccounting, JobFinish, JobKind, JobOutcome, PhaseTwoReport, PublishDecision,
     RunHistory, RunState,
 };
-use crate::store::workspace_files::VersionChanges;
 use crate::workspace::publish::{FileChanges, Manifest, PublishScope, Publisher};
 use chrono::Utc;
 
@@ -164,7 +164,8 @@ async fn stage_where_they_live(
     let (tenant, workspace) = (claimed.tenant_id, &claimed.job.workspace);
     if let Some(bucket) = ctx.volumes.bucket() {
         let history = if keeps_history {
-            let readable = ctx.volumes.readable(ctx.store.as_ref(), tenant, workspace).await.map_err(std::io::Error::other)?;
+            let readable =
+                ctx.volumes.readable(ctx.store.as_ref(), tenant, workspace).await.map_err(std::io::Error::other)?;
             Some(history_of(readable.root(), &memories_dir, &files)?)
         } else {
             None
@@ -443,7 +444,9 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         (Some(StagedFiles::Volume(manifest)), Ok(recorded)) => {
             settle_publish(&ctx.publisher, manifest, recorded.owned).await
         }
-        (Some(StagedFiles::Bucket(versions)), Ok(recorded)) => settle_versions(ctx, &claimed, versions, recorded.owned).await,
+        (Some(StagedFiles::Bucket(versions)), Ok(recorded)) => {
+            settle_versions(ctx, &claimed, versions, recorded.owned).await
+        }
         // Whether the commit happened is unknown: the database decides when
         // the manifest is recovered.
         (Some(_), Err(_)) | (None, _) => {}
@@ -469,6 +472,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
             tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
         }
         let scope = claimed.job.forget.as_ref().map(|f| f.scope);
+        remove_what_raced_the_forget(ctx, claimed.tenant_id, &claimed.job.workspace, scope).await;
         match scope {
             Some(crate::domain::job::ForgetScope::Tenant) => ctx.vectors.forget(claimed.tenant_id, None),
             Some(crate::domain::job::ForgetScope::Workspace) => {
@@ -507,6 +511,28 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
                 tracing::error!(%job_id, error = %crate::error_chain(&e), "the job stays running until its lease expires");
             }
         }
+    }
+}
+
+/// Where files live in a bucket, a workspace's or tenant's forget, once
+/// finished, clears its prefix again: a chore of another replica that read
+/// a row before the forget may have placed an object after the job's own
+/// clearing, and nothing in the database leads to it any more.
+async fn remove_what_raced_the_forget(
+    ctx: &WorkerContext,
+    tenant: uuid::Uuid,
+    workspace: &crate::domain::ids::WorkspaceName,
+    scope: Option<crate::domain::job::ForgetScope>,
+) {
+    use crate::domain::job::ForgetScope;
+    let (Some(bucket), Some(scope)) = (ctx.volumes.bucket(), scope) else { return };
+    let workspace = match scope {
+        ForgetScope::Rollouts => return,
+        ForgetScope::Workspace => Some(workspace),
+        ForgetScope::Tenant => None,
+    };
+    if let Err(e) = bucket.remove_all_of(tenant, workspace).await {
+        tracing::warn!(tenant_id = %tenant, error = %crate::error_chain(&e), "clearing a forgotten prefix again failed");
     }
 }
 

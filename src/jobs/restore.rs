@@ -59,10 +59,8 @@ impl super::JobRunner for Restore {
 async fn restore(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let job = &claimed.job;
     let target = job.restore_run_id.ok_or_else(|| AttemptError::fatal("a restore job names no run"))?;
-    let root = ctx
-        .volumes
-        .workspace_root(claimed.tenant_id, &job.workspace)
-        .map_err(|e| AttemptError::fatal(format!("workspace path refused: {e}")))?;
+    let copy = super::job_workspace(ctx, claimed).await?;
+    let root = copy.root().to_owned();
     let memories = claimed.layout.memories_dir.normalized.clone();
     let memory_root =
         confine(&root, &memories).map_err(|e| AttemptError::fatal(format!("memories path refused: {e}")))?;

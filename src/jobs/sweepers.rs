@@ -25,6 +25,48 @@ pub(super) async fn session_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellat
 
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Where workspace files live in a bucket, every few seconds: drop this
+/// replica's copies of workspaces another replica changed or forgot, and do
+/// the chores of finishes whose process died before it could; now and then,
+/// remove the versions no finish recorded.
+pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: CancellationToken) {
+    let (Some(bucket), Some(cache)) = (ctx.volumes.bucket().cloned(), ctx.volumes.cache().cloned()) else { return };
+    let (ctx, bucket, cache) = (&ctx, &bucket, &cache);
+    let mut rounds = 0u64;
+    every(SWEEP_INTERVAL, shutdown, move || {
+        rounds += 1;
+        let unreferenced_round = rounds % UNREFERENCED_EVERY_ROUNDS == 1;
+        async move {
+            let store = ctx.store.as_ref();
+            cache.drop_stale(store).await;
+            let late = Utc::now() - chrono::Duration::seconds(30);
+            match store.workspaces_with_chores(late, 100).await {
+                Ok(workspaces) => {
+                    for (tenant, workspace) in workspaces {
+                        if let Err(e) = bucket.do_chores(store, tenant, &workspace).await {
+                            tracing::warn!(error = %crate::error_chain(&e), "a workspace's bucket chores failed");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %crate::error_chain(&e), "listing bucket chores failed"),
+            }
+            if unreferenced_round {
+                // Older than any attempt that may still record them.
+                let grace = ctx.settings.lease * 4;
+                match bucket.remove_unreferenced_versions(store, grace).await {
+                    Ok(0) => {}
+                    Ok(removed) => tracing::info!(removed, "removed versions no finish recorded"),
+                    Err(e) => tracing::warn!(error = %crate::error_chain(&e), "sweeping unrecorded versions failed"),
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// The unrecorded versions are looked for every this many rounds (10 minutes).
+const UNREFERENCED_EVERY_ROUNDS: u64 = 120;
+
 /// Every couple of seconds: embed the passages of layouts whose indexing is
 /// due (published while this process was busy, on another replica, or
 /// after a failed embedding call whose backoff has passed).

@@ -179,6 +179,24 @@ impl Volumes {
         }
     }
 
+    /// A workspace's files for job `job_id` to read while it runs (see
+    /// [`crate::bucket::cache::JobWorkspace`]).
+    pub async fn for_job(
+        &self,
+        store: &dyn crate::store::WorkspaceFilesStore,
+        tenant: Uuid,
+        workspace: &WorkspaceName,
+        job_id: Uuid,
+    ) -> Result<crate::bucket::cache::JobWorkspace, crate::bucket::files::FilesError> {
+        match (&self.bucket, &self.cache) {
+            (Some(bucket), Some(cache)) => {
+                let dir = self.data_dir.join("job-copies").join(job_id.to_string());
+                cache.job_copy(bucket, store, tenant, workspace, dir).await
+            }
+            _ => Ok(crate::bucket::cache::JobWorkspace::on_volume(self.workspace_root(tenant, workspace)?)),
+        }
+    }
+
     /// This replica's copies of memory files in a bucket, if they live there.
     pub fn cache(&self) -> Option<&Arc<crate::bucket::cache::WorkspaceCache>> {
         self.cache.as_ref()

@@ -71,8 +71,7 @@ async fn acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_
     let lines = object_lines(&prefix, &t).await;
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[3]["final_output"], "noted: Oolong on Sundays.");
-    let raw =
-        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-1.md")).unwrap();
+    let raw = crate::bucket_files::memory_file(&app, &t, "raw_memories/chat-1.md").await;
     assert!(raw.contains("Oolong on Sundays"), "phase one read the whole rollout: {raw}");
 }
 
@@ -104,8 +103,12 @@ async fn a_forgotten_rollout_leaves_no_object_and_no_journal_line(backend: Backe
 
     let job = crate::forget::forget(&app, &t.key, "/v1/workspaces/default/layouts/default/rollouts/chat-1").await;
     assert_eq!(app.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    crate::bucket_files::chores_done(&mut db).await;
     let objects = s3::objects_under(&prefix).await;
-    assert_eq!(objects.keys().collect::<Vec<_>>(), [&format!("{}/default/sessions/kept.jsonl", t.id)]);
+    let rollouts: Vec<&String> = objects.keys().filter(|k| k.contains("/sessions/")).collect();
+    assert_eq!(rollouts, [&format!("{}/default/sessions/kept.jsonl", t.id)]);
+    assert!(objects.keys().all(|key| !key.contains("chat-1")), "{:?}", objects.keys());
+    assert!(objects.keys().any(|key| key.ends_with("memories/raw_memories/kept.md")));
     assert!(objects.values().all(|bytes| !String::from_utf8_lossy(bytes).contains(canary)));
     assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 0);
 
@@ -140,7 +143,6 @@ async fn a_lost_rewrite_record_or_a_leftover_object_is_set_right(backend: Backen
     let lines = object_lines(&prefix, &t).await;
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["final_output"], "noted: Oolong on Sundays.");
-    let raw =
-        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-1.md")).unwrap();
+    let raw = crate::bucket_files::memory_file(&app, &t, "raw_memories/chat-1.md").await;
     assert!(!raw.contains("CANARY"), "{raw}");
 }

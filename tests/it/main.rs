@@ -8,6 +8,7 @@ mod admin;
 mod agent_memory;
 mod batches;
 mod bounds;
+mod bucket_files;
 mod buckets;
 mod churn;
 mod coalesce;

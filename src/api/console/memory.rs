@@ -68,12 +68,13 @@ pub(super) async fn memory(State(state): State<AppState>, signed: Signed, Query(
     let asked = signed.workspace_asked(&q);
     signed.reach(asked)?;
     let (workspace, layout_name, layout) = locate(&state, tenant, asked, q.layout()).await?;
-    let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
+    let readable = crate::api::memory::readable_layout(&state, tenant, &workspace, &layout_name).await?;
+    let root = readable.root();
     let memories = &layout.memories_dir.normalized;
-    crate::api::memory::settle_publishes(&state, tenant, &workspace, &layout_name).await;
-    let memory_md = read_memory_file(&root, memories, "MEMORY.md").await;
-    let summary_md = read_memory_file(&root, memories, "memory_summary.md").await;
-    let files = crate::api::listings::memory_files_of(&root, memories).await?;
+    let memory_md = read_memory_file(root, memories, "MEMORY.md").await;
+    let summary_md = read_memory_file(root, memories, "memory_summary.md").await;
+    let files = crate::api::listings::memory_files_of(root, memories).await?;
+    drop(readable);
     let selection = state.store.phase_two_selection(tenant, &workspace, &layout_name).await?;
     let (ws, ln) = (workspace.as_str(), layout_name.as_str());
     let picker = memory_picker(&state, &signed, tenant, "/console/memory", ws, ln).await?;
@@ -151,8 +152,8 @@ pub(super) async fn memory_file(State(state): State<AppState>, signed: Signed, Q
             }
         }
         None => {
-            let root = state.volumes.workspace_root(tenant, &workspace).map_err(ApiError::internal)?;
-            read_memory_file(&root, &layout.memories_dir.normalized, &path).await.ok_or_else(not_found)?
+            let readable = crate::api::memory::readable_layout(&state, tenant, &workspace, &layout_name).await?;
+            read_memory_file(readable.root(), &layout.memories_dir.normalized, &path).await.ok_or_else(not_found)?
         }
     };
     signed.page(

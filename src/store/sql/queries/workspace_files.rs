@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::domain::ids::WorkspaceName;
-use crate::store::{TenantId, parse_id};
 use crate::store::workspace_files::*;
+use crate::store::{TenantId, parse_id};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
@@ -122,13 +122,14 @@ impl WorkspaceFilesStore for SqlStore<DB> {
 
     async fn current_files(&self, tenant: TenantId, workspace: &WorkspaceName) -> StoreResult<CurrentFiles> {
         let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
-        let generation = sqlx::query("SELECT publish_id FROM workspace_generations WHERE tenant_id = $1 AND workspace = $2")
-            .bind(tenant)
-            .bind(workspace.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|r| r.try_get::<Uuid, _>("publish_id"))
-            .transpose()?;
+        let generation =
+            sqlx::query("SELECT publish_id FROM workspace_generations WHERE tenant_id = $1 AND workspace = $2")
+                .bind(tenant)
+                .bind(workspace.as_str())
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get::<Uuid, _>("publish_id"))
+                .transpose()?;
         let rows = sqlx::query(
             "SELECT path, publish_id, bytes, sha256 FROM workspace_files WHERE tenant_id = $1 AND workspace = $2
              ORDER BY path",
@@ -192,13 +193,12 @@ impl WorkspaceFilesStore for SqlStore<DB> {
         older_than: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<(TenantId, WorkspaceName)>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT tenant_id, workspace FROM workspace_file_chores WHERE since < $1 LIMIT $2",
-        )
-        .bind(older_than)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT DISTINCT tenant_id, workspace FROM workspace_file_chores WHERE since < $1 LIMIT $2")
+                .bind(older_than)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter()
             .map(|row| {
                 let workspace = parse_id(WorkspaceName::parse, row.try_get("workspace")?, "workspace")?;
