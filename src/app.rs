@@ -39,6 +39,10 @@ pub fn provider(config: &Config) -> Result<Provider, StartError> {
     }
 }
 
+/// How long a rollout in a bucket waits without appends before its journal
+/// is moved into its object (SPEC §6.1: "when the rollout goes idle").
+const IDLE_ROLLOUT: Duration = Duration::from_secs(60);
+
 fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limits) -> WorkerSettings {
     WorkerSettings {
         worker_id: format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]),
@@ -62,6 +66,7 @@ fn worker_settings(config: &Config, default_limits: crate::domain::limits::Limit
         reclaim_dead_rows: (config.records.reclaim_dead_rows > 0).then_some(config.records.reclaim_dead_rows),
         max_segment_bytes: config.quotas.max_segment_bytes,
         body_timeout: config.http.body_timeout,
+        idle_rollout: config.test_idle_rollout.unwrap_or(IDLE_ROLLOUT),
     }
 }
 

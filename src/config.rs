@@ -81,6 +81,10 @@ pub struct Config {
     /// mode is being built: memory files still live on the volume.
     #[arg(skip)]
     pub rollouts_bucket: Option<crate::bucket::Bucket>,
+    /// A test hook: how long a rollout in a bucket is idle before its
+    /// journal moves into its object (none: a minute).
+    #[arg(skip)]
+    pub test_idle_rollout: Option<Duration>,
     /// A test hook: every publish stops this long after its first rename.
     #[arg(long = "test-publish-pause-ms", hide = true, default_value = "0", value_parser = millis)]
     pub test_publish_pause: Duration,
@@ -245,7 +249,7 @@ pub struct QuotaSettings {
     #[arg(long = "min-free-bytes", env = "MEMORYD_MIN_FREE_BYTES", default_value_t = 67_108_864)]
     pub min_free_bytes: u64,
     /// Where workspace files live in an object store: the bytes of memory
-    /// files this replica keeps copies of, at most (SPEC §6.1).
+    /// files this replica keeps copies of, at most.
     #[arg(long = "cache-bytes", env = "MEMORYD_CACHE_BYTES", default_value_t = 1_073_741_824)]
     pub cache_bytes: u64,
     /// Keys not revoked (expired ones included) one tenant may hold at once (beyond: 403 `quota_exceeded`).

@@ -66,6 +66,9 @@ pub struct WorkerSettings {
     pub max_segment_bytes: usize,
     /// `MEMORYD_BODY_TIMEOUT_SECS`: an upload silent this long is not arriving any more.
     pub body_timeout: Duration,
+    /// Where rollouts live in a bucket: a rollout with no append for this
+    /// long has its journal's lines moved into its object.
+    pub idle_rollout: Duration,
 }
 
 /// What the retention sweeps remove, and how often they look (SPEC §2.7).

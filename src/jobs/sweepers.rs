@@ -39,6 +39,7 @@ pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellati
         async move {
             let store = ctx.store.as_ref();
             cache.drop_stale(store).await;
+            rewrite_idle_rollouts(ctx, bucket).await;
             let late = Utc::now() - chrono::Duration::seconds(30);
             match store.workspaces_with_chores(late, 100).await {
                 Ok(workspaces) => {
@@ -62,6 +63,22 @@ pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellati
         }
     })
     .await;
+}
+
+/// Moves the journal's lines of idle rollouts into their objects, so that
+/// the journal drains also for rollouts no phase one reads (a layout that
+/// generates nothing, a phase one skipped).
+async fn rewrite_idle_rollouts(ctx: &WorkerContext, bucket: &crate::bucket::Bucket) {
+    let before = Utc::now() - chrono::Duration::from_std(ctx.settings.idle_rollout).unwrap_or(chrono::Duration::MAX);
+    let idle = match ctx.store.idle_journaled_rollouts(before, 100).await {
+        Ok(idle) => idle,
+        Err(e) => return tracing::warn!(error = %crate::error_chain(&e), "listing idle rollouts failed"),
+    };
+    for rollout in &idle {
+        if let Err(e) = bucket.rewrite_rollout(ctx.store.as_ref(), rollout.at(), &rollout.rollout_path).await {
+            tracing::warn!(error = %crate::error_chain(&e), "rewriting an idle rollout's object failed");
+        }
+    }
 }
 
 /// The unrecorded versions are looked for every this many rounds (10 minutes).

@@ -7,6 +7,7 @@
 use super::{RolloutParts, StoreResult, TenantId};
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 /// A rollout by its place: the key of its row and of its journal's lines.
 #[derive(Debug, Clone, Copy)]
@@ -17,8 +18,27 @@ pub struct RolloutAt<'a> {
     pub rollout: &'a RolloutId,
 }
 
+/// A rollout with lines in the journal, and where its object is.
+#[derive(Debug, Clone)]
+pub struct JournaledRollout {
+    pub tenant: TenantId,
+    pub workspace: WorkspaceName,
+    pub layout: LayoutName,
+    pub rollout: RolloutId,
+    pub rollout_path: String,
+}
+
+impl JournaledRollout {
+    pub fn at(&self) -> RolloutAt<'_> {
+        RolloutAt { tenant: self.tenant, workspace: &self.workspace, layout: &self.layout, rollout: &self.rollout }
+    }
+}
+
 #[async_trait]
 pub trait RolloutJournalStore: Send + Sync {
+    /// Rollouts with lines in the journal and no append since `before`
+    /// (idle), at most `limit`; none being forgotten.
+    async fn idle_journaled_rollouts(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<JournaledRollout>>;
     /// What the rollout is made of now, read in one snapshot; `None` for an
     /// unknown (or forgotten) rollout.
     async fn rollout_parts(&self, at: RolloutAt<'_>) -> StoreResult<Option<RolloutParts>>;

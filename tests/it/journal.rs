@@ -13,6 +13,7 @@ crate::both_backends!(
     acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_the_object,
     a_forgotten_rollout_leaves_no_object_and_no_journal_line,
     a_lost_rewrite_record_or_a_leftover_object_is_set_right,
+    an_idle_rollout_s_lines_move_into_its_object_with_no_close,
 );
 
 async fn in_a_bucket(backend: Backend) -> (TestApp, String) {
@@ -145,4 +146,31 @@ async fn a_lost_rewrite_record_or_a_leftover_object_is_set_right(backend: Backen
     assert_eq!(lines[0]["final_output"], "noted: Oolong on Sundays.");
     let raw = crate::bucket_files::memory_file(&app, &t, "raw_memories/chat-1.md").await;
     assert!(!raw.contains("CANARY"), "{raw}");
+}
+
+/// A rollout no phase one reads (its session still open) has its journal's
+/// lines moved into its object once it has been idle.
+async fn an_idle_rollout_s_lines_move_into_its_object_with_no_close(backend: Backend) {
+    let (url, prefix) = s3::fresh_prefix().await;
+    let bucket = Bucket { url: url.parse::<BucketUrl>().unwrap(), objects: s3::bucket() };
+    let app = TestApp::start_with(backend, move |config| {
+        config.rollouts_bucket = Some(bucket);
+        config.test_idle_rollout = Some(std::time::Duration::from_secs(1));
+    })
+    .await;
+    let t = app.tenant().await;
+    let mut db = Database::connect(backend, &app.database_url).await;
+    say(&app, &t, "s1", "I prefer green tea.").await;
+    say(&app, &t, "s1", "Mornings only.").await;
+    let started = std::time::Instant::now();
+    while db.count("SELECT count(*) FROM rollout_journal").await > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the idle rollout kept its journal");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let lines = object_lines(&prefix, &t).await;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["final_output"], "noted: Mornings only.");
+    assert_eq!(db.count("SELECT count(*) FROM rollouts WHERE object_len = committed_len").await, 1);
+    let session = app.json(Method::GET, "/v1/sessions/s1", &t.key).await;
+    assert_eq!(session["state"], "open", "{session}");
 }

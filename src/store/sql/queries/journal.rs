@@ -16,6 +16,37 @@ const NOT_BEING_FORGOTTEN: &str = "NOT forgetting
 
 #[async_trait::async_trait]
 impl RolloutJournalStore for SqlStore<DB> {
+    async fn idle_journaled_rollouts(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<crate::store::journal_records::JournaledRollout>> {
+        use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+        // The journal holds only lines not yet in an object: a short table to start from.
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT DISTINCT rollouts.tenant_id, rollouts.workspace, rollouts.layout, rollouts.rollout_id,
+                    rollouts.rollout_path
+             FROM rollout_journal j JOIN rollouts ON rollouts.tenant_id = j.tenant_id
+               AND rollouts.workspace = j.workspace AND rollouts.layout = j.layout AND rollouts.rollout_id = j.rollout_id
+             WHERE rollouts.updated_at < $1 AND {NOT_BEING_FORGOTTEN} LIMIT $2"
+        )))
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(crate::store::journal_records::JournaledRollout {
+                    tenant: row.try_get("tenant_id")?,
+                    workspace: parse_id(WorkspaceName::parse, row.try_get("workspace")?, "workspace")?,
+                    layout: parse_id(LayoutName::parse, row.try_get("layout")?, "layout")?,
+                    rollout: parse_id(RolloutId::parse, row.try_get("rollout_id")?, "rollout id")?,
+                    rollout_path: row.try_get("rollout_path")?,
+                })
+            })
+            .collect()
+    }
+
     async fn rollout_parts(&self, at: RolloutAt<'_>) -> StoreResult<Option<RolloutParts>> {
         let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
