@@ -40,7 +40,7 @@ struct MemoryFolder {
     root: std::path::PathBuf,
     memory_root: std::path::PathBuf,
     /// The files stay one generation while the folder is read.
-    _readable: crate::bucket::cache::ReadableWorkspace,
+    readable: crate::bucket::cache::ReadableWorkspace,
 }
 
 impl MemoryFolder {
@@ -51,7 +51,7 @@ impl MemoryFolder {
         let readable = super::memory::readable_layout(state, tenant, &workspace, &layout_name).await?;
         let root = readable.root().to_owned();
         let memory_root = confine(&root, &layout.memories_dir.normalized).map_err(ApiError::internal)?;
-        Ok(Self { workspace, layout_name, layout, root, memory_root, _readable: readable })
+        Ok(Self { workspace, layout_name, layout, root, memory_root, readable })
     }
 
     /// A `path` parameter as a path inside the folder (`""`: the folder
@@ -215,19 +215,21 @@ pub(crate) async fn list_memory(
     Ok(MemoryListing { entries: page.entries, next_cursor })
 }
 
-/// The memory folder of a layout and `path` inside it (checked as every
-/// route checks it), for a search that walks it.
+/// The memory folder of a layout for a search that walks it: the folder,
+/// readable as one generation while the last part is held, `path` inside
+/// it (checked as every route checks it), and the layout.
 pub(crate) async fn folder_at(
     state: &AppState,
     tenant: uuid::Uuid,
     workspace: &str,
     layout: &str,
     path: Option<&str>,
-) -> Result<(std::path::PathBuf, String, crate::store::IndexedLayout), ApiError> {
+) -> Result<(std::path::PathBuf, String, crate::store::IndexedLayout, crate::bucket::cache::ReadableWorkspace), ApiError>
+{
     let folder = MemoryFolder::open(state, tenant, workspace, layout).await?;
     let dir = folder.path(path)?;
     let at = crate::store::IndexedLayout { tenant, workspace: folder.workspace, layout: folder.layout_name };
-    Ok((folder.memory_root, dir, at))
+    Ok((folder.memory_root, dir, at, folder.readable))
 }
 
 /// Every file of a layout's memory folder, sorted by path (MCP's resources).

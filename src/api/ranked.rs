@@ -178,7 +178,7 @@ pub(crate) async fn search(
     }
     let terms = rank::query_terms(&query, MAX_QUERY_WORDS).map_err(ApiError::InvalidRequest)?;
     let context = agent_memory::cursor_context(CursorOf::Ranked, tenant, workspace, layout);
-    let (memory_root, dir, at) =
+    let (memory_root, dir, at, readable) =
         agent_memory::folder_at(state, tenant, workspace, layout, params.path.as_deref()).await?;
     let digest = digest_of(&query, &dir, ranking);
     let start = match params.cursor.as_deref() {
@@ -196,6 +196,7 @@ pub(crate) async fn search(
     let whole_layout = dir.is_empty();
     let cache = state.caches.passages.clone();
     let files = agent_memory::on_disk(move || layout_passages(Some(&cache), &memory_root, &dir)).await?;
+    drop(readable);
     let candidates = Candidates::of(&files);
     let (scored, not_embedded) = match ranking {
         Ranking::Words => (candidates.by_words(&terms), None),

@@ -24,13 +24,13 @@ use uuid::Uuid;
 /// One workspace's copy: which generation it is (`None`: not made yet),
 /// each file's digest and size.
 #[derive(Debug, Default)]
-pub struct Copy {
+pub struct WorkspaceCopy {
     generation: Option<Option<Uuid>>,
     files: HashMap<String, (String, u64)>,
     last_read: Option<Instant>,
 }
 
-impl Copy {
+impl WorkspaceCopy {
     fn bytes(&self) -> u64 {
         self.files.values().map(|(_, bytes)| bytes).sum()
     }
@@ -42,14 +42,16 @@ type Key = (TenantId, WorkspaceName);
 #[derive(Debug)]
 pub struct WorkspaceCache {
     root: PathBuf,
+    /// Jobs' own copies: `<jobs_root>/<tenant>/<workspace>/<job>`.
+    jobs_root: PathBuf,
     limit: u64,
-    copies: Mutex<HashMap<Key, Arc<RwLock<Copy>>>>,
+    copies: Mutex<HashMap<Key, Arc<RwLock<WorkspaceCopy>>>>,
 }
 
 /// A workspace's files as one generation, for as long as this is held.
 pub struct ReadableWorkspace {
     root: PathBuf,
-    _held: Option<OwnedRwLockReadGuard<Copy>>,
+    _held: Option<OwnedRwLockReadGuard<WorkspaceCopy>>,
 }
 
 impl ReadableWorkspace {
@@ -132,16 +134,17 @@ fn write_copy(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 impl WorkspaceCache {
     /// The cache under `root` (`<data_dir>/workspaces`), emptied: what an
     /// earlier life left is not known to be current.
-    pub fn new(root: PathBuf, limit: u64) -> std::io::Result<Self> {
+    pub fn new(root: PathBuf, jobs_root: PathBuf, limit: u64) -> std::io::Result<Self> {
         remove_tree(&root)?;
-        Ok(Self { root, limit, copies: Mutex::default() })
+        remove_tree(&jobs_root)?;
+        Ok(Self { root, jobs_root, limit, copies: Mutex::default() })
     }
 
     fn workspace_root(&self, tenant: TenantId, workspace: &WorkspaceName) -> Result<PathBuf, FilesError> {
         Ok(confine(&self.root, &format!("{tenant}/{workspace}"))?)
     }
 
-    fn copy_of(&self, tenant: TenantId, workspace: &WorkspaceName) -> Arc<RwLock<Copy>> {
+    fn copy_of(&self, tenant: TenantId, workspace: &WorkspaceName) -> Arc<RwLock<WorkspaceCopy>> {
         let mut copies = self.copies.lock().expect("the cache's map is never poisoned");
         copies.entry((tenant, workspace.clone())).or_default().clone()
     }
@@ -162,7 +165,7 @@ impl WorkspaceCache {
             return Ok(ReadableWorkspace { root, _held: Some(held) });
         }
         drop(held);
-        {
+        let held = {
             let mut made = copy.clone().write_owned().await;
             let mut tries = 0;
             while made.generation != Some(generation) {
@@ -175,20 +178,23 @@ impl WorkspaceCache {
                 }
             }
             made.last_read = Some(Instant::now());
-        }
+            // Held from making to reading: nothing drops or changes it between.
+            made.downgrade()
+        };
         self.keep_within_limit(tenant, workspace);
-        Ok(ReadableWorkspace { root, _held: Some(copy.read_owned().await) })
+        Ok(ReadableWorkspace { root, _held: Some(held) })
     }
 
-    /// A copy of the workspace's current files at `dir` for a job (see [`JobWorkspace`]).
+    /// A copy of the workspace's current files for job `job_id` (see [`JobWorkspace`]).
     pub async fn job_copy(
         &self,
         bucket: &Bucket,
         store: &dyn WorkspaceFilesStore,
         tenant: TenantId,
         workspace: &WorkspaceName,
-        dir: PathBuf,
+        job_id: Uuid,
     ) -> Result<JobWorkspace, FilesError> {
+        let dir = confine(&self.jobs_root, &format!("{tenant}/{workspace}/{job_id}"))?;
         let readable = self.readable(bucket, store, tenant, workspace).await?;
         remove_tree(&dir)?;
         let job = JobWorkspace { root: dir, own: true };
@@ -218,8 +224,8 @@ impl WorkspaceCache {
         }
     }
 
-    fn drop_copy(&self, tenant: TenantId, workspace: &WorkspaceName, copy: &mut Copy) {
-        *copy = Copy::default();
+    fn drop_copy(&self, tenant: TenantId, workspace: &WorkspaceName, copy: &mut WorkspaceCopy) {
+        *copy = WorkspaceCopy::default();
         let removed =
             self.workspace_root(tenant, workspace).map_err(std::io::Error::other).and_then(|root| remove_tree(&root));
         if let Err(e) = removed {
@@ -228,24 +234,31 @@ impl WorkspaceCache {
     }
 
     /// Drops the copies of a forgotten tenant (`workspace` none) or
-    /// workspace, waiting for their readers.
+    /// workspace, waiting for their readers; the entries stay (one lock per
+    /// folder, whoever holds a clone of it), made again by the next read.
     pub async fn forget(&self, tenant: TenantId, workspace: Option<&WorkspaceName>) {
-        let gone: Vec<(Key, Arc<RwLock<Copy>>)> = {
-            let mut copies = self.copies.lock().expect("the cache's map is never poisoned");
-            let keys: Vec<Key> =
-                copies.keys().filter(|(t, w)| *t == tenant && workspace.is_none_or(|ws| ws == w)).cloned().collect();
-            keys.into_iter().filter_map(|k| copies.remove(&k).map(|c| (k, c))).collect()
+        let gone: Vec<(Key, Arc<RwLock<WorkspaceCopy>>)> = {
+            let copies = self.copies.lock().expect("the cache's map is never poisoned");
+            copies
+                .iter()
+                .filter(|((t, w), _)| *t == tenant && workspace.is_none_or(|ws| ws == w))
+                .map(|(k, c)| (k.clone(), c.clone()))
+                .collect()
         };
         for ((tenant, workspace), copy) in gone {
             let mut copy = copy.write_owned().await;
             self.drop_copy(tenant, &workspace, &mut copy);
         }
-        let dir = match workspace {
-            Some(workspace) => self.workspace_root(tenant, workspace),
-            None => confine(&self.root, &tenant.to_string()).map_err(FilesError::from),
+        let relative = match workspace {
+            Some(workspace) => format!("{tenant}/{workspace}"),
+            None => tenant.to_string(),
         };
-        if let Err(e) = dir.map_err(std::io::Error::other).and_then(|dir| remove_tree(&dir)) {
-            tracing::warn!(%tenant, error = %e, "removing a forgotten workspace's cache failed");
+        // Jobs' copies too: a job of what is forgotten is cancelled.
+        for root in [&self.root, &self.jobs_root] {
+            let removed = confine(root, &relative).map_err(std::io::Error::other).and_then(|dir| remove_tree(&dir));
+            if let Err(e) = removed {
+                tracing::warn!(%tenant, error = %e, "removing a forgotten workspace's cache failed");
+            }
         }
     }
 
@@ -254,7 +267,7 @@ impl WorkspaceCache {
     /// forgotten file outlives its forget on no replica for longer than
     /// the sweep's interval. The copies dropped.
     pub async fn drop_stale(&self, store: &dyn WorkspaceFilesStore) -> usize {
-        let copies: Vec<(Key, Arc<RwLock<Copy>>)> = {
+        let copies: Vec<(Key, Arc<RwLock<WorkspaceCopy>>)> = {
             let copies = self.copies.lock().expect("the cache's map is never poisoned");
             copies.iter().map(|(k, c)| (k.clone(), c.clone())).collect()
         };
@@ -263,10 +276,13 @@ impl WorkspaceCache {
             let Some(made) = copy.read().await.generation else { continue };
             match store.files_generation(tenant, &workspace).await {
                 Ok(now) if now == made => {}
-                Ok(_) => {
+                Ok(now) => {
                     let mut copy = copy.write().await;
-                    self.drop_copy(tenant, &workspace, &mut copy);
-                    dropped += 1;
+                    // Brought up to date meanwhile: current, not stale.
+                    if copy.generation.is_some_and(|made| made != now) {
+                        self.drop_copy(tenant, &workspace, &mut copy);
+                        dropped += 1;
+                    }
                 }
                 Err(e) => tracing::warn!(error = %crate::error_chain(&e), "checking a cached workspace failed"),
             }
@@ -283,17 +299,20 @@ async fn bring_up_to_date(
     tenant: TenantId,
     workspace: &WorkspaceName,
     root: &Path,
-    copy: &mut Copy,
+    copy: &mut WorkspaceCopy,
     current: CurrentFiles,
 ) -> Result<(), FilesError> {
+    if copy.generation.is_none() && copy.files.is_empty() {
+        // Never made: whatever is in its folder is not known to be current.
+        remove_tree(root)?;
+    }
     // Until it is whole, the copy is of no generation.
     copy.generation = None;
     let wanted: HashMap<&str, _> = current.files.iter().map(|(path, v)| (path.as_str(), v)).collect();
     let stale: Vec<String> = copy.files.keys().filter(|p| !wanted.contains_key(p.as_str())).cloned().collect();
     for path in stale {
+        crate::workspace::remove_if_present(&confine(root, &path)?)?;
         copy.files.remove(&path);
-        let file = confine(root, &path)?;
-        crate::workspace::remove_if_present(&file)?;
     }
     for (path, version) in &current.files {
         if copy.files.get(path).is_some_and(|(sha, _)| *sha == version.sha256) {

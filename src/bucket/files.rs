@@ -46,7 +46,7 @@ impl Bucket {
     ) -> Result<ObjectKey, PathError> {
         // The path goes through the one gate first: a version is where its file would be.
         self.url.object_key(tenant, workspace, path)?;
-        self.url.object_key(tenant, workspace, &format!("{OWN_FOLDER}/versions/{publish_id}/{path}"))
+        self.url.own_key(tenant, workspace, &format!("versions/{publish_id}/{path}"))
     }
 
     /// Writes every file `changes` writes as a version of a new publish.

@@ -134,7 +134,30 @@ impl BucketUrl {
     /// The one gate between a path in a workspace (from anywhere) and the
     /// bucket: the key lies under the workspace's prefix, by the same rules
     /// as a path on a volume, and is a key every S3 store takes as it is.
+    /// memoryd's own folder (`.memoryd`, its files' versions) is none of
+    /// them: a layout's folder there could pass a rollout for a version.
+    pub(crate) fn own_key(
+        &self,
+        tenant: Uuid,
+        workspace: &WorkspaceName,
+        relative: &str,
+    ) -> Result<ObjectKey, PathError> {
+        self.key_under(tenant, workspace, &format!("{}/{relative}", files::OWN_FOLDER))
+    }
+
     pub fn object_key(&self, tenant: Uuid, workspace: &WorkspaceName, relative: &str) -> Result<ObjectKey, PathError> {
+        let mut first = None;
+        each_relative_part(relative, |name| {
+            first.get_or_insert_with(|| name.to_owned());
+        })?;
+        if first.as_deref() == Some(files::OWN_FOLDER) {
+            return Err(PathError::Escapes(relative.to_owned()));
+        }
+        self.key_under(tenant, workspace, relative)
+    }
+
+    /// A key under a workspace's prefix by the volume's rules, memoryd's own folder included.
+    fn key_under(&self, tenant: Uuid, workspace: &WorkspaceName, relative: &str) -> Result<ObjectKey, PathError> {
         let mut key = self.workspace_prefix(tenant, workspace);
         if each_relative_part(relative, |name| {
             key.push('/');
@@ -211,6 +234,9 @@ mod tests {
         assert!(matches!(key("/etc/passwd"), Err(PathError::Absolute(_))));
         assert!(matches!(key(""), Err(PathError::Empty)));
         assert!(matches!(key("."), Err(PathError::Empty)));
+        assert!(matches!(key(".memoryd/versions/x"), Err(PathError::Escapes(_))), "memoryd's own folder");
+        assert!(matches!(key("./.memoryd"), Err(PathError::Escapes(_))));
+        assert!(key("memories/.memoryd").is_ok(), "only at the workspace's top");
         let root: BucketUrl = "s3://memoryd".parse().unwrap();
         assert_eq!(root.object_key(tenant, &workspace, "x").unwrap().to_string(), format!("{tenant}/ws/x"));
         assert_eq!(root.prefix_key(), None);

@@ -60,13 +60,13 @@ async fn remove_objects(
     workspace: Option<&WorkspaceName>,
 ) -> Result<(), AttemptError> {
     let Some(bucket) = ctx.volumes.bucket() else { return Ok(()) };
-    if let Some(cache) = ctx.volumes.cache() {
-        cache.forget(claimed.tenant_id, workspace).await;
-    }
     let removed = bucket
         .remove_all_of(claimed.tenant_id, workspace)
         .await
         .map_err(|e| io_failure("removing the objects failed", e))?;
+    if let Some(cache) = ctx.volumes.cache() {
+        cache.forget(claimed.tenant_id, workspace).await;
+    }
     tracing::info!(job_id = %claimed.job.job_id, removed, "removed the forgotten objects");
     Ok(())
 }

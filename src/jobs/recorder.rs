@@ -468,20 +468,7 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         }
     }
     if finished && claimed.job.kind == JobKind::Forget && matches!(recorded, Ok(true)) {
-        if let Err(e) = ctx.store.compact_after_forget().await {
-            tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
-        }
-        let scope = claimed.job.forget.as_ref().map(|f| f.scope);
-        remove_what_raced_the_forget(ctx, claimed.tenant_id, &claimed.job.workspace, scope).await;
-        match scope {
-            Some(crate::domain::job::ForgetScope::Tenant) => ctx.vectors.forget(claimed.tenant_id, None),
-            Some(crate::domain::job::ForgetScope::Workspace) => {
-                ctx.vectors.forget(claimed.tenant_id, Some(&claimed.job.workspace))
-            }
-            _ => {}
-        }
-        let scope = scope.map_or("", |s| s.as_str());
-        tracing::info!(%job_id, tenant_id = %claimed.tenant_id, scope, "forget completed");
+        after_forget(ctx, &claimed).await;
     }
     if published_passages && matches!(recorded, Ok(true)) {
         index_after_publish(ctx, &claimed);
@@ -514,6 +501,26 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     }
 }
 
+/// What follows a forget's finish: the database compacted, the vectors and
+/// what raced it in the bucket dropped.
+async fn after_forget(ctx: &WorkerContext, claimed: &ClaimedJob) {
+    let job_id = claimed.job.job_id;
+    if let Err(e) = ctx.store.compact_after_forget().await {
+        tracing::warn!(%job_id, error = %crate::error_chain(&e), "compacting the database after a forget failed");
+    }
+    let scope = claimed.job.forget.as_ref().map(|f| f.scope);
+    remove_what_raced_the_forget(ctx, claimed.tenant_id, &claimed.job.workspace, scope).await;
+    match scope {
+        Some(crate::domain::job::ForgetScope::Tenant) => ctx.vectors.forget(claimed.tenant_id, None),
+        Some(crate::domain::job::ForgetScope::Workspace) => {
+            ctx.vectors.forget(claimed.tenant_id, Some(&claimed.job.workspace))
+        }
+        _ => {}
+    }
+    let scope = scope.map_or("", |s| s.as_str());
+    tracing::info!(%job_id, tenant_id = %claimed.tenant_id, scope, "forget completed");
+}
+
 /// Where files live in a bucket, a workspace's or tenant's forget, once
 /// finished, clears its prefix again: a chore of another replica that read
 /// a row before the forget may have placed an object after the job's own
@@ -533,6 +540,10 @@ async fn remove_what_raced_the_forget(
     };
     if let Err(e) = bucket.remove_all_of(tenant, workspace).await {
         tracing::warn!(tenant_id = %tenant, error = %crate::error_chain(&e), "clearing a forgotten prefix again failed");
+    }
+    // A read between the job's own drop and the erase made a copy again.
+    if let Some(cache) = ctx.volumes.cache() {
+        cache.forget(tenant, workspace).await;
     }
 }
 

@@ -158,7 +158,8 @@ impl Volumes {
     /// These volumes with their workspace files in `bucket`, and copies of
     /// memory files, `cache_bytes` at most, where the workspaces were.
     pub fn with_bucket(mut self, bucket: crate::bucket::Bucket, cache_bytes: u64) -> io::Result<Self> {
-        let cache = crate::bucket::cache::WorkspaceCache::new(self.root.clone(), cache_bytes)?;
+        let jobs_root = self.data_dir.join("job-copies");
+        let cache = crate::bucket::cache::WorkspaceCache::new(self.root.clone(), jobs_root, cache_bytes)?;
         self.bucket = Some(Arc::new(bucket));
         self.cache = Some(Arc::new(cache));
         Ok(self)
@@ -189,10 +190,7 @@ impl Volumes {
         job_id: Uuid,
     ) -> Result<crate::bucket::cache::JobWorkspace, crate::bucket::files::FilesError> {
         match (&self.bucket, &self.cache) {
-            (Some(bucket), Some(cache)) => {
-                let dir = self.data_dir.join("job-copies").join(job_id.to_string());
-                cache.job_copy(bucket, store, tenant, workspace, dir).await
-            }
+            (Some(bucket), Some(cache)) => cache.job_copy(bucket, store, tenant, workspace, job_id).await,
             _ => Ok(crate::bucket::cache::JobWorkspace::on_volume(self.workspace_root(tenant, workspace)?)),
         }
     }

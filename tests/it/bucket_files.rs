@@ -135,3 +135,50 @@ async fn two_replicas_with_no_shared_folder_serve_one_tenant() {
         assert!(!replica.workspace_dir(&t, "default").join("sessions").exists(), "no rollout file on a replica");
     }
 }
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle)) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A workspace forgotten through one replica: the bucket's prefix is empty,
+/// and neither replica keeps a copy of it (the other drops its own at its
+/// next sweep), no file of either data dir holds the canary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_workspace_leaves_no_object_and_no_copy_on_any_replica() {
+    let (url, prefix) = s3::fresh_prefix().await;
+    let a = TestApp::start_with(Backend::Postgres, |config| config.rollouts_bucket = Some(bucket_at(&url))).await;
+    let shared = a.database_url.clone();
+    let b = TestApp::start_with(Backend::Postgres, |config| {
+        config.rollouts_bucket = Some(bucket_at(&url));
+        config.database_url = Some(shared);
+    })
+    .await;
+    let t = a.tenant().await;
+    let canary = format!("CANARY-{}", uuid::Uuid::new_v4().simple());
+    say(&a, &t, "s1", "chat-1", &format!("My locker code is {canary}.")).await;
+    close_and_consolidate(&a, &t, "s1").await;
+    for replica in [&a, &b] {
+        assert!(memory_file(replica, &t, "raw_memories/chat-1.md").await.contains(&canary));
+        assert!(!files_holding(&replica.data_dir, &canary).is_empty(), "the read made a copy");
+    }
+    let job = crate::forget::forget(&a, &t.key, "/v1/workspaces/default").await;
+    assert_eq!(a.wait_for_job(&t.key, job["job_id"].as_str().unwrap()).await["state"], "succeeded");
+    assert!(s3::objects_under(&prefix).await.is_empty(), "the workspace's prefix is empty");
+    assert!(files_holding(&a.data_dir, &canary).is_empty(), "the forgetting replica dropped its copy");
+    let started = Instant::now();
+    while !files_holding(&b.data_dir, &canary).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the other replica kept its copy");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -116,6 +116,10 @@ impl SqlStore<DB> {
         let owned = Self::lock_owned_jobs(&mut *tx, batch).await?;
         let mut recorded: Vec<bool> = batch.iter().map(|(claimed, _)| owned.contains(&claimed.job.job_id)).collect();
         let mut effects = BatchEffects::default();
+        let versions = batch.iter().zip(&recorded).filter(|(_, owned)| **owned).filter_map(|((claimed, finish), _)| {
+            finish.versions.as_ref().map(|v| (claimed.tenant_id, &claimed.job.workspace, v.publish_id))
+        });
+        Self::lock_generations_in(&mut *tx, versions.collect()).await?;
         let plain: Vec<_> =
             batch.iter().zip(&recorded).filter(|((c, f), owned)| **owned && is_plain(c, f)).map(|(b, _)| *b).collect();
         Self::finish_plain_in(&mut *tx, &plain, now, &mut effects).await?;

@@ -18,6 +18,29 @@ fn version_of(row: &DbRow) -> StoreResult<FileVersion> {
 }
 
 impl SqlStore<DB> {
+    /// Locks the generation rows a batch of finishes will move, in one order
+    /// (tenant, workspace), before any of them: two replicas' batches that
+    /// touch the same workspaces in other orders would deadlock otherwise.
+    pub(super) async fn lock_generations_in(
+        conn: &mut DbConnection,
+        mut workspaces: Vec<(TenantId, &WorkspaceName, Uuid)>,
+    ) -> StoreResult<()> {
+        workspaces.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        workspaces.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+        for (tenant, workspace, publish_id) in workspaces {
+            sqlx::query(
+                "INSERT INTO workspace_generations (tenant_id, workspace, publish_id) VALUES ($1, $2, $3)
+                 ON CONFLICT (tenant_id, workspace) DO UPDATE SET publish_id = workspace_generations.publish_id",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(publish_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Makes a publish's versions current in the finish's transaction: the
     /// workspace's generation moves first (its row, locked, orders the
     /// finishes of one workspace), each replaced version is left to remove
@@ -50,7 +73,10 @@ impl SqlStore<DB> {
             .await?;
             if let Some(old) = old.as_ref().map(version_of).transpose()? {
                 delta -= old.bytes as i64;
-                Self::add_chore_in(&mut *conn, tenant, workspace, path, old.publish_id, "remove", now).await?;
+                // A path the publish lists twice: its own version is not a replaced one.
+                if old.publish_id != changes.publish_id {
+                    Self::add_chore_in(&mut *conn, tenant, workspace, path, old.publish_id, "remove", now).await?;
+                }
             }
             match version {
                 Some(new) => {
