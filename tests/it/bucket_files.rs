@@ -94,11 +94,9 @@ async fn a_run_s_files_are_current_in_the_database_and_placed_at_their_plain_key
     assert!(!app.workspace_dir(&t, "default").join("sessions").exists(), "no rollout file on the replica");
 }
 
-/// Two replicas on one Postgres and one bucket, each with a data dir of its
-/// own: a session's segments appended to one and closed on the other, its
-/// memory read from both; a later run on the other shows on the first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_with_no_shared_folder_serve_one_tenant() {
+/// Two replicas on one Postgres and one bucket (at the prefix returned),
+/// each with a data dir of its own.
+async fn two_replicas() -> (TestApp, TestApp, String) {
     let (url, prefix) = s3::fresh_prefix().await;
     let a = TestApp::start_with(Backend::Postgres, |config| config.rollouts_bucket = Some(bucket_at(&url))).await;
     let shared = a.database_url.clone();
@@ -107,6 +105,15 @@ async fn two_replicas_with_no_shared_folder_serve_one_tenant() {
         config.database_url = Some(shared);
     })
     .await;
+    (a, b, prefix)
+}
+
+/// Two replicas on one Postgres and one bucket, each with a data dir of its
+/// own: a session's segments appended to one and closed on the other, its
+/// memory read from both; a later run on the other shows on the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_with_no_shared_folder_serve_one_tenant() {
+    let (a, b, prefix) = two_replicas().await;
     assert_ne!(a.data_dir, b.data_dir);
     let t = a.tenant().await;
     let mut db = Database::connect(Backend::Postgres, &a.database_url).await;
@@ -156,14 +163,7 @@ fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf>
 /// next sweep), no file of either data dir holds the canary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgotten_workspace_leaves_no_object_and_no_copy_on_any_replica() {
-    let (url, prefix) = s3::fresh_prefix().await;
-    let a = TestApp::start_with(Backend::Postgres, |config| config.rollouts_bucket = Some(bucket_at(&url))).await;
-    let shared = a.database_url.clone();
-    let b = TestApp::start_with(Backend::Postgres, |config| {
-        config.rollouts_bucket = Some(bucket_at(&url));
-        config.database_url = Some(shared);
-    })
-    .await;
+    let (a, b, prefix) = two_replicas().await;
     let t = a.tenant().await;
     let canary = format!("CANARY-{}", uuid::Uuid::new_v4().simple());
     say(&a, &t, "s1", "chat-1", &format!("My locker code is {canary}.")).await;
