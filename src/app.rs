@@ -100,6 +100,16 @@ fn embeddings(config: &Config) -> Result<Option<Arc<crate::llm::embeddings::Embe
     Ok(Some(Arc::new(client)))
 }
 
+/// The object store of `MEMORYD_STORAGE`, when workspace files live in one.
+fn bucket(config: &Config) -> Result<Option<crate::bucket::Bucket>, StartError> {
+    let crate::config::Storage::Bucket(url) = &config.storage else { return Ok(None) };
+    let objects = match &config.bucket_client {
+        Some(client) => client.clone(),
+        None => url.open(crate::bucket::REQUEST_TIMEOUT).map_err(|e| format!("the object store of {url}: {e}"))?,
+    };
+    Ok(Some(crate::bucket::Bucket { url: url.clone(), objects }))
+}
+
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir)?;
@@ -107,8 +117,8 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let provider = provider(&config)?;
     let store = store::connect_waiting(&config.database_url(), config.database_wait).await?;
     let mut volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
-    if let Some(bucket) = &config.rollouts_bucket {
-        volumes = volumes.with_bucket(bucket.clone(), config.quotas.cache_bytes)?;
+    if let Some(bucket) = bucket(&config)? {
+        volumes = volumes.with_bucket(bucket, config.quotas.cache_bytes)?;
     }
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();

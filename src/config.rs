@@ -35,6 +35,36 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where workspace files live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Storage {
+    /// Under `<data dir>/workspaces`, a volume every replica mounts.
+    File,
+    /// In an object store; replicas share the database and the bucket, no folder.
+    Bucket(crate::bucket::BucketUrl),
+}
+
+impl std::str::FromStr for Storage {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        match raw {
+            "file" => Ok(Self::File),
+            url if url.starts_with("s3://") => url.parse().map(Self::Bucket),
+            other => Err(format!("{other:?} is neither file nor s3://<bucket>/<prefix>")),
+        }
+    }
+}
+
+impl std::fmt::Display for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File => f.write_str("file"),
+            Self::Bucket(url) => url.fmt(f),
+        }
+    }
+}
+
 /// Everything `memoryd serve` and `memoryd worker` take.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "memoryd")]
@@ -76,11 +106,15 @@ pub struct Config {
     pub events: EventSettings,
     #[command(flatten)]
     pub console: ConsoleSettings,
-    /// Rollouts in an object store, their acknowledged lines journaled in the
-    /// database (SPEC §6.1). Chosen by the tests alone while the object-store
-    /// mode is being built: memory files still live on the volume.
+    /// Where workspace files live: `file` (under the data dir) or
+    /// `s3://<bucket>/<prefix>` (an S3-compatible object store; credentials,
+    /// region and endpoint from the standard `AWS_*` variables).
+    #[arg(long = "storage", env = "MEMORYD_STORAGE", default_value = "file")]
+    pub storage: Storage,
+    /// The object store's client, when the program that embeds memoryd
+    /// builds it (none: from the `AWS_*` variables).
     #[arg(skip)]
-    pub rollouts_bucket: Option<crate::bucket::Bucket>,
+    pub bucket_client: Option<std::sync::Arc<dyn object_store::ObjectStore>>,
     /// A test hook: how long a rollout in a bucket is idle before its
     /// journal moves into its object (none: a minute).
     #[arg(skip)]

@@ -297,6 +297,17 @@ impl From<crate::bucket::files::FilesError> for ApiError {
     }
 }
 
+impl From<crate::bucket::rollouts::RolloutError> for ApiError {
+    fn from(err: crate::bucket::rollouts::RolloutError) -> Self {
+        use crate::bucket::rollouts::RolloutError;
+        match err {
+            RolloutError::Store(e) => e.into(),
+            RolloutError::Objects(e) => crate::bucket::files::FilesError::Objects(e).into(),
+            other => Self::internal(other),
+        }
+    }
+}
+
 impl From<crate::ingest::IngestError> for ApiError {
     fn from(err: crate::ingest::IngestError) -> Self {
         use crate::ingest::IngestError;

@@ -7,10 +7,11 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::TenantAuth;
-use crate::domain::ids::WorkspaceName;
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::domain::portability::{MANIFEST_NAME, manifest};
+use crate::store::journal_records::RolloutAt;
 use crate::store::with_implicit_default;
-use crate::workspace::archive::{ChunkSender, entries_taken, snapshot, write_archive};
+use crate::workspace::archive::{ChunkSender, Snapshot, entries_taken, snapshot, write_archive};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -57,11 +58,14 @@ pub(crate) async fn workspace_archive(
     let root = readable.root().to_owned();
     let scratch = state.volumes.export_scratch();
     let memory_dirs: Vec<String> = layouts.iter().map(|l| l.layout.memories_dir.normalized.clone()).collect();
-    let taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
+    let mut taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
         .await
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
     drop(readable);
+    if state.volumes.bucket().is_some() {
+        taken = with_rollouts_of_the_bucket(state, tenant, &workspace, &view, taken).await?;
+    }
 
     let (entries, exported_rollouts) = entries_taken(&taken.files, &view, &layouts);
     let document = manifest(workspace.as_str(), &layouts, &view, &exported_rollouts);
@@ -101,6 +105,36 @@ pub(crate) async fn workspace_archive(
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     Ok(response)
+}
+
+/// The snapshot with each rollout of the view added at its committed
+/// length: in a bucket, a rollout is its object and journal (SPEC §6.1),
+/// no file the snapshot could link. One rollout in memory at a time.
+async fn with_rollouts_of_the_bucket(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    workspace: &WorkspaceName,
+    view: &crate::domain::portability::ExportView,
+    mut taken: Snapshot,
+) -> Result<Snapshot, ApiError> {
+    let modified = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    for rollout in &view.rollouts {
+        let (Some(layout), Some(id)) = (LayoutName::parse(&rollout.layout), RolloutId::parse(&rollout.rollout_id))
+        else {
+            continue;
+        };
+        let at = RolloutAt { tenant, workspace, layout: &layout, rollout: &id };
+        let (path, len) = (&rollout.rollout_path, rollout.committed_len);
+        let Some(bytes) = state.volumes.committed_prefix(state.store.as_ref(), at, path, len, len).await? else {
+            continue;
+        };
+        let relative = path.clone();
+        taken = tokio::task::spawn_blocking(move || taken.add(&relative, &bytes, modified).map(|()| taken))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+    }
+    Ok(taken)
 }
 
 /// A response body fed by the archive's writer; an error, or a writer that

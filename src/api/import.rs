@@ -26,6 +26,13 @@ pub async fn import_workspace(
             "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_workspace}"
         ))
     })?;
+    if state.volumes.bucket().is_some() {
+        return Err(ApiError::NotConfigured(
+            "Imports are not taken yet where workspace files live in an object store: import on a volume, \
+             then move the deployment with memoryd copy-to-bucket."
+                .into(),
+        ));
+    }
     let limit = state.config.quotas.max_import_bytes;
     let too_large = || ApiError::PayloadTooLarge(format!("The archive exceeds the limit of {limit} bytes."));
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());

@@ -183,6 +183,16 @@ async fn job_workspace(
     use crate::bucket::files::FilesError;
     let (tenant, job) = (claimed.tenant_id, &claimed.job);
     match ctx.volumes.for_job(ctx.store.as_ref(), tenant, &job.workspace, job.job_id).await {
+        // R-LAY-3 as on a volume, where the first append made them: the
+        // layout's folders and empty files, in a bucket's copy made here.
+        Ok(copy) if ctx.volumes.bucket().is_some() => {
+            let (root, layout) = (copy.root().to_owned(), claimed.layout.clone());
+            tokio::task::spawn_blocking(move || crate::workspace::ensure_layout(&root, &layout))
+                .await
+                .map_err(|e| AttemptError::retryable(e.to_string()))?
+                .map_err(|e| AttemptError::retryable(format!("making the layout's folders failed: {e}")))?;
+            Ok(copy)
+        }
         Ok(copy) => Ok(copy),
         Err(FilesError::Path(e)) => Err(AttemptError::fatal(format!("workspace path refused: {e}"))),
         Err(e) => Err(AttemptError::retryable(format!("reading the workspace's files failed: {e}"))),

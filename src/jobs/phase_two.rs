@@ -171,6 +171,7 @@ async fn attempt(
         return Ok(skipped(TokenUsage::default()));
     }
     super::remove_earlier_leftovers(claimed, memory_root).await?;
+    conversations_into_the_copy(ctx, claimed, &root, &selection).await?;
 
     let mut tools =
         MemoryTools::new(root.clone(), &memories, &layout.sessions_dir.normalized).redacting(layout.redactor());
@@ -214,6 +215,37 @@ pub(super) fn succeeded(
 }
 
 /// Phase two's input: the selection and the selected raw memories' text.
+/// Where rollouts live in a bucket, a job's copy holds memory files only:
+/// the conversations of the memories this run adds are written into it, so
+/// the agent can open them as on a volume (a bounded set: not every
+/// conversation of the workspace, which the copy would hold on a volume).
+async fn conversations_into_the_copy(
+    ctx: &WorkerContext,
+    claimed: &ClaimedJob,
+    root: &std::path::Path,
+    selection: &PhaseTwoSelection,
+) -> Result<(), AttemptError> {
+    let Some(bucket) = ctx.volumes.bucket() else { return Ok(()) };
+    let (tenant, workspace, layout) = (claimed.tenant_id, &claimed.job.workspace, &claimed.job.layout);
+    let failed = |e: &dyn std::fmt::Display| AttemptError::retryable(format!("reading a conversation failed: {e}"));
+    for item in selection.selected.iter().filter(|s| !selection.retained.contains(&s.rollout_id)) {
+        let Some(rollout) = RolloutId::parse(&item.rollout_id) else { continue };
+        let at = crate::store::journal_records::RolloutAt { tenant, workspace, layout, rollout: &rollout };
+        let bytes = bucket.rollout_bytes(ctx.store.as_ref(), at, &item.rollout_path).await.map_err(|e| failed(&e))?;
+        let Some(bytes) = bytes else { continue };
+        let path =
+            confine(root, &item.rollout_path).map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::create_dir_all(path.parent().unwrap_or(&path))?;
+            std::fs::write(&path, bytes)
+        })
+        .await
+        .map_err(|e| failed(&e))?
+        .map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
 pub struct PhaseTwoInput {
     pub selection: PhaseTwoSelection,
     /// One entry per selected raw memory whose file exists, newest first.

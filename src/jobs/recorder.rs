@@ -515,6 +515,10 @@ async fn after_forget(ctx: &WorkerContext, claimed: &ClaimedJob) {
         Some(crate::domain::job::ForgetScope::Workspace) => {
             ctx.vectors.forget(claimed.tenant_id, Some(&claimed.job.workspace))
         }
+        // This replica's copy from before the forget (other replicas' sweeps drop theirs).
+        Some(crate::domain::job::ForgetScope::Rollouts) if let Some(cache) = ctx.volumes.cache() => {
+            cache.forget(claimed.tenant_id, Some(&claimed.job.workspace)).await
+        }
         _ => {}
     }
     let scope = scope.map_or("", |s| s.as_str());

@@ -40,6 +40,22 @@ pub struct Snapshot {
     pub files: Vec<SnapshotFile>,
 }
 
+impl Snapshot {
+    /// Adds a file the links could not take (a rollout whose object and
+    /// journal live in a bucket), written under the snapshot's folder.
+    pub fn add(&mut self, relative: &str, bytes: &[u8], modified: u64) -> io::Result<()> {
+        let linked = super::confine(self._dir.path(), relative).map_err(io::Error::other)?;
+        if let Some(parent) = linked.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&linked, bytes)?;
+        let file = SnapshotFile { relative: relative.to_owned(), linked, len: bytes.len() as u64, modified };
+        let at = self.files.partition_point(|f| f.relative.as_str() < relative);
+        self.files.insert(at, file);
+        Ok(())
+    }
+}
+
 /// Links every file under `root` (temporary files left out) into a new
 /// folder under `scratch`. The files under `memory_dirs` (relative to
 /// `root`) are taken all from one instant: when a publish renamed or

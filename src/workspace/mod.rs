@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod publish;
+mod rollout_text;
 
 use crate::domain::ids::WorkspaceName;
 use crate::domain::layout::ValidLayout;

@@ -1,9 +1,9 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::json;
 
-both_backends!(
+every_backend!(
     keys_authenticate_tenants_and_can_be_revoked,
     admin_api_needs_its_token,
     health_and_errors_are_well_formed
@@ -127,7 +127,7 @@ async fn health_and_errors_are_well_formed(backend: Backend) {
     assert_eq!(res.headers()["x-request-id"], "caller-chosen-id");
 }
 
-both_backends!(metrics_show_every_family_after_a_walkthrough);
+every_backend!(metrics_show_every_family_after_a_walkthrough);
 
 async fn metrics_show_every_family_after_a_walkthrough(backend: Backend) {
     let app = TestApp::start(backend).await;

@@ -2,24 +2,26 @@
 //! edits through the layout's lane, usage from reads and citations, and the
 //! selection it ranks.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, Tenant, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-both_backends!(
+every_backend!(reads_and_citations_rank_a_usage_layout, max_unused_days_leaves_a_stale_memory_out,);
+
+const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
     memory_is_listed_read_and_searched_inside_its_folder,
     edits_publish_through_a_run_of_their_own,
     edits_are_refused_whole_when_they_cannot_apply,
     an_edit_during_a_slow_phase_two_lands_after_it,
     concurrent_edits_all_land,
-    reads_and_citations_rank_a_usage_layout,
-    max_unused_days_leaves_a_stale_memory_out,
 );
-
-const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
 
 /// One conversation, closed: the extractive provider's memory of it.
 async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
@@ -487,10 +489,8 @@ async fn reads_and_citations_rank_a_usage_layout(backend: Backend) {
         ranked["removed"].as_array().unwrap().iter().map(|r| r["rollout_id"].as_str().unwrap()).collect();
     assert_eq!(removed, ["newest"]);
     assert!(ranked["selected"][0]["last_usage"].is_string());
-    let file: Value = serde_json::from_str(
-        &std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/phase_two_selection.json")).unwrap(),
-    )
-    .unwrap();
+    let file: Value =
+        serde_json::from_str(&app.file_text(&t, "default", "memories/phase_two_selection.json").await).unwrap();
     let keys: Vec<&String> = file["selected"][0].as_object().unwrap().keys().collect();
     assert_eq!(
         keys,

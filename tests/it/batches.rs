@@ -3,7 +3,7 @@
 //! — all acknowledged or none, through bad segments, retries, limits and
 //! SIGKILL.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::group_commit::Killable;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body};
 use reqwest::{Method, Response};
@@ -12,17 +12,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-both_backends!(
+every_backend!(
     a_batch_across_two_layouts_and_three_rollouts_lands_in_order,
     a_batch_with_one_bad_segment_writes_nothing_and_names_it,
     a_retried_batch_writes_once_and_its_key_goes_with_a_forgotten_rollout,
     a_batch_meets_the_limits_and_redaction_of_single_appends,
-    a_killed_batch_is_all_there_or_not_at_all,
 );
 
 fn segment(layout: &str, rollout: &str, said: &str) -> Value {
     json!({"layout": layout, "rollout_id": rollout, "input": said, "final_output": "ok"})
 }
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(a_killed_batch_is_all_there_or_not_at_all,);
 
 async fn batch(app: &TestApp, key: &str, session: &str, segments: Vec<Value>, idempotency: Option<&str>) -> Response {
     let mut request = app
@@ -39,11 +42,9 @@ async fn put_layout(app: &TestApp, t: &Tenant, name: &str, config: Value) {
     assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
 }
 
-fn lines(app: &TestApp, t: &Tenant, path: &str) -> Vec<String> {
-    match std::fs::read_to_string(app.workspace_dir(t, "default").join(path)) {
-        Ok(text) => text.lines().map(str::to_owned).collect(),
-        Err(_) => Vec::new(),
-    }
+async fn lines(app: &TestApp, t: &Tenant, path: &str) -> Vec<String> {
+    let text = app.file_bytes(t, "default", path).await.map(|b| String::from_utf8(b).unwrap()).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
 }
 
 async fn a_batch_across_two_layouts_and_three_rollouts_lands_in_order(backend: Backend) {
@@ -78,7 +79,7 @@ async fn a_batch_across_two_layouts_and_three_rollouts_lands_in_order(backend: B
     );
     for (path, markers) in [("sessions/r1.jsonl", [0, 3]), ("sessions/r2.jsonl", [1, 5]), ("notes/s/r3.jsonl", [2, 4])]
     {
-        let lines = lines(&app, &t, path);
+        let lines = lines(&app, &t, path).await;
         assert_eq!(lines.len(), 2, "{path}: {lines:?}");
         for (line, marker) in lines.iter().zip(markers) {
             assert!(line.contains(&format!("<{marker}>")), "{path}: {line}");
@@ -138,7 +139,7 @@ async fn a_batch_with_one_bad_segment_writes_nothing_and_names_it(backend: Backe
     .await;
     assert_eq!((status, code.as_str()), (422, "invalid_segment"), "a bare array is no batch");
     assert_eq!(app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap().status(), 404);
-    assert!(lines(&app, &t, "sessions/r1.jsonl").is_empty());
+    assert!(lines(&app, &t, "sessions/r1.jsonl").await.is_empty());
 
     // Refused by the database half-way: a rollout being forgotten. The
     // session and rollout the batch made before it are taken back too.
@@ -177,7 +178,10 @@ async fn a_retried_batch_writes_once_and_its_key_goes_with_a_forgotten_rollout(b
     let again = batch(&app, &t.key, "s", segments(), Some("batch-1")).await;
     assert_eq!(again.status(), 201);
     assert_eq!(again.json::<Value>().await.unwrap(), first, "the first answer again");
-    assert_eq!((lines(&app, &t, "sessions/a.jsonl").len(), lines(&app, &t, "sessions/b.jsonl").len()), (2, 1));
+    assert_eq!(
+        (lines(&app, &t, "sessions/a.jsonl").await.len(), lines(&app, &t, "sessions/b.jsonl").await.len()),
+        (2, 1)
+    );
     let other = batch(&app, &t.key, "s", vec![segment("default", "a", "else")], Some("batch-1")).await;
     assert_eq!(status_code_body(other).await.1, "idempotency_conflict");
     // The key of a single append is another request's.
@@ -213,7 +217,7 @@ async fn a_batch_meets_the_limits_and_redaction_of_single_appends(backend: Backe
     let three = (0..3).map(|i| segment("default", &format!("q{i}"), &said)).collect();
     let (status, code, problem) = status_code_body(batch(&app, &t.key, "s", three, None).await).await;
     assert_eq!((status, code.as_str(), problem["index"].as_u64()), (403, "quota_exceeded", Some(2)), "{problem}");
-    assert!(lines(&app, &t, "sessions/q0.jsonl").is_empty());
+    assert!(lines(&app, &t, "sessions/q0.jsonl").await.is_empty());
     let two = (0..2).map(|i| segment("default", &format!("q{i}"), &said)).collect();
     assert_eq!(batch(&app, &t.key, "s", two, None).await.status(), 201);
 
@@ -244,9 +248,9 @@ async fn a_batch_meets_the_limits_and_redaction_of_single_appends(backend: Backe
     let segments =
         vec![segment("hr", "h", &format!("key {secret}")), segment("default", "d", &format!("key {secret}"))];
     assert_eq!(batch(&app, &t.key, "s", segments, None).await.status(), 201);
-    let hr = lines(&app, &t, "hr/s/h.jsonl");
+    let hr = lines(&app, &t, "hr/s/h.jsonl").await;
     assert!(hr[0].contains("[REDACTED:aws_access_key]") && !hr[0].contains(secret), "{hr:?}");
-    assert!(lines(&app, &t, "sessions/d.jsonl")[0].contains(secret), "the default layout keeps it as sent");
+    assert!(lines(&app, &t, "sessions/d.jsonl").await[0].contains(secret), "the default layout keeps it as sent");
 
     // A closed session takes no batch.
     app.json(Method::POST, "/v1/sessions/s/close", &t.key).await;

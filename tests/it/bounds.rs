@@ -2,14 +2,14 @@
 //! past `MEMORYD_MAX_EXPORTS` answer 429 and a stalled one is stopped; a
 //! tenant's streams are capped, and a stream whose key is revoked ends.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-both_backends!(exports_are_capped_and_a_stalled_one_is_stopped, streams_are_capped_and_end_when_their_key_is_revoked);
+every_backend!(exports_are_capped_and_a_stalled_one_is_stopped, streams_are_capped_and_end_when_their_key_is_revoked);
 
 /// `bytes` of text that compresses to about half: hex of random UUIDs.
 fn incompressible(bytes: usize) -> String {

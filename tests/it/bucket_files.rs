@@ -5,16 +5,11 @@
 
 use crate::harness::{Backend, Database, Tenant, TestApp};
 use crate::s3;
-use memoryd::bucket::{Bucket, BucketUrl};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-crate::both_backends!(a_run_s_files_are_current_in_the_database_and_placed_at_their_plain_keys,);
-
-fn bucket_at(url: &str) -> Bucket {
-    Bucket { url: url.parse::<BucketUrl>().unwrap(), objects: s3::bucket() }
-}
+crate::both_databases!(a_run_s_files_are_current_in_the_database_and_placed_at_their_plain_keys,);
 
 async fn say(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
     let body = json!({"rollout_id": rollout, "input": said, "final_output": format!("noted: {said}")});
@@ -66,7 +61,7 @@ async fn bucket_matches_the_database(prefix: &str, t: &Tenant, db: &mut Database
 
 async fn a_run_s_files_are_current_in_the_database_and_placed_at_their_plain_keys(backend: Backend) {
     let (url, prefix) = s3::fresh_prefix().await;
-    let app = TestApp::start_with(backend, |config| config.rollouts_bucket = Some(bucket_at(&url))).await;
+    let app = TestApp::start_with(backend, |config| s3::store_in(config, &url)).await;
     let t = app.tenant().await;
     let mut db = Database::connect(backend, &app.database_url).await;
     say(&app, &t, "s1", "chat-1", "I prefer green tea in the morning.").await;
@@ -98,10 +93,10 @@ async fn a_run_s_files_are_current_in_the_database_and_placed_at_their_plain_key
 /// each with a data dir of its own.
 async fn two_replicas() -> (TestApp, TestApp, String) {
     let (url, prefix) = s3::fresh_prefix().await;
-    let a = TestApp::start_with(Backend::Postgres, |config| config.rollouts_bucket = Some(bucket_at(&url))).await;
+    let a = TestApp::start_with(Backend::Postgres, |config| s3::store_in(config, &url)).await;
     let shared = a.database_url.clone();
     let b = TestApp::start_with(Backend::Postgres, |config| {
-        config.rollouts_bucket = Some(bucket_at(&url));
+        s3::store_in(config, &url);
         config.database_url = Some(shared);
     })
     .await;

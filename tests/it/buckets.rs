@@ -11,11 +11,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-crate::both_backends!(
-    a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it,
-    no_copy_while_a_replica_may_still_write,
-);
-
 /// Every file under `dir`, by its path below it (staging files left out).
 fn files_below(dir: &Path, below: &Path, found: &mut BTreeMap<String, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -35,6 +30,13 @@ fn copy_to_bucket(dir: &Path, url: &str, database: &[(&'static str, String)]) ->
     command.envs(database.iter().cloned()).envs(s3::process_env());
     command.output().unwrap()
 }
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
+    a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it,
+    no_copy_while_a_replica_may_still_write,
+);
 
 async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();

@@ -3,13 +3,13 @@
 //! autovacuum runs (the one these tests use has it off); SQLite reuses the
 //! space in place and has nothing to reclaim.
 
-use crate::both_backends;
+use crate::both_databases;
 use crate::harness::{Backend, Database, TestApp};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-both_backends!(the_queues_dead_rows_are_reclaimed);
+both_databases!(the_queues_dead_rows_are_reclaimed);
 
 async fn metrics(app: &TestApp) -> String {
     app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap()
@@ -27,7 +27,7 @@ async fn the_queues_dead_rows_are_reclaimed(backend: Backend) {
     }
     let vacuumed = "memoryd_tables_vacuumed_total{table=\"jobs\"}";
     match backend {
-        Backend::Postgres => {
+        Backend::Postgres | Backend::Bucket => {
             let mut db = Database::connect(backend, &app.database_url).await;
             let vacuumed_jobs = "SELECT count(*) FROM pg_stat_user_tables
                 WHERE schemaname = current_schema() AND relname = 'jobs' AND last_vacuum IS NOT NULL";

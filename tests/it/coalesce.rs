@@ -2,14 +2,14 @@
 //! job, each served session settles with that run, and no close is served by
 //! a run that started before its raw memories existed.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, Tenant, TestApp, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-both_backends!(
+every_backend!(
     closes_during_a_run_share_the_next_one,
     a_failed_shared_run_is_listed_by_every_close,
     a_close_still_extracting_moves_to_the_next_run

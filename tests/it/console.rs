@@ -1,7 +1,7 @@
 //! The console over HTTP: signing in, what each page shows, its forms and
 //! their CSRF tokens, the security headers, and hostile conversation text.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp};
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS};
 use reqwest::{Client, Method, StatusCode};
@@ -9,7 +9,7 @@ use serde_json::json;
 use sha2::Digest;
 use std::time::{Duration, Instant};
 
-both_backends!(
+every_backend!(
     signing_in_and_what_a_tenant_sees,
     forms_need_their_csrf_token_and_change_things,
     an_admin_picks_a_tenant_and_a_revoked_key_signs_out,
@@ -84,7 +84,7 @@ async fn error_page(
     status
 }
 
-both_backends!(signing_out_ends_the_session_everywhere);
+every_backend!(signing_out_ends_the_session_everywhere);
 
 async fn signing_out_ends_the_session_everywhere(backend: Backend) {
     let app = TestApp::start(backend).await;

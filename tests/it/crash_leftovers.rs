@@ -2,7 +2,6 @@
 //! killed import's staging files, an upload cut short, a rollout file longer
 //! than what the database committed; and a resume that replays a backlog.
 
-use crate::both_backends;
 use crate::harness::Backend;
 use crate::portability::tar_gz;
 use crate::process::{Memoryd, database_env, get_json, new_tenant, post_segment};
@@ -10,12 +9,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::AsyncWriteExt;
-
-both_backends!(
-    a_killed_import_leaves_nothing_after_its_retry_and_a_forget,
-    an_upload_cut_by_a_kill_is_swept_at_start_up,
-    rollout_files_past_their_commit_are_repaired_at_start_up,
-);
 
 /// Every file under `dir`, recursively.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -37,6 +30,14 @@ fn staging_files(dir: &Path) -> Vec<PathBuf> {
         .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".memoryd-")))
         .collect()
 }
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
+    rollout_files_past_their_commit_are_repaired_at_start_up,
+    a_killed_import_leaves_nothing_after_its_retry_and_a_forget,
+    an_upload_cut_by_a_kill_is_swept_at_start_up,
+);
 
 async fn wait_for_job(http: &reqwest::Client, base: &str, key: &str, job_id: &str, limit: Duration) -> Value {
     let started = Instant::now();

@@ -2,14 +2,18 @@
 //! extracted early, and a close then makes no phase-one model call for the
 //! ones that did not grow.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-both_backends!(idle_rollouts_are_extracted_before_the_close, eager_phase_one_is_off_by_default);
+every_backend!(eager_phase_one_is_off_by_default);
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(idle_rollouts_are_extracted_before_the_close,);
 
 async fn jobs(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
     app.json(Method::GET, &format!("/v1/jobs?{query}"), key).await["jobs"].as_array().unwrap().clone()

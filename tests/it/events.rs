@@ -3,8 +3,8 @@
 //! address rules, and the live stream with its resume; the real binary
 //! killed with deliveries pending, and two replicas sharing the deliveries.
 
-use crate::both_backends;
 use crate::console::{Browser, hidden};
+use crate::every_backend;
 use crate::harness::{Backend, Tenant, TestApp, isolated_postgres_url, status_code_body};
 use crate::process::{Memoryd, new_tenant};
 use axum::body::Bytes;
@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-both_backends!(
+every_backend!(
     a_close_is_delivered_as_signed_session_closed_and_run_succeeded,
     a_failed_delivery_is_retried_with_the_same_webhook_id,
     a_failing_endpoint_is_paused_not_hammered,
@@ -619,16 +619,14 @@ fn hook_env(extra: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
     env
 }
 
-both_backends!(events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart, a_stream_ends_at_shutdown);
+every_backend!(events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart, a_stream_ends_at_shutdown);
 
 async fn events_undelivered_at_a_kill_9_are_all_delivered_after_the_restart(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
     let receiver = Receiver::start().await;
     let mut extra = vec![("MEMORYD_DATA_DIR", dir.path().join("data").display().to_string())];
-    if backend == Backend::Postgres {
-        extra.push(("DATABASE_URL", isolated_postgres_url().await));
-    }
+    extra.extend(crate::process::database_env(backend).await);
     let env = hook_env(extra);
     let mut first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
     first.ready(&http).await;

@@ -1,7 +1,7 @@
 //! Forgetting (SPEC §2.7): a conversation, a workspace, a tenant, with
 //! nothing left behind in files, API answers or the database.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp, status_code_body, use_model};
 use reqwest::Method;
@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-both_backends!(
-    a_forgotten_conversation_leaves_nothing_behind,
+every_backend!(
     rebuild_consolidates_every_remaining_memory_as_added,
     forget_requests_are_checked,
     a_workspace_forget_ends_its_sessions_at_once,
@@ -63,15 +62,25 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Every file of the volume that holds `needle` in its path or its bytes.
-fn volume_mentions(app: &TestApp, t: &Tenant, needle: &str) -> Vec<PathBuf> {
-    files_under(&app.data_dir.join("workspaces").join(&t.id))
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(a_forgotten_conversation_leaves_nothing_behind,);
+
+/// Every file of the volume (or the replica's cache) and every object of
+/// the bucket, where the files live in one, that holds `needle` in its path
+/// or its bytes.
+async fn volume_mentions(app: &TestApp, t: &Tenant, needle: &str) -> Vec<PathBuf> {
+    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let mut found: Vec<PathBuf> = files_under(&app.data_dir.join("workspaces").join(&t.id))
         .into_iter()
-        .filter(|p| {
-            p.to_string_lossy().contains(needle)
-                || std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
-        })
-        .collect()
+        .filter(|p| p.to_string_lossy().contains(needle) || std::fs::read(p).is_ok_and(|b| holds(&b)))
+        .collect();
+    if let Some(prefix) = &app.bucket_prefix {
+        let objects = crate::s3::objects_under(prefix).await;
+        let named = objects.into_iter().filter(|(key, bytes)| key.contains(needle) || holds(bytes));
+        found.extend(named.map(|(key, _)| PathBuf::from(format!("s3://{prefix}/{key}"))));
+    }
+    found
 }
 
 fn pg_dump_binary() -> PathBuf {
@@ -94,7 +103,7 @@ fn pg_dump_binary() -> PathBuf {
 /// SQLite file and its WAL on SQLite.
 fn database_bytes(app: &TestApp, backend: Backend) -> Vec<u8> {
     match backend {
-        Backend::Postgres => {
+        Backend::Postgres | Backend::Bucket => {
             let url = &app.database_url;
             let (base, query) = url.split_once('?').unwrap();
             let schema = query.rsplit("search_path%3D").next().unwrap().split('&').next().unwrap();
@@ -185,8 +194,7 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
     let secret = canary();
     conversation(&app, &t, "s1", "chat-canary", &format!("My locker code is {secret}.")).await;
     conversation(&app, &t, "s2", "chat-keep", "I prefer green tea in the morning.").await;
-    let memory_path = app.workspace_dir(&t, "default").join("memories/MEMORY.md");
-    let memory = std::fs::read_to_string(&memory_path).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert!(memory.contains(&secret) && memory.contains("green tea"), "{memory}");
     assert!(database_holds(&app, backend, &secret), "the history holds it before the forget");
     // A running agent used it: a read naming a session, an edit naming the conversation.
@@ -211,8 +219,8 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
 
     // No file, API answer or database byte holds the phrase; only the forget
     // job's own record names the conversation.
-    assert_eq!(volume_mentions(&app, &t, &secret), Vec::<PathBuf>::new());
-    assert_eq!(volume_mentions(&app, &t, "chat-canary"), Vec::<PathBuf>::new());
+    assert_eq!(volume_mentions(&app, &t, &secret).await, Vec::<PathBuf>::new());
+    assert_eq!(volume_mentions(&app, &t, "chat-canary").await, Vec::<PathBuf>::new());
     let answers = api_answers(&app, &t.key).await;
     assert!(!answers.contains(&secret) && !answers.contains("chat-canary"), "{answers}");
     assert!(!database_holds(&app, backend, "canary-reader"), "its uses are forgotten with it");
@@ -272,7 +280,7 @@ async fn a_forgotten_conversation_leaves_nothing_behind(backend: Backend) {
 
     // The rest of the memory stays; the forget's run is in the history
     // without a diff, and the history before it is gone.
-    let memory = std::fs::read_to_string(&memory_path).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert!(memory.contains("green tea"), "{memory}");
     let selection = app.json(Method::GET, &format!("{MEMORY}/phase_two_selection"), &t.key).await;
     let selected: Vec<&str> =
@@ -323,10 +331,9 @@ async fn rebuild_consolidates_every_remaining_memory_as_added(backend: Backend) 
     assert_eq!((&selection["retained_rollout_ids"], &selection["removed"]), (&json!([]), &json!([])));
     let runs = app.json(Method::GET, &format!("{MEMORY}/runs"), &t.key).await;
     assert_eq!((&runs["runs"][0]["added"], &runs["runs"][0]["removed"]), (&json!(2), &json!(0)));
-    let memory = std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/MEMORY.md")).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert!(memory.contains("green tea") && memory.contains("harbour") && !memory.contains("Whiskerton"), "{memory}");
-    let file =
-        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/phase_two_selection.json")).unwrap();
+    let file = app.file_text(&t, "default", "memories/phase_two_selection.json").await;
     assert!(!file.contains("chat-b"), "{file}");
 }
 
@@ -462,7 +469,7 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
     let closed = app.json(Method::POST, "/v1/sessions/s1/close?wait=30", &t.key).await;
     assert_eq!(closed["state"], "closed");
     conversation(&app, &t, "kept", "chat-kept", "I prefer green tea in the morning.").await;
-    assert!(!volume_mentions(&app, &t, &secret).is_empty());
+    assert!(!volume_mentions(&app, &t, &secret).await.is_empty());
     let res = app
         .request(Method::POST, "/v1/sessions/waiting/layouts/default/segments?workspace=team", &t.key)
         .json(&json!({"rollout_id": "chat-2", "input": "still talking"}))
@@ -489,7 +496,7 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
     );
     assert_eq!(in_team[0]["data"]["memory_status"]["status"], "forgotten");
     assert!(!app.workspace_dir(&t, "team").exists());
-    assert_eq!(volume_mentions(&app, &t, &secret), Vec::<PathBuf>::new());
+    assert_eq!(volume_mentions(&app, &t, &secret).await, Vec::<PathBuf>::new());
     assert!(!database_holds(&app, backend, &secret));
     for path in ["/v1/workspaces/team/layouts/default/files", "/v1/sessions/s1"] {
         assert_eq!(app.request(Method::GET, path, &t.key).send().await.unwrap().status(), 404, "{path}");
@@ -499,7 +506,10 @@ async fn a_forgotten_workspace_is_gone_and_its_name_free(backend: Backend) {
         listed["workspaces"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["default"]);
     assert!(
-        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/MEMORY.md"))
+        app.file_bytes(&t, "default", "memories/MEMORY.md")
+            .await
+            .map(|b| String::from_utf8(b).unwrap())
+            .ok_or(())
             .unwrap()
             .contains("green tea")
     );
@@ -592,7 +602,7 @@ async fn a_forgotten_tenant_is_locked_out_and_removed(backend: Backend) {
         status_code_body(app.request(Method::DELETE, &path, ADMIN_TOKEN).send().await.unwrap()).await;
     assert_eq!((status, code.as_str()), (404, "not_found"));
     // The other tenant keeps everything.
-    let memory = std::fs::read_to_string(app.workspace_dir(&other, "default").join("memories/MEMORY.md")).unwrap();
+    let memory = app.file_text(&other, "default", "memories/MEMORY.md").await;
     assert!(memory.contains("green tea"));
     assert_eq!(app.request(Method::GET, "/v1/sessions/s1", &other.key).send().await.unwrap().status(), 200);
 }
@@ -629,9 +639,11 @@ async fn a_forget_survives_sigkill(backend: Backend) {
         assert_eq!(closed["state"], "closed", "{closed}");
     }
     let volume = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}"));
-    let mentions =
-        || files_under(&volume).into_iter().filter(|p| std::fs::read(p).is_ok_and(|b| holds(&b, &secret))).count();
-    assert!(mentions() >= 3, "rollout, raw memory and summary hold the phrase");
+    let mentions = || async {
+        let on_volume = files_under(&volume).into_iter().filter(|p| std::fs::read(p).is_ok_and(|b| holds(&b, &secret)));
+        on_volume.count() + crate::s3::objects_holding(&env, &secret).await
+    };
+    assert!(mentions().await >= 3, "rollout, raw memory and summary hold the phrase");
 
     // The forget's consolidation hangs in its model call; the process dies there.
     let calls = fake.phase_two_requests().len();
@@ -674,5 +686,5 @@ async fn a_forget_survives_sigkill(backend: Backend) {
         .await
         .unwrap();
     assert!(!files.to_string().contains("r_slug") && !files.to_string().contains("raw_memories/r.md"), "{files}");
-    assert_eq!(mentions(), 0);
+    assert_eq!(mentions().await, 0);
 }

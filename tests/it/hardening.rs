@@ -3,7 +3,6 @@
 //! writes. Each test checks what a client sees, and that nothing it was told
 //! is stored went missing.
 
-use crate::both_backends;
 use crate::harness::{Backend, isolated_postgres_url};
 use crate::process::{Memoryd, database_env, jobs_of_kind, new_tenant, settle, spawn_round};
 use reqwest::StatusCode;
@@ -79,6 +78,14 @@ fn segment(i: usize) -> Value {
     json!({"rollout_id": "r", "input": format!("turn {i}: {}", "w".repeat(2000)), "final_output": "ok"})
 }
 
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
+    a_full_disk_answers_507_and_recovers_by_itself,
+    appends_stop_at_the_free_space_watermark,
+    a_killed_attempts_temporary_files_are_removed,
+);
+
 /// One append; its status, code and `Retry-After`.
 async fn append(http: &reqwest::Client, base: &str, key: &str, session: &str, i: usize) -> (StatusCode, String, bool) {
     let res = http
@@ -126,8 +133,6 @@ async fn with_three_segments(
 async fn status_of(http: &reqwest::Client, url: String) -> StatusCode {
     http.get(url).send().await.unwrap().status()
 }
-
-both_backends!(a_full_disk_answers_507_and_recovers_by_itself, appends_stop_at_the_free_space_watermark);
 
 /// The volume filled to the last byte (the watermark off): every write is
 /// refused with 507 or 503, never 500; once space is freed, service resumes
@@ -340,8 +345,6 @@ async fn a_lost_database_answers_503_fast_and_service_resumes() {
     assert_eq!(rollout_turns(&data_dir, &tenant), acknowledged);
     assert!(!memoryd.log_text().contains("\"status\":500"), "a request answered 500");
 }
-
-both_backends!(a_killed_attempts_temporary_files_are_removed);
 
 fn leftovers_under(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();

@@ -11,6 +11,18 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub enum Backend {
     Postgres,
     Sqlite,
+    /// Postgres, the workspace files in the tests' object store.
+    Bucket,
+}
+
+impl Backend {
+    /// The database this backend keeps its records in.
+    pub fn database(self) -> Self {
+        match self {
+            Self::Bucket => Self::Postgres,
+            database => database,
+        }
+    }
 }
 
 /// The Postgres the tests use: `MEMORYD_TEST_DATABASE_URL`, else a
@@ -55,9 +67,9 @@ pub enum Database {
 
 impl Database {
     pub async fn connect(backend: Backend, url: &str) -> Self {
-        match backend {
-            Backend::Postgres => Self::Postgres(<sqlx::PgConnection as sqlx::Connection>::connect(url).await.unwrap()),
+        match backend.database() {
             Backend::Sqlite => Self::Sqlite(<sqlx::SqliteConnection as sqlx::Connection>::connect(url).await.unwrap()),
+            _ => Self::Postgres(<sqlx::PgConnection as sqlx::Connection>::connect(url).await.unwrap()),
         }
     }
 
@@ -87,6 +99,8 @@ pub struct TestApp {
     pub data_dir: PathBuf,
     /// The database this memoryd uses (a schema of its own on Postgres).
     pub database_url: String,
+    /// Where its workspace files are in the tests' bucket (`Backend::Bucket`).
+    pub bucket_prefix: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -102,11 +116,17 @@ impl TestApp {
 
     pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let database_url = match backend {
-            Backend::Postgres => Some(isolated_postgres_url().await),
+        let database_url = match backend.database() {
             Backend::Sqlite => None,
+            _ => Some(isolated_postgres_url().await),
         };
         let mut config = Config::embedded(dir.path().join("data"), database_url);
+        let mut bucket_prefix = None;
+        if backend == Backend::Bucket {
+            let (url, prefix) = crate::s3::fresh_prefix().await;
+            crate::s3::store_in(&mut config, &url);
+            bucket_prefix = Some(prefix);
+        }
         config.admin_token = Some(ADMIN_TOKEN.into());
         config.model.base_url = "http://127.0.0.1:9/v1".into();
         config.model.timeout = Duration::from_secs(10);
@@ -119,7 +139,7 @@ impl TestApp {
         let (data_dir, database_url) = (config.data_dir.clone(), config.database_url());
         let server = start(config, listener).await.expect("memoryd starts");
         let base = format!("http://{}", server.addr);
-        Self { server: Some(server), base, client: Client::new(), data_dir, database_url, _dir: dir }
+        Self { server: Some(server), base, client: Client::new(), data_dir, database_url, bucket_prefix, _dir: dir }
     }
 
     pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
@@ -195,6 +215,44 @@ impl TestApp {
     pub fn workspace_dir(&self, tenant: &Tenant, workspace: &str) -> PathBuf {
         self.data_dir.join("workspaces").join(&tenant.id).join(workspace)
     }
+
+    /// A workspace file as memoryd's readers see it, wherever the files
+    /// live: on the volume, or (a bucket) the current version of a memory
+    /// file, a rollout's object and journal; `None` when absent.
+    pub async fn file_bytes(&self, tenant: &Tenant, workspace: &str, path: &str) -> Option<Vec<u8>> {
+        let Some(prefix) = &self.bucket_prefix else {
+            return std::fs::read(self.workspace_dir(tenant, workspace).join(path)).ok();
+        };
+        let store = memoryd::store::connect(&self.database_url).await.unwrap();
+        let url = format!("s3://{}/{prefix}", crate::s3::BUCKET).parse().unwrap();
+        let bucket = memoryd::bucket::Bucket { url, objects: crate::s3::bucket() };
+        let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
+        if let Some(version) = store.current_file(id, &ws, path).await.unwrap() {
+            return Some(bucket.read_version(id, &ws, path, &version).await.unwrap());
+        }
+        let rollout = memoryd::domain::ids::RolloutId::from_file_name(path)?;
+        for stored in memoryd::store::with_implicit_default(store.stored_layouts(id).await.unwrap()) {
+            let at = memoryd::store::journal_records::RolloutAt {
+                tenant: id,
+                workspace: &ws,
+                layout: &stored.name,
+                rollout: &rollout,
+            };
+            let sessions = stored.layout.sessions_dir.normalized.as_str();
+            if path.strip_prefix(sessions).is_some_and(|rest| rest.starts_with('/'))
+                && let Some(bytes) = bucket.rollout_bytes(store.as_ref(), at, path).await.unwrap()
+            {
+                return Some(bytes);
+            }
+        }
+        None
+    }
+
+    /// [`Self::file_bytes`] as text, which must be there.
+    pub async fn file_text(&self, tenant: &Tenant, workspace: &str, path: &str) -> String {
+        let bytes = self.file_bytes(tenant, workspace, path).await;
+        String::from_utf8(bytes.unwrap_or_else(|| panic!("{path} is not there"))).unwrap()
+    }
 }
 
 /// Makes a test app use the fake model over `api` (`responses` or `chat_completions`).
@@ -217,9 +275,34 @@ pub async fn status_code_body(res: Response) -> (u16, String, Value) {
     (status, code, body)
 }
 
-/// Runs each listed test body once against Postgres and once against SQLite.
+/// Runs each listed test body once against Postgres, once against SQLite
+/// and once against Postgres with the workspace files in an object store.
 #[macro_export]
-macro_rules! both_backends {
+macro_rules! every_backend {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::harness::Backend::Postgres).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::harness::Backend::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn bucket() {
+                    super::$name($crate::harness::Backend::Bucket).await
+                }
+            }
+        )*
+    };
+}
+
+/// Runs each listed test body once against Postgres and once against SQLite
+/// (tests of the database alone, or that choose their storage themselves).
+#[macro_export]
+macro_rules! both_databases {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {

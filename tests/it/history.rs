@@ -1,18 +1,18 @@
 //! Memory history (SPEC §2.6): each run's diff, files as a run left them,
 //! restores through a run of their own, and pruning to the newest runs.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, Tenant, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(
-    runs_show_their_diffs_and_the_files_they_left,
-    a_restore_puts_the_memory_back_through_a_run_of_its_own,
-    history_is_kept_for_the_newest_runs_only,
-);
+every_backend!(a_restore_puts_the_memory_back_through_a_run_of_its_own, history_is_kept_for_the_newest_runs_only,);
 
 const RUNS: &str = "/v1/workspaces/default/layouts/default/runs";
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(runs_show_their_diffs_and_the_files_they_left,);
 
 /// Appends one conversation in a session of its own, closes it and waits:
 /// the extractive provider's consolidation then is the newest run.
@@ -76,7 +76,7 @@ async fn runs_show_their_diffs_and_the_files_they_left(backend: Backend) {
     let (status, after_first) = file_at(&app, &t.key, "MEMORY.md", Some(&first)).await;
     assert_eq!(status, 200);
     assert!(after_first.contains("green tea") && !after_first.contains("black coffee"), "{after_first}");
-    let on_disk = std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/MEMORY.md")).unwrap();
+    let on_disk = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert_eq!(file_at(&app, &t.key, "MEMORY.md", Some(&second)).await, (200, on_disk.clone()));
     assert_eq!(file_at(&app, &t.key, "./MEMORY.md", None).await, (200, on_disk));
     assert_eq!(memory["after_bytes"].as_u64(), Some(file_at(&app, &t.key, "MEMORY.md", None).await.1.len() as u64));

@@ -2,7 +2,6 @@
 //! real binary: each is refused, or taken, while the process's peak resident
 //! memory grows by less than 128 MiB over what it held before the upload.
 
-use crate::both_backends;
 use crate::harness::Backend;
 use crate::process::{Memoryd, database_env, new_tenant};
 use serde_json::Value;
@@ -10,11 +9,12 @@ use std::io::Write;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-both_backends!(archives_built_to_exhaust_memory_take_a_bounded_buffer);
-
 const MIB: u64 = 1 << 20;
 /// The process's memory may grow by less than this for any one archive.
 const BOUND: u64 = 128 * MIB;
+
+// Not yet on the object store (issue 63): imports are refused there for now.
+crate::both_databases!(archives_built_to_exhaust_memory_take_a_bounded_buffer,);
 
 /// A field of `/proc/<pid>/status`, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {

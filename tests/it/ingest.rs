@@ -1,21 +1,22 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, TestApp, status_code_body};
 use memoryd::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::io::Write;
 
-both_backends!(
+every_backend!(
     segments_are_sanitised_and_stored_in_sdk_order,
     rollout_ids_follow_the_sdk_rules,
     bad_segments_get_problem_documents,
     segments_create_sessions_and_layout_folders,
     idempotency_keys_replay_and_conflict,
-    torn_tails_never_become_visible,
     concurrent_appends_to_one_rollout_stay_whole_and_ordered,
     empty_bodies_are_refused_and_big_integers_keep_their_digits,
     a_typescript_runs_tool_results_are_kept_and_reach_phase_one,
 );
+// A file's torn tail: rollouts in a bucket have no file (their journal is in the database).
+crate::both_databases!(torn_tails_never_become_visible);
 
 /// SPEC §2.2: a segment as openai-agents-js's `buildMemoryRolloutPayload`
 /// makes it keeps that SDK's own item types, each one, and phase one sees them.
@@ -40,8 +41,7 @@ async fn a_typescript_runs_tool_results_are_kept_and_reach_phase_one(backend: Ba
             "final_output": "It rains."
         });
         assert_eq!(app.post_segment(&t.key, "ts", "default", body).await.status(), 201);
-        let line =
-            std::fs::read_to_string(app.workspace_dir(&t, "default").join(format!("sessions/ts-{n}.jsonl"))).unwrap();
+        let line = app.file_text(&t, "default", &format!("sessions/ts-{n}.jsonl")).await;
         let stored: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(stored["generated_items"], json!([item]), "kept as sent, reasoning dropped");
     }
@@ -83,7 +83,7 @@ async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
         json!({"session_id": "s", "layout": "default", "rollout_id": "chat-42", "segment_index": 0,
                "rollout_path": "sessions/chat-42.jsonl"})
     );
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/chat-42.jsonl")).unwrap();
+    let line = app.file_text(&t, "default", "sessions/chat-42.jsonl").await;
     assert_eq!(
         line,
         concat!(
@@ -102,7 +102,7 @@ async fn segments_are_sanitised_and_stored_in_sdk_order(backend: Backend) {
         .await;
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["segment_index"], 1);
-    let text = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/chat-42.jsonl")).unwrap();
+    let text = app.file_text(&t, "default", "sessions/chat-42.jsonl").await;
     let second: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
     let keys: Vec<&str> = second.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, ["updated_at", "rollout_id", "input", "generated_items", "interruptions", "terminal_metadata"]);
@@ -134,14 +134,14 @@ async fn rollout_ids_follow_the_sdk_rules(backend: Backend) {
         assert_eq!(res.status(), 201, "{given:?}");
         let receipt: Value = res.json().await.unwrap();
         assert_eq!(receipt["rollout_path"], format!("sessions/{file}"));
-        assert!(app.workspace_dir(&t, "default").join("sessions").join(&file).exists());
+        assert!(app.file_bytes(&t, "default", &format!("sessions/{file}")).await.is_some());
     }
     let res = app.post_segment(&t.key, "s", "default", json!({"final_output": "x"})).await;
     let receipt: Value = res.json().await.unwrap();
     let id = receipt["rollout_id"].as_str().unwrap();
     let hex = id.strip_prefix("run-").unwrap();
     assert!(hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join(format!("sessions/{id}.jsonl"))).unwrap();
+    let line = app.file_text(&t, "default", &format!("sessions/{id}.jsonl")).await;
     assert!(line.contains(&format!("\"rollout_id\":\"{id}\"")));
 }
 
@@ -195,7 +195,7 @@ async fn bad_segments_get_problem_documents(backend: Backend) {
     let (status, code, _) =
         status_code_body(app.post_segment(&t.key, "s", "ro", json!({"rollout_id": "r"})).await).await;
     assert_eq!((status, code.as_str()), (409, "generation_disabled"));
-    assert!(!app.workspace_dir(&t, "default").join("ro_sessions/r.jsonl").exists());
+    assert!(app.file_bytes(&t, "default", "ro_sessions/r.jsonl").await.is_none());
     let res = app.request(Method::GET, "/v1/sessions/s", &t.key).send().await.unwrap();
     assert_eq!(res.status(), 404, "refused segments neither append nor open a session");
 }
@@ -221,12 +221,16 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     assert_eq!(res.status(), 201);
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["rollout_path"], "team_sessions/r1.jsonl");
-    let root = app.workspace_dir(&t, "proj-1");
-    for dir in ["team_sessions", "team/memory/raw_memories", "team/memory/rollout_summaries", "team/memory/skills"] {
-        assert!(root.join(dir).is_dir(), "{dir}");
-    }
-    for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
-        assert_eq!(std::fs::read(root.join(file)).unwrap(), b"", "{file}");
+    // A bucket has no folders; its jobs' copies are given them (R-LAY-3).
+    if backend != Backend::Bucket {
+        let root = app.workspace_dir(&t, "proj-1");
+        for dir in ["team_sessions", "team/memory/raw_memories", "team/memory/rollout_summaries", "team/memory/skills"]
+        {
+            assert!(root.join(dir).is_dir(), "{dir}");
+        }
+        for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
+            assert_eq!(std::fs::read(root.join(file)).unwrap(), b"", "{file}");
+        }
     }
     let view = app.json(Method::GET, "/v1/sessions/fresh", &t.key).await;
     assert_eq!(view["workspace"], "proj-1");
@@ -235,13 +239,13 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     assert_eq!((status, code.as_str()), (409, "idempotency_conflict"));
     // Without ?workspace= the session's own workspace is used.
     assert_eq!(app.post_segment(&t.key, "fresh", "team", json!({"rollout_id": "r1"})).await.status(), 201);
-    let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
+    let text = app.file_text(&t, "proj-1", "team_sessions/r1.jsonl").await;
     assert_eq!(text.lines().count(), 2);
     // A new session in the same workspace continues the rollout it names.
     let res = to_r1_in("later", "proj-1").await.unwrap();
     assert_eq!(res.status(), 201);
     assert_eq!(res.json::<Value>().await.unwrap()["segment_index"], 2);
-    let text = std::fs::read_to_string(root.join("team_sessions/r1.jsonl")).unwrap();
+    let text = app.file_text(&t, "proj-1", "team_sessions/r1.jsonl").await;
     assert_eq!(text.lines().count(), 3);
 }
 
@@ -262,8 +266,8 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
     let replay = send("k1", body.clone()).await.unwrap();
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.json::<Value>().await.unwrap(), first, "the first response, generated id included");
-    let path = app.workspace_dir(&t, "default").join(format!("sessions/{rollout}.jsonl"));
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    let path = format!("sessions/{rollout}.jsonl");
+    assert_eq!(app.file_text(&t, "default", &path).await.lines().count(), 1);
 
     let (status, code, _) = status_code_body(send("k1", json!({"input": "other"})).await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "idempotency_conflict"));
@@ -274,7 +278,7 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
     assert_eq!(replay.json::<Value>().await.unwrap(), first);
     let (status, code, _) = status_code_body(send("k2", body.clone()).await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "session_closed"));
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    assert_eq!(app.file_text(&t, "default", &path).await.lines().count(), 1);
 
     let other = app.tenant().await;
     let res = app
@@ -372,7 +376,7 @@ async fn concurrent_appends_to_one_rollout_stay_whole_and_ordered(backend: Backe
         assert!(mine.windows(2).all(|w| w[0].0 < w[1].0), "one client's segments keep their order");
         acknowledged.extend(mine);
     }
-    let text = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/shared.jsonl")).unwrap();
+    let text = app.file_text(&t, "default", "sessions/shared.jsonl").await;
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("whole JSON lines")).collect();
     assert_eq!(lines.len(), CLIENTS * SEGMENTS);
     acknowledged.sort();
@@ -405,7 +409,7 @@ async fn empty_bodies_are_refused_and_big_integers_keep_their_digits(backend: Ba
     let res =
         app.request(Method::POST, "/v1/sessions/s/layouts/default/segments", &t.key).body(body).send().await.unwrap();
     assert_eq!(res.status(), 201);
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/big.jsonl")).unwrap();
+    let line = app.file_text(&t, "default", "sessions/big.jsonl").await;
     assert!(
         line.contains(r#""id":123456789012345678901234567890,"neg":-98765432109876543210,"f":100000.0,"g":2.5,"z":0}"#),
         "{line}"

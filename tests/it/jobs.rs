@@ -1,4 +1,4 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp};
 use chrono::Utc;
@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-both_backends!(
+every_backend!(
     a_worker_that_lost_its_lease_cannot_record_its_result,
     finishes_recorded_together_keep_each_ones_fence,
     a_batch_of_finishes_records_each_as_alone,

@@ -5,11 +5,10 @@
 
 use crate::harness::{Backend, Database, Tenant, TestApp};
 use crate::s3;
-use memoryd::bucket::{Bucket, BucketUrl};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-crate::both_backends!(
+crate::both_databases!(
     acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_the_object,
     a_forgotten_rollout_leaves_no_object_and_no_journal_line,
     a_lost_rewrite_record_or_a_leftover_object_is_set_right,
@@ -18,8 +17,7 @@ crate::both_backends!(
 
 async fn in_a_bucket(backend: Backend) -> (TestApp, String) {
     let (url, prefix) = s3::fresh_prefix().await;
-    let bucket = Bucket { url: url.parse::<BucketUrl>().unwrap(), objects: s3::bucket() };
-    let app = TestApp::start_with(backend, move |config| config.rollouts_bucket = Some(bucket)).await;
+    let app = TestApp::start_with(backend, move |config| s3::store_in(config, &url)).await;
     (app, prefix)
 }
 
@@ -90,7 +88,7 @@ async fn a_forgotten_rollout_leaves_no_object_and_no_journal_line(backend: Backe
     close(&app, &t, "s2").await;
     // As a line whose rewrite failed would be: still in the journal when the forget comes.
     db.run(match backend {
-        Backend::Postgres => {
+        Backend::Postgres | Backend::Bucket => {
             "INSERT INTO rollout_journal SELECT tenant_id, workspace, layout, rollout_id, committed_len,
                  convert_to('{\"input\": \"CANARY-7f3a-in-the-bucket\"}', 'UTF8') FROM rollouts WHERE rollout_id = 'chat-1'"
         }
@@ -152,9 +150,8 @@ async fn a_lost_rewrite_record_or_a_leftover_object_is_set_right(backend: Backen
 /// lines moved into its object once it has been idle.
 async fn an_idle_rollout_s_lines_move_into_its_object_with_no_close(backend: Backend) {
     let (url, prefix) = s3::fresh_prefix().await;
-    let bucket = Bucket { url: url.parse::<BucketUrl>().unwrap(), objects: s3::bucket() };
     let app = TestApp::start_with(backend, move |config| {
-        config.rollouts_bucket = Some(bucket);
+        s3::store_in(config, &url);
         config.test_idle_rollout = Some(std::time::Duration::from_secs(1));
     })
     .await;

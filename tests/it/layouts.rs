@@ -1,9 +1,9 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(
+every_backend!(
     layouts_are_created_read_and_replaced_with_etags,
     a_layout_answers_its_defaults_and_takes_them_back_unchanged,
     layout_rules_give_the_sdk_messages,
@@ -202,8 +202,8 @@ async fn layouts_are_private_to_a_tenant(backend: Backend) {
     assert_eq!(names, ["default", "mine"]);
     let res = app.post_segment(&b.key, "s", "mine", json!({"rollout_id": "r"})).await;
     assert_eq!(res.status(), 201);
-    assert!(!app.workspace_dir(&a, "default").join("s1/r.jsonl").exists());
-    assert!(app.workspace_dir(&b, "default").join("s1/r.jsonl").exists());
+    assert!(app.file_bytes(&a, "default", "s1/r.jsonl").await.is_none());
+    assert!(app.file_bytes(&b, "default", "s1/r.jsonl").await.is_some());
 }
 
 /// SPEC §2.1: no folder of a tenant's layouts may equal or contain another
@@ -252,5 +252,5 @@ async fn nested_or_unusable_folders_are_refused(backend: Backend) {
     // The data-loss case stays impossible: segments to x and to the default land apart.
     let res = app.post_segment(&t.key, "s", "default", json!({"rollout_id": "r"})).await;
     assert_eq!(res.status(), 201);
-    assert!(app.workspace_dir(&t, "default").join("sessions/r.jsonl").exists());
+    assert!(app.file_bytes(&t, "default", "sessions/r.jsonl").await.is_some());
 }

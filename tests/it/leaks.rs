@@ -2,20 +2,18 @@
 //! hide behind JSON escapes, names made from secrets, the consolidation
 //! agent's reads, imported files, and the outbox after a forget.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, Tenant, TestApp, use_model};
 use crate::portability::{imported, tar_gz};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(
+every_backend!(
     secrets_behind_escapes_never_reach_the_model,
     no_name_or_lowercase_copy_holds_a_secret,
     the_consolidation_agents_reads_are_redacted,
-    an_imported_workspaces_secrets_are_redacted,
     a_forgotten_workspace_leaves_the_outbox,
-    an_imported_sdk_memory_keeps_its_prose_offline,
 );
 
 const AWS: &str = "AKIAIOSFODNN7EXAMPLE";
@@ -39,6 +37,10 @@ fn files_of(dir: &std::path::Path) -> Vec<(String, String)> {
     }
     out
 }
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(an_imported_workspaces_secrets_are_redacted, an_imported_sdk_memory_keeps_its_prose_offline,);
 
 async fn close(app: &TestApp, t: &Tenant, session: &str) -> Value {
     let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).await;
@@ -167,7 +169,7 @@ async fn an_imported_workspaces_secrets_are_redacted(backend: Backend) {
     let instructions = app.json(Method::GET, &format!("{base}/instructions"), &t.key).await;
     assert!(!instructions.to_string().contains(OPENAI), "{instructions}");
     // The rollout keeps its bytes (no at_ingest); the next consolidation's model sees no secret.
-    let rollout = std::fs::read_to_string(app.workspace_dir(&t, "sdk").join("sessions/sdk-1.jsonl")).unwrap();
+    let rollout = app.file_text(&t, "sdk", "sessions/sdk-1.jsonl").await;
     assert!(rollout.contains(AWS));
     let body = json!({"rollout_id": "own", "input": "hello", "final_output": "hi"});
     let res = app.request(Method::POST, "/v1/sessions/n1/layouts/default/segments?workspace=sdk", &t.key).json(&body);
@@ -256,7 +258,7 @@ async fn an_imported_sdk_memory_keeps_its_prose_offline(backend: Backend) {
     let res = app.request(Method::POST, "/v1/sessions/n1/layouts/default/segments?workspace=sdk", &t.key).json(&body);
     assert_eq!(res.send().await.unwrap().status(), 201);
     close(&app, &t, "n1").await;
-    let memory = std::fs::read_to_string(app.workspace_dir(&t, "sdk").join("memories/MEMORY.md")).unwrap();
+    let memory = app.file_text(&t, "sdk", "memories/MEMORY.md").await;
     assert!(memory.contains("The user's CI runs on GitHub Actions with a pinned runner image."), "{memory}");
     assert!(memory.contains("Bump the cache key whenever the lockfile changes."), "{memory}");
 }

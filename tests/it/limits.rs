@@ -1,13 +1,13 @@
 //! Limits (SPEC §2.9): an operator sets a tenant's, the tenant reads them,
 //! and its requests pass a token bucket with the IETF RateLimit fields.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::json;
 use std::time::Duration;
 
-both_backends!(
+every_backend!(
     a_tenants_burst_meets_429_while_another_is_untouched,
     limits_are_set_read_and_checked,
     open_sessions_are_capped,

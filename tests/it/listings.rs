@@ -1,13 +1,13 @@
 //! Listings (SPEC §2.6): sessions, jobs and runs a page at a time behind
 //! keyset cursors, workspaces, a layout's memory files, and tenants.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
-both_backends!(
+every_backend!(
     sessions_page_by_cursor_and_stay_stable_under_inserts,
     jobs_and_runs_page_by_cursor,
     workspaces_files_and_tenants_are_listed,

@@ -1,5 +1,5 @@
 //! HTTP tests against the real router on a free port, once on Postgres and
-//! once on SQLite (see `both_backends!`).
+//! once on SQLite (see `every_backend!`).
 
 use memoryd::fake_model as fake_llm;
 mod harness;

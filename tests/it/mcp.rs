@@ -2,13 +2,13 @@
 //! resources paged over every workspace the key reaches, the protocol's own
 //! errors for what is not there, and results that keep to 64 KiB.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, TestApp};
 use crate::round_three::{conversation, key_of, usage_of};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(
+every_backend!(
     resources_page_through_every_file_the_key_reaches,
     unknown_names_are_protocol_errors,
     a_resource_read_counts_usage_as_memory_read_does
@@ -107,7 +107,7 @@ async fn unknown_names_are_protocol_errors(backend: Backend) {
     assert!(failing["result"].get("structuredContent").is_none(), "{failing}");
 }
 
-both_backends!(a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on);
+every_backend!(a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on);
 
 async fn a_file_over_64_kib_is_read_in_results_that_say_how_to_go_on(backend: Backend) {
     let app = TestApp::start(backend).await;

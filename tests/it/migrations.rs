@@ -2,7 +2,7 @@
 //! release is adopted by sqlx's migrator, keeps its data and gets the newer
 //! migrations; an applied migration that was edited afterwards stops start-up.
 
-use crate::both_backends;
+use crate::both_databases;
 use crate::harness::{Backend, TestApp, isolated_postgres_url};
 use clap::Parser;
 use reqwest::Method;
@@ -13,7 +13,7 @@ use sqlx::{AssertSqlSafe, Connection, Row};
 const PREVIOUS_RELEASE: [&str; 4] =
     ["0001_core.sql", "0002_jobs.sql", "0003_phase_two.sql", "0004_selection_order.sql"];
 
-both_backends!(a_database_of_the_previous_release_upgrades);
+both_databases!(a_database_of_the_previous_release_upgrades);
 
 /// Runs `statements` on a fresh connection to `url`; returns the rows of the last.
 async fn run(backend: Backend, url: &str, statements: &[String]) -> Vec<i64> {
@@ -34,7 +34,7 @@ async fn run(backend: Backend, url: &str, statements: &[String]) -> Vec<i64> {
         }};
     }
     match backend {
-        Backend::Postgres => on!(sqlx::PgConnection),
+        Backend::Postgres | Backend::Bucket => on!(sqlx::PgConnection),
         Backend::Sqlite => on!(sqlx::SqliteConnection),
     }
 }
@@ -42,7 +42,7 @@ async fn run(backend: Backend, url: &str, statements: &[String]) -> Vec<i64> {
 async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (url, dialect) = match backend {
-        Backend::Postgres => (isolated_postgres_url().await, "postgres"),
+        Backend::Postgres | Backend::Bucket => (isolated_postgres_url().await, "postgres"),
         Backend::Sqlite => (format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display()), "sqlite"),
     };
     // The previous release's runner: each file once, recorded in memoryd_migrations.
@@ -58,7 +58,7 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     let hash: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     let tenant = uuid::Uuid::new_v4();
     let (id_literal, key_id_literal) = match backend {
-        Backend::Postgres => (format!("'{tenant}'"), format!("'{}'", uuid::Uuid::new_v4())),
+        Backend::Postgres | Backend::Bucket => (format!("'{tenant}'"), format!("'{}'", uuid::Uuid::new_v4())),
         Backend::Sqlite => {
             let blob = |u: uuid::Uuid| format!("X'{}'", u.simple());
             (blob(tenant), blob(uuid::Uuid::new_v4()))
@@ -99,7 +99,7 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
                       WHERE key = 'old-key' AND workspace = 'team' AND layout = 'default' AND rollout_id = 'old-r'";
     assert_eq!(run(backend, &url, &[backfilled.into()]).await, [1]);
     let legacy_left = match backend {
-        Backend::Postgres => {
+        Backend::Postgres | Backend::Bucket => {
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'memoryd_migrations'"
         }
         Backend::Sqlite => "SELECT count(*) FROM sqlite_master WHERE name = 'memoryd_migrations'",
@@ -117,7 +117,7 @@ async fn a_database_of_the_previous_release_upgrades(backend: Backend) {
     assert!(format!("{error:?}").contains("VersionMismatch(2)"), "{error:?}");
 }
 
-both_backends!(jobs_queued_by_the_previous_release_run_to_completion);
+both_databases!(jobs_queued_by_the_previous_release_run_to_completion);
 
 const LAYOUT: &str = "/v1/workspaces/default/layouts/default";
 
@@ -126,7 +126,7 @@ const LAYOUT: &str = "/v1/workspaces/default/layouts/default";
 /// and the job-spec migration not applied.
 fn previous_release_jobs(backend: Backend) -> Vec<String> {
     let statements: &[&str] = match backend {
-        Backend::Postgres => &[
+        Backend::Postgres | Backend::Bucket => &[
             "ALTER TABLE jobs ADD COLUMN restore_run_id UUID, ADD COLUMN forget_scope TEXT,
                  ADD COLUMN forget_mode TEXT, ADD COLUMN forget_rollouts TEXT, ADD COLUMN edit_spec TEXT",
             "UPDATE jobs SET restore_run_id = (spec::json->'restore'->>'run_id')::uuid,
@@ -213,7 +213,7 @@ async fn jobs_queued_by_the_previous_release_run_to_completion(backend: Backend)
     // retention sweep leaves its record).
     let mut statements = previous_release_jobs(backend);
     let (restore_id, edit_id) = match backend {
-        Backend::Postgres => (format!("'{restore}'"), format!("'{edit}'")),
+        Backend::Postgres | Backend::Bucket => (format!("'{restore}'"), format!("'{edit}'")),
         Backend::Sqlite => {
             let blob = |id: &str| format!("X'{}'", uuid::Uuid::parse_str(id).unwrap().simple());
             (blob(&restore), blob(&edit))

@@ -1,11 +1,11 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-both_backends!(
+every_backend!(
     three_rollouts_over_the_responses_api,
     three_rollouts_over_chat_completions,
     phase_one_prompts_keep_the_seed_behaviours,
@@ -58,16 +58,15 @@ async fn three_rollouts(backend: Backend, api: &str) {
         assert_eq!(job["usage"], json!({"input_tokens": 120, "output_tokens": 30, "calls": 1}));
         assert!(job["finished_at"].is_string());
     }
-    let memories = app.workspace_dir(&t, "default").join("memories");
     for rollout in ["chat-1", "chat-2", "chat-3"] {
         assert_eq!(
-            std::fs::read_to_string(memories.join(format!("raw_memories/{rollout}.md"))).unwrap(),
+            app.file_text(&t, "default", &format!("memories/raw_memories/{rollout}.md")).await,
             format!(
                 "rollout_id: {rollout}\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nrollout_summary_file: rollout_summaries/{rollout}_fix-ci.md\nterminal_state: completed\n\n---\ndescription: ci\n---\n\n### ci\n- pin keys\n"
             )
         );
         assert_eq!(
-            std::fs::read_to_string(memories.join(format!("rollout_summaries/{rollout}_fix-ci.md"))).unwrap(),
+            app.file_text(&t, "default", &format!("memories/rollout_summaries/{rollout}_fix-ci.md")).await,
             format!(
                 "session_id: s1\nupdated_at: 2026-04-15T00:00:00+00:00\nrollout_path: sessions/{rollout}.jsonl\nterminal_state: completed\n\nFixed the CI cache.\n\n## Tasks\n- done\n"
             )
@@ -249,13 +248,13 @@ async fn a_rollout_holding_non_finite_numbers_is_extracted(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(res.status(), 201);
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/inf.jsonl")).unwrap();
+    let line = app.file_text(&t, "default", "sessions/inf.jsonl").await;
     assert!(line.contains("\"final_output\":Infinity") && line.contains("-Infinity"), "{line}");
     let closed = app.json(Method::POST, "/v1/sessions/s/close?wait=30", &t.key).await;
     assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
     let sent = fake.phase_one_requests()[0].user_message();
     assert!(sent.contains("Infinity"), "the model reads the rollout as written");
-    assert!(app.workspace_dir(&t, "default").join("memories/rollout_summaries/inf_huge.md").exists());
+    assert!(app.file_bytes(&t, "default", "memories/rollout_summaries/inf_huge.md").await.is_some());
 }
 
 async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {
@@ -287,7 +286,7 @@ async fn permanent_faults_fail_the_job_and_retry_revives_it(backend: Backend) {
     let jobs = app.settled_jobs(&t.key, "kind=phase_one").await;
     assert_eq!(jobs[0]["state"], "succeeded");
     assert_eq!(jobs[0]["attempts"], 1);
-    assert!(app.workspace_dir(&t, "default").join("memories/rollout_summaries/r_healed.md").exists());
+    assert!(app.file_bytes(&t, "default", "memories/rollout_summaries/r_healed.md").await.is_some());
     let (status, code, _) =
         status_code_body(app.request(Method::POST, &format!("/v1/jobs/{id}/retry"), &t.key).send().await.unwrap())
             .await;
@@ -304,7 +303,7 @@ async fn empty_partial_and_unusable_answers(backend: Backend) {
     close(&app, &t.key, "a").await;
     let jobs = app.settled_jobs(&t.key, "session_id=a&kind=phase_one").await;
     assert_eq!(jobs[0]["state"], "skipped");
-    assert!(!app.workspace_dir(&t, "default").join("memories/raw_memories/empty.md").exists());
+    assert!(app.file_bytes(&t, "default", "memories/raw_memories/empty.md").await.is_none());
 
     for bad in [
         Reply::artifacts("slug", "", "m"),
@@ -324,15 +323,16 @@ async fn empty_partial_and_unusable_answers(backend: Backend) {
     app.post_segment(&t.key, "c", "default", json!({"rollout_id": "r", "input": "again"})).await;
     close(&app, &t.key, "c").await;
     app.settled_jobs(&t.key, "session_id=c&kind=phase_one").await;
-    let summaries = app.workspace_dir(&t, "default").join("memories/rollout_summaries");
-    assert!(summaries.join("r_first-slug.md").exists());
+    let summary = |slug: &str| format!("memories/rollout_summaries/r_{slug}.md");
+    assert!(app.file_bytes(&t, "default", &summary("first-slug")).await.is_some());
     fake.set_default(Reply::artifacts("second-slug", "s2", "m2").now());
     app.post_segment(&t.key, "d", "default", json!({"rollout_id": "r", "input": "third"})).await;
     close(&app, &t.key, "d").await;
     app.settled_jobs(&t.key, "session_id=d&kind=phase_one").await;
-    assert!(summaries.join("r_second-slug.md").exists());
-    assert!(!summaries.join("r_first-slug.md").exists(), "the summary under the old slug is removed");
-    let raw = std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/r.md")).unwrap();
+    assert!(app.file_bytes(&t, "default", &summary("second-slug")).await.is_some());
+    let first = app.file_bytes(&t, "default", &summary("first-slug")).await;
+    assert!(first.is_none(), "the summary under the old slug is removed");
+    let raw = app.file_text(&t, "default", "memories/raw_memories/r.md").await;
     assert!(raw.contains("rollout_summary_file: rollout_summaries/r_second-slug.md"));
     let last = fake.phase_one_requests().last().unwrap().user_message();
     assert!(last.contains("\"segment_count\":3"), "all segments from all sessions are extracted");
@@ -352,14 +352,12 @@ async fn extractive_provider_needs_no_model(backend: Backend) {
     close(&app, &t.key, "s").await;
     let jobs = app.settled_jobs(&t.key, "kind=phase_one").await;
     assert_eq!(jobs[0]["state"], "succeeded");
-    let raw =
-        std::fs::read_to_string(app.workspace_dir(&t, "default").join("memories/raw_memories/chat-42.md")).unwrap();
+    let raw = app.file_text(&t, "default", "memories/raw_memories/chat-42.md").await;
     assert!(raw.starts_with("rollout_id: chat-42\nupdated_at: 2026-04-15T12:00:00+00:00\nrollout_path: sessions/chat-42.jsonl\nrollout_summary_file: rollout_summaries/chat-42_fix-the-flaky-test-in-ci.md\nterminal_state: completed\n\n---\n"));
     assert!(raw.contains("final answer: \"Pinned the runner image.\""), "{raw}");
     use memoryd::domain::memory_format_check::{Format, check};
     assert_eq!(check(Format::RawMemory, &raw), [], "{raw}");
-    let summaries = app.workspace_dir(&t, "default").join("memories/rollout_summaries");
-    let summary = std::fs::read_to_string(summaries.join("chat-42_fix-the-flaky-test-in-ci.md")).unwrap();
+    let summary = app.file_text(&t, "default", "memories/rollout_summaries/chat-42_fix-the-flaky-test-in-ci.md").await;
     assert_eq!(check(Format::RolloutSummary, &summary), [], "{summary}");
     assert!(summary.contains("## Task 1: Fix the flaky test in ci.yml\n\nOutcome: success\n"), "{summary}");
 }

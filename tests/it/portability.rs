@@ -2,7 +2,7 @@
 //! workspace as of one instant, rollouts at their committed lengths, with a
 //! manifest that names nothing of the tenant or the host.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, Tenant, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -10,17 +10,20 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-both_backends!(
+every_backend!(an_export_taken_during_appends_holds_whole_lines);
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
     an_imported_memory_only_workspace_is_known_and_can_be_forgotten,
+    an_export_holds_every_file_with_rollouts_at_their_committed_length,
+    an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
+    a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected,
+    an_export_during_a_publish_takes_the_whole_run,
     layouts_an_import_would_make_follow_the_folder_rules,
     parallel_imports_never_pass_the_storage_limit,
     an_import_refused_at_its_finish_places_nothing_and_drops_its_archive,
-    an_export_holds_every_file_with_rollouts_at_their_committed_length,
-    an_export_taken_during_appends_holds_whole_lines,
-    an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
-    a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected,
     hostile_archives_are_refused_with_nothing_written,
-    an_export_during_a_publish_takes_the_whole_run,
     an_import_past_the_storage_limit_fails_with_nothing_written,
 );
 
@@ -326,11 +329,7 @@ async fn a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected(backend
     // The workspace is known before any session uses it.
     let files = app.json(Method::GET, "/v1/workspaces/sdk/layouts/default/files", &t.key).await;
     assert!(files.to_string().contains("raw_memories/sdk-1.md"), "{files}");
-    assert_eq!(
-        std::fs::read(app.workspace_dir(&t, "sdk").join("sessions/sdk-1.jsonl")).unwrap(),
-        rollout,
-        "taken as written"
-    );
+    assert_eq!(app.file_bytes(&t, "sdk", "sessions/sdk-1.jsonl").await.unwrap(), rollout, "taken as written");
     // A conversation of memoryd's own there, closed: phase two selects the SDK's memory too.
     let body = json!({"rollout_id": "own-1", "input": "hello", "final_output": "hi"});
     let res = app.request(Method::POST, "/v1/sessions/n1/layouts/default/segments?workspace=sdk", &t.key).json(&body);

@@ -1,7 +1,7 @@
 //! The real binary: default configuration, logs, SIGTERM, SIGKILL during a
 //! model call, and several processes sharing one database.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, isolated_postgres_url, postgres_url};
 use serde_json::{Value, json};
@@ -160,6 +160,12 @@ pub(crate) async fn database_env(backend: Backend) -> Vec<(&'static str, String)
     match backend {
         Backend::Postgres => vec![("DATABASE_URL", isolated_postgres_url().await)],
         Backend::Sqlite => Vec::new(),
+        Backend::Bucket => {
+            let mut env = vec![("DATABASE_URL", isolated_postgres_url().await)];
+            env.push(("MEMORYD_STORAGE", crate::s3::fresh_prefix().await.0));
+            env.extend(crate::s3::process_env());
+            env
+        }
     }
 }
 
@@ -289,7 +295,7 @@ fn the_help_cites_nothing_outside_the_repository() {
     }
 }
 
-both_backends!(
+every_backend!(
     a_job_survives_sigkill_during_its_model_call,
     sigterm_gives_a_running_job_back,
     a_job_that_kills_its_worker_runs_out_of_attempts
@@ -356,7 +362,7 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     env.push(("MEMORYD_JOB_LEASE_SECS", "2".into()));
     env.push(("MEMORYD_WORKER_CONCURRENCY", "1".into()));
     let http = reqwest::Client::new();
-    let (mut first, tenant_id, key) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
+    let (mut first, _, key) = first_process_mid_call(dir.path(), &env, &fake, &http).await;
     first.signal("-KILL");
     first.exit().await;
 
@@ -366,9 +372,11 @@ async fn a_job_survives_sigkill_during_its_model_call(backend: Backend) {
     assert_eq!(jobs[0]["state"], "succeeded", "{:?}", jobs[0]);
     assert_eq!(jobs[0]["attempts"], 2, "the killed attempt counts, the re-claim finished it");
     assert_eq!(fake.phase_one_requests().len(), 2);
-    let summaries = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories/rollout_summaries"));
-    assert!(summaries.join("r_after-restart.md").exists());
-    assert!(!summaries.join("r_never-recorded.md").exists());
+    // Read as memoryd serves it, from a volume or a bucket.
+    for (summary, status) in [("r_after-restart.md", 200), ("r_never-recorded.md", 404)] {
+        let path = format!("{}/v1/workspaces/default/layouts/default/files/rollout_summaries/{summary}", second.base);
+        assert_eq!(http.get(path).bearer_auth(&key).send().await.unwrap().status(), status, "{summary}");
+    }
 }
 
 /// A job whose attempt kills its process every time (here: killed during
@@ -570,7 +578,7 @@ async fn bench_figures(args: &[&str]) -> Value {
 /// The benchmark command stays runnable: its quick run covers every workload
 /// on both backends and prints parsable figures.
 #[tokio::test]
-async fn the_benchmark_runs_every_workload_on_both_backends() {
+async fn the_benchmark_runs_every_workload_on_every_backend() {
     let url = postgres_url().await;
     let figures = bench_figures(&["--quick", "--runs", "1", "--latency-ms", "10", "--postgres-url", &url]).await;
     for backend in ["sqlite", "postgres"] {

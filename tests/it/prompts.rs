@@ -4,7 +4,7 @@
 //! name, and a check that no run of seven words of the SDK's prompts is in
 //! memoryd's (docs/prompts.md: the rules carry over, the sentences do not).
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp, use_model};
 use reqwest::Method;
@@ -12,7 +12,7 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::path::Path;
 
-both_backends!(the_model_gets_the_golden_prompts_and_they_name_the_formats);
+every_backend!(the_model_gets_the_golden_prompts_and_they_name_the_formats);
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -2,12 +2,12 @@
 //! ranked by their words, paged, over HTTP and MCP; the modes that need an
 //! embeddings endpoint say it is not configured.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, TestApp};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(passages_rank_by_their_words_a_page_at_a_time);
+every_backend!(passages_rank_by_their_words_a_page_at_a_time);
 
 const MEMORY: &str = "# Task Group: tooling\nscope: how the web app is built\n\n\
 ## Task 1: install dependencies\n- the package manager is pnpm; npm breaks the lockfile\n### keywords\n- pnpm, lockfile\n\n\

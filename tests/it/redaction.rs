@@ -1,15 +1,14 @@
 //! Redaction (SPEC §4): secrets never reach the model or the memory, with
 //! the layout's rules; `at_ingest` redacts the stored line too.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-both_backends!(
+every_backend!(
     no_built_in_secret_reaches_the_model,
-    secrets_the_model_writes_never_reach_the_memory,
     rules_can_be_turned_off_and_extended_and_ingest_redacted,
     bad_redaction_configs_are_refused,
 );
@@ -46,6 +45,10 @@ fn secret_of(rule: &str, credential: &str) -> String {
     }
 }
 
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(secrets_the_model_writes_never_reach_the_memory,);
+
 async fn no_built_in_secret_reaches_the_model(backend: Backend) {
     let fake = FakeLlm::start().await;
     fake.set_default(Reply::artifacts("creds", "a summary", "a raw memory").now());
@@ -64,7 +67,7 @@ async fn no_built_in_secret_reaches_the_model(backend: Backend) {
         assert!(sent.contains(&format!("[REDACTED:{rule}]")), "no marker for {rule}");
     }
     // The rollout file keeps the conversation as sent (no at_ingest).
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("sessions/creds.jsonl")).unwrap();
+    let line = app.file_text(&t, "default", "sessions/creds.jsonl").await;
     assert!(line.contains("AKIAIOSFODNN7EXAMPLE"));
     let jobs = app.json(Method::GET, "/v1/jobs?kind=phase_one", &t.key).await;
     let counts = &jobs["jobs"][0]["redactions"];
@@ -158,7 +161,7 @@ async fn rules_can_be_turned_off_and_extended_and_ingest_redacted(backend: Backe
                       "generated_items": [{"role": "assistant", "content": "noted EMP-654321", "zeta": 1, "alpha": "ghp_0123456789abcdefghijABCDEFGHIJ012345"}],
                       "final_output": "ok", "extra": {"b": "EMP-000001", "a": 2}});
     assert_eq!(app.post_segment(&t.key, "s-hr", "hr", body).await.status(), 201);
-    let line = std::fs::read_to_string(app.workspace_dir(&t, "default").join("hr/s/hr-1.jsonl")).unwrap();
+    let line = app.file_text(&t, "default", "hr/s/hr-1.jsonl").await;
     let stored: Value = serde_json::from_str(&line).unwrap();
     assert!(!line.contains("EMP-") && !line.contains("AKIA"), "{line}");
     assert_eq!(stored["input"][0]["content"], "[REDACTED:employee_id] uses [REDACTED:aws_access_key]");

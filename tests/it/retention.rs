@@ -1,14 +1,18 @@
 //! Retention (SPEC §2.7): idempotency keys, records and idle rollouts
 //! expire on their own.
 
-use crate::both_backends;
 use crate::events::{Receiver, create_webhook, send_test_event};
+use crate::every_backend;
 use crate::harness::{Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-both_backends!(retention_expires_keys_records_and_idle_rollouts, delivered_events_leave_the_outbox);
+every_backend!(delivered_events_leave_the_outbox);
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(retention_expires_keys_records_and_idle_rollouts,);
 
 async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {

@@ -3,7 +3,7 @@
 //! from outside — over HTTP, against the real binary where a process is at
 //! stake — and refused or bounded.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body};
 use crate::portability::import;
 use crate::process::{Memoryd, database_env, new_tenant};
@@ -13,16 +13,21 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-both_backends!(
-    searches_end_keep_to_their_budget_and_take_only_their_own_cursors,
+every_backend!(
     citations_are_read_in_linear_time_while_the_server_answers,
-    scoped_keys_cannot_reach_the_tenant_or_the_selection,
     revoking_a_key_refuses_the_keys_it_made_on_every_replica,
     keys_are_capped_and_paged,
     the_summary_cannot_end_its_block_nor_an_edit_hide_a_file,
 );
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
+    searches_end_keep_to_their_budget_and_take_only_their_own_cursors,
+    scoped_keys_cannot_reach_the_tenant_or_the_selection,
+);
 
 async fn get(http: &reqwest::Client, base: &str, key: &str, path: &str) -> (u16, String, Value) {
     status_code_body(http.get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap()).await
@@ -266,7 +271,7 @@ async fn revoking_a_key_refuses_the_keys_it_made_on_every_replica(backend: Backe
     let env = database_env(backend).await;
     let http = reqwest::Client::new();
     // Replicas share a Postgres; an embedded SQLite has one process.
-    let names: &[&str] = if backend == Backend::Postgres { &["a", "b"] } else { &["a"] };
+    let names: &[&str] = if backend.database() == Backend::Postgres { &["a", "b"] } else { &["a"] };
     let replicas: Vec<Memoryd> = names.iter().map(|name| Memoryd::spawn(dir.path(), name, &["serve"], &env)).collect();
     for replica in &replicas {
         replica.ready(&http).await;

@@ -26,6 +26,12 @@ pub(crate) async fn fresh_prefix() -> (String, String) {
     (format!("s3://{BUCKET}/{prefix}"), prefix)
 }
 
+/// Makes a memoryd keep its workspace files at `url` in the tests' bucket.
+pub(crate) fn store_in(config: &mut memoryd::config::Config, url: &str) {
+    config.storage = memoryd::config::Storage::Bucket(url.parse().unwrap());
+    config.bucket_client = Some(bucket());
+}
+
 /// What a memoryd process needs to reach the tests' bucket.
 pub(crate) fn process_env() -> Vec<(&'static str, String)> {
     vec![
@@ -51,6 +57,15 @@ pub(crate) fn bucket() -> Arc<dyn ObjectStore> {
     Arc::new(store)
 }
 
+/// How many objects hold `needle` under the bucket a memoryd process's
+/// `env` names in `MEMORYD_STORAGE` (none named: 0).
+pub(crate) async fn objects_holding(env: &[(&str, String)], needle: &str) -> usize {
+    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else { return 0 };
+    let prefix = url.strip_prefix(&format!("s3://{BUCKET}/")).expect("the tests' bucket");
+    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
+    objects_under(prefix).await.values().filter(|bytes| holds(bytes)).count()
+}
+
 /// Every object under `prefix`: key below the prefix → bytes.
 pub(crate) async fn objects_under(prefix: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
     use futures_util::TryStreamExt;
@@ -58,7 +73,12 @@ pub(crate) async fn objects_under(prefix: &str) -> std::collections::BTreeMap<St
     let listed: Vec<_> = bucket.list(Some(&prefix.into())).try_collect().await.unwrap();
     let mut objects = std::collections::BTreeMap::new();
     for meta in listed {
-        let bytes = bucket.get(&meta.location).await.unwrap().bytes().await.unwrap();
+        // Removed since the listing (a chore, a sweep): not there.
+        let bytes = match bucket.get(&meta.location).await {
+            Ok(got) => got.bytes().await.unwrap(),
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => panic!("{e}"),
+        };
         let key = meta.location.as_ref().strip_prefix(&format!("{prefix}/")).unwrap().to_owned();
         objects.insert(key, bytes.to_vec());
     }

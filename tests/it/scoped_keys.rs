@@ -2,16 +2,16 @@
 //! key without a permission cannot use the routes that take it, keys grant
 //! only what they hold, and an expired or revoked key is refused at once.
 
-use crate::both_backends;
 use crate::console::Browser;
 use crate::events::read_events;
+use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp, status_code_body};
 use memoryd::api::{Access, Reach};
 use memoryd::domain::key_scope::Permission;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-both_backends!(
+every_backend!(
     a_key_for_one_workspace_reaches_no_other_by_any_route,
     each_route_needs_its_permission,
     keys_grant_only_what_they_hold_and_end_at_once,

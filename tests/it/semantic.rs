@@ -5,7 +5,7 @@
 //! vectors with it. The fake model's `/v1/embeddings` stands in for the
 //! endpoint (`memoryd::fake_embeddings`: words of a topic share a dimension).
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::FakeLlm;
 use crate::forget::{canary, conversation, database_holds, database_holds_bytes, forget};
 use crate::harness::{Backend, Database, TestApp};
@@ -14,9 +14,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-both_backends!(a_paraphrase_is_found_by_meaning_and_a_passage_is_embedded_once);
-both_backends!(a_failing_embeddings_endpoint_fails_neither_the_job_nor_the_search);
-both_backends!(a_forget_takes_its_passages_vectors_with_it);
+every_backend!(a_paraphrase_is_found_by_meaning_and_a_passage_is_embedded_once);
+every_backend!(a_failing_embeddings_endpoint_fails_neither_the_job_nor_the_search);
+every_backend!(a_forget_takes_its_passages_vectors_with_it);
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default";
 const NOTES: &str = "# Task Group: tooling\nscope: how the web app is built\n\n\

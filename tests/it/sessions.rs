@@ -1,10 +1,10 @@
-use crate::both_backends;
+use crate::every_backend;
 use crate::harness::{Backend, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-both_backends!(
+every_backend!(
     sessions_open_idempotently_and_stay_private,
     close_queues_one_job_per_rollout_and_layout,
     close_of_an_empty_session_is_immediate,

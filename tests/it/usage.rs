@@ -2,20 +2,23 @@
 //! changes and capped, the day's model tokens capped, and per-day counters
 //! that equal what the tenant did.
 
-use crate::both_backends;
+use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::path::Path;
 
-both_backends!(
-    a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_frees_it,
-    a_spent_token_budget_holds_the_tenants_model_jobs_until_it_is_raised,
-    usage_counts_what_the_tenant_did,
-);
+every_backend!(a_spent_token_budget_holds_the_tenants_model_jobs_until_it_is_raised);
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default";
+
+// Not yet on the object store (issue 63): files it has no folder for, imports,
+// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+crate::both_databases!(
+    a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_frees_it,
+    usage_counts_what_the_tenant_did,
+);
 
 async fn set_limits(app: &TestApp, t: &Tenant, limits: Value) {
     let res = app

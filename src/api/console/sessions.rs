@@ -1,6 +1,7 @@
 //! The sessions pages: the list, one session with its conversations, its close.
 
 use super::*;
+use crate::store::journal_records::RolloutAt;
 
 pub(super) fn session_table(sessions: &[crate::store::SessionSummary]) -> Markup {
     html! {
@@ -77,26 +78,16 @@ pub(super) async fn session(State(state): State<AppState>, signed: Signed, Path(
     let id = SessionId::parse(&raw_id).ok_or_else(not_found)?;
     let view = state.store.session_view(tenant, &id).await?.ok_or_else(not_found)?;
     signed.reach(view.session.workspace.as_str()).map_err(|_| not_found())?;
-    let root = state.volumes.workspace_root(tenant, &view.session.workspace).map_err(ApiError::internal)?;
     let mut conversations = Vec::new();
     for touched in &view.rollouts {
-        let committed = state
-            .store
-            .committed_rollout(tenant, &view.session.workspace, &touched.layout, &touched.rollout_id)
-            .await?;
+        let workspace = &view.session.workspace;
+        let committed = state.store.committed_rollout(tenant, workspace, &touched.layout, &touched.rollout_id).await?;
         let text = match committed {
             Some(c) => {
-                let path = crate::workspace::confine(&root, &c.rollout_path).map_err(ApiError::internal)?;
+                let at = RolloutAt { tenant, workspace, layout: &touched.layout, rollout: &touched.rollout_id };
                 let cap = c.committed_len.min(MAX_CONVERSATION_BYTES);
-                let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-                    use std::io::Read;
-                    let mut buf = Vec::new();
-                    std::fs::File::open(path)?.take(cap).read_to_end(&mut buf)?;
-                    Ok(buf)
-                })
-                .await
-                .map_err(ApiError::internal)?
-                .unwrap_or_default();
+                let read = state.volumes.committed_prefix(state.store.as_ref(), at, &c.rollout_path, cap, cap).await;
+                let bytes = read.map_err(ApiError::from)?.unwrap_or_default();
                 Some((String::from_utf8_lossy(&bytes).into_owned(), c.committed_len > cap))
             }
             None => None,
