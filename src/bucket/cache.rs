@@ -237,6 +237,24 @@ impl WorkspaceCache {
     /// workspace, waiting for their readers; the entries stay (one lock per
     /// folder, whoever holds a clone of it), made again by the next read.
     pub async fn forget(&self, tenant: TenantId, workspace: Option<&WorkspaceName>) {
+        self.drop_shared_copies(tenant, workspace).await;
+        let relative = match workspace {
+            Some(workspace) => format!("{tenant}/{workspace}"),
+            None => tenant.to_string(),
+        };
+        // Jobs' copies too: a job of what is forgotten is cancelled.
+        for root in [&self.root, &self.jobs_root] {
+            let removed = confine(root, &relative).map_err(std::io::Error::other).and_then(|dir| remove_tree(&dir));
+            if let Err(e) = removed {
+                tracing::warn!(%tenant, error = %e, "removing a forgotten workspace's cache failed");
+            }
+        }
+    }
+
+    /// Drops the copies readers share of a tenant's workspaces (`workspace`
+    /// none) or of one, waiting for their readers; jobs' own copies stay
+    /// (after a forget of rollouts, a job of another layout runs on).
+    pub async fn drop_shared_copies(&self, tenant: TenantId, workspace: Option<&WorkspaceName>) {
         let gone: Vec<(Key, Arc<RwLock<WorkspaceCopy>>)> = {
             let copies = self.copies.lock().expect("the cache's map is never poisoned");
             copies
@@ -248,17 +266,6 @@ impl WorkspaceCache {
         for ((tenant, workspace), copy) in gone {
             let mut copy = copy.write_owned().await;
             self.drop_copy(tenant, &workspace, &mut copy);
-        }
-        let relative = match workspace {
-            Some(workspace) => format!("{tenant}/{workspace}"),
-            None => tenant.to_string(),
-        };
-        // Jobs' copies too: a job of what is forgotten is cancelled.
-        for root in [&self.root, &self.jobs_root] {
-            let removed = confine(root, &relative).map_err(std::io::Error::other).and_then(|dir| remove_tree(&dir));
-            if let Err(e) = removed {
-                tracing::warn!(%tenant, error = %e, "removing a forgotten workspace's cache failed");
-            }
         }
     }
 

@@ -56,6 +56,12 @@ impl From<io::Error> for ImportError {
 
 async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let (tenant, workspace) = (claimed.tenant_id, claimed.job.workspace.clone());
+    if ctx.volumes.bucket().is_some() {
+        // One queued before the move to a bucket: it would stage on this replica's disk.
+        return Err(AttemptError::fatal(
+            "not_configured: imports are not taken yet where workspace files live in an object store",
+        ));
+    }
     let archive = ctx.volumes.import_archive(claimed.job.job_id);
     let stored = ctx
         .store

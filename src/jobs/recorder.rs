@@ -517,7 +517,7 @@ async fn after_forget(ctx: &WorkerContext, claimed: &ClaimedJob) {
         }
         // This replica's copy from before the forget (other replicas' sweeps drop theirs).
         Some(crate::domain::job::ForgetScope::Rollouts) if let Some(cache) = ctx.volumes.cache() => {
-            cache.forget(claimed.tenant_id, Some(&claimed.job.workspace)).await
+            cache.drop_shared_copies(claimed.tenant_id, Some(&claimed.job.workspace)).await
         }
         _ => {}
     }

@@ -22,7 +22,12 @@ impl Volumes {
     ) -> Result<Option<Vec<u8>>, RolloutError> {
         let wanted = committed_len.min(cap);
         if let Some(bucket) = self.bucket() {
-            let Some(mut bytes) = bucket.rollout_bytes(store, at, rollout_path).await? else { return Ok(None) };
+            let read = match bucket.rollout_bytes(store, at, rollout_path).await {
+                // Its object removed since its parts were read: forgotten meanwhile.
+                Err(RolloutError::Objects(object_store::Error::NotFound { .. })) => return Ok(None),
+                read => read?,
+            };
+            let Some(mut bytes) = read else { return Ok(None) };
             if (bytes.len() as u64) < wanted {
                 return Err(RolloutError::Torn(format!("{} bytes of {wanted} committed", bytes.len())));
             }
