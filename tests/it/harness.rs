@@ -275,27 +275,28 @@ pub async fn status_code_body(res: Response) -> (u16, String, Value) {
     (status, code, body)
 }
 
+/// One test module of `$name`: a `#[tokio::test]` per row, each calling
+/// `$name` with its backend.
+#[macro_export]
+macro_rules! backend_rows {
+    ([$($row:ident => $backend:ident),*] $name:ident) => {
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $row() {
+                    super::$name($crate::harness::Backend::$backend).await
+                }
+            )*
+        }
+    };
+}
+
 /// Runs each listed test body once against Postgres, once against SQLite
 /// and once against Postgres with the workspace files in an object store.
 #[macro_export]
 macro_rules! every_backend {
     ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name($crate::harness::Backend::Postgres).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name($crate::harness::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn bucket() {
-                    super::$name($crate::harness::Backend::Bucket).await
-                }
-            }
-        )*
+        $($crate::backend_rows!([postgres => Postgres, sqlite => Sqlite, bucket => Bucket] $name);)*
     };
 }
 
@@ -304,17 +305,6 @@ macro_rules! every_backend {
 #[macro_export]
 macro_rules! both_databases {
     ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name($crate::harness::Backend::Postgres).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name($crate::harness::Backend::Sqlite).await
-                }
-            }
-        )*
+        $($crate::backend_rows!([postgres => Postgres, sqlite => Sqlite] $name);)*
     };
 }
