@@ -4,7 +4,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::page_of;
 use super::extract::{QueryParams, TenantAuth};
-use crate::domain::ids::SessionId;
+use crate::domain::ids::{SessionId, WorkspaceName};
 use crate::domain::page::{Listing, PageCursor};
 use crate::store::AuthenticatedKey;
 use crate::store::{JobFilter, JobKind, JobRecord, JobState, RetryOutcome};
@@ -95,14 +95,23 @@ pub async fn get_job(
 /// A job shown `succeeded` has its files where every reader finds them: a
 /// publish its finish committed but its writer has not wholly renamed into
 /// place (it is in the middle, or died there) is completed before the
-/// answer, as a read of the memory completes it.
+/// answer, as a read of the memory completes it. In a bucket the
+/// workspace's chores are done first too: its files placed at their plain
+/// keys and the versions it replaced (a forget's among them) removed.
 async fn settle_shown(state: &AppState, tenant: uuid::Uuid, jobs: &[JobRecord]) {
-    let shown: std::collections::HashSet<uuid::Uuid> =
-        jobs.iter().filter(|j| j.state == JobState::Succeeded).map(|j| j.job_id).collect();
+    let succeeded = || jobs.iter().filter(|j| j.state == JobState::Succeeded);
+    let shown: std::collections::HashSet<uuid::Uuid> = succeeded().map(|j| j.job_id).collect();
     if shown.is_empty() {
         return;
     }
     super::memory::settle_publishes_where(state, |s| s.tenant == tenant && shown.contains(&s.job_id)).await;
+    let Some(bucket) = state.volumes.bucket() else { return };
+    let workspaces: std::collections::BTreeSet<&WorkspaceName> = succeeded().map(|j| &j.workspace).collect();
+    for workspace in workspaces {
+        if let Err(e) = bucket.do_chores(state.store.as_ref(), tenant, workspace).await {
+            tracing::warn!(error = %crate::error_chain(&e), "a shown job's chores failed; the sweep will do them");
+        }
+    }
 }
 
 /// Puts a `failed` job back in the queue with a fresh attempt budget.

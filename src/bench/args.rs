@@ -49,6 +49,13 @@ pub struct BenchArgs {
     /// costs both sides CPU (8% of the drain's throughput on 2 cores).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")]
     pub postgres_url: String,
+    /// Where the workspaces of the memoryd under test live: `file` (its
+    /// data dir) or `s3://<bucket>/<prefix>` (the bucket must exist;
+    /// credentials, region and endpoint from the AWS_* variables), each
+    /// run under a prefix of its own. The figures' backend then reads
+    /// `sqlite+s3` or `postgres+s3`.
+    #[arg(long, default_value = "file")]
+    pub storage: crate::config::Storage,
     /// Runs per figure.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,

@@ -48,7 +48,7 @@ impl Bench {
             let cpu_per_segment_us = cpu * 1e6 / segments;
             // Only memoryd's own database counts: with SQLite it is in `cpu`.
             let postgres_cpu_per_segment_us = match self.backend {
-                "postgres" => postgres_cpu * 1e6 / segments,
+                "postgres" | "postgres+s3" => postgres_cpu * 1e6 / segments,
                 _ => f64::NAN,
             };
             runs.push(IngestRun {

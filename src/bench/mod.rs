@@ -4,7 +4,7 @@
 //! minimum and the maximum.
 
 use crate::app::{RunningServer, start};
-use crate::config::{Config, ModelSettings, ProviderKind};
+use crate::config::{Config, ModelSettings, ProviderKind, Storage};
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::fake_model::{FakeLlm, Reply};
 use crate::jobs::phase_two::{LayoutPlace, prepare_input};
@@ -364,13 +364,22 @@ fn bench_config(args: &BenchArgs, mut config: Config, model: String, admin: &str
         config.embeddings.base_url = Some(config.model.base_url.clone());
         config.embeddings.model = Some("bench-embedder".into());
     }
+    config.storage = match &args.storage {
+        Storage::File => Storage::File,
+        Storage::Bucket(url) => Storage::Bucket(url.under(&uuid::Uuid::new_v4().to_string())),
+    };
     // The events workload's receivers listen on plain http on loopback.
     config.events.webhook_allow_http = true;
     config.events.webhook_allow_private = true;
     config
 }
 
-async fn open_bench(backend: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
+async fn open_bench(database: &'static str, database_url: Option<String>, args: &BenchArgs) -> BenchResult<Bench> {
+    let backend = match (&args.storage, database) {
+        (Storage::File, _) => database,
+        (Storage::Bucket(_), "sqlite") => "sqlite+s3",
+        (Storage::Bucket(_), _) => "postgres+s3",
+    };
     let dir = tempfile::tempdir()?;
     let latency = Duration::from_millis(args.latency_ms);
     let fake = FakeLlm::start_unrecorded().await?;

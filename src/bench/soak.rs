@@ -147,7 +147,7 @@ impl Bench {
             out.push(one(&case, "phase-two jobs waiting", "jobs", *phase_two));
             out.push(one(&case, "RSS", "MiB", *rss));
             out.push(one(&case, "data size", "MiB", *data));
-            if self.backend == "sqlite" {
+            if self.backend.starts_with("sqlite") {
                 out.push(one(&case, "SQLite WAL", "MiB", *wal));
             }
         }

@@ -330,6 +330,15 @@ async fn bring_up_to_date(
         write_copy(&file, &bytes)?;
         copy.files.insert(path.clone(), (version.sha256.clone(), version.bytes));
     }
+    // A bucket holds no folders: a used layout's (its memories folder has
+    // a `MEMORY.md`) are made as on a volume (R-LAY-3).
+    for (path, _) in &current.files {
+        if let Some((memories, "MEMORY.md")) = path.rsplit_once('/') {
+            for sub in crate::workspace::STARTING_FOLDERS {
+                std::fs::create_dir_all(confine(root, &format!("{memories}/{sub}"))?)?;
+            }
+        }
+    }
     copy.generation = Some(current.generation);
     Ok(())
 }

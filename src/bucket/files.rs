@@ -91,6 +91,28 @@ impl Bucket {
         }
     }
 
+    /// The files a layout starts with in a workspace (R-LAY-3): its empty
+    /// `MEMORY.md` and `memory_summary.md`, made current where the workspace
+    /// has none, and placed for outside readers. A bucket has no folders: a
+    /// consolidation's copy gets the layout's from `ensure_layout`.
+    pub async fn add_starting_files(
+        &self,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        memories_dir: &str,
+    ) -> Result<(), FilesError> {
+        let paths = crate::workspace::STARTING_FILES.map(|name| format!("{memories_dir}/{name}"));
+        for path in &paths {
+            self.url.object_key(tenant, workspace, path)?;
+        }
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        if store.add_empty_files(tenant, workspace, &paths, Uuid::new_v4()).await? {
+            self.do_chores(store, tenant, workspace).await?;
+        }
+        Ok(())
+    }
+
     /// A current file's bytes.
     pub async fn read_version(
         &self,
@@ -100,6 +122,10 @@ impl Bucket {
         version: &FileVersion,
     ) -> Result<Vec<u8>, FilesError> {
         let key = self.version_key(tenant, workspace, version.publish_id, path)?;
+        if version.bytes == 0 {
+            // An empty file may have no object (a layout's starting files).
+            return Ok(Vec::new());
+        }
         Ok(self.objects.get(&key).await?.bytes().await?.to_vec())
     }
 
@@ -148,6 +174,7 @@ impl Bucket {
         loop {
             let placed = match &current {
                 None => self.objects.delete(&plain).await,
+                Some(version) if version.bytes == 0 => self.objects.put(&plain, PutPayload::new()).await.map(drop),
                 Some(version) => {
                     let from = self.version_key(tenant, workspace, version.publish_id, path)?;
                     self.objects.copy(&from, &plain).await

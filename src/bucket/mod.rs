@@ -116,6 +116,12 @@ fn valid_bucket_name(name: &str) -> bool {
 }
 
 impl BucketUrl {
+    /// The same bucket with `part` (one valid key part) added to the prefix.
+    pub fn under(&self, part: &str) -> Self {
+        let prefix = if self.prefix.is_empty() { part.to_owned() } else { format!("{}/{part}", self.prefix) };
+        Self { bucket: self.bucket.clone(), prefix }
+    }
+
     /// The prefix as a key, as it is written (none: the bucket's root).
     pub fn prefix_key(&self) -> Option<ObjectKey> {
         (!self.prefix.is_empty()).then(|| ObjectKey::parse(&self.prefix).expect("checked when parsed"))

@@ -3,8 +3,12 @@
 //! rollouts live in an object store.
 
 use super::{GroupResult, IngestError};
+use crate::bucket::Bucket;
+use crate::domain::ids::WorkspaceName;
 use crate::domain::layout::ValidLayout;
-use crate::store::{AppendBatch, AppendOutcome, AppendPosition, AppendRequest, AppendStart, JournalLines, TenantId};
+use crate::store::{
+    AppendBatch, AppendOutcome, AppendPosition, AppendRequest, AppendStart, JournalLines, TenantId, WorkspaceFilesStore,
+};
 use crate::workspace::{LineAppend, append_all_durably, confine, ensure_layout};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,35 +101,49 @@ pub(super) fn write_lines(files: Vec<FileLines>) -> Vec<(usize, u64, Result<u64,
 
 /// Where rollouts live in an object store: the group's lines are kept in
 /// the rollouts' journal, in the transaction that records them (SPEC §6.1).
+/// The layouts that got their first rollout in a workspace then get their
+/// starting files (R-LAY-3) before the appends are answered.
 pub(super) async fn journal_group(
     mut batch: Box<dyn AppendBatch + '_>,
+    bucket: &Bucket,
+    store: &dyn WorkspaceFilesStore,
     files: &[FileLines],
     outcomes: Vec<AppendOutcome>,
 ) -> GroupResult {
-    let lines: Vec<JournalLines> = files
-        .iter()
-        .filter_map(|file| {
-            let AppendStart::Write(position) = &batch.starts()[file.place] else { return None };
-            let rollout = &position.places[file.first_segment].receipt;
-            Some(JournalLines {
-                tenant: file.tenant,
-                workspace: rollout.workspace.as_str().to_owned(),
-                layout: rollout.layout.as_str().to_owned(),
-                rollout_id: rollout.rollout_id.as_str().to_owned(),
-                start_len: file.offset,
-                lines: file.bytes.clone(),
-            })
-        })
-        .collect();
+    let mut lines = Vec::with_capacity(files.len());
+    let mut starting: Vec<(TenantId, WorkspaceName, String)> = Vec::new();
+    for file in files {
+        let AppendStart::Write(position) = &batch.starts()[file.place] else { continue };
+        let rollout = &position.places[file.first_segment].receipt;
+        let layout = (file.tenant, rollout.workspace.clone(), file.layout.memories_dir.normalized.clone());
+        if file.offset == 0 && !starting.contains(&layout) {
+            starting.push(layout);
+        }
+        lines.push(JournalLines {
+            tenant: file.tenant,
+            workspace: rollout.workspace.as_str().to_owned(),
+            layout: rollout.layout.as_str().to_owned(),
+            rollout_id: rollout.rollout_id.as_str().to_owned(),
+            start_len: file.offset,
+            lines: file.bytes.clone(),
+        });
+    }
     let recorded = match batch.journal(&lines).await {
         Ok(()) => batch.record().await,
         Err(err) => Err(err),
     };
-    match recorded {
-        Ok(()) => match batch.commit().await {
-            Ok(()) => GroupResult::Committed(outcomes),
-            Err(err) => GroupResult::Failed(err),
-        },
-        Err(err) => GroupResult::Failed(err),
+    let committed = match recorded {
+        Ok(()) => batch.commit().await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = committed {
+        return GroupResult::Failed(err);
     }
+    for (tenant, workspace, memories_dir) in starting {
+        if let Err(e) = bucket.add_starting_files(store, tenant, &workspace, &memories_dir).await {
+            // The lines are durable; the layout's first job makes the files in its copy.
+            tracing::warn!(error = %crate::error_chain(&e), "making a layout's starting files failed");
+        }
+    }
+    GroupResult::Committed(outcomes)
 }

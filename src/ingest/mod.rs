@@ -378,8 +378,8 @@ async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest],
     if !failures.is_empty() {
         return GroupResult::NotWritten(failures);
     }
-    if volumes.bucket().is_some() {
-        return journal_group(batch, &files, outcomes).await;
+    if let Some(bucket) = volumes.bucket() {
+        return journal_group(batch, bucket, store, &files, outcomes).await;
     }
     // The rows are updated while the lines are written and synced: the
     // commit, which alone makes the updates count, waits for both.

@@ -65,6 +65,16 @@ pub trait WorkspaceFilesStore: Send + Sync {
     ) -> StoreResult<Vec<(TenantId, WorkspaceName)>>;
     /// A chore done.
     async fn chore_done(&self, tenant: TenantId, workspace: &WorkspaceName, chore: &FileChore) -> StoreResult<()>;
+    /// Makes the layout's starting files (R-LAY-3) current, empty, at the
+    /// `paths` that have no file, as one publish `publish_id` (its versions
+    /// have no object: they are 0 bytes); whether any was missing.
+    async fn add_empty_files(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        paths: &[&str],
+        publish_id: Uuid,
+    ) -> StoreResult<bool>;
     /// Whether a version (a staged object's publish) is current or still has chores:
     /// the sweep removes staged objects of neither.
     async fn version_referenced(

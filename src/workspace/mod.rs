@@ -298,15 +298,21 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The files every layout's memories folder starts with, empty (R-LAY-3).
+pub const STARTING_FILES: [&str; 2] = ["MEMORY.md", "memory_summary.md"];
+
+/// The folders every layout's memories folder starts with (R-LAY-3).
+pub const STARTING_FOLDERS: [&str; 3] = ["raw_memories", "rollout_summaries", "skills"];
+
 /// R-LAY-3: the layout's folders and empty `MEMORY.md` / `memory_summary.md`.
 pub fn ensure_layout(workspace_root: &Path, layout: &ValidLayout) -> Result<(), PathError> {
     let sessions = confine(workspace_root, &layout.sessions_dir.normalized)?;
     let memories = confine(workspace_root, &layout.memories_dir.normalized)?;
     fs::create_dir_all(&sessions)?;
-    for sub in ["raw_memories", "rollout_summaries", "skills"] {
+    for sub in STARTING_FOLDERS {
         fs::create_dir_all(confine(&memories, sub)?)?;
     }
-    for file in ["MEMORY.md", "memory_summary.md"] {
+    for file in STARTING_FILES {
         ensure_file(&confine(&memories, file)?)?;
     }
     Ok(())

@@ -9,19 +9,18 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-every_backend!(reads_and_citations_rank_a_usage_layout, max_unused_days_leaves_a_stale_memory_out,);
-
-const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
+every_backend!(
+    reads_and_citations_rank_a_usage_layout,
+    max_unused_days_leaves_a_stale_memory_out,
     memory_is_listed_read_and_searched_inside_its_folder,
     edits_publish_through_a_run_of_their_own,
     edits_are_refused_whole_when_they_cannot_apply,
     an_edit_during_a_slow_phase_two_lands_after_it,
     concurrent_edits_all_land,
+    a_layout_s_files_are_there_from_its_first_append,
 );
+
+const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
 
 /// One conversation, closed: the extractive provider's memory of it.
 async fn conversation(app: &TestApp, t: &Tenant, session: &str, rollout: &str, said: &str) {
@@ -43,11 +42,48 @@ fn sha256(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// R-LAY-3: the first append of a layout in a workspace makes its folders
+/// and empty `MEMORY.md` and `memory_summary.md`, so an edit before any run
+/// finds them; in a bucket they are empty objects at their plain keys too.
+async fn a_layout_s_files_are_there_from_its_first_append(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    assert_eq!(get(&app, &t.key, &format!("{MEMORY}/read?path=MEMORY.md")).await.0, 404, "no append yet");
+    let body = json!({"rollout_id": "chat-1", "input": "hello"});
+    assert_eq!(app.post_segment(&t.key, "s1", "default", body).await.status(), 201);
+
+    let (status, _, listed) = get(&app, &t.key, &format!("{MEMORY}/list")).await;
+    assert_eq!(status, 200, "{listed}");
+    let paths: Vec<&str> = listed["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["MEMORY.md", "memory_summary.md", "raw_memories", "rollout_summaries", "skills"]);
+    for path in ["MEMORY.md", "memory_summary.md"] {
+        let (status, _, read) = get(&app, &t.key, &format!("{MEMORY}/read?path={path}")).await;
+        assert_eq!((status, read["text"].as_str()), (200, Some("")), "{path}: {read}");
+    }
+    let note = json!({"operations": [{"command": "insert", "path": "MEMORY.md", "insert_line": 0, "insert_text": "- The user says hello.\n"}]});
+    let (status, _, done) = edit(&app, &t.key, note).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(app.file_text(&t, "default", "memories/MEMORY.md").await, "- The user says hello.\n");
+    assert_eq!(app.file_text(&t, "default", "memories/memory_summary.md").await, "");
+    if let Some(prefix) = &app.bucket_prefix {
+        let objects = crate::s3::objects_under(prefix).await;
+        let plain = format!("{}/default/memories/memory_summary.md", t.id);
+        assert_eq!(objects.get(&plain).map(Vec::len), Some(0), "placed for outside readers: {:?}", objects.keys());
+    }
+    // A second layout's first append makes its own; the first's stay as they are.
+    let layout = json!({"memories_dir": "team", "sessions_dir": "team_sessions"});
+    let res = app.request(Method::PUT, "/v1/layouts/team", &t.key).json(&layout).send().await.unwrap();
+    assert_eq!(res.status(), 201);
+    let body = json!({"rollout_id": "chat-2", "input": "hello team"});
+    assert_eq!(app.post_segment(&t.key, "s1", "team", body).await.status(), 201);
+    assert_eq!(app.file_text(&t, "default", "team/MEMORY.md").await, "");
+    assert_eq!(app.file_text(&t, "default", "memories/MEMORY.md").await, "- The user says hello.\n");
+}
+
 async fn memory_is_listed_read_and_searched_inside_its_folder(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     conversation(&app, &t, "s1", "chat-1", "I prefer green tea in the morning.").await;
-    let dir = app.workspace_dir(&t, "default").join("memories");
 
     let (status, _, listed) = get(&app, &t.key, &format!("{MEMORY}/list")).await;
     assert_eq!(status, 200, "{listed}");
@@ -59,7 +95,7 @@ async fn memory_is_listed_read_and_searched_inside_its_folder(backend: Backend) 
     assert_eq!(only_summaries["entries"][0]["path"], summary.as_str());
     assert_eq!(only_summaries["next_cursor"], Value::Null);
 
-    let on_disk = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap();
+    let on_disk = app.file_text(&t, "default", "memories/MEMORY.md").await;
     for path in ["MEMORY.md", "memories/MEMORY.md", "./memories//MEMORY.md"] {
         let (status, _, read) = get(&app, &t.key, &format!("{MEMORY}/read?path={path}")).await;
         assert_eq!(status, 200, "{path}: {read}");
@@ -88,7 +124,11 @@ async fn memory_is_listed_read_and_searched_inside_its_folder(backend: Backend) 
     assert_ne!(next["matches"][0], regex["matches"][0]);
 
     // Refusals: outside the folder, malformed, missing, another tenant's.
-    std::os::unix::fs::symlink("/etc", dir.join("escape")).unwrap();
+    // A link out of the folder can be planted only where the folder is the truth: a volume.
+    let on_volume = app.bucket_prefix.is_none();
+    if on_volume {
+        std::os::unix::fs::symlink("/etc", app.workspace_dir(&t, "default").join("memories/escape")).unwrap();
+    }
     for (path, want) in [
         (format!("{MEMORY}/read?path=../sessions/chat-1.jsonl"), (400, "invalid_request")),
         (format!("{MEMORY}/read?path=/etc/passwd"), (400, "invalid_request")),
@@ -107,6 +147,9 @@ async fn memory_is_listed_read_and_searched_inside_its_folder(backend: Backend) 
         ("/v1/workspaces/nope/layouts/default/memory/list".to_owned(), (404, "not_found")),
         ("/v1/workspaces/default/layouts/nope/memory/list".to_owned(), (404, "not_found")),
     ] {
+        if !on_volume && path.contains("escape") {
+            continue;
+        }
         let (status, code, body) = get(&app, &t.key, &path).await;
         assert_eq!((status, code.as_str()), want, "{path}: {body}");
     }
@@ -122,8 +165,7 @@ async fn edits_publish_through_a_run_of_their_own(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     conversation(&app, &t, "s1", "chat-1", "I prefer green tea in the morning.").await;
-    let dir = app.workspace_dir(&t, "default").join("memories");
-    let before = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap();
+    let before = app.file_text(&t, "default", "memories/MEMORY.md").await;
 
     let secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
     let (status, _, done) = edit(
@@ -142,9 +184,9 @@ async fn edits_publish_through_a_run_of_their_own(backend: Backend) {
         changes,
         [json!({"path": "MEMORY.md", "change": "modified"}), json!({"path": "notes/tea.md", "change": "added"})]
     );
-    let memory = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert_eq!(memory, format!("- The user switched to coffee.\n{before}"));
-    let note = std::fs::read_to_string(dir.join("notes/tea.md")).unwrap();
+    let note = app.file_text(&t, "default", "memories/notes/tea.md").await;
     assert!(note.contains("[REDACTED:github_token]") && !note.contains(secret), "{note}");
 
     let run_id = done["run_id"].as_str().unwrap();
@@ -181,8 +223,8 @@ async fn edits_publish_through_a_run_of_their_own(backend: Backend) {
     let patch = "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n-- The user switched to coffee.\n+- The user drinks coffee now.\n*** Delete File: notes/tea.md\n*** End Patch";
     let (status, _, patched) = edit(&app, &t.key, json!({"patch": patch})).await;
     assert_eq!(status, 200, "{patched}");
-    assert!(!dir.join("notes/tea.md").exists());
-    assert!(std::fs::read_to_string(dir.join("MEMORY.md")).unwrap().starts_with("- The user drinks coffee now.\n"));
+    assert!(app.file_bytes(&t, "default", "memories/notes/tea.md").await.is_none());
+    assert!(app.file_text(&t, "default", "memories/MEMORY.md").await.starts_with("- The user drinks coffee now.\n"));
     let res = app
         .request(Method::POST, &format!("/v1/workspaces/default/layouts/default/runs/{run_id}/restore"), &t.key)
         .send()
@@ -191,7 +233,7 @@ async fn edits_publish_through_a_run_of_their_own(backend: Backend) {
     assert_eq!(res.status(), 202);
     let restore: Value = res.json().await.unwrap();
     assert_eq!(app.wait_for_job(&t.key, restore["job_id"].as_str().unwrap()).await["state"], "succeeded");
-    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md")).unwrap(), memory, "back as the edit left it");
+    assert_eq!(app.file_text(&t, "default", "memories/MEMORY.md").await, memory, "back as the edit left it");
 
     // The edit's event, from the outbox.
     let events = app
@@ -220,19 +262,15 @@ async fn edits_are_refused_whole_when_they_cannot_apply(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
     conversation(&app, &t, "s1", "chat-1", "I prefer green tea in the morning.").await;
-    let dir = app.workspace_dir(&t, "default").join("memories");
-    let snapshot = || {
-        let mut files: Vec<(String, Vec<u8>)> = walk(&dir)
-            .into_iter()
-            .map(|p| {
-                let bytes = std::fs::read(&p).unwrap();
-                (p.strip_prefix(&dir).unwrap().to_string_lossy().into_owned(), bytes)
-            })
-            .collect();
+    let snapshot = async || {
+        let mut files = Vec::new();
+        for path in app.files_under(&t, "default", "memories").await {
+            files.push((path.clone(), app.file_bytes(&t, "default", &path).await.unwrap()));
+        }
         files.sort();
         files
     };
-    let before = snapshot();
+    let before = snapshot().await;
     let cases = [
         (
             json!({"operations": [{"command": "create", "path": "a.md", "file_text": "x"}, {"command": "str_replace", "path": "MEMORY.md", "old_str": "not there", "new_str": "y"}]}),
@@ -282,7 +320,7 @@ async fn edits_are_refused_whole_when_they_cannot_apply(backend: Backend) {
         .unwrap();
     assert_eq!(status_code_body(res).await.0, 400);
     assert_eq!(declared_too_large(&app, &t.key).await, 413);
-    assert_eq!(snapshot(), before, "nothing of a refused edit is written");
+    assert_eq!(snapshot().await, before, "nothing of a refused edit is written");
 
     // A layout whose agents may only read.
     let res = app
@@ -339,18 +377,6 @@ async fn declared_too_large(app: &TestApp, key: &str) -> u16 {
     status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{status_line}"))
 }
 
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        if entry.file_type().unwrap().is_dir() {
-            out.extend(walk(&entry.path()));
-        } else {
-            out.push(entry.path());
-        }
-    }
-    out
-}
-
 async fn an_edit_during_a_slow_phase_two_lands_after_it(backend: Backend) {
     let fake = FakeLlm::start().await;
     let app = TestApp::start_with(backend, use_model(&fake, "responses")).await;
@@ -382,14 +408,13 @@ async fn an_edit_during_a_slow_phase_two_lands_after_it(backend: Backend) {
     )
     .await;
     assert_eq!(status, 200, "{done}");
-    let dir = app.workspace_dir(&t, "default").join("memories");
     assert_eq!(
-        std::fs::read_to_string(dir.join("skills/tea/SKILL.md")).unwrap(),
+        app.file_text(&t, "default", "memories/skills/tea/SKILL.md").await,
         "brew at 80C",
         "phase two's change survives"
     );
     assert!(
-        std::fs::read_to_string(dir.join("MEMORY.md")).unwrap().contains("- edited during phase two"),
+        app.file_text(&t, "default", "memories/MEMORY.md").await.contains("- edited during phase two"),
         "the edit survives"
     );
     let runs = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs", &t.key).await;
@@ -413,11 +438,10 @@ async fn concurrent_edits_all_land(backend: Backend) {
     for (status, _, body) in &answers {
         assert_eq!(*status, 200, "{body}");
     }
-    let dir = app.workspace_dir(&t, "default").join("memories");
-    let memory = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     for i in 0..8 {
         assert!(memory.contains(&format!("- fact {i}\n")), "fact {i} in {memory}");
-        assert_eq!(std::fs::read_to_string(dir.join(format!("notes/{i}.md"))).unwrap(), format!("note {i}\n"));
+        assert_eq!(app.file_text(&t, "default", &format!("memories/notes/{i}.md")).await, format!("note {i}\n"));
     }
     let runs = app.json(Method::GET, "/v1/workspaces/default/layouts/default/runs?limit=20", &t.key).await;
     let edits = runs["runs"].as_array().unwrap().iter().filter(|r| r["kind"] == "edit").count();

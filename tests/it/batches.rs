@@ -17,15 +17,12 @@ every_backend!(
     a_batch_with_one_bad_segment_writes_nothing_and_names_it,
     a_retried_batch_writes_once_and_its_key_goes_with_a_forgotten_rollout,
     a_batch_meets_the_limits_and_redaction_of_single_appends,
+    a_killed_batch_is_all_there_or_not_at_all,
 );
 
 fn segment(layout: &str, rollout: &str, said: &str) -> Value {
     json!({"layout": layout, "rollout_id": rollout, "input": said, "final_output": "ok"})
 }
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(a_killed_batch_is_all_there_or_not_at_all,);
 
 async fn batch(app: &TestApp, key: &str, session: &str, segments: Vec<Value>, idempotency: Option<&str>) -> Response {
     let mut request = app
@@ -278,7 +275,6 @@ async fn a_killed_batch_is_all_there_or_not_at_all(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.stop.store(true, Ordering::Relaxed);
     let (http, key, memoryd) = (&server.http, &server.key, &server.memoryd);
-    let root = server.dir.path().join(format!("memoryd-data/workspaces/{}/default", server.tenant_id));
     for (i, task) in senders.into_iter().enumerate() {
         let acknowledged = task.await.unwrap();
         assert!(acknowledged > 3, "sender {i} made progress across the restarts");
@@ -290,7 +286,7 @@ async fn a_killed_batch_is_all_there_or_not_at_all(backend: Backend) {
             let res = http.post(url).bearer_auth(key).json(&last).send().await.unwrap();
             assert_eq!(res.status(), 201);
             let receipt = res.json::<Value>().await.unwrap()["receipts"][0].clone();
-            let text = std::fs::read_to_string(root.join(receipt["rollout_path"].as_str().unwrap())).unwrap();
+            let text = server.file_text(receipt["rollout_path"].as_str().unwrap()).await;
             let lines: Vec<&str> = text.lines().collect();
             assert_eq!(receipt["segment_index"].as_u64(), Some(lines.len() as u64 - 1), "{rollout}");
             // Four lines a batch, batches 0, 1, 2, … in order, each whole.

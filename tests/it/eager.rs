@@ -9,11 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-every_backend!(eager_phase_one_is_off_by_default);
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(idle_rollouts_are_extracted_before_the_close,);
+every_backend!(eager_phase_one_is_off_by_default, idle_rollouts_are_extracted_before_the_close);
 
 async fn jobs(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
     app.json(Method::GET, &format!("/v1/jobs?{query}"), key).await["jobs"].as_array().unwrap().clone()
@@ -53,8 +49,8 @@ async fn idle_rollouts_are_extracted_before_the_close(backend: Backend) {
     assert_eq!(fake.phase_one_requests().len(), 2);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(jobs(&app, &t.key, "kind=phase_one").await.len(), 2, "an extracted rollout is not queued again");
-    let raw = app.workspace_dir(&t, "default").join("memories/raw_memories/a.md");
-    let early_raw = std::fs::read_to_string(&raw).unwrap();
+    let raw = "memories/raw_memories/a.md";
+    let early_raw = app.file_text(&t, "default", raw).await;
 
     // Rollout b grows before the close; a does not.
     assert_eq!(app.post_segment(&t.key, "s1", "default", segment("b", "and oat milk")).await.status(), 201);
@@ -70,7 +66,7 @@ async fn idle_rollouts_are_extracted_before_the_close(backend: Backend) {
         jobs(&app, &t.key, "kind=phase_one&session_id=s1").await.into_iter().filter(|j| j["eager"] != true).collect();
     assert_eq!(close_jobs.len(), 2);
     assert!(close_jobs.iter().all(|j| j["state"] == "succeeded"), "{close_jobs:?}");
-    assert_eq!(std::fs::read_to_string(&raw).unwrap(), early_raw, "a's raw memory is the early one, as made");
+    assert_eq!(app.file_text(&t, "default", raw).await, early_raw, "a's raw memory is the early one, as made");
     let selection = app.json(Method::GET, "/v1/workspaces/default/layouts/default/phase_two_selection", &t.key).await;
     let selected: Vec<&str> =
         selection["selected"].as_array().unwrap().iter().map(|s| s["rollout_id"].as_str().unwrap()).collect();

@@ -17,6 +17,7 @@ every_backend!(
     a_workspace_forget_fences_out_a_running_phase_two,
     a_forgotten_tenant_is_locked_out_and_removed,
     a_forget_survives_sigkill,
+    a_forgotten_conversation_leaves_nothing_behind,
 );
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default";
@@ -61,10 +62,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(a_forgotten_conversation_leaves_nothing_behind,);
 
 /// Every file of the volume (or the replica's cache) and every object of
 /// the bucket, where the files live in one, that holds `needle` in its path

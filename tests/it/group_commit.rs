@@ -57,9 +57,7 @@ impl Database {
     }
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
+crate::every_backend!(
     a_failed_group_acknowledges_none_of_its_appends,
     acknowledged_segments_survive_sigkill_under_load,
 );
@@ -112,8 +110,7 @@ async fn a_failed_group_acknowledges_none_of_its_appends(backend: Backend) {
     assert_eq!(res.status(), 201);
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["segment_index"], 0);
-    let file = app.workspace_dir(&t, "default").join(receipt["rollout_path"].as_str().unwrap());
-    let text = std::fs::read_to_string(file).unwrap();
+    let text = app.file_text(&t, "default", receipt["rollout_path"].as_str().unwrap()).await;
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("again") && !text.contains("said"), "{text}");
 }
@@ -200,6 +197,13 @@ impl Killable {
         Self { dir, env, http, memoryd, tenant_id, key, base, stop: Arc::new(AtomicBool::new(false)) }
     }
 
+    /// A file of the tenant's default workspace, wherever its files live.
+    pub(crate) async fn file_text(&self, path: &str) -> String {
+        let data_dir = self.dir.path().join("memoryd-data");
+        let bytes = crate::process::stored_file(&self.env, &data_dir, &self.tenant_id, "default", path).await;
+        String::from_utf8(bytes.unwrap_or_else(|| panic!("{path} is not there"))).unwrap()
+    }
+
     /// After `wait`, SIGKILL, and a new process on the same data and database.
     pub(crate) async fn kill_and_restart(&mut self, round: u64, wait: Duration) {
         tokio::time::sleep(wait).await;
@@ -235,9 +239,8 @@ async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
     for task in appenders {
         acknowledged.push(task.await.unwrap());
     }
-    let (http, key, memoryd, tenant_id) = (&server.http, &server.key, &server.memoryd, &server.tenant_id);
+    let (http, key, memoryd) = (&server.http, &server.key, &server.memoryd);
 
-    let root = server.dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default"));
     for (i, acks) in acknowledged.iter().enumerate() {
         let (session, rollout) = (format!("s-{}", i / 2), format!("r-{i}"));
         assert!(acks.len() as u64 > KILLS, "{rollout} made progress across the restarts: {acks:?}");
@@ -256,7 +259,7 @@ async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
 
         // Every acknowledged marker is in the file exactly once, in order, at
         // the index its receipt gave.
-        let text = std::fs::read_to_string(root.join(receipt["rollout_path"].as_str().unwrap())).unwrap();
+        let text = server.file_text(receipt["rollout_path"].as_str().unwrap()).await;
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), acks.len() + 1, "{rollout}: {text}");
         for (marker, index) in acks {

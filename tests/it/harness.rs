@@ -2,7 +2,7 @@ use memoryd::app::{RunningServer, start};
 use memoryd::config::{Config, LlmApi, ProviderKind};
 use reqwest::{Client, Method, RequestBuilder, Response};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -220,32 +220,33 @@ impl TestApp {
     /// live: on the volume, or (a bucket) the current version of a memory
     /// file, a rollout's object and journal; `None` when absent.
     pub async fn file_bytes(&self, tenant: &Tenant, workspace: &str, path: &str) -> Option<Vec<u8>> {
-        let Some(prefix) = &self.bucket_prefix else {
-            return std::fs::read(self.workspace_dir(tenant, workspace).join(path)).ok();
+        let bucket = self.bucket_prefix.as_deref().map(|prefix| (self.database_url.as_str(), prefix));
+        stored_file(&self.data_dir, bucket, &tenant.id, workspace, path).await
+    }
+
+    /// The paths of the workspace's files under folder `dir` (memory files
+    /// on a bucket: rollouts there are not files), wherever they live.
+    pub async fn files_under(&self, tenant: &Tenant, workspace: &str, dir: &str) -> Vec<String> {
+        let Some(_) = &self.bucket_prefix else {
+            let root = self.workspace_dir(tenant, workspace);
+            let mut found = Vec::new();
+            let mut stack = vec![root.join(dir)];
+            while let Some(folder) = stack.pop() {
+                for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else {
+                        found.push(path.strip_prefix(&root).unwrap().to_string_lossy().into_owned());
+                    }
+                }
+            }
+            return found;
         };
         let store = memoryd::store::connect(&self.database_url).await.unwrap();
-        let url = format!("s3://{}/{prefix}", crate::s3::BUCKET).parse().unwrap();
-        let bucket = memoryd::bucket::Bucket { url, objects: crate::s3::bucket() };
         let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
-        if let Some(version) = store.current_file(id, &ws, path).await.unwrap() {
-            return Some(bucket.read_version(id, &ws, path, &version).await.unwrap());
-        }
-        let rollout = memoryd::domain::ids::RolloutId::from_file_name(path)?;
-        for stored in memoryd::store::with_implicit_default(store.stored_layouts(id).await.unwrap()) {
-            let at = memoryd::store::journal_records::RolloutAt {
-                tenant: id,
-                workspace: &ws,
-                layout: &stored.name,
-                rollout: &rollout,
-            };
-            let sessions = stored.layout.sessions_dir.normalized.as_str();
-            if path.strip_prefix(sessions).is_some_and(|rest| rest.starts_with('/'))
-                && let Some(bytes) = bucket.rollout_bytes(store.as_ref(), at, path).await.unwrap()
-            {
-                return Some(bytes);
-            }
-        }
-        None
+        let current = store.current_files(id, &ws).await.unwrap();
+        current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with(&format!("{dir}/"))).collect()
     }
 
     /// [`Self::file_bytes`] as text, which must be there.
@@ -307,4 +308,42 @@ macro_rules! both_databases {
     ($($name:ident),* $(,)?) => {
         $($crate::backend_rows!([postgres => Postgres, sqlite => Sqlite] $name);)*
     };
+}
+
+/// A workspace file of the deployment with data dir `data_dir` as memoryd's
+/// readers see it: on the volume, or (`bucket`: its database and key prefix)
+/// the current version of a memory file or a rollout's object and journal.
+pub async fn stored_file(
+    data_dir: &Path,
+    bucket: Option<(&str, &str)>,
+    tenant: &str,
+    workspace: &str,
+    path: &str,
+) -> Option<Vec<u8>> {
+    let Some((database_url, prefix)) = bucket else {
+        return std::fs::read(data_dir.join("workspaces").join(tenant).join(workspace).join(path)).ok();
+    };
+    let store = memoryd::store::connect(database_url).await.unwrap();
+    let url = format!("s3://{}/{prefix}", crate::s3::BUCKET).parse().unwrap();
+    let bucket = memoryd::bucket::Bucket { url, objects: crate::s3::bucket() };
+    let (id, ws) = (tenant.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
+    if let Some(version) = store.current_file(id, &ws, path).await.unwrap() {
+        return Some(bucket.read_version(id, &ws, path, &version).await.unwrap());
+    }
+    let rollout = memoryd::domain::ids::RolloutId::from_file_name(path)?;
+    for stored in memoryd::store::with_implicit_default(store.stored_layouts(id).await.unwrap()) {
+        let at = memoryd::store::journal_records::RolloutAt {
+            tenant: id,
+            workspace: &ws,
+            layout: &stored.name,
+            rollout: &rollout,
+        };
+        let sessions = stored.layout.sessions_dir.normalized.as_str();
+        if path.strip_prefix(sessions).is_some_and(|rest| rest.starts_with('/'))
+            && let Some(bytes) = bucket.rollout_bytes(store.as_ref(), at, path).await.unwrap()
+        {
+            return Some(bytes);
+        }
+    }
+    None
 }

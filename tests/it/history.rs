@@ -6,13 +6,13 @@ use crate::harness::{Backend, Tenant, TestApp, status_code_body};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-every_backend!(a_restore_puts_the_memory_back_through_a_run_of_its_own, history_is_kept_for_the_newest_runs_only,);
+every_backend!(
+    a_restore_puts_the_memory_back_through_a_run_of_its_own,
+    history_is_kept_for_the_newest_runs_only,
+    runs_show_their_diffs_and_the_files_they_left,
+);
 
 const RUNS: &str = "/v1/workspaces/default/layouts/default/runs";
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(runs_show_their_diffs_and_the_files_they_left,);
 
 /// Appends one conversation in a session of its own, closes it and waits:
 /// the extractive provider's consolidation then is the newest run.

@@ -221,16 +221,17 @@ async fn segments_create_sessions_and_layout_folders(backend: Backend) {
     assert_eq!(res.status(), 201);
     let receipt: Value = res.json().await.unwrap();
     assert_eq!(receipt["rollout_path"], "team_sessions/r1.jsonl");
-    // A bucket has no folders; its jobs' copies are given them (R-LAY-3).
+    // A bucket has no folders (its readers' and jobs' copies are given
+    // them); the empty files are there on either storage (R-LAY-3).
     if backend != Backend::Bucket {
         let root = app.workspace_dir(&t, "proj-1");
         for dir in ["team_sessions", "team/memory/raw_memories", "team/memory/rollout_summaries", "team/memory/skills"]
         {
             assert!(root.join(dir).is_dir(), "{dir}");
         }
-        for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
-            assert_eq!(std::fs::read(root.join(file)).unwrap(), b"", "{file}");
-        }
+    }
+    for file in ["team/memory/MEMORY.md", "team/memory/memory_summary.md"] {
+        assert_eq!(app.file_bytes(&t, "proj-1", file).await, Some(Vec::new()), "{file}");
     }
     let view = app.json(Method::GET, "/v1/sessions/fresh", &t.key).await;
     assert_eq!(view["workspace"], "proj-1");

@@ -11,15 +11,13 @@ every_backend!(
     the_sdk_custom_tool_call_form_works,
     chat_completions_agents_use_tool_messages,
     readers_see_the_memory_as_it_was_until_the_run_succeeds,
-);
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
     custom_layouts_stay_separate_and_run_once_per_close,
-    hostile_tool_calls_change_nothing,
     a_failed_phase_two_restores_the_folder_and_keeps_the_selection,
 );
+
+// On the volume only: it plants a symbolic link in the workspace's folder,
+// which a bucket does not have (a consolidation's copy is made by memoryd).
+crate::both_databases!(hostile_tool_calls_change_nothing,);
 
 async fn chat_completions_agents_use_tool_messages(backend: Backend) {
     let fake = FakeLlm::start().await;
@@ -226,13 +224,14 @@ async fn custom_layouts_stay_separate_and_run_once_per_close(backend: Backend) {
         .collect();
     assert_eq!(kinds.iter().filter(|(k, _)| k == "phase_two").count(), 2, "one phase two per touched layout");
 
-    let root = app.workspace_dir(&t, "default");
-    assert!(root.join("team_memory/raw_memories/a.md").exists() && root.join("team_memory/raw_memories/b.md").exists());
-    assert!(root.join("solo/memory/raw_memories/a.md").exists());
-    assert!(!root.join("solo/memory/raw_memories/b.md").exists(), "layouts do not share memories");
-    assert!(!root.join("reader_memory").exists() && !root.join("reader_sessions").exists());
-    assert!(!root.join("memories").exists(), "the default layout was never used");
-    let team_raw = std::fs::read_to_string(root.join("team_memory/raw_memories.md")).unwrap();
+    let there = async |path: &str| app.file_bytes(&t, "default", path).await.is_some();
+    assert!(there("team_memory/raw_memories/a.md").await && there("team_memory/raw_memories/b.md").await);
+    assert!(there("solo/memory/raw_memories/a.md").await);
+    assert!(!there("solo/memory/raw_memories/b.md").await, "layouts do not share memories");
+    for unused in ["reader_memory", "reader_sessions", "memories"] {
+        assert_eq!(app.files_under(&t, "default", unused).await, Vec::<String>::new(), "{unused} was never used");
+    }
+    let team_raw = file(&app, &t, "team_memory/raw_memories.md").await;
     assert!(team_raw.contains("rollout_path: team_sessions/a.jsonl"));
     for (layout, count) in [("team", 1), ("solo", 1)] {
         let (_, runs) = get(&app, &t, &format!("/v1/workspaces/default/layouts/{layout}/runs")).await;
@@ -374,10 +373,7 @@ async fn a_failed_phase_two_restores_the_folder_and_keeps_the_selection(backend:
     assert!(failure["error"].as_str().unwrap().contains("did not finish within its 2 turns"), "{failure}");
 
     assert_eq!(file(&app, &t, "memories/MEMORY.md").await, "good memory\n", "edited files are restored");
-    assert!(
-        !app.workspace_dir(&t, "default").join("memories/skills/bad").join("SKILL.md").exists(),
-        "created files are removed"
-    );
+    assert!(app.file_bytes(&t, "default", "memories/skills/bad/SKILL.md").await.is_none(), "created files are removed");
     assert_eq!(file(&app, &t, "memories/memory_summary.md").await, "", "deleted files come back");
     assert_eq!(file(&app, &t, "memories/raw_memories.md").await, good_raw);
     assert_eq!(file(&app, &t, "memories/phase_two_selection.json").await, good_file);

@@ -169,6 +169,21 @@ pub(crate) async fn database_env(backend: Backend) -> Vec<(&'static str, String)
     }
 }
 
+/// A workspace file of a process started with `env` (from [`database_env`])
+/// and data dir `data_dir`, wherever its files live (`harness::stored_file`).
+pub(crate) async fn stored_file(
+    env: &[(&'static str, String)],
+    data_dir: &std::path::Path,
+    tenant: &str,
+    workspace: &str,
+    path: &str,
+) -> Option<Vec<u8>> {
+    let setting = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+    let prefix = setting("MEMORYD_STORAGE").and_then(|url| url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)));
+    let bucket = prefix.map(|p| (setting("DATABASE_URL").expect("a bucket is on Postgres"), p));
+    crate::harness::stored_file(data_dir, bucket, tenant, workspace, path).await
+}
+
 #[tokio::test]
 async fn binary_serves_logs_no_content_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();

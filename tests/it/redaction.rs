@@ -11,6 +11,7 @@ every_backend!(
     no_built_in_secret_reaches_the_model,
     rules_can_be_turned_off_and_extended_and_ingest_redacted,
     bad_redaction_configs_are_refused,
+    secrets_the_model_writes_never_reach_the_memory,
 );
 
 /// One made-up credential of every built-in rule, in its real shape.
@@ -44,10 +45,6 @@ fn secret_of(rule: &str, credential: &str) -> String {
         _ => credential.to_owned(),
     }
 }
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(secrets_the_model_writes_never_reach_the_memory,);
 
 async fn no_built_in_secret_reaches_the_model(backend: Backend) {
     let fake = FakeLlm::start().await;
@@ -104,24 +101,17 @@ async fn secrets_the_model_writes_never_reach_the_memory(backend: Backend) {
     let closed = app.json(Method::POST, "/v1/sessions/s/close?wait=30", &t.key).await;
     assert_eq!(closed["memory_status"]["status"], "complete", "{closed}");
 
-    let memories = app.workspace_dir(&t, "default").join("memories");
-    let mut files = Vec::new();
-    let mut stack = vec![memories.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            if entry.path().is_dir() { stack.push(entry.path()) } else { files.push(entry.path()) }
-        }
-    }
+    let files = app.files_under(&t, "default", "memories").await;
     assert!(files.len() >= 5, "{files:?}");
     for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
+        let text = app.file_text(&t, "default", file).await;
         for secret in [github, aws, stripe] {
-            assert!(!text.contains(secret), "{secret} in {}", file.display());
+            assert!(!text.contains(secret), "{secret} in {file}");
         }
     }
-    let memory = std::fs::read_to_string(memories.join("MEMORY.md")).unwrap();
+    let memory = app.file_text(&t, "default", "memories/MEMORY.md").await;
     assert!(memory.contains("The deploy key is [REDACTED:stripe_key]."), "{memory}");
-    let raw = std::fs::read_to_string(memories.join("raw_memories/leaky.md")).unwrap();
+    let raw = app.file_text(&t, "default", "memories/raw_memories/leaky.md").await;
     assert!(raw.contains("[REDACTED:github_token]"), "{raw}");
     // The phase-two prompt saw the redacted raw memory only.
     assert!(fake.phase_two_requests().iter().all(|r| !r.body.to_string().contains(github)));

@@ -8,11 +8,7 @@ use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-every_backend!(delivered_events_leave_the_outbox);
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(retention_expires_keys_records_and_idle_rollouts,);
+every_backend!(delivered_events_leave_the_outbox, retention_expires_keys_records_and_idle_rollouts);
 
 async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
@@ -45,8 +41,8 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
         201
     );
     assert_eq!(app.json(Method::POST, "/v1/sessions/brief-s/close?wait=30", &t.key).await["state"], "closed");
-    let memory_path = app.workspace_dir(&t, "default").join("notes/MEMORY.md");
-    assert!(std::fs::read_to_string(&memory_path).unwrap().contains("bees"));
+    let memory_path = "notes/MEMORY.md";
+    assert!(app.file_text(&t, "default", memory_path).await.contains("bees"));
 
     // The key expires: the same key with another body is a new append.
     let started = Instant::now();
@@ -71,7 +67,7 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     loop {
         let forgets = app.json(Method::GET, "/v1/jobs?kind=forget", &t.key).await;
         let done = forgets["jobs"].as_array().unwrap().iter().any(|j| j["state"] == "succeeded");
-        if done && !app.workspace_dir(&t, "default").join("chats/chat-idle.jsonl").exists() {
+        if done && app.file_bytes(&t, "default", "chats/chat-idle.jsonl").await.is_none() {
             // Its files are renamed into place just after its finish commits.
             app.publishes_done().await;
             break;
@@ -79,7 +75,7 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(30), "the idle rollout was never forgotten: {forgets}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(!std::fs::read_to_string(&memory_path).unwrap().contains("bees"));
+    assert!(!app.file_text(&t, "default", memory_path).await.contains("bees"));
     let started = Instant::now();
     while app.request(Method::GET, "/v1/sessions/brief-s", &t.key).send().await.unwrap().status() != 404 {
         assert!(started.elapsed() < Duration::from_secs(30), "the closed session's record was never deleted");
@@ -93,7 +89,7 @@ async fn retention_expires_keys_records_and_idle_rollouts(backend: Backend) {
     }
     // Records only: the open session of the default layout and its rollout stay.
     assert_eq!(app.request(Method::GET, "/v1/sessions/keyed", &t.key).send().await.unwrap().status(), 200);
-    assert!(app.workspace_dir(&t, "default").join("sessions/chat-k.jsonl").exists());
+    assert!(app.file_bytes(&t, "default", "sessions/chat-k.jsonl").await.is_some());
 }
 
 /// Past `MEMORYD_EVENTS_RETAIN_HOURS` (0 here: at once) the retention sweep

@@ -186,6 +186,56 @@ impl WorkspaceFilesStore for SqlStore<DB> {
         row.as_ref().map(version_of).transpose()
     }
 
+    async fn add_empty_files(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        paths: &[&str],
+        publish_id: Uuid,
+    ) -> StoreResult<bool> {
+        let mut present = 0;
+        for path in paths {
+            present += usize::from(self.current_file(tenant, workspace, path).await?.is_some());
+        }
+        if present == paths.len() {
+            return Ok(false);
+        }
+        let mut tx = self.begin_write().await?;
+        let conn: &mut DbConnection = &mut tx;
+        // The generation row first, as a finish takes it: it orders this
+        // publish among the workspace's finishes.
+        Self::lock_generations_in(conn, vec![(tenant, workspace, publish_id)]).await?;
+        let now = Utc::now();
+        let mut added = false;
+        for path in paths {
+            let inserted = sqlx::query(
+                "INSERT INTO workspace_files (tenant_id, workspace, path, publish_id, bytes, sha256)
+                 VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (tenant_id, workspace, path) DO NOTHING",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(*path)
+            .bind(publish_id)
+            .bind(crate::domain::ids::sha256_hex(b""))
+            .execute(&mut *conn)
+            .await?;
+            if inserted.rows_affected() > 0 {
+                added = true;
+                Self::add_chore_in(conn, tenant, workspace, path, publish_id, "place", now).await?;
+            }
+        }
+        if added {
+            sqlx::query("UPDATE workspace_generations SET publish_id = $3 WHERE tenant_id = $1 AND workspace = $2")
+                .bind(tenant)
+                .bind(workspace.as_str())
+                .bind(publish_id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(added)
+    }
+
     async fn file_chores(
         &self,
         tenant: TenantId,
