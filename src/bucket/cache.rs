@@ -132,7 +132,7 @@ fn write_copy(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 impl WorkspaceCache {
-    /// The cache under `root` (`<data_dir>/workspaces`), emptied: what an
+    /// The cache under `root` (`<data_dir>/copies`), emptied: what an
     /// earlier life left is not known to be current.
     pub fn new(root: PathBuf, jobs_root: PathBuf, limit: u64) -> std::io::Result<Self> {
         remove_tree(&root)?;

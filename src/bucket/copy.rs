@@ -6,9 +6,12 @@
 
 use super::BucketUrl;
 use crate::config::Config;
-use crate::domain::ids::WorkspaceName;
+use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
+use crate::domain::portability::ExportedRollout;
 use crate::jobs::{PublishOwner, finish_pending_publishes};
-use crate::store::{DynStore, with_implicit_default};
+use crate::store::journal_records::RolloutAt;
+use crate::store::workspace_files::{FileVersion, VersionChanges};
+use crate::store::{DynStore, Store, with_implicit_default};
 use crate::workspace::Volumes;
 use crate::workspace::archive::{ArchiveEntry, entries_taken, snapshot};
 use crate::workspace::publish::Publisher;
@@ -63,11 +66,14 @@ pub struct Copied {
     pub unknown: usize,
 }
 
-/// One object written: its key, length and SHA-256.
+/// One object written: its key, length and SHA-256; the file it holds and
+/// the version the store gave it (none for a copy of another object).
 struct Written {
     key: ObjectKey,
     len: u64,
     digest: [u8; 32],
+    relative: String,
+    e_tag: Option<String>,
 }
 
 pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
@@ -94,12 +100,14 @@ pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
     let bucket = args.destination.open(super::REQUEST_TIMEOUT)?;
     let mut written = Vec::new();
     for (tenant, workspace) in workspaces {
-        let files = copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;
+        let (files, versions) =
+            copy_workspace(&store, &volumes, &args.destination, &bucket, tenant, &workspace).await?;
         copied.workspaces += 1;
         copied.files += files.len();
         copied.bytes += files.iter().map(|w| w.len).sum::<u64>();
         tracing::info!(%tenant, %workspace, files = files.len(), "workspace copied");
         written.extend(files);
+        written.extend(versions);
     }
     check(&bucket, &args.destination, &written).await?;
     Ok(copied)
@@ -143,7 +151,8 @@ fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     (!path.is_empty() && !path.starts_with(":memory:")).then(|| std::path::PathBuf::from(path))
 }
 
-/// Copies one workspace's files as an export takes them.
+/// Copies one workspace's files as an export takes them, and makes them what
+/// memoryd reads there: the files written, then the memory files' versions.
 async fn copy_workspace(
     store: &DynStore,
     volumes: &Volumes,
@@ -151,7 +160,7 @@ async fn copy_workspace(
     bucket: &Arc<dyn ObjectStore>,
     tenant: Uuid,
     workspace: &WorkspaceName,
-) -> Result<Vec<Written>, CopyError> {
+) -> Result<(Vec<Written>, Vec<Written>), CopyError> {
     let layouts = with_implicit_default(store.stored_layouts(tenant).await?);
     let view = store.export_view(tenant, workspace).await?;
     let root = volumes.workspace_root(tenant, workspace).map_err(std::io::Error::other)?;
@@ -162,7 +171,7 @@ async fn copy_workspace(
     let taken = tokio::task::spawn_blocking(move || snapshot(&root, &scratch, &memory_dirs))
         .await
         .map_err(std::io::Error::other)??;
-    let (entries, _) = entries_taken(&taken.files, &view, &layouts);
+    let (entries, rollouts) = entries_taken(&taken.files, &view, &layouts);
     let mut keyed = Vec::with_capacity(entries.len());
     for entry in entries {
         let key = url.object_key(tenant, workspace, &entry.relative).map_err(|e| {
@@ -176,27 +185,89 @@ async fn copy_workspace(
         .buffer_unordered(COPIES_AT_ONCE)
         .collect()
         .await;
-    uploads.into_iter().collect()
+    let written: Vec<Written> = uploads.into_iter().collect::<Result<_, _>>()?;
+    let rollouts: HashMap<&str, &ExportedRollout> = rollouts.iter().map(|r| (r.rollout_path.as_str(), *r)).collect();
+    let bucket = super::Bucket { url: url.clone(), objects: bucket.clone() };
+    let versions = make_current(store.as_ref(), &bucket, tenant, workspace, &rollouts, &written).await?;
+    Ok((written, versions))
+}
+
+/// Makes what was copied what memoryd reads from the bucket: each rollout's
+/// object recorded as holding its committed lines, and the memory files
+/// (every other file) current as one publish — a version of each, copied
+/// in the bucket, recorded as a finish records them, and its chores done.
+/// The versions written.
+async fn make_current(
+    store: &dyn Store,
+    bucket: &super::Bucket,
+    tenant: Uuid,
+    workspace: &WorkspaceName,
+    rollouts: &HashMap<&str, &ExportedRollout>,
+    written: &[Written],
+) -> Result<Vec<Written>, CopyError> {
+    let publish_id = Uuid::new_v4();
+    let (mut changes, mut versions) = (VersionChanges { publish_id, files: Vec::new() }, Vec::new());
+    for object in written {
+        match rollouts.get(object.relative.as_str()) {
+            Some(rollout) => record_rollout(store, tenant, workspace, rollout, object).await?,
+            None => {
+                let key = bucket.version_key(tenant, workspace, publish_id, &object.relative).map_err(|e| {
+                    CopyError::Refused(format!("{}/{} cannot be an object key: {e}", workspace, object.relative))
+                })?;
+                bucket.objects.copy(&object.key, &key).await?;
+                let version = FileVersion { publish_id, bytes: object.len, sha256: hex::encode(object.digest) };
+                changes.files.push((object.relative.clone(), Some(version)));
+                let relative = object.relative.clone();
+                versions.push(Written { key, len: object.len, digest: object.digest, relative, e_tag: None });
+            }
+        }
+    }
+    if !changes.files.is_empty() {
+        store.record_versions(tenant, workspace, &changes).await?;
+        bucket.do_chores(store, tenant, workspace).await.map_err(|e| CopyError::Check(e.to_string()))?;
+    }
+    Ok(versions)
+}
+
+/// Records a copied rollout's object as holding its committed lines (over
+/// what an earlier copy into the same prefix recorded).
+async fn record_rollout(
+    store: &dyn Store,
+    tenant: Uuid,
+    workspace: &WorkspaceName,
+    rollout: &ExportedRollout,
+    object: &Written,
+) -> Result<(), CopyError> {
+    let unreadable = || CopyError::Check(format!("{}: the database's rollout names are not ids", object.relative));
+    let layout = LayoutName::parse(&rollout.layout).ok_or_else(unreadable)?;
+    let rollout_id = RolloutId::parse(&rollout.rollout_id).ok_or_else(unreadable)?;
+    let at = RolloutAt { tenant, workspace, layout: &layout, rollout: &rollout_id };
+    let e_tag = object.e_tag.as_deref().ok_or_else(|| CopyError::Check(format!("{} has no ETag", object.key)))?;
+    let recorded = store.rollout_parts(at).await?.and_then(|parts| parts.object_etag);
+    if !store.rollout_rewritten(at, recorded.as_deref(), e_tag, object.len).await? {
+        return Err(CopyError::Check(format!("{}: its rollout changed while it was copied", object.relative)));
+    }
+    Ok(())
 }
 
 /// Writes `entry`'s first `len` bytes to `key`: one PUT, or parts.
 async fn upload(bucket: &Arc<dyn ObjectStore>, key: ObjectKey, entry: ArchiveEntry) -> Result<Written, CopyError> {
     let mut file = tokio::fs::File::open(&entry.source).await?.take(entry.len);
-    let mut digest = Sha256::new();
+    let (mut digest, mut e_tag) = (Sha256::new(), None);
     let len = if entry.len <= PART_BYTES as u64 {
         let mut bytes = Vec::with_capacity(entry.len as usize);
         file.read_to_end(&mut bytes).await?;
         digest.update(&bytes);
         let len = bytes.len() as u64;
         if len == entry.len {
-            bucket.put(&key, PutPayload::from(bytes)).await?;
+            e_tag = bucket.put(&key, PutPayload::from(bytes)).await?.e_tag;
         }
         len
     } else {
         let mut parts = WriteMultipart::new_with_chunk_size(bucket.put_multipart(&key).await?, PART_BYTES);
         match write_parts(&mut file, &mut parts, &mut digest).await {
             Ok(len) if len == entry.len => {
-                parts.finish().await?;
+                e_tag = parts.finish().await?.e_tag;
                 len
             }
             other => {
@@ -211,7 +282,7 @@ async fn upload(bucket: &Arc<dyn ObjectStore>, key: ObjectKey, entry: ArchiveEnt
             format!("{} is shorter than what the database committed ({len} of {} bytes)", entry.relative, entry.len);
         return Err(CopyError::Check(why));
     }
-    Ok(Written { key, len, digest: digest.finalize().into() })
+    Ok(Written { key, len, digest: digest.finalize().into(), relative: entry.relative, e_tag })
 }
 
 /// Feeds `file` to `parts`, two parts in flight at most; the bytes fed.

@@ -65,6 +65,15 @@ pub trait WorkspaceFilesStore: Send + Sync {
     ) -> StoreResult<Vec<(TenantId, WorkspaceName)>>;
     /// A chore done.
     async fn chore_done(&self, tenant: TenantId, workspace: &WorkspaceName, chore: &FileChore) -> StoreResult<()>;
+    /// Makes `changes` current outside a job (a data dir copied into the
+    /// bucket), as a finish records them: the generation moved, replaced
+    /// versions and plain keys left as chores.
+    async fn record_versions(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        changes: &VersionChanges,
+    ) -> StoreResult<()>;
     /// Makes the layout's starting files (R-LAY-3) current, empty, at the
     /// `paths` that have no file, as one publish `publish_id` (its versions
     /// have no object: they are 0 bytes); whether any was missing.

@@ -31,8 +31,7 @@ fn copy_to_bucket(dir: &Path, url: &str, database: &[(&'static str, String)]) ->
     command.output().unwrap()
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+// A copy goes from a volume's data dir into a bucket: one row per database.
 crate::both_databases!(
     a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it,
     no_copy_while_a_replica_may_still_write,
@@ -80,19 +79,17 @@ async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(back
     let said = String::from_utf8_lossy(&copied.stdout);
     assert!(copied.status.success(), "{said}{}", String::from_utf8_lossy(&copied.stderr));
     assert!(said.contains(&format!("copied {} files", expected.len())) && said.contains("read each back"), "{said}");
-    let in_bucket = s3::objects_under(&format!("{prefix}/{tenant}")).await;
-    assert_eq!(in_bucket.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
-    for (path, bytes) in &expected {
-        assert!(in_bucket[path] == *bytes, "{path} holds its file's committed bytes");
-    }
+    copied_as_expected(&prefix, &tenant, &expected).await;
 
-    // Again: the same objects, checked again.
+    // Again: the same objects, checked again (the memory files' versions replaced).
     assert!(copy_to_bucket(dir.path(), &url, &database).status.success());
+    copied_as_expected(&prefix, &tenant, &expected).await;
     // An object that is not the data dir's fails the check, and is named.
     s3::bucket().put(&format!("{prefix}/stray.txt").into(), "x".into()).await.unwrap();
     let refused = copy_to_bucket(dir.path(), &url, &database);
     let why = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && why.contains("stray.txt"), "{why}");
+    served_from_the_bucket(dir.path(), &url, &database, &key, &expected).await;
 
     let bad = copy_to_bucket(dir.path(), "s3://Not_A_Bucket/x", &database);
     let why = String::from_utf8_lossy(&bad.stderr);
@@ -104,6 +101,72 @@ async fn a_stopped_deployment_is_copied_into_a_bucket_as_an_export_takes_it(back
     let why = String::from_utf8_lossy(&wrong.stderr);
     assert!(!wrong.status.success() && why.contains("holds no workspaces"), "{why}");
     assert!(s3::objects_under(&prefix).await.is_empty());
+}
+
+/// The tenant's objects are the data dir's files at their plain keys, and
+/// one version of each memory file (memoryd's readers read those).
+async fn copied_as_expected(prefix: &str, tenant: &str, expected: &BTreeMap<String, Vec<u8>>) {
+    let in_bucket = s3::objects_under(&format!("{prefix}/{tenant}")).await;
+    let (versions, plain): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        in_bucket.into_iter().partition(|(key, _)| key.contains("/.memoryd/versions/"));
+    assert_eq!(plain.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    for (path, bytes) in expected {
+        assert!(plain[path] == *bytes, "{path} holds its file's committed bytes");
+    }
+    let memory_files = expected.keys().filter(|k| !k.contains("/sessions/")).count();
+    assert_eq!(versions.len(), memory_files, "one version of each memory file: {:?}", versions.keys());
+}
+
+/// memoryd started on the bucket (the same database) serves what was
+/// copied: the memory files, and each conversation up to its committed
+/// length, which an append then continues.
+async fn served_from_the_bucket(
+    dir: &Path,
+    url: &str,
+    database: &[(&'static str, String)],
+    key: &str,
+    expected: &BTreeMap<String, Vec<u8>>,
+) {
+    let mut env = database.to_vec();
+    env.push(("MEMORYD_STORAGE", url.to_owned()));
+    env.extend(s3::process_env());
+    let http = reqwest::Client::new();
+    let mut memoryd = Memoryd::spawn(dir, "on-the-bucket", &["serve"], &env);
+    memoryd.ready(&http).await;
+    let file = |path: &str| http.get(format!("{}/v1/workspaces/default/layouts/default/files/{path}", memoryd.base));
+    let memory = file("MEMORY.md").bearer_auth(key).send().await.unwrap();
+    assert_eq!(memory.status(), 200);
+    assert_eq!(memory.bytes().await.unwrap(), expected["default/memories/MEMORY.md"]);
+    let exported = export(&http, &memoryd.base, key, "default").await;
+    for (path, bytes) in expected.iter().filter(|(p, _)| p.starts_with("default/")) {
+        let relative = path.strip_prefix("default/").unwrap();
+        assert_eq!(exported.get(relative), Some(bytes), "{relative} as copied");
+    }
+    let body = json!({"rollout_id": "chat-2", "input": "And the printer is on floor 2.", "final_output": "noted"});
+    let path = format!("{}/v1/sessions/s3/layouts/default/segments", memoryd.base);
+    let appended = http.post(path).bearer_auth(key).json(&body).send().await.unwrap();
+    assert_eq!(appended.status(), 201, "{}", appended.text().await.unwrap());
+    let conversation = &export(&http, &memoryd.base, key, "default").await["sessions/chat-2.jsonl"];
+    let before = &expected["default/sessions/chat-2.jsonl"];
+    assert!(conversation.starts_with(before) && conversation.len() > before.len(), "continued after its copy");
+    memoryd.signal("-TERM");
+    assert!(memoryd.exit().await.success());
+}
+
+/// A workspace's export, file by file.
+async fn export(http: &reqwest::Client, base: &str, key: &str, workspace: &str) -> BTreeMap<String, Vec<u8>> {
+    let res = http.get(format!("{base}/v1/workspaces/{workspace}/export")).bearer_auth(key).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let bytes = res.bytes().await.unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+    let mut files = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut content).unwrap();
+        files.insert(entry.path().unwrap().to_string_lossy().into_owned(), content);
+    }
+    files
 }
 
 /// A job some replica holds under a live lease refuses the copy (its worker

@@ -68,8 +68,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// or its bytes.
 async fn volume_mentions(app: &TestApp, t: &Tenant, needle: &str) -> Vec<PathBuf> {
     let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
-    let mut found: Vec<PathBuf> = files_under(&app.data_dir.join("workspaces").join(&t.id))
-        .into_iter()
+    let places = ["workspaces", "copies", "job-copies"].map(|folder| app.data_dir.join(folder).join(&t.id));
+    let mut found: Vec<PathBuf> = places
+        .iter()
+        .flat_map(|place| files_under(place))
         .filter(|p| p.to_string_lossy().contains(needle) || std::fs::read(p).is_ok_and(|b| holds(&b)))
         .collect();
     if let Some(prefix) = &app.bucket_prefix {
@@ -590,7 +592,9 @@ async fn a_forgotten_tenant_is_locked_out_and_removed(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(30), "the tenant was never removed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!app.data_dir.join("workspaces").join(&t.id).exists());
+    for folder in ["workspaces", "copies", "job-copies"] {
+        assert!(!app.data_dir.join(folder).join(&t.id).exists(), "{folder}");
+    }
     assert!(!database_holds(&app, backend, &secret));
     assert!(!database_holds(&app, backend, &t.id));
     let id_bytes = *uuid::Uuid::parse_str(&t.id).unwrap().as_bytes();

@@ -186,6 +186,20 @@ impl WorkspaceFilesStore for SqlStore<DB> {
         row.as_ref().map(version_of).transpose()
     }
 
+    async fn record_versions(
+        &self,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        changes: &VersionChanges,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let conn: &mut DbConnection = &mut tx;
+        Self::lock_generations_in(conn, vec![(tenant, workspace, changes.publish_id)]).await?;
+        Self::record_versions_in(conn, tenant, workspace, changes, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn add_empty_files(
         &self,
         tenant: TenantId,
