@@ -11,28 +11,27 @@ const WORKSPACE: &str = "tools";
 
 impl Bench {
     /// Writes the folder the searches run over: `MEMORY.md` of about
-    /// `memory_bytes` and `summaries` rollout summaries of about 1 KiB.
-    fn seed_memory_folder(&self, memory_bytes: usize, summaries: usize) -> BenchResult<()> {
+    /// `memory_bytes` and `summaries` rollout summaries of about 1 KiB — on
+    /// the volume, or in the bucket as one publish made current.
+    async fn seed_memory_folder(&self, memory_bytes: usize, summaries: usize) -> BenchResult<()> {
         let workspace = crate::domain::ids::WorkspaceName::parse(WORKSPACE).ok_or("bad workspace name")?;
-        let root = self.server.state.volumes.workspace_root(self.tenant, &workspace)?;
-        let memories = root.join("memories");
-        std::fs::create_dir_all(memories.join("rollout_summaries"))?;
-        let mut memory = String::with_capacity(memory_bytes + 200);
-        let mut task = 0;
-        while memory.len() < memory_bytes {
-            memory.push_str(&format!(
-                "## Task {task}: deploy service-{task} with the pinned runner image\n- keywords: ci, runner, cache-{task}\n- learned: bump the cache key after a lockfile change; rerun flaky tests once\n\n"
-            ));
-            task += 1;
+        let files = memory_folder(memory_bytes, summaries);
+        let state = &self.server.state;
+        let Some(bucket) = state.volumes.bucket() else {
+            let memories = state.volumes.workspace_root(self.tenant, &workspace)?.join("memories");
+            std::fs::create_dir_all(memories.join("rollout_summaries"))?;
+            for (path, text) in files {
+                std::fs::write(memories.join(path), text)?;
+            }
+            return Ok(());
+        };
+        let mut changes = crate::workspace::publish::FileChanges::default();
+        for (path, text) in files {
+            changes.write(format!("memories/{path}"), text);
         }
-        std::fs::write(memories.join("MEMORY.md"), memory)?;
-        let body = "The user asked for a deploy. The agent pinned the runner image, bumped the cache key and reran the tests; ".repeat(9);
-        for i in 0..summaries {
-            let text = format!(
-                "thread_id: r{i:05}\nupdated_at: 2026-11-01T00:00:00+00:00\n\n# Summary {i}\n{body}\nticket TOOLS-{i}\n"
-            );
-            std::fs::write(memories.join(format!("rollout_summaries/r{i:05}_deploy.md")), text)?;
-        }
+        let staged = bucket.stage_versions(self.tenant, &workspace, changes).await?;
+        state.store.record_versions(self.tenant, &workspace, &staged).await?;
+        bucket.do_chores(state.store.as_ref(), self.tenant, &workspace).await?;
         Ok(())
     }
 
@@ -53,7 +52,7 @@ impl Bench {
         requests: usize,
     ) -> BenchResult<Vec<Figure>> {
         self.segment("tools-seed", WORKSPACE, "seed", "seed").await?;
-        self.seed_memory_folder(memory_bytes, summaries)?;
+        self.seed_memory_folder(memory_bytes, summaries).await?;
         let base = format!("/v1/workspaces/{WORKSPACE}/layouts/default/memory");
         let case = format!("{} KiB MEMORY.md + {summaries} summaries", memory_bytes / 1024);
         let mut figures = Vec::new();
@@ -287,4 +286,28 @@ impl Bench {
             figure("tools", self.backend, "edit, idle lane".into(), "request to published p99", "ms", p99s),
         ])
     }
+}
+
+/// The tools workload's memory folder: `MEMORY.md` of about `memory_bytes`
+/// and `summaries` rollout summaries of about 1 KiB, by path in the folder.
+fn memory_folder(memory_bytes: usize, summaries: usize) -> Vec<(String, String)> {
+    let mut memory = String::with_capacity(memory_bytes + 200);
+    let mut task = 0;
+    while memory.len() < memory_bytes {
+        memory.push_str(&format!(
+            "## Task {task}: deploy service-{task} with the pinned runner image\n- keywords: ci, runner, cache-{task}\n- learned: bump the cache key after a lockfile change; rerun flaky tests once\n\n"
+        ));
+        task += 1;
+    }
+    let mut files = vec![("MEMORY.md".to_owned(), memory)];
+    let body =
+        "The user asked for a deploy. The agent pinned the runner image, bumped the cache key and reran the tests; "
+            .repeat(9);
+    for i in 0..summaries {
+        let text = format!(
+            "thread_id: r{i:05}\nupdated_at: 2026-11-01T00:00:00+00:00\n\n# Summary {i}\n{body}\nticket TOOLS-{i}\n"
+        );
+        files.push((format!("rollout_summaries/r{i:05}_deploy.md"), text));
+    }
+    files
 }

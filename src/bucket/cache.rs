@@ -38,6 +38,10 @@ impl WorkspaceCopy {
 
 type Key = (TenantId, WorkspaceName);
 
+/// The file that marks a folder as a replica's copies (a tenant id is never
+/// this name).
+const CACHE_MARK: &str = ".memoryd-copies";
+
 /// The copies of one replica, under `<data_dir>/workspaces`.
 #[derive(Debug)]
 pub struct WorkspaceCache {
@@ -132,11 +136,23 @@ fn write_copy(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 impl WorkspaceCache {
-    /// The cache under `root` (`<data_dir>/copies`), emptied: what an
-    /// earlier life left is not known to be current.
+    /// The cache under `root` (`<data_dir>/workspaces`), emptied: what an
+    /// earlier life left is not known to be current. A folder that holds
+    /// files but not the cache's mark is a volume's workspaces (a data dir
+    /// moved to a bucket and not cleared): refused, never wiped.
     pub fn new(root: PathBuf, jobs_root: PathBuf, limit: u64) -> std::io::Result<Self> {
+        let holds_files = std::fs::read_dir(&root).is_ok_and(|mut entries| entries.next().is_some());
+        if holds_files && !root.join(CACHE_MARK).exists() {
+            return Err(std::io::Error::other(format!(
+                "{} holds a volume's workspaces, not this replica's copies: copy them into the bucket \
+                 (memoryd copy-to-bucket) and move the folder away",
+                root.display()
+            )));
+        }
         remove_tree(&root)?;
         remove_tree(&jobs_root)?;
+        std::fs::create_dir_all(&root)?;
+        std::fs::write(root.join(CACHE_MARK), b"")?;
         Ok(Self { root, jobs_root, limit, copies: Mutex::default() })
     }
 

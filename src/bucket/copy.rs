@@ -92,6 +92,9 @@ pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
                 let why =
                     format!("workspace {workspace} of tenant {tenant} is being forgotten: start memoryd to finish");
                 return Err(CopyError::Refused(why));
+            } else if let Some(why) = served_since_copied(store.as_ref(), &args.destination, tenant, &workspace).await?
+            {
+                return Err(CopyError::Refused(why));
             } else {
                 workspaces.push((tenant, workspace));
             }
@@ -192,6 +195,34 @@ async fn copy_workspace(
     Ok((written, versions))
 }
 
+/// The one publish a copy into `url` makes of a workspace's memory files:
+/// the same on every run, so that a run again replaces its own versions and
+/// a publish of anything else shows the bucket has served the workspace.
+fn copy_publish_id(url: &BucketUrl, tenant: Uuid, workspace: &WorkspaceName) -> Uuid {
+    let digest = Sha256::digest(format!("memoryd copy-to-bucket {url} {tenant} {workspace}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+/// Why the workspace must not be copied again: a publish other than the
+/// copy's (a job, an edit, a layout's first append) has changed its files
+/// on the bucket, which the data dir's older files would undo.
+async fn served_since_copied(
+    store: &dyn Store,
+    url: &BucketUrl,
+    tenant: Uuid,
+    workspace: &WorkspaceName,
+) -> Result<Option<String>, CopyError> {
+    let generation = store.files_generation(tenant, workspace).await?;
+    Ok(generation.filter(|g| *g != copy_publish_id(url, tenant, workspace)).map(|_| {
+        format!(
+            "workspace {workspace} of tenant {tenant} has changed on a bucket since it was copied: \
+             copying the data dir again would undo that"
+        )
+    }))
+}
+
 /// Makes what was copied what memoryd reads from the bucket: each rollout's
 /// object recorded as holding its committed lines, and the memory files
 /// (every other file) current as one publish — a version of each, copied
@@ -205,7 +236,7 @@ async fn make_current(
     rollouts: &HashMap<&str, &ExportedRollout>,
     written: &[Written],
 ) -> Result<Vec<Written>, CopyError> {
-    let publish_id = Uuid::new_v4();
+    let publish_id = copy_publish_id(&bucket.url, tenant, workspace);
     let (mut changes, mut versions) = (VersionChanges { publish_id, files: Vec::new() }, Vec::new());
     for object in written {
         match rollouts.get(object.relative.as_str()) {
@@ -222,9 +253,15 @@ async fn make_current(
             }
         }
     }
+    // A file an earlier run copied and the data dir no longer has goes.
+    for (path, _) in store.current_files(tenant, workspace).await?.files {
+        if !written.iter().any(|w| w.relative == path) {
+            changes.files.push((path, None));
+        }
+    }
     if !changes.files.is_empty() {
         store.record_versions(tenant, workspace, &changes).await?;
-        bucket.do_chores(store, tenant, workspace).await.map_err(|e| CopyError::Check(e.to_string()))?;
+        bucket.do_chores(store, tenant, workspace).await.map_err(|e| CopyError::Check(crate::error_chain(&e)))?;
     }
     Ok(versions)
 }

@@ -141,7 +141,7 @@ pub(super) async fn journal_group(
     }
     for (tenant, workspace, memories_dir) in starting {
         if let Err(e) = bucket.add_starting_files(store, tenant, &workspace, &memories_dir).await {
-            // The lines are durable; the layout's first job makes the files in its copy.
+            // The lines are durable; the layout's next new rollout tries again.
             tracing::warn!(error = %crate::error_chain(&e), "making a layout's starting files failed");
         }
     }

@@ -157,13 +157,10 @@ impl Volumes {
     }
 
     /// These volumes with their workspace files in `bucket`, and copies of
-    /// memory files, `cache_bytes` at most, under `<data dir>/copies`: not
-    /// where a volume keeps its workspaces, which the cache's wipe at
-    /// start-up must never reach (a data dir copied into the bucket, or
-    /// not yet, keeps them as they are).
+    /// memory files, `cache_bytes` at most, where the workspaces were.
     pub fn with_bucket(mut self, bucket: crate::bucket::Bucket, cache_bytes: u64) -> io::Result<Self> {
-        let (root, jobs_root) = (self.data_dir.join("copies"), self.data_dir.join("job-copies"));
-        let cache = crate::bucket::cache::WorkspaceCache::new(root, jobs_root, cache_bytes)?;
+        let jobs_root = self.data_dir.join("job-copies");
+        let cache = crate::bucket::cache::WorkspaceCache::new(self.root.clone(), jobs_root, cache_bytes)?;
         self.bucket = Some(Arc::new(bucket));
         self.cache = Some(Arc::new(cache));
         Ok(self)

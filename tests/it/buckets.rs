@@ -130,6 +130,15 @@ async fn served_from_the_bucket(
     let mut env = database.to_vec();
     env.push(("MEMORYD_STORAGE", url.to_owned()));
     env.extend(s3::process_env());
+    // Over the volume's workspaces a replica on the bucket refuses to start
+    // (its copies' folder is wiped at start-up); moved away, they are kept.
+    let mut serve = Command::new("timeout");
+    serve.args(["60", env!("CARGO_BIN_EXE_memoryd"), "serve"]).current_dir(dir).env_remove("DATABASE_URL");
+    let refused = serve.envs(env.iter().cloned()).env("MEMORYD_LISTEN", "127.0.0.1:0").output().unwrap();
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("holds a volume's workspaces"), "{why}");
+    let (volume, moved) = (dir.join("memoryd-data/workspaces"), dir.join("memoryd-data/workspaces-volume"));
+    std::fs::rename(&volume, &moved).unwrap();
     let http = reqwest::Client::new();
     let mut memoryd = Memoryd::spawn(dir, "on-the-bucket", &["serve"], &env);
     memoryd.ready(&http).await;
@@ -149,8 +158,22 @@ async fn served_from_the_bucket(
     let conversation = &export(&http, &memoryd.base, key, "default").await["sessions/chat-2.jsonl"];
     let before = &expected["default/sessions/chat-2.jsonl"];
     assert!(conversation.starts_with(before) && conversation.len() > before.len(), "continued after its copy");
+    let note = json!({"operations": [{"command": "create", "path": "notes/printer.md", "file_text": "floor 2\n"}]});
+    let path = format!("{}/v1/workspaces/other/layouts/default/memory/edits", memoryd.base);
+    let edited = http.post(path).bearer_auth(key).json(&note).send().await.unwrap();
+    assert_eq!(edited.status(), 200, "{}", edited.text().await.unwrap());
     memoryd.signal("-TERM");
     assert!(memoryd.exit().await.success());
+    let mut kept = BTreeMap::new();
+    files_below(&moved, &moved, &mut kept);
+    assert!(kept.keys().any(|k| k.ends_with("default/memories/MEMORY.md")), "{:?}", kept.keys());
+    // The data dir again (in place of the replica's copies): its older files
+    // would undo what the bucket served since.
+    std::fs::remove_dir_all(&volume).unwrap();
+    std::fs::rename(&moved, &volume).unwrap();
+    let again = copy_to_bucket(dir, url, database);
+    let why = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && why.contains("has changed on a bucket since it was copied"), "{why}");
 }
 
 /// A workspace's export, file by file.

@@ -68,7 +68,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// or its bytes.
 async fn volume_mentions(app: &TestApp, t: &Tenant, needle: &str) -> Vec<PathBuf> {
     let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
-    let places = ["workspaces", "copies", "job-copies"].map(|folder| app.data_dir.join(folder).join(&t.id));
+    let places = ["workspaces", "job-copies"].map(|folder| app.data_dir.join(folder).join(&t.id));
     let mut found: Vec<PathBuf> = places
         .iter()
         .flat_map(|place| files_under(place))
@@ -592,7 +592,7 @@ async fn a_forgotten_tenant_is_locked_out_and_removed(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(30), "the tenant was never removed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for folder in ["workspaces", "copies", "job-copies"] {
+    for folder in ["workspaces", "job-copies"] {
         assert!(!app.data_dir.join(folder).join(&t.id).exists(), "{folder}");
     }
     assert!(!database_holds(&app, backend, &secret));
