@@ -112,6 +112,13 @@ async fn settle_shown(state: &AppState, tenant: uuid::Uuid, jobs: &[JobRecord]) 
             tracing::warn!(error = %crate::error_chain(&e), "a shown job's chores failed; the sweep will do them");
         }
     }
+    // A forget shown done leaves no copy of what it replaced on this replica
+    // (its worker drops them just after its finish; this may come first).
+    if let Some(cache) = state.volumes.cache() {
+        for job in succeeded().filter(|j| j.kind == JobKind::Forget) {
+            cache.drop_shared_copies(tenant, Some(&job.workspace)).await;
+        }
+    }
 }
 
 /// Puts a `failed` job back in the queue with a fresh attempt budget.

@@ -54,7 +54,8 @@ async fn acknowledged_lines_wait_in_the_journal_until_phase_one_moves_them_into_
     // Acknowledged: in the journal, in no file and no object yet.
     assert_eq!(db.count("SELECT count(*) FROM rollout_journal").await, 3);
     assert!(!app.workspace_dir(&t, "default").join("sessions/chat-1.jsonl").exists());
-    assert!(s3::objects_under(&prefix).await.is_empty());
+    let objects = s3::objects_under(&prefix).await;
+    assert!(!objects.keys().any(|k| k.contains("/sessions/")), "no rollout object: {:?}", objects.keys());
 
     close(&app, &t, "s1").await;
     let lines = object_lines(&prefix, &t).await;
