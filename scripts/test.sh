@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
+# Each part's start, in seconds since the run began: where a slow run spends its time.
+part() { log "[${SECONDS}s] $*"; }
 
 pg_bin_dir() {
   local d
@@ -129,6 +131,7 @@ export MEMORYD_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 log "S3 for the tests: $MEMORYD_TEST_S3_ENDPOINT"
 
 status=0
+part "the Rust tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@" || status=$?
 else
@@ -140,6 +143,7 @@ fi
 # environment of their own (MEMORYD_SKIP_PYTHON=1 skips both). The client is
 # type-checked (mypy --strict) and linted (ruff) first.
 if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
+  part "the Python client's checks and tests"
   cargo build --quiet --bin memoryd
   BIN="$PWD/target/debug/memoryd"
   VENV="$PWD/target/pyvenv"
@@ -161,6 +165,7 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
     log "could not install the MCP Inspector"
     status=1
   fi
+  part "the Python client's tests"
   (cd clients/python && MEMORYD_BIN="$BIN" "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
   if ! command -v chromium >/dev/null 2>&1; then
     log "installing Debian's chromium for the browser tests"
@@ -169,6 +174,7 @@ if [ "${MEMORYD_SKIP_PYTHON:-}" != "1" ]; then
     { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null; } ||
       log "could not install chromium: the browser tests will say SKIPPED"
   fi
+  part "the console's browser tests"
   (cd tests/browser && MEMORYD_BIN="$BIN" MEMORYD_CHROMIUM="$(command -v chromium)" \
     "$VENV/bin/pytest" -q -p no:cacheprovider) || status=$?
 fi
@@ -178,6 +184,7 @@ fi
 # binary (MEMORYD_SKIP_TYPESCRIPT=1 skips).
 if [ "${MEMORYD_SKIP_TYPESCRIPT:-}" != "1" ]; then
   if command -v npm >/dev/null 2>&1; then
+    part "the TypeScript client's checks and tests"
     cargo build --quiet --bin memoryd
     BIN="$PWD/target/debug/memoryd"
     (cd clients/typescript &&
@@ -189,4 +196,5 @@ if [ "${MEMORYD_SKIP_TYPESCRIPT:-}" != "1" ]; then
     log "npm is missing: the TypeScript client's tests are SKIPPED"
   fi
 fi
+part "done"
 exit "$status"

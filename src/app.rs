@@ -107,7 +107,7 @@ fn bucket(config: &Config) -> Result<Option<crate::bucket::Bucket>, StartError> 
         Some(client) => client.clone(),
         None => url.open(crate::bucket::REQUEST_TIMEOUT).map_err(|e| format!("the object store of {url}: {e}"))?,
     };
-    Ok(Some(crate::bucket::Bucket { url: url.clone(), objects }))
+    Ok(Some(crate::bucket::Bucket::new(url.clone(), objects)))
 }
 
 async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {

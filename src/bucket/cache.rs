@@ -14,6 +14,7 @@ use crate::domain::ids::WorkspaceName;
 use crate::store::TenantId;
 use crate::store::workspace_files::{CurrentFiles, WorkspaceFilesStore};
 use crate::workspace::confine;
+use futures_util::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -337,13 +338,20 @@ async fn bring_up_to_date(
         crate::workspace::remove_if_present(&confine(root, &path)?)?;
         copy.files.remove(&path);
     }
-    for (path, version) in &current.files {
-        if copy.files.get(path).is_some_and(|(sha, _)| *sha == version.sha256) {
-            continue;
-        }
-        let bytes = bucket.read_version(tenant, workspace, path, version).await?;
-        let file = confine(root, path)?;
-        write_copy(&file, &bytes)?;
+    // Futures made before they are streamed: a stream's closures over
+    // borrowed items would not be `Send` for every lifetime.
+    let fetches: Vec<_> = current
+        .files
+        .iter()
+        .filter(|(path, v)| copy.files.get(path).is_none_or(|(sha, _)| *sha != v.sha256))
+        .map(|(path, version)| async move {
+            let bytes = bucket.read_version(tenant, workspace, path, version).await?;
+            Ok::<_, FilesError>((path, version, bytes))
+        })
+        .collect();
+    let mut fetched = futures_util::stream::iter(fetches).buffer_unordered(super::files::REQUESTS_AT_ONCE);
+    while let Some((path, version, bytes)) = fetched.try_next().await? {
+        write_copy(&confine(root, path)?, &bytes)?;
         copy.files.insert(path.clone(), (version.sha256.clone(), version.bytes));
     }
     // A bucket holds no folders: a used layout's (its memories folder has

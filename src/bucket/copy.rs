@@ -190,7 +190,7 @@ async fn copy_workspace(
         .await;
     let written: Vec<Written> = uploads.into_iter().collect::<Result<_, _>>()?;
     let rollouts: HashMap<&str, &ExportedRollout> = rollouts.iter().map(|r| (r.rollout_path.as_str(), *r)).collect();
-    let bucket = super::Bucket { url: url.clone(), objects: bucket.clone() };
+    let bucket = super::Bucket::new(url.clone(), bucket.clone());
     let versions = make_current(store.as_ref(), &bucket, tenant, workspace, &rollouts, &written).await?;
     Ok((written, versions))
 }

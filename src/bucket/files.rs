@@ -35,6 +35,9 @@ pub const OWN_FOLDER: &str = ".memoryd";
 /// Chores read at a time.
 const CHORES_AT_ONCE: u32 = 100;
 
+/// Requests to the store in flight at a time for one publish or one batch of chores.
+pub(crate) const REQUESTS_AT_ONCE: usize = 8;
+
 impl Bucket {
     /// The key of version `publish_id` of a workspace's `path`.
     pub fn version_key(
@@ -49,24 +52,25 @@ impl Bucket {
         self.url.own_key(tenant, workspace, &format!("versions/{publish_id}/{path}"))
     }
 
-    /// Writes every file `changes` writes as a version of a new publish.
+    /// Writes every file `changes` writes as a version of a new publish,
+    /// several at a time; on a failure none is left (the sweep removes what
+    /// a write cut short leaves).
     pub async fn stage_versions(
         &self,
         tenant: TenantId,
         workspace: &WorkspaceName,
         changes: FileChanges,
     ) -> Result<VersionChanges, FilesError> {
+        use futures_util::{StreamExt, TryStreamExt};
         let publish_id = Uuid::new_v4();
         let mut staged = VersionChanges { publish_id, files: Vec::with_capacity(changes.edits.len()) };
+        let mut writes = Vec::new();
         for (path, content) in changes.edits {
             let version = match content {
                 Some(bytes) => {
                     let key = self.version_key(tenant, workspace, publish_id, &path)?;
                     let version = FileVersion { publish_id, bytes: bytes.len() as u64, sha256: sha256_hex(&bytes) };
-                    if let Err(e) = self.objects.put(&key, PutPayload::from(bytes)).await {
-                        self.discard_versions(tenant, workspace, &staged).await;
-                        return Err(e.into());
-                    }
+                    writes.push((key, bytes::Bytes::from(bytes)));
                     Some(version)
                 }
                 None => {
@@ -76,18 +80,33 @@ impl Bucket {
             };
             staged.files.push((path, version));
         }
+        let writes: Vec<_> = writes
+            .into_iter()
+            .map(|(key, bytes)| async move {
+                self.objects.put(&key, PutPayload::from(bytes.clone())).await?;
+                // A version never changes: the phase two that reads it back need not fetch it.
+                self.recent.keep(key.as_ref(), "", bytes);
+                Ok::<_, object_store::Error>(())
+            })
+            .collect();
+        let written = futures_util::stream::iter(writes).buffer_unordered(REQUESTS_AT_ONCE).try_collect::<()>().await;
+        if let Err(e) = written {
+            self.discard_versions(tenant, workspace, &staged).await;
+            return Err(e.into());
+        }
         Ok(staged)
     }
 
     /// Removes the versions of a publish that was not recorded (its lease
     /// was lost): what fails to go is left to the sweep.
     pub async fn discard_versions(&self, tenant: TenantId, workspace: &WorkspaceName, staged: &VersionChanges) {
-        for (path, version) in &staged.files {
-            let Some(version) = version else { continue };
-            let Ok(key) = self.version_key(tenant, workspace, version.publish_id, path) else { continue };
-            if let Err(e) = self.objects.delete(&key).await {
-                tracing::warn!(error = %e, "removing a staged version failed; the sweep will");
-            }
+        let keys = staged
+            .files
+            .iter()
+            .filter_map(|(path, version)| self.version_key(tenant, workspace, version.as_ref()?.publish_id, path).ok())
+            .collect();
+        if let Err(e) = self.remove_objects(keys).await {
+            tracing::warn!(error = %e, "removing a staged version failed; the sweep will");
         }
     }
 
@@ -126,36 +145,52 @@ impl Bucket {
             // An empty file may have no object (a layout's starting files).
             return Ok(Vec::new());
         }
-        Ok(self.objects.get(&key).await?.bytes().await?.to_vec())
+        if let Some(kept) = self.recent.get(key.as_ref(), "") {
+            return Ok(kept.to_vec());
+        }
+        let bytes = self.objects.get(&key).await?.bytes().await?;
+        self.recent.keep(key.as_ref(), "", bytes.clone());
+        Ok(bytes.to_vec())
     }
 
-    /// Does a workspace's chores, oldest first: the number done.
+    /// Does a workspace's chores, oldest first, a batch at a time: the
+    /// batch's files placed (several at a time), then the versions it
+    /// replaced removed (in one request where the store takes many), then
+    /// the batch recorded done. The number done.
     pub async fn do_chores(
         &self,
         store: &dyn WorkspaceFilesStore,
         tenant: TenantId,
         workspace: &WorkspaceName,
     ) -> Result<usize, FilesError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let _turn = self.chore_turn(tenant, workspace).await;
         let mut done = 0;
         loop {
             let chores = store.file_chores(tenant, workspace, CHORES_AT_ONCE).await?;
             if chores.is_empty() {
                 return Ok(done);
             }
+            let mut places = std::collections::BTreeSet::new();
+            let mut replaced = Vec::new();
             for chore in &chores {
                 match chore {
-                    FileChore::Place { path, .. } => self.place(store, tenant, workspace, path).await?,
+                    FileChore::Place { path, .. } => {
+                        places.insert(path.as_str());
+                    }
                     FileChore::Remove { path, publish_id } => {
-                        let key = self.version_key(tenant, workspace, *publish_id, path)?;
-                        match self.objects.delete(&key).await {
-                            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                            Err(e) => return Err(e.into()),
-                        }
+                        replaced.push(self.version_key(tenant, workspace, *publish_id, path)?);
                     }
                 }
-                store.chore_done(tenant, workspace, chore).await?;
-                done += 1;
             }
+            // Places first: a place copies from the current version, never a replaced one.
+            // Futures made before they are streamed: a stream's closures over
+            // borrowed items would not be `Send` for every lifetime.
+            let places: Vec<_> = places.into_iter().map(|path| self.place(store, tenant, workspace, path)).collect();
+            futures_util::stream::iter(places).buffer_unordered(REQUESTS_AT_ONCE).try_collect::<()>().await?;
+            self.remove_objects(replaced).await?;
+            store.chores_done(tenant, workspace, &chores).await?;
+            done += chores.len();
         }
     }
 
@@ -231,6 +266,7 @@ impl Bucket {
             if meta.last_modified >= before || store.version_referenced(tenant, &workspace, path, publish_id).await? {
                 continue;
             }
+            self.recent.drop_keys([meta.location.as_ref()]);
             match self.objects.delete(&meta.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => removed += 1,
                 Err(e) => return Err(e.into()),

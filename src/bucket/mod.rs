@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod copy;
 pub mod files;
+pub mod recent;
 pub mod rollouts;
 
 use crate::domain::ids::WorkspaceName;
@@ -25,9 +26,33 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 pub struct Bucket {
     pub url: BucketUrl,
     pub objects: Arc<dyn ObjectStore>,
+    chore_turns: Arc<ChoreTurns>,
+    recent: Arc<recent::RecentObjects>,
 }
 
+/// A replica does a workspace's chores one caller at a time: jobs finishing
+/// together in one workspace would otherwise each read the same chores and
+/// each place every file (K closes, K² copies). Workspaces share a turn by
+/// their hash, a bounded set of locks however many workspaces there are.
+#[derive(Debug)]
+struct ChoreTurns(Vec<tokio::sync::Mutex<()>>);
+
+const CHORE_TURNS: usize = 64;
+
 impl Bucket {
+    pub fn new(url: BucketUrl, objects: Arc<dyn ObjectStore>) -> Self {
+        let turns = (0..CHORE_TURNS).map(|_| tokio::sync::Mutex::new(())).collect();
+        Self { url, objects, chore_turns: Arc::new(ChoreTurns(turns)), recent: Arc::default() }
+    }
+
+    /// Held while this replica does a workspace's chores.
+    pub(crate) async fn chore_turn(&self, tenant: Uuid, workspace: &WorkspaceName) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (tenant, workspace.as_str()).hash(&mut hasher);
+        self.chore_turns.0[hasher.finish() as usize % CHORE_TURNS].lock().await
+    }
+
     /// Removes the objects of the rollouts at `rollout_paths` of a workspace
     /// (forgetting them); an object already gone is fine.
     pub async fn remove_rollouts(
@@ -36,14 +61,11 @@ impl Bucket {
         workspace: &WorkspaceName,
         rollout_paths: &[String],
     ) -> Result<(), rollouts::RolloutError> {
-        for path in rollout_paths {
-            let key = self.url.object_key(tenant, workspace, path)?;
-            match self.objects.delete(&key).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        let keys = rollout_paths
+            .iter()
+            .map(|path| self.url.object_key(tenant, workspace, path))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.remove_objects(keys).await?)
     }
 
     /// Removes every object of a tenant (`workspace` none) or of one of its
@@ -58,10 +80,30 @@ impl Bucket {
             Some(workspace) => self.url.workspace_prefix(tenant, workspace),
             None => self.url.tenant_prefix(tenant),
         };
+        self.recent.drop_under(&prefix);
         let prefix = ObjectKey::parse(&prefix)?;
         let listed = self.objects.list(Some(&prefix)).map_ok(|meta| meta.location).boxed();
         let removed: Vec<ObjectKey> = self.objects.delete_stream(listed).try_collect().await?;
         Ok(removed.len())
+    }
+
+    /// Removes objects, many to a request where the store takes them so
+    /// (S3's DeleteObjects); one already gone is fine.
+    pub async fn remove_objects(&self, keys: Vec<ObjectKey>) -> Result<(), object_store::Error> {
+        use futures_util::StreamExt;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.recent.drop_keys(keys.iter().map(ObjectKey::as_ref));
+        let keys = futures_util::stream::iter(keys.into_iter().map(Ok)).boxed();
+        let mut removed = self.objects.delete_stream(keys);
+        while let Some(result) = removed.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -55,7 +55,7 @@ impl Bucket {
         rollout_path: &str,
     ) -> Result<Option<Vec<u8>>, RolloutError> {
         let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
-        let object = self.object_prefix(at, rollout_path, parts.object_len).await?;
+        let object = self.object_prefix(at, rollout_path, &parts).await?;
         joined(&parts, object).map(Some)
     }
 
@@ -77,7 +77,7 @@ impl Bucket {
             return Ok(None);
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
-        let bytes = joined(&parts, self.object_prefix(at, rollout_path, parts.object_len).await?)?;
+        let bytes = joined(&parts, self.object_prefix(at, rollout_path, &parts).await?)?;
         let mut written = self.put_over(&key, bytes.clone(), parts.object_etag.as_deref()).await?;
         if written.is_none() {
             // The version recorded was replaced by a rewrite whose record was
@@ -95,11 +95,14 @@ impl Bucket {
         let Some(etag) = written else { return Ok(None) };
         let recorded = store.rollout_rewritten(at, parts.object_etag.as_deref(), &etag, parts.committed_len).await?;
         if recorded {
+            // The object at this ETag is these bytes, or begins with them
+            // (another replica's rewrite, longer): the next reader's prefix.
+            self.recent.keep(key.as_ref(), &etag, bytes::Bytes::from(bytes.clone()));
             return Ok(Some(bytes));
         }
         if store.rollout_parts(at).await?.is_none() {
             // Forgotten meanwhile: what this rewrite wrote must not outlive it.
-            self.objects.delete(&key).await?;
+            self.remove_objects(vec![key]).await?;
         }
         Ok(None)
     }
@@ -144,12 +147,23 @@ impl Bucket {
         }
     }
 
-    /// The first `len` bytes of the rollout's object (none when `len` is 0).
-    async fn object_prefix(&self, at: RolloutAt<'_>, rollout_path: &str, len: u64) -> Result<Vec<u8>, RolloutError> {
+    /// The first `object_len` bytes of the rollout's object (none when that
+    /// is 0), from this replica's copy of its recorded version where it has one.
+    async fn object_prefix(
+        &self,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+        parts: &RolloutParts,
+    ) -> Result<Vec<u8>, RolloutError> {
+        let len = parts.object_len;
         if len == 0 {
             return Ok(Vec::new());
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
+        let kept = parts.object_etag.as_deref().and_then(|etag| self.recent.get(key.as_ref(), etag));
+        if let Some(kept) = kept.filter(|kept| kept.len() as u64 >= len) {
+            return Ok(kept[..len as usize].to_vec());
+        }
         let options = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
         let bytes = self.objects.get_opts(&key, options).await?.bytes().await?;
         Ok(bytes.to_vec())

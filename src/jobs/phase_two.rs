@@ -23,6 +23,7 @@ use crate::tools::{MemoryTools, tool_specs};
 use crate::workspace::confine;
 use crate::workspace::publish::FileChanges;
 use chrono::{DateTime, Utc};
+use futures_util::{StreamExt, TryStreamExt};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -228,11 +229,23 @@ async fn conversations_into_the_copy(
     let Some(bucket) = ctx.volumes.bucket() else { return Ok(()) };
     let (tenant, workspace, layout) = (claimed.tenant_id, &claimed.job.workspace, &claimed.job.layout);
     let failed = |e: &dyn std::fmt::Display| AttemptError::retryable(format!("reading a conversation failed: {e}"));
-    for item in selection.selected.iter().filter(|s| !selection.retained.contains(&s.rollout_id)) {
-        let Some(rollout) = RolloutId::parse(&item.rollout_id) else { continue };
-        let at = crate::store::journal_records::RolloutAt { tenant, workspace, layout, rollout: &rollout };
-        let bytes = bucket.rollout_bytes(ctx.store.as_ref(), at, &item.rollout_path).await.map_err(|e| failed(&e))?;
-        let Some(bytes) = bytes else { continue };
+    // Futures made before they are streamed: a stream's closures over
+    // borrowed items would not be `Send` for every lifetime.
+    let reads: Vec<_> = selection
+        .selected
+        .iter()
+        .filter(|s| !selection.retained.contains(&s.rollout_id))
+        .map(|item| async move {
+            let Some(rollout) = RolloutId::parse(&item.rollout_id) else { return Ok(None) };
+            let at = crate::store::journal_records::RolloutAt { tenant, workspace, layout, rollout: &rollout };
+            let bytes =
+                bucket.rollout_bytes(ctx.store.as_ref(), at, &item.rollout_path).await.map_err(|e| failed(&e))?;
+            Ok::<_, AttemptError>(bytes.map(|bytes| (item, bytes)))
+        })
+        .collect();
+    let mut read = futures_util::stream::iter(reads).buffer_unordered(crate::bucket::files::REQUESTS_AT_ONCE);
+    while let Some(read) = read.try_next().await? {
+        let Some((item, bytes)) = read else { continue };
         let path =
             confine(root, &item.rollout_path).map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {

@@ -63,8 +63,8 @@ pub trait WorkspaceFilesStore: Send + Sync {
         older_than: chrono::DateTime<chrono::Utc>,
         limit: u32,
     ) -> StoreResult<Vec<(TenantId, WorkspaceName)>>;
-    /// A chore done.
-    async fn chore_done(&self, tenant: TenantId, workspace: &WorkspaceName, chore: &FileChore) -> StoreResult<()>;
+    /// Chores done, in one transaction.
+    async fn chores_done(&self, tenant: TenantId, workspace: &WorkspaceName, chores: &[FileChore]) -> StoreResult<()>;
     /// Makes `changes` current outside a job (a data dir copied into the
     /// bucket), as a finish records them: the generation moved, replaced
     /// versions and plain keys left as chores.

@@ -325,7 +325,7 @@ pub async fn stored_file(
     };
     let store = memoryd::store::connect(database_url).await.unwrap();
     let url = format!("s3://{}/{prefix}", crate::s3::BUCKET).parse().unwrap();
-    let bucket = memoryd::bucket::Bucket { url, objects: crate::s3::bucket() };
+    let bucket = memoryd::bucket::Bucket::new(url, crate::s3::bucket());
     let (id, ws) = (tenant.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
     if let Some(version) = store.current_file(id, &ws, path).await.unwrap() {
         return Some(bucket.read_version(id, &ws, path, &version).await.unwrap());

@@ -297,23 +297,25 @@ impl WorkspaceFilesStore for SqlStore<DB> {
             .collect()
     }
 
-    async fn chore_done(&self, tenant: TenantId, workspace: &WorkspaceName, chore: &FileChore) -> StoreResult<()> {
-        let (path, publish_id, kind) = match chore {
-            FileChore::Place { path, publish_id } => (path, publish_id, "place"),
-            FileChore::Remove { path, publish_id } => (path, publish_id, "remove"),
-        };
+    async fn chores_done(&self, tenant: TenantId, workspace: &WorkspaceName, chores: &[FileChore]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "DELETE FROM workspace_file_chores
-             WHERE tenant_id = $1 AND workspace = $2 AND path = $3 AND publish_id = $4 AND chore = $5",
-        )
-        .bind(tenant)
-        .bind(workspace.as_str())
-        .bind(path.as_str())
-        .bind(*publish_id)
-        .bind(kind)
-        .execute(&mut *tx)
-        .await?;
+        for chore in chores {
+            let (path, publish_id, kind) = match chore {
+                FileChore::Place { path, publish_id } => (path, publish_id, "place"),
+                FileChore::Remove { path, publish_id } => (path, publish_id, "remove"),
+            };
+            sqlx::query(
+                "DELETE FROM workspace_file_chores
+                 WHERE tenant_id = $1 AND workspace = $2 AND path = $3 AND publish_id = $4 AND chore = $5",
+            )
+            .bind(tenant)
+            .bind(workspace.as_str())
+            .bind(path.as_str())
+            .bind(*publish_id)
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
