@@ -163,8 +163,40 @@ impl Bucket {
         tenant: TenantId,
         workspace: &WorkspaceName,
     ) -> Result<usize, FilesError> {
-        use futures_util::{StreamExt, TryStreamExt};
         let _turn = self.chore_turn(tenant, workspace).await;
+        self.chores_in_turn(store, tenant, workspace).await
+    }
+
+    /// Has a workspace's chores done soon, without waiting for them (a job's
+    /// finish): jobs finishing together in a workspace leave one pass to do
+    /// all their chores in a few batches, where each waiting for its turn
+    /// held a worker for every other's. What fails is left to the sweep;
+    /// the jobs API does what is left before it shows a job succeeded.
+    pub fn chores_soon(&self, store: crate::store::DynStore, tenant: TenantId, workspace: &WorkspaceName) {
+        let wanted = (tenant, workspace.clone());
+        if !self.chores_wanted.lock().expect("never poisoned").insert(wanted.clone()) {
+            // A pass not yet begun does these too: their finish is committed.
+            return;
+        }
+        let bucket = self.clone();
+        tokio::spawn(async move {
+            let (tenant, workspace) = (wanted.0, &wanted.1);
+            let _turn = bucket.chore_turn(tenant, workspace).await;
+            // From here on a finish asks for a pass of its own.
+            bucket.chores_wanted.lock().expect("never poisoned").remove(&wanted);
+            if let Err(e) = bucket.chores_in_turn(store.as_ref(), tenant, workspace).await {
+                tracing::warn!(error = %crate::error_chain(&e), "placing a publish's files failed; the sweep will");
+            }
+        });
+    }
+
+    async fn chores_in_turn(
+        &self,
+        store: &dyn WorkspaceFilesStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+    ) -> Result<usize, FilesError> {
+        use futures_util::{StreamExt, TryStreamExt};
         let mut done = 0;
         loop {
             let chores = store.file_chores(tenant, workspace, CHORES_AT_ONCE).await?;

@@ -27,6 +27,8 @@ pub struct Bucket {
     pub url: BucketUrl,
     pub objects: Arc<dyn ObjectStore>,
     chore_turns: Arc<ChoreTurns>,
+    /// Workspaces whose chores a pass not yet begun will do.
+    chores_wanted: Arc<std::sync::Mutex<std::collections::HashSet<(Uuid, WorkspaceName)>>>,
     recent: Arc<recent::RecentObjects>,
 }
 
@@ -42,7 +44,13 @@ const CHORE_TURNS: usize = 64;
 impl Bucket {
     pub fn new(url: BucketUrl, objects: Arc<dyn ObjectStore>) -> Self {
         let turns = (0..CHORE_TURNS).map(|_| tokio::sync::Mutex::new(())).collect();
-        Self { url, objects, chore_turns: Arc::new(ChoreTurns(turns)), recent: Arc::default() }
+        Self {
+            url,
+            objects,
+            chore_turns: Arc::new(ChoreTurns(turns)),
+            chores_wanted: Arc::default(),
+            recent: Arc::default(),
+        }
     }
 
     /// Held while this replica does a workspace's chores.

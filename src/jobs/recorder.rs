@@ -276,18 +276,16 @@ async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool)
     }
 }
 
-/// After the finish of a publish to a bucket: its chores done (plain keys
-/// placed, replaced versions removed), or its versions removed if it was
-/// not recorded. What fails is left to the sweep.
+/// After the finish of a publish to a bucket: its chores done soon (plain
+/// keys placed, replaced versions removed), or its versions removed if it
+/// was not recorded. What fails is left to the sweep.
 async fn settle_versions(ctx: &WorkerContext, claimed: &ClaimedJob, versions: VersionChanges, recorded: bool) {
     let Some(bucket) = ctx.volumes.bucket() else { return };
     let (tenant, workspace) = (claimed.tenant_id, &claimed.job.workspace);
     if !recorded {
         return bucket.discard_versions(tenant, workspace, &versions).await;
     }
-    if let Err(e) = bucket.do_chores(ctx.store.as_ref(), tenant, workspace).await {
-        tracing::warn!(publish_id = %versions.publish_id, error = %crate::error_chain(&e), "placing a publish's files failed; the sweep will");
-    }
+    bucket.chores_soon(ctx.store.clone(), tenant, workspace);
 }
 
 /// Finishes the publishes of this job's layout that their writers left
