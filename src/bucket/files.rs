@@ -70,7 +70,7 @@ impl Bucket {
                 Some(bytes) => {
                     let key = self.version_key(tenant, workspace, publish_id, &path)?;
                     let version = FileVersion { publish_id, bytes: bytes.len() as u64, sha256: sha256_hex(&bytes) };
-                    writes.push((key, bytes::Bytes::from(bytes)));
+                    writes.push((key, version.sha256.clone(), bytes::Bytes::from(bytes)));
                     Some(version)
                 }
                 None => {
@@ -82,10 +82,11 @@ impl Bucket {
         }
         let writes: Vec<_> = writes
             .into_iter()
-            .map(|(key, bytes)| async move {
+            .map(|(key, sha256, bytes)| async move {
                 self.objects.put(&key, PutPayload::from(bytes.clone())).await?;
-                // A version never changes: the phase two that reads it back need not fetch it.
-                self.recent.keep(key.as_ref(), "", bytes);
+                // Kept by its content (a copy run again rewrites a version
+                // key): the phase two that reads it back need not fetch it.
+                self.recent.keep(key.as_ref(), &sha256, bytes);
                 Ok::<_, object_store::Error>(())
             })
             .collect();
@@ -145,11 +146,13 @@ impl Bucket {
             // An empty file may have no object (a layout's starting files).
             return Ok(Vec::new());
         }
-        if let Some(kept) = self.recent.get(key.as_ref(), "") {
+        if let Some(kept) = self.recent.get(key.as_ref(), &version.sha256) {
             return Ok(kept.to_vec());
         }
         let bytes = self.objects.get(&key).await?.bytes().await?;
-        self.recent.keep(key.as_ref(), "", bytes.clone());
+        if sha256_hex(&bytes) == version.sha256 {
+            self.recent.keep(key.as_ref(), &version.sha256, bytes.clone());
+        }
         Ok(bytes.to_vec())
     }
 
@@ -165,6 +168,29 @@ impl Bucket {
     ) -> Result<usize, FilesError> {
         let _turn = self.chore_turn(tenant, workspace).await;
         self.chores_in_turn(store, tenant, workspace).await
+    }
+
+    /// After the finish of a publish: its chores done (`wait`) or done soon
+    /// (plain keys placed, replaced versions removed), or its versions
+    /// removed if it was not `recorded`. What fails is left to the sweep.
+    pub async fn settle_versions(
+        &self,
+        store: crate::store::DynStore,
+        tenant: TenantId,
+        workspace: &WorkspaceName,
+        versions: VersionChanges,
+        recorded: bool,
+        wait: bool,
+    ) {
+        if !recorded {
+            return self.discard_versions(tenant, workspace, &versions).await;
+        }
+        if !wait {
+            return self.chores_soon(store, tenant, workspace);
+        }
+        if let Err(e) = self.do_chores(store.as_ref(), tenant, workspace).await {
+            tracing::warn!(publish_id = %versions.publish_id, error = %crate::error_chain(&e), "placing a publish's files failed; the sweep will");
+        }
     }
 
     /// Has a workspace's chores done soon, without waiting for them (a job's

@@ -39,7 +39,7 @@ pub struct Bucket {
 #[derive(Debug)]
 struct ChoreTurns(Vec<tokio::sync::Mutex<()>>);
 
-const CHORE_TURNS: usize = 64;
+const CHORE_TURNS: usize = 256;
 
 impl Bucket {
     pub fn new(url: BucketUrl, objects: Arc<dyn ObjectStore>) -> Self {
@@ -51,6 +51,17 @@ impl Bucket {
             chores_wanted: Arc::default(),
             recent: Arc::default(),
         }
+    }
+
+    /// Drops this replica's copies in memory of a workspace's objects (a
+    /// forget of some of its conversations: their files' versions go by chores).
+    pub fn forget_recent(&self, tenant: Uuid, workspace: &WorkspaceName) {
+        self.recent.drop_under(&self.url.workspace_prefix(tenant, workspace));
+    }
+
+    /// Drops the copies in memory kept too long to serve (the sweep, on every replica).
+    pub fn drop_expired_copies(&self) {
+        self.recent.drop_expired();
     }
 
     /// Held while this replica does a workspace's chores.
@@ -92,6 +103,8 @@ impl Bucket {
         let prefix = ObjectKey::parse(&prefix)?;
         let listed = self.objects.list(Some(&prefix)).map_ok(|meta| meta.location).boxed();
         let removed: Vec<ObjectKey> = self.objects.delete_stream(listed).try_collect().await?;
+        // A read in flight during the removal may have kept a copy again.
+        self.recent.drop_under(prefix.as_ref());
         Ok(removed.len())
     }
 
@@ -103,14 +116,16 @@ impl Bucket {
             return Ok(());
         }
         self.recent.drop_keys(keys.iter().map(ObjectKey::as_ref));
-        let keys = futures_util::stream::iter(keys.into_iter().map(Ok)).boxed();
-        let mut removed = self.objects.delete_stream(keys);
+        let listed = futures_util::stream::iter(keys.clone().into_iter().map(Ok)).boxed();
+        let mut removed = self.objects.delete_stream(listed);
         while let Some(result) = removed.next().await {
             match result {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
+        // A read in flight during the removal may have kept a copy again.
+        self.recent.drop_keys(keys.iter().map(ObjectKey::as_ref));
         Ok(())
     }
 }

@@ -4,17 +4,23 @@
 //! phase one that writes a conversation's files and the phase two that
 //! reads them back (and the conversation) mostly run on one replica, and on
 //! a bucket those reads were a third of a close's requests. Bounded in
-//! bytes; removing an object through this replica drops its copy, and a
-//! forget drops every copy under what it forgets.
+//! bytes and in time: a copy is served for `KEPT_FOR` only and dropped by
+//! the next sweep after, on every replica, so what another replica forgets
+//! leaves no copy here for longer than that; removing an object through
+//! this replica drops its copy, and a forget drops every copy under what it
+//! forgets.
 
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Bytes kept at most, all objects together.
 const KEPT_BYTES: usize = 32 << 20;
 /// A larger object is not kept: it would push out many small ones.
 const LARGEST_KEPT: usize = 1 << 20;
+/// How long a copy is served (a close's phase two follows its phase ones within seconds).
+pub const KEPT_FOR: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 pub struct RecentObjects {
@@ -25,11 +31,31 @@ pub struct RecentObjects {
 struct Kept {
     /// Key → (when kept, version, bytes): the last version kept of each key.
     by_key: HashMap<String, (u64, String, Bytes)>,
-    /// Keys by when they were kept, oldest first (a key kept again is
-    /// listed again; its older listing no longer matches).
-    order: VecDeque<(u64, String)>,
+    /// Keys by when they were kept (number, instant), oldest first (a key
+    /// kept again is listed again; its older listing no longer matches).
+    order: VecDeque<(u64, Instant, String)>,
     bytes: usize,
     kept_so_far: u64,
+}
+
+impl Kept {
+    /// Drops the oldest listing and its copy if it is still that one's;
+    /// whether there was a listing.
+    fn drop_oldest(&mut self) -> bool {
+        let Some((when, _, key)) = self.order.pop_front() else { return false };
+        if self.by_key.get(&key).is_some_and(|(kept_when, _, _)| *kept_when == when) {
+            let (_, _, gone) = self.by_key.remove(&key).expect("just looked up");
+            self.bytes -= gone.len();
+        }
+        true
+    }
+
+    /// Drops every copy kept before `before`.
+    fn drop_older_than(&mut self, before: Instant) {
+        while self.order.front().is_some_and(|(_, at, _)| *at < before) {
+            self.drop_oldest();
+        }
+    }
 }
 
 impl RecentObjects {
@@ -49,25 +75,26 @@ impl RecentObjects {
         if let Some((_, _, old)) = kept.by_key.insert(key.to_owned(), (when, version.to_owned(), bytes)) {
             kept.bytes -= old.len();
         }
-        kept.order.push_back((when, key.to_owned()));
+        kept.order.push_back((when, Instant::now(), key.to_owned()));
         if kept.order.len() > 2 * kept.by_key.len() + 64 {
             // Listings of keys kept again or dropped: never more than the copies.
             let Kept { by_key, order, .. } = &mut *kept;
-            order.retain(|(when, key)| by_key.get(key).is_some_and(|(kept_when, _, _)| kept_when == when));
+            order.retain(|(when, _, key)| by_key.get(key).is_some_and(|(kept_when, _, _)| kept_when == when));
         }
-        while kept.bytes > KEPT_BYTES {
-            let Some((when, key)) = kept.order.pop_front() else { break };
-            if kept.by_key.get(&key).is_some_and(|(kept_when, _, _)| *kept_when == when) {
-                let (_, _, gone) = kept.by_key.remove(&key).expect("just looked up");
-                kept.bytes -= gone.len();
-            }
-        }
+        while kept.bytes > KEPT_BYTES && kept.drop_oldest() {}
     }
 
-    /// The kept bytes of version `version` of the object at `key`, if kept.
+    /// The kept bytes of version `version` of the object at `key`, if kept
+    /// within `KEPT_FOR`.
     pub fn get(&self, key: &str, version: &str) -> Option<Bytes> {
-        let kept = self.kept();
+        let mut kept = self.kept();
+        kept.drop_older_than(Instant::now() - KEPT_FOR);
         kept.by_key.get(key).filter(|(_, kept_version, _)| kept_version == version).map(|(_, _, b)| b.clone())
+    }
+
+    /// Drops the copies kept longer than `KEPT_FOR` (the sweep, on every replica).
+    pub fn drop_expired(&self) {
+        self.kept().drop_older_than(Instant::now() - KEPT_FOR);
     }
 
     /// Drops the copies of the objects at `keys`.
@@ -146,5 +173,21 @@ mod tests {
         }
         let kept = recent.kept();
         assert!(kept.order.len() <= 2 * kept.by_key.len() + 64);
+    }
+
+    #[test]
+    fn a_copy_is_served_for_a_while_only() {
+        let recent = RecentObjects::default();
+        recent.keep("old", "", bytes(2));
+        recent.keep("new", "", bytes(3));
+        let mut kept = recent.kept();
+        kept.order[0].1 = Instant::now() - KEPT_FOR - Duration::from_secs(1);
+        drop(kept);
+        assert_eq!(recent.get("old", ""), None);
+        assert!(recent.get("new", "").is_some());
+        recent.kept().order[0].1 = Instant::now() - KEPT_FOR - Duration::from_secs(1);
+        recent.drop_expired();
+        let kept = recent.kept();
+        assert_eq!((kept.by_key.len(), kept.bytes), (0, 0));
     }
 }

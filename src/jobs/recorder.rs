@@ -276,18 +276,6 @@ async fn settle_publish(publisher: &Publisher, manifest: Manifest, commit: bool)
     }
 }
 
-/// After the finish of a publish to a bucket: its chores done soon (plain
-/// keys placed, replaced versions removed), or its versions removed if it
-/// was not recorded. What fails is left to the sweep.
-async fn settle_versions(ctx: &WorkerContext, claimed: &ClaimedJob, versions: VersionChanges, recorded: bool) {
-    let Some(bucket) = ctx.volumes.bucket() else { return };
-    let (tenant, workspace) = (claimed.tenant_id, &claimed.job.workspace);
-    if !recorded {
-        return bucket.discard_versions(tenant, workspace, &versions).await;
-    }
-    bucket.chores_soon(ctx.store.clone(), tenant, workspace);
-}
-
 /// Finishes the publishes of this job's layout that their writers left
 /// behind (a crash, a lost lease) before the attempt reads or writes the
 /// folder: committed ones are completed, abandoned ones undone. `scope`
@@ -442,12 +430,15 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         (Some(StagedFiles::Volume(manifest)), Ok(recorded)) => {
             settle_publish(&ctx.publisher, manifest, recorded.owned).await
         }
-        (Some(StagedFiles::Bucket(versions)), Ok(recorded)) => {
-            settle_versions(ctx, &claimed, versions, recorded.owned).await
+        (Some(StagedFiles::Bucket(versions)), Ok(recorded)) if let Some(bucket) = ctx.volumes.bucket() => {
+            // A forget's removals are done before its completion is told (its event, its waiters).
+            let wait = claimed.job.kind == JobKind::Forget;
+            let (store, tenant) = (ctx.store.clone(), claimed.tenant_id);
+            bucket.settle_versions(store, tenant, &claimed.job.workspace, versions, recorded.owned, wait).await
         }
         // Whether the commit happened is unknown: the database decides when
-        // the manifest is recovered.
-        (Some(_), Err(_)) | (None, _) => {}
+        // the manifest is recovered. Versions staged with no bucket: none.
+        (Some(_), _) | (None, _) => {}
     }
     crate::metrics::job_stage(kind, "publish", stage_started.elapsed());
     if let Ok(Recorded { owned: true, settleable }) = &recorded
@@ -515,7 +506,10 @@ async fn after_forget(ctx: &WorkerContext, claimed: &ClaimedJob) {
         }
         // This replica's copy from before the forget (other replicas' sweeps drop theirs).
         Some(crate::domain::job::ForgetScope::Rollouts) if let Some(cache) = ctx.volumes.cache() => {
-            cache.drop_shared_copies(claimed.tenant_id, Some(&claimed.job.workspace)).await
+            cache.drop_shared_copies(claimed.tenant_id, Some(&claimed.job.workspace)).await;
+            if let Some(bucket) = ctx.volumes.bucket() {
+                bucket.forget_recent(claimed.tenant_id, &claimed.job.workspace);
+            }
         }
         _ => {}
     }

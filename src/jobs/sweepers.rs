@@ -39,6 +39,7 @@ pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellati
         async move {
             let store = ctx.store.as_ref();
             cache.drop_stale(store).await;
+            bucket.drop_expired_copies();
             rewrite_idle_rollouts(ctx, bucket).await;
             let late = Utc::now() - chrono::Duration::seconds(30);
             match store.workspaces_with_chores(late, 100).await {
