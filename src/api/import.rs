@@ -26,13 +26,6 @@ pub async fn import_workspace(
             "workspace must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$, got: {raw_workspace}"
         ))
     })?;
-    if state.volumes.bucket().is_some() {
-        return Err(ApiError::NotConfigured(
-            "Imports are not taken yet where workspace files live in an object store: import on a volume, \
-             then move the deployment with memoryd copy-to-bucket."
-                .into(),
-        ));
-    }
     let limit = state.config.quotas.max_import_bytes;
     let too_large = || ApiError::PayloadTooLarge(format!("The archive exceeds the limit of {limit} bytes."));
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -107,9 +100,23 @@ pub async fn import_workspace(
             });
         }
     }
-    match state.store.queue_import(tenant, &workspace, job_id, received, storage_limit).await? {
+    // Where files live in a bucket the job may run on another replica: the
+    // archive waits for it there, and this replica's copy goes.
+    let bucket = state.volumes.bucket();
+    if let Some(bucket) = bucket {
+        bucket.put_archive(tenant, &workspace, job_id, &archive).await.map_err(ApiError::internal)?;
+    }
+    let queued = state.store.queue_import(tenant, &workspace, job_id, received, storage_limit).await;
+    if let Some(bucket) = bucket
+        && !matches!(queued, Ok(ImportQueued::Job(_)))
+    {
+        bucket.remove_archive(tenant, &workspace, job_id).await;
+    }
+    match queued? {
         ImportQueued::Job(job) => {
-            kept.keep();
+            if bucket.is_none() {
+                kept.keep();
+            }
             state.wake.notify_waiters();
             tracing::info!(%workspace, %job_id, "import queued");
             Ok((StatusCode::ACCEPTED, Json(*job)))

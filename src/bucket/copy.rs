@@ -68,12 +68,12 @@ pub struct Copied {
 
 /// One object written: its key, length and SHA-256; the file it holds and
 /// the version the store gave it (none for a copy of another object).
-struct Written {
-    key: ObjectKey,
-    len: u64,
-    digest: [u8; 32],
-    relative: String,
-    e_tag: Option<String>,
+pub(crate) struct Written {
+    pub key: ObjectKey,
+    pub len: u64,
+    pub digest: [u8; 32],
+    pub relative: String,
+    pub e_tag: Option<String>,
 }
 
 pub async fn copy_to_bucket(args: &CopyArgs) -> Result<Copied, CopyError> {
@@ -288,7 +288,11 @@ async fn record_rollout(
 }
 
 /// Writes `entry`'s first `len` bytes to `key`: one PUT, or parts.
-async fn upload(bucket: &Arc<dyn ObjectStore>, key: ObjectKey, entry: ArchiveEntry) -> Result<Written, CopyError> {
+pub(crate) async fn upload(
+    bucket: &Arc<dyn ObjectStore>,
+    key: ObjectKey,
+    entry: ArchiveEntry,
+) -> Result<Written, CopyError> {
     let mut file = tokio::fs::File::open(&entry.source).await?.take(entry.len);
     let (mut digest, mut e_tag) = (Sha256::new(), None);
     let len = if entry.len <= PART_BYTES as u64 {

@@ -288,25 +288,40 @@ impl Bucket {
 
 /// A version's key taken apart: tenant, workspace, publish, path in the
 /// workspace (`rest` is a key below the bucket's prefix).
-fn version_of_key(rest: &str) -> Option<(TenantId, WorkspaceName, Uuid, &str)> {
+/// An object of memoryd's own folder, by its key below the bucket's prefix.
+enum OwnObject<'k> {
+    Version { tenant: TenantId, workspace: WorkspaceName, publish_id: Uuid, path: &'k str },
+    /// An uploaded archive waiting for import job `job_id`.
+    Archive { job_id: Uuid },
+}
+
+fn own_object_of_key(rest: &str) -> Option<OwnObject<'_>> {
     let mut parts = rest.splitn(6, '/');
     let tenant = Uuid::parse_str(parts.next()?).ok()?;
     let workspace = WorkspaceName::parse(parts.next()?)?;
-    let (own, versions) = (parts.next()?, parts.next()?);
-    if own != OWN_FOLDER || versions != "versions" {
+    if parts.next()? != OWN_FOLDER {
         return None;
     }
-    let publish_id = Uuid::parse_str(parts.next()?).ok()?;
-    Some((tenant, workspace, publish_id, parts.next()?))
+    match (parts.next()?, parts.next()?, parts.next()) {
+        ("versions", publish_id, Some(path)) => {
+            let publish_id = Uuid::parse_str(publish_id).ok()?;
+            Some(OwnObject::Version { tenant, workspace, publish_id, path })
+        }
+        ("imports", name, None) => {
+            Some(OwnObject::Archive { job_id: Uuid::parse_str(name.strip_suffix(".tar.gz")?).ok()? })
+        }
+        _ => None,
+    }
 }
 
 impl Bucket {
     /// Removes the versions no finish recorded (their writer died or lost
-    /// its lease) once they are older than `grace`; the number removed.
-    /// Lists every object under the prefix.
+    /// its lease), and the archives no import job will read (the replica
+    /// receiving one died before queueing it), once they are older than
+    /// `grace`; the number removed. Lists every object under the prefix.
     pub async fn remove_unreferenced_versions(
         &self,
-        store: &dyn WorkspaceFilesStore,
+        store: &dyn crate::store::Store,
         grace: std::time::Duration,
     ) -> Result<usize, FilesError> {
         use futures_util::TryStreamExt;
@@ -316,12 +331,17 @@ impl Bucket {
         let mut listed = self.objects.list(prefix.as_ref());
         let mut removed = 0;
         while let Some(meta) = listed.try_next().await? {
-            let Some((tenant, workspace, publish_id, path)) =
-                meta.location.as_ref().get(skip..).and_then(version_of_key)
-            else {
+            let Some(own) = meta.location.as_ref().get(skip..).and_then(own_object_of_key) else { continue };
+            if meta.last_modified >= before {
                 continue;
+            }
+            let used = match own {
+                OwnObject::Version { tenant, workspace, publish_id, path } => {
+                    store.version_referenced(tenant, &workspace, path, publish_id).await?
+                }
+                OwnObject::Archive { job_id } => store.job_pending(job_id).await?,
             };
-            if meta.last_modified >= before || store.version_referenced(tenant, &workspace, path, publish_id).await? {
+            if used {
                 continue;
             }
             self.recent.drop_keys([meta.location.as_ref()]);
@@ -338,6 +358,13 @@ impl Bucket {
 mod tests {
     use super::*;
 
+    fn version_of_key(rest: &str) -> Option<(TenantId, WorkspaceName, Uuid, &str)> {
+        match own_object_of_key(rest)? {
+            OwnObject::Version { tenant, workspace, publish_id, path } => Some((tenant, workspace, publish_id, path)),
+            OwnObject::Archive { .. } => None,
+        }
+    }
+
     #[test]
     fn version_keys_come_apart_into_their_places() {
         let (tenant, publish) = (Uuid::new_v4(), Uuid::new_v4());
@@ -348,5 +375,9 @@ mod tests {
         assert!(version_of_key(&format!("{tenant}/ws/.memoryd/versions/{publish}")).is_none());
         assert!(version_of_key(&format!("{tenant}/ws/.memoryd/other/{publish}/x")).is_none());
         assert!(version_of_key(&format!("nope/ws/.memoryd/versions/{publish}/x")).is_none());
+        let archive = format!("{tenant}/ws/.memoryd/imports/{publish}.tar.gz");
+        assert!(matches!(own_object_of_key(&archive), Some(OwnObject::Archive { job_id }) if job_id == publish));
+        assert!(own_object_of_key(&format!("{tenant}/ws/.memoryd/imports/{publish}")).is_none());
+        assert!(own_object_of_key(&format!("{tenant}/ws/.memoryd/imports/{publish}.tar.gz/x")).is_none());
     }
 }

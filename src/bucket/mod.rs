@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod copy;
 pub mod files;
+pub mod imports;
 pub mod recent;
 pub mod rollouts;
 

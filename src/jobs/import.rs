@@ -5,14 +5,14 @@
 //! layouts with the outcome, and only then are the files renamed into place:
 //! a failed or interrupted import leaves nothing behind.
 
-use super::{Attempt, AttemptError, Completion, Imported, WorkerContext};
+use super::{Attempt, AttemptError, Completion, ImportStaged, Imported, WorkerContext};
 use crate::domain::ids::LayoutName;
 use crate::domain::layout::{LayoutPutError, StoredLayout, ValidLayout, decide_layout_put};
 use crate::domain::portability::{
     MANIFEST_NAME, MAX_EXPANSION, MAX_MANIFEST_BYTES, ManifestLayout, Placement, archive_path, placement,
     raw_memory_header, read_manifest,
 };
-use crate::domain::redact::{Counts, Redactor};
+use crate::domain::redact::Counts;
 use crate::llm::TokenUsage;
 use crate::store::{ClaimedJob, ImportRecord, ImportedRollout, JobOutcome, with_implicit_default};
 use crate::workspace::publish::{Manifest, PublishScope, Publisher};
@@ -22,7 +22,13 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
+mod after;
 mod entries;
+mod in_bucket;
+mod redacting;
+
+pub(crate) use after::after_finish;
+use redacting::{LineRedactor, Lines, redaction_of};
 
 pub struct Import;
 
@@ -56,12 +62,6 @@ impl From<io::Error> for ImportError {
 
 async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion, AttemptError> {
     let (tenant, workspace) = (claimed.tenant_id, claimed.job.workspace.clone());
-    if ctx.volumes.bucket().is_some() {
-        // One queued before the move to a bucket: it would stage on this replica's disk.
-        return Err(AttemptError::fatal(
-            "not_configured: imports are not taken yet where workspace files live in an object store",
-        ));
-    }
     let archive = ctx.volumes.import_archive(claimed.job.job_id);
     let stored = ctx
         .store
@@ -73,6 +73,9 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         return Err(AttemptError::fatal(format!(
             "workspace_not_empty: workspace {workspace} holds sessions, rollouts or memory"
         )));
+    }
+    if let Some(bucket) = ctx.volumes.bucket() {
+        in_bucket::prepare(bucket, claimed, &archive).await?;
     }
     let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| AttemptError::fatal(e.to_string()))?;
     // An earlier attempt killed mid-stage left its files anywhere in the workspace.
@@ -112,11 +115,16 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
             )));
         }
     }
-    let staged = tokio::task::spawn_blocking(move || {
-        let staged = stage(&archive, &root, &mut plan, &publisher, scope)?;
-        Ok::<_, ImportError>((plan, staged))
-    })
-    .await;
+    let staged = match ctx.volumes.bucket() {
+        Some(bucket) => in_bucket::stage(bucket, claimed, archive, plan, ctx.volumes.imports_dir()).await,
+        None => {
+            tokio::task::spawn_blocking(move || {
+                let (manifest, counts) = stage(&archive, &root, &mut plan, &publisher, scope)?;
+                Ok::<_, ImportError>((plan, (ImportStaged::Volume(manifest), counts)))
+            })
+            .await
+        }
+    };
     let (plan, (staged, redactions)) = unblocked(staged)?;
     tracing::info!(
         job_id = %claimed.job.job_id, rollouts = plan.record.rollouts.len(), raw_memories = plan.record.raw_memories.len(),
@@ -343,6 +351,7 @@ fn plan(archive: &Path, root: &Path, layouts: &[StoredLayout], bounds: Bounds) -
                     rollout_path: path.clone(),
                     len: size,
                     lines,
+                    object_etag: None,
                 });
             }
             Placement::RawMemory { layout } if size <= MAX_RAW_MEMORY_BYTES => {
@@ -400,10 +409,19 @@ fn check_lines(path: &str, content: &mut dyn Read, max_line: u64, json: bool) ->
     }
 }
 
-/// The second pass: each planned file staged beside its place, redacted
-/// with its layout's rules where it is memory (SPEC §2.7, §4) and, for a
-/// layout that redacts at ingest, where it is a conversation; the secrets
-/// taken out, by rule.
+/// Where the second pass puts each file it places.
+trait Placing {
+    /// Places `path` with what `content` holds; the bytes written.
+    fn add(&mut self, path: &str, content: &mut dyn Read) -> io::Result<u64>;
+}
+
+impl Placing for crate::workspace::publish::Staging<'_> {
+    fn add(&mut self, path: &str, content: &mut dyn Read) -> io::Result<u64> {
+        crate::workspace::publish::Staging::add(self, path, content)
+    }
+}
+
+/// The second pass on a volume: each planned file staged beside its place.
 fn stage(
     archive: &Path,
     root: &Path,
@@ -411,8 +429,16 @@ fn stage(
     publisher: &Publisher,
     scope: PublishScope,
 ) -> Result<(Manifest, Counts), ImportError> {
-    let mut reader = entries::open(archive)?;
     let mut staging = publisher.begin(scope, root);
+    let counts = place(archive, plan, &mut staging)?;
+    Ok((staging.finish()?, counts))
+}
+
+/// The second pass: each planned file placed, redacted with its layout's
+/// rules where it is memory (SPEC §2.7, §4) and, for a layout that redacts
+/// at ingest, where it is a conversation; the secrets taken out, by rule.
+fn place(archive: &Path, plan: &mut Plan, staging: &mut dyn Placing) -> Result<Counts, ImportError> {
+    let mut reader = entries::open(archive)?;
     let mut counts = Counts::new();
     let mut placed = 0;
     for entry in entries::checked(&mut reader)? {
@@ -448,68 +474,7 @@ fn stage(
     if placed != plan.files.len() {
         return Err(ImportError::Io(io::Error::other("the archive changed between its two readings")));
     }
-    Ok((staging.finish()?, counts))
-}
-
-/// How an entry's text is matched.
-enum Lines {
-    /// JSON lines: escaped strings matched decoded.
-    Json,
-    Text,
-}
-
-/// The rules a placed file is redacted with, if any: a memory file's
-/// layout's, a conversation's only where its layout redacts at ingest.
-fn redaction_of(path: &str, layouts: &[StoredLayout]) -> Option<(std::sync::Arc<Redactor>, Lines)> {
-    let owner = |dir: fn(&ValidLayout) -> &str| {
-        layouts.iter().find(|l| path.strip_prefix(dir(&l.layout)).is_some_and(|rest| rest.starts_with('/')))
-    };
-    let (redactor, lines) = match placement(path, layouts) {
-        Placement::Rollout { .. } => {
-            let layout = owner(|l| l.sessions_dir.normalized.as_str())?;
-            (layout.layout.config.redaction.at_ingest.then(|| layout.layout.redactor())?, Lines::Json)
-        }
-        _ => (owner(|l| l.memories_dir.normalized.as_str())?.layout.redactor(), Lines::Text),
-    };
-    (!redactor.is_off()).then_some((redactor, lines))
-}
-
-/// A reader that yields its source's lines redacted, one at a time: a file
-/// too large to hold, or JSON lines, each redacted on its own.
-struct LineRedactor<'a, R: Read> {
-    source: BufReader<&'a mut R>,
-    redactor: &'a Redactor,
-    json: bool,
-    counts: &'a mut Counts,
-    pending: Vec<u8>,
-    at: usize,
-}
-
-impl<'a, R: Read> LineRedactor<'a, R> {
-    fn new(source: &'a mut R, redactor: &'a Redactor, json: bool, counts: &'a mut Counts) -> Self {
-        Self { source: BufReader::new(source), redactor, json, counts, pending: Vec::new(), at: 0 }
-    }
-}
-
-impl<R: Read> Read for LineRedactor<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.at == self.pending.len() {
-            let mut line = Vec::new();
-            if self.source.read_until(b'\n', &mut line)? == 0 {
-                return Ok(0);
-            }
-            self.pending = match String::from_utf8(line) {
-                Ok(text) if self.json => self.redactor.redact_jsonl(&text, self.counts).into_bytes(),
-                Ok(text) => self.redactor.redact_text(&text, self.counts).into_bytes(),
-                Err(not_text) => not_text.into_bytes(),
-            };
-            self.at = 0;
-        }
-        let n = buf.len().min(self.pending.len() - self.at);
-        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
+    Ok(counts)
 }
 
 /// What can be told of an archive before its job starts: gzip bytes, a tar,

@@ -112,9 +112,12 @@ pub(super) async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes
     let Ok(entries) = std::fs::read_dir(volumes.imports_dir()) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(job_id) =
-            name.to_str().and_then(|n| n.strip_suffix(".tar.gz")).and_then(|n| uuid::Uuid::parse_str(n).ok())
-        else {
+        // An archive, or (files in a bucket) one being fetched or an entry being uploaded.
+        let job_of = |n: &str| {
+            let stem = [".tar.gz", ".download", ".entry"].iter().find_map(|suffix| n.strip_suffix(suffix))?;
+            uuid::Uuid::parse_str(stem).ok()
+        };
+        let Some(job_id) = name.to_str().and_then(job_of) else {
             continue;
         };
         let old = entry

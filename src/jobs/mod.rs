@@ -127,9 +127,18 @@ impl Completion {
 
 /// What an import attempt staged and will register.
 pub struct Imported {
-    pub staged: Manifest,
+    pub staged: ImportStaged,
     pub record: crate::store::ImportRecord,
 }
+/// Where an import's files were staged.
+pub enum ImportStaged {
+    /// Beside their places on the volume.
+    Volume(Manifest),
+    /// In the bucket: its rollouts at their keys (their ETags in the record),
+    /// the other files as versions.
+    Bucket(crate::store::workspace_files::VersionChanges),
+}
+
 /// Why an attempt failed.
 #[derive(Debug)]
 pub enum AttemptError {

@@ -3,7 +3,7 @@
 //! session settled; and the recovery of publishes their writers left behind.
 
 use super::finisher::Recorded;
-use super::{AttemptError, Completion, FinishedAttempt, Imported, WorkerContext, WorkerSettings, backoff};
+use super::{AttemptError, Completion, FinishedAttempt, ImportStaged, Imported, WorkerContext, WorkerSettings, backoff};
 use crate::domain::redact::{Counts, add_counts};
 use crate::llm::TokenUsage;
 use crate::store::workspace_files::VersionChanges;
@@ -196,7 +196,10 @@ async fn stage_files(
         Ok(Completion { imported: Some(imported), outcome, files, usage, redactions }) => {
             let Imported { staged, record } = *imported;
             let completion = Completion { outcome, files, usage, redactions, imported: None };
-            let files = StagedFiles::Volume(staged);
+            let files = match staged {
+                ImportStaged::Volume(manifest) => StagedFiles::Volume(manifest),
+                ImportStaged::Bucket(versions) => StagedFiles::Bucket(versions),
+            };
             return (Ok(completion), Some(Staged { files, import: Some(record), passages: None }));
         }
         other => other,
@@ -408,12 +411,19 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
     }
     let published_passages = finish.passages.is_some();
     match &staged {
-        // The finish counts what the versions add against the ones they replace.
-        Some(StagedFiles::Bucket(versions)) => finish.versions = Some(versions.clone()),
+        // The finish counts what the versions add against the ones they
+        // replace; an import's rollouts, new objects, add their bytes.
+        Some(StagedFiles::Bucket(versions)) => {
+            finish.versions = Some(versions.clone());
+            let rollouts = import.iter().flat_map(|record| &record.rollouts);
+            finish.accounting.storage_delta = rollouts.map(|r| r.len as i64).sum();
+        }
         Some(StagedFiles::Volume(manifest)) => finish.accounting.storage_delta = manifest.bytes_delta,
         None => {}
     }
     finish.accounting.model_tokens_per_day = token_budget(ctx, &claimed, finish.accounting.attempt_usage).await;
+    // What a bucket's import uploaded goes if it does not land.
+    let imported_rollouts = import.as_ref().map(|record| record.rollouts.clone()).unwrap_or_default();
     finish.import = import;
     let outcome = outcome_name(&finish.outcome);
     let error = match &finish.outcome {
@@ -447,15 +457,9 @@ pub(super) async fn record(ctx: &WorkerContext, finished: FinishedAttempt) {
         settle_served_sessions(ctx, &claimed, settleable, failed).await;
     }
     let recorded = recorded.map(|r| r.owned);
-    let refused =
-        finished && claimed.job.kind == JobKind::Import && import_refused_at_finish(ctx, &claimed, &recorded).await;
-    if finished && claimed.job.kind == JobKind::Import && (matches!(recorded, Ok(true)) || refused) {
-        // Done with, whatever the outcome.
-        let archive = ctx.volumes.import_archive(job_id);
-        if let Err(e) = crate::workspace::remove_if_present(&archive) {
-            tracing::warn!(%job_id, error = %crate::error_chain(&e), "removing an import's archive failed");
-        }
-    }
+    let refused = finished
+        && claimed.job.kind == JobKind::Import
+        && super::import::after_finish(ctx, &claimed, &recorded, failed, imported_rollouts).await;
     if finished && claimed.job.kind == JobKind::Forget && matches!(recorded, Ok(true)) {
         after_forget(ctx, &claimed).await;
     }
@@ -554,23 +558,6 @@ fn index_after_publish(ctx: &WorkerContext, claimed: &ClaimedJob) {
     ctx.vectors.forget_layout(&at);
     if let Some(indexer) = &ctx.indexer {
         indexer.after_publish(at);
-    }
-}
-
-/// An import whose finish was not kept because the finish refused it (its
-/// layouts clash, its workspace filled meanwhile): the job is failed now,
-/// not another worker's, and its archive is of no more use.
-async fn import_refused_at_finish(
-    ctx: &WorkerContext,
-    claimed: &ClaimedJob,
-    recorded: &Result<bool, crate::store::StoreError>,
-) -> bool {
-    if !matches!(recorded, Ok(false)) {
-        return false;
-    }
-    match ctx.store.get_job(claimed.tenant_id, claimed.job.job_id).await {
-        Ok(Some(job)) => job.state == crate::store::JobState::Failed,
-        _ => false,
     }
 }
 

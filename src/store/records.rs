@@ -452,6 +452,9 @@ pub struct ImportedRollout {
     pub rollout_path: String,
     pub len: u64,
     pub lines: i64,
+    /// Where files live in a bucket: the ETag of the object the import
+    /// wrote it to (the object holds all of it).
+    pub object_etag: Option<String>,
 }
 
 /// What an import job registers once its files are staged (SPEC §2.7).

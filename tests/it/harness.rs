@@ -229,24 +229,66 @@ impl TestApp {
     pub async fn files_under(&self, tenant: &Tenant, workspace: &str, dir: &str) -> Vec<String> {
         let Some(_) = &self.bucket_prefix else {
             let root = self.workspace_dir(tenant, workspace);
-            let mut found = Vec::new();
-            let mut stack = vec![root.join(dir)];
-            while let Some(folder) = stack.pop() {
-                for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-                    let path = entry.path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else {
-                        found.push(path.strip_prefix(&root).unwrap().to_string_lossy().into_owned());
-                    }
-                }
-            }
-            return found;
+            let found = walk(&root.join(dir));
+            return found.iter().map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned()).collect();
         };
         let store = memoryd::store::connect(&self.database_url).await.unwrap();
         let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
         let current = store.current_files(id, &ws).await.unwrap();
         current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with(&format!("{dir}/"))).collect()
+    }
+
+    /// Every file of a workspace as memoryd's readers see it, by path:
+    /// the folder's on a volume; in a bucket the current memory files and
+    /// every rollout the database holds lines of.
+    pub async fn all_files(&self, tenant: &Tenant, workspace: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+        let mut found = std::collections::BTreeMap::new();
+        let Some(_) = &self.bucket_prefix else {
+            let root = self.workspace_dir(tenant, workspace);
+            for path in walk(&root) {
+                let relative = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                found.insert(relative, std::fs::read(&path).unwrap());
+            }
+            return found;
+        };
+        let store = memoryd::store::connect(&self.database_url).await.unwrap();
+        let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
+        let mut paths: Vec<String> = store.current_files(id, &ws).await.unwrap().files.into_iter().map(|f| f.0).collect();
+        paths.extend(store.export_view(id, &ws).await.unwrap().rollouts.into_iter().map(|r| r.rollout_path));
+        for path in paths {
+            let bytes = self.file_bytes(tenant, workspace, &path).await.unwrap_or_else(|| panic!("{path} unreadable"));
+            found.insert(path, bytes);
+        }
+        found
+    }
+
+    /// What is stored of a workspace, once what its last job left to do
+    /// afterwards is done (up to ten seconds): the files in its folder on a
+    /// volume, every object under its prefix in a bucket (memoryd's own
+    /// included); relative paths.
+    pub async fn stored_of(&self, tenant: &Tenant, workspace: &str) -> Vec<String> {
+        let started = std::time::Instant::now();
+        loop {
+            let stored = self.stored_now(tenant, workspace).await;
+            if stored.is_empty() || started.elapsed() > std::time::Duration::from_secs(10) {
+                return stored;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// What is stored of a workspace now, as [`Self::stored_of`] tells it.
+    pub async fn stored_now(&self, tenant: &Tenant, workspace: &str) -> Vec<String> {
+        match &self.bucket_prefix {
+            None => {
+                let root = self.workspace_dir(tenant, workspace);
+                walk(&root).iter().map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned()).collect()
+            }
+            Some(prefix) => {
+                let under = format!("{prefix}/{}/{workspace}", tenant.id);
+                crate::s3::objects_under(&under).await.into_keys().collect()
+            }
+        }
     }
 
     /// [`Self::file_bytes`] as text, which must be there.
@@ -346,4 +388,16 @@ pub async fn stored_file(
         }
     }
     None
+}
+
+/// Every file under `dir` (none when it is not there).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let (mut found, mut stack) = (Vec::new(), vec![dir.to_path_buf()]);
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() { stack.push(path) } else { found.push(path) }
+        }
+    }
+    found
 }

@@ -10,21 +10,23 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-every_backend!(an_export_taken_during_appends_holds_whole_lines);
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
+every_backend!(
+    an_export_taken_during_appends_holds_whole_lines,
     an_imported_memory_only_workspace_is_known_and_can_be_forgotten,
-    an_export_holds_every_file_with_rollouts_at_their_committed_length,
     an_export_imported_elsewhere_is_the_same_memory_and_carries_on,
     a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected,
-    an_export_during_a_publish_takes_the_whole_run,
     layouts_an_import_would_make_follow_the_folder_rules,
     parallel_imports_never_pass_the_storage_limit,
     an_import_refused_at_its_finish_places_nothing_and_drops_its_archive,
     hostile_archives_are_refused_with_nothing_written,
     an_import_past_the_storage_limit_fails_with_nothing_written,
+);
+
+// The volume's own mechanisms: a rollout file written past its commit, a
+// publish held between two renames.
+crate::both_databases!(
+    an_export_holds_every_file_with_rollouts_at_their_committed_length,
+    an_export_during_a_publish_takes_the_whole_run,
 );
 
 /// The start-up sweep removes an uploaded archive no job will read, once it
@@ -267,9 +269,7 @@ async fn an_export_imported_elsewhere_is_the_same_memory_and_carries_on(backend:
 
     let job = imported(&app, &b, "team", archive.clone()).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    let (mut source, mut copy) = (BTreeMap::new(), BTreeMap::new());
-    files_under(&app.workspace_dir(&a, "ops"), &app.workspace_dir(&a, "ops"), &mut source);
-    files_under(&app.workspace_dir(&b, "team"), &app.workspace_dir(&b, "team"), &mut copy);
+    let (mut source, copy) = (app.all_files(&a, "ops").await, app.all_files(&b, "team").await);
     // The selection lives in the database: its file is left out until the
     // next phase two writes it, and the API agrees that there is none yet.
     assert!(source.remove("memories/phase_two_selection.json").is_some());
@@ -292,11 +292,7 @@ async fn an_export_imported_elsewhere_is_the_same_memory_and_carries_on(backend:
         selection["selected"].as_array().unwrap().iter().map(|s| s["rollout_id"].as_str().unwrap()).collect();
     assert!(selected.contains(&"chat-1"), "{selection}");
     let usage = app.json(Method::GET, "/v1/usage", &b.key).await;
-    let on_disk: u64 = {
-        let mut now = BTreeMap::new();
-        files_under(&app.workspace_dir(&b, "team"), &app.workspace_dir(&b, "team"), &mut now);
-        now.values().map(|c| c.len() as u64).sum()
-    };
+    let on_disk: u64 = app.all_files(&b, "team").await.values().map(|c| c.len() as u64).sum();
     assert!(usage["storage_bytes"].as_u64().unwrap() >= on_disk, "the import is counted: {usage}");
 }
 
@@ -351,7 +347,7 @@ async fn a_workspace_the_sdk_wrote_is_imported_and_its_memories_selected(backend
     assert_eq!(job["state"], "failed", "{job}");
     let error = job["last_error"].as_str().unwrap_or_default();
     assert!(error.contains("invalid_archive") && error.contains("sessions/bad.jsonl line 2"), "{job}");
-    assert!(!app.workspace_dir(&t, "broken").join("sessions/bad.jsonl").exists());
+    assert_eq!(app.stored_of(&t, "broken").await, Vec::<String>::new());
 }
 
 /// A tar entry with a raw name and type, as a hostile tool would write it.
@@ -430,10 +426,8 @@ async fn hostile_archives_are_refused_with_nothing_written(backend: Backend) {
             _ => false,
         };
         assert!(refused, "{what}: {status} {body}");
-        let workspace = app.workspace_dir(&t, &what.replace(' ', "-"));
-        let mut left = BTreeMap::new();
-        files_under(&workspace, &workspace, &mut left);
-        assert!(left.is_empty(), "{what}: nothing is written, found {:?}", left.keys());
+        let left = app.stored_of(&t, &what.replace(' ', "-")).await;
+        assert!(left.is_empty(), "{what}: nothing is written, found {left:?}");
     }
     assert!(!std::path::Path::new("/tmp/memoryd-escape").exists());
     assert!(!app.data_dir.join("escape").exists() && !app.data_dir.parent().unwrap().join("escape").exists());
@@ -525,7 +519,7 @@ async fn an_import_past_the_storage_limit_fails_with_nothing_written(backend: Ba
     let job = imported(&app, &t, "full", archive).await;
     assert_eq!(job["state"], "failed", "{job}");
     assert!(job["last_error"].as_str().unwrap().starts_with("quota_exceeded"), "{job}");
-    assert!(!app.workspace_dir(&t, "full").join("sessions/big.jsonl").exists());
+    assert_eq!(app.stored_of(&t, "full").await, Vec::<String>::new());
     let usage = app.json(Method::GET, "/v1/usage", &t.key).await;
     assert_eq!(usage["storage_bytes"], 0, "{usage}");
     // At its limit already, the tenant's upload is refused at once.
@@ -585,10 +579,12 @@ async fn an_import_refused_at_its_finish_places_nothing_and_drops_its_archive(ba
     }
     let (status, _, job) = import(&app, &t, "late", tar_gz(&[("sessions/big.jsonl", &rollout)])).await;
     assert_eq!(status, 202, "{job}");
-    // Staging has begun (its folder exists): the checks are behind it.
+    // Staging has begun (its folder exists; in a bucket, its first entry
+    // is being written for upload): the checks are behind it.
     let sessions = app.workspace_dir(&t, "late").join("sessions");
+    let entry = app.data_dir.join(format!("imports/{}.entry", job["job_id"].as_str().unwrap()));
     let started = std::time::Instant::now();
-    while !sessions.exists() {
+    while !sessions.exists() && !entry.exists() {
         assert!(started.elapsed() < std::time::Duration::from_secs(60), "the import never staged");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
@@ -599,10 +595,14 @@ async fn an_import_refused_at_its_finish_places_nothing_and_drops_its_archive(ba
     assert_eq!(job["state"], "failed", "{job}");
     let error = job["last_error"].as_str().unwrap_or_default();
     assert!(error.starts_with("workspace_not_empty: workspace late took data while the import ran"), "{job}");
-    assert!(!sessions.join("big.jsonl").exists(), "nothing of the import is placed");
+    assert_eq!(app.file_bytes(&t, "late", "sessions/big.jsonl").await, None, "nothing of the import is read");
+    // Nor stored: neither its rollout's object nor its archive in a bucket.
     let imports = app.data_dir.join("imports");
     let started = std::time::Instant::now();
-    while std::fs::read_dir(&imports).map(|d| d.count()).unwrap_or(0) > 0 {
+    let import_s = |path: &String| path == "sessions/big.jsonl" || path.starts_with(".memoryd/imports/");
+    while std::fs::read_dir(&imports).map(|d| d.count()).unwrap_or(0) > 0
+        || app.stored_now(&t, "late").await.iter().any(import_s)
+    {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "the refused import's archive is kept");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -636,7 +636,7 @@ async fn an_imported_memory_only_workspace_is_known_and_can_be_forgotten(backend
         app.request(Method::DELETE, "/v1/workspaces/notes", &t.key).send().await.unwrap().json().await.unwrap();
     let job = app.wait_for_job(&t.key, job["job_id"].as_str().unwrap_or_else(|| panic!("{job}"))).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    assert!(!app.workspace_dir(&t, "notes").join("memories/MEMORY.md").exists());
+    assert_eq!(app.stored_of(&t, "notes").await, Vec::<String>::new());
     let listed = app.json(Method::GET, "/v1/workspaces", &t.key).await;
     assert!(!listed["workspaces"].as_array().unwrap().iter().any(|w| w["name"] == "notes"), "{listed}");
     let res = app.request(Method::GET, "/v1/workspaces/notes/layouts/default/files", &t.key).send().await.unwrap();

@@ -102,8 +102,8 @@ impl SqlStore<DB> {
         for rollout in &record.rollouts {
             sqlx::query(
                 "INSERT INTO rollouts (tenant_id, workspace, layout, rollout_id, rollout_path, committed_len,
-                                           segment_count, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                           segment_count, updated_at, object_len, object_etag)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(tenant)
             .bind(job.workspace.as_str())
@@ -113,6 +113,8 @@ impl SqlStore<DB> {
             .bind(rollout.len as i64)
             .bind(rollout.lines)
             .bind(now)
+            .bind(if rollout.object_etag.is_some() { rollout.len as i64 } else { 0 })
+            .bind(rollout.object_etag.as_deref())
             .execute(&mut *conn)
             .await?;
         }

@@ -243,7 +243,11 @@ impl SqlStore<DB> {
                 .await?;
         }
         if let (JobKind::Import, true, Some(record)) = (job.kind, succeeded, &finish.import) {
-            let storage_added = finish.accounting.storage_delta + effects.storage_added(claimed.tenant_id);
+            // In a bucket the files other than rollouts are versions, recorded below.
+            let versions = finish.versions.iter().flat_map(|v| &v.files).filter_map(|(_, version)| version.as_ref());
+            let storage_added = finish.accounting.storage_delta
+                + versions.map(|v| v.bytes as i64).sum::<i64>()
+                + effects.storage_added(claimed.tenant_id);
             if !Self::land_import_in(&mut *tx, claimed, record, storage_added, now).await? {
                 return Ok(false);
             }
