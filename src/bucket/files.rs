@@ -290,9 +290,16 @@ impl Bucket {
 /// workspace (`rest` is a key below the bucket's prefix).
 /// An object of memoryd's own folder, by its key below the bucket's prefix.
 enum OwnObject<'k> {
-    Version { tenant: TenantId, workspace: WorkspaceName, publish_id: Uuid, path: &'k str },
+    Version {
+        tenant: TenantId,
+        workspace: WorkspaceName,
+        publish_id: Uuid,
+        path: &'k str,
+    },
     /// An uploaded archive waiting for import job `job_id`.
-    Archive { job_id: Uuid },
+    Archive {
+        job_id: Uuid,
+    },
 }
 
 fn own_object_of_key(rest: &str) -> Option<OwnObject<'_>> {

@@ -127,7 +127,13 @@ pub struct ImportUploads {
 
 impl ImportUploads {
     /// `rollouts`: the paths that are conversations (written at their keys).
-    pub fn new(bucket: Bucket, tenant: Uuid, workspace: WorkspaceName, scratch: PathBuf, rollouts: HashSet<String>) -> Self {
+    pub fn new(
+        bucket: Bucket,
+        tenant: Uuid,
+        workspace: WorkspaceName,
+        scratch: PathBuf,
+        rollouts: HashSet<String>,
+    ) -> Self {
         Self {
             bucket,
             tenant,
@@ -168,7 +174,8 @@ impl ImportUploads {
 
     /// The versions to make current, and each rollout's object's ETag.
     pub fn finish(mut self) -> (VersionChanges, Vec<(String, String)>) {
-        let versions = VersionChanges { publish_id: self.versions.publish_id, files: std::mem::take(&mut self.versions.files) };
+        let versions =
+            VersionChanges { publish_id: self.versions.publish_id, files: std::mem::take(&mut self.versions.files) };
         (versions, std::mem::take(&mut self.uploaded_rollouts))
     }
 }

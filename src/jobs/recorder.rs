@@ -3,7 +3,9 @@
 //! session settled; and the recovery of publishes their writers left behind.
 
 use super::finisher::Recorded;
-use super::{AttemptError, Completion, FinishedAttempt, ImportStaged, Imported, WorkerContext, WorkerSettings, backoff};
+use super::{
+    AttemptError, Completion, FinishedAttempt, ImportStaged, Imported, WorkerContext, WorkerSettings, backoff,
+};
 use crate::domain::redact::{Counts, add_counts};
 use crate::llm::TokenUsage;
 use crate::store::workspace_files::VersionChanges;

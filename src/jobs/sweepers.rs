@@ -57,7 +57,9 @@ pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellati
                 let grace = ctx.settings.lease * 4;
                 match bucket.remove_unreferenced_versions(store, grace).await {
                     Ok(0) => {}
-                    Ok(removed) => tracing::info!(removed, "removed versions no finish recorded, archives no job reads"),
+                    Ok(removed) => {
+                        tracing::info!(removed, "removed versions no finish recorded, archives no job reads")
+                    }
                     Err(e) => tracing::warn!(error = %crate::error_chain(&e), "sweeping unrecorded versions failed"),
                 }
             }

@@ -177,3 +177,34 @@ async fn a_forgotten_workspace_leaves_no_object_and_no_copy_on_any_replica() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Versions no finish recorded and archives no import job will read are
+/// swept; a current version stays.
+#[tokio::test]
+async fn versions_and_archives_nobody_reads_are_swept() {
+    let app = TestApp::start(Backend::Bucket).await;
+    let t = app.tenant().await;
+    let archive = crate::portability::tar_gz(&[("memories/MEMORY.md", b"kept")]);
+    assert_eq!(crate::portability::imported(&app, &t, "ws", archive).await["state"], "succeeded");
+    let prefix = app.bucket_prefix.clone().unwrap();
+    let own = format!("{prefix}/{}/ws/.memoryd", t.id);
+    // The import's own archive goes right after its job's finish.
+    let started = Instant::now();
+    while app.stored_now(&t, "ws").await.iter().any(|key| key.starts_with(".memoryd/imports/")) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the import's archive is kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (version, orphan) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let planted = [format!("{own}/versions/{version}/memories/MEMORY.md"), format!("{own}/imports/{orphan}.tar.gz")];
+    for key in &planted {
+        s3::bucket().put(&key.as_str().into(), b"left".to_vec().into()).await.unwrap();
+    }
+    let store = memoryd::store::connect(&app.database_url).await.unwrap();
+    let url = format!("s3://{}/{prefix}", s3::BUCKET).parse().unwrap();
+    let bucket = memoryd::bucket::Bucket::new(url, s3::bucket());
+    assert_eq!(bucket.remove_unreferenced_versions(store.as_ref(), Duration::ZERO).await.unwrap(), 2);
+    let left = s3::objects_under(&prefix).await;
+    assert!(planted.iter().all(|key| !left.contains_key(key.strip_prefix(&format!("{prefix}/")).unwrap())));
+    assert_eq!(app.file_text(&t, "ws", "memories/MEMORY.md").await, "kept");
+    assert_eq!(bucket.remove_unreferenced_versions(store.as_ref(), Duration::ZERO).await.unwrap(), 0);
+}

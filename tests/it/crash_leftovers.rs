@@ -2,7 +2,7 @@
 //! killed import's staging files, an upload cut short, a rollout file longer
 //! than what the database committed; and a resume that replays a backlog.
 
-use crate::harness::Backend;
+use crate::harness::{Backend, walk};
 use crate::portability::tar_gz;
 use crate::process::{Memoryd, database_env, get_json, new_tenant, post_segment};
 use serde_json::{Value, json};
@@ -10,22 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::AsyncWriteExt;
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
-}
-
 fn staging_files(dir: &Path) -> Vec<PathBuf> {
-    files_under(dir)
+    walk(dir)
         .into_iter()
         .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".memoryd-")))
         .collect()
@@ -35,9 +21,10 @@ fn staging_files(dir: &Path) -> Vec<PathBuf> {
 // the volume's own mechanisms, or reads of the volume to be moved to the harness.
 crate::both_databases!(
     rollout_files_past_their_commit_are_repaired_at_start_up,
-    a_killed_import_leaves_nothing_after_its_retry_and_a_forget,
     an_upload_cut_by_a_kill_is_swept_at_start_up,
 );
+
+crate::every_backend!(a_killed_import_leaves_nothing_after_its_retry_and_a_forget);
 
 async fn wait_for_job(http: &reqwest::Client, base: &str, key: &str, job_id: &str, limit: Duration) -> Value {
     let started = Instant::now();
@@ -57,6 +44,17 @@ fn memoryd_env(extra: Vec<(&'static str, String)>, database: &[(&'static str, St
     env
 }
 
+/// What an import killed mid-stage leaves that no reader sees: staging
+/// files in the workspace's folder; in a bucket, objects no finish recorded.
+async fn import_leftovers(env: &[(&str, String)], workspace: &Path, tenant: &str) -> Vec<String> {
+    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else {
+        return staging_files(workspace).iter().map(|p| p.display().to_string()).collect();
+    };
+    let prefix = url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)).unwrap();
+    let objects = crate::s3::objects_under(&format!("{prefix}/{tenant}/imp")).await;
+    objects.into_keys().filter(|key| !key.starts_with(".memoryd/")).collect()
+}
+
 async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Backend) {
     const CANARY: &str = "CANARY-IMPORTED-TEXT-5150";
     let dir = tempfile::tempdir().unwrap();
@@ -65,13 +63,21 @@ async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Ba
     let first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
     first.ready(&http).await;
     let (tenant_id, key) = new_tenant(&http, &first.base).await;
-    // Large enough that staging takes a while: 96 lines of 1 MiB, each with the canary.
+    // Large enough that staging takes a while: 64 lines of 1 MiB, each with
+    // the canary, then 32 MiB of notes (in a bucket the kill comes between
+    // the rollout's upload and the notes').
     let mut rollout = Vec::new();
-    for n in 0..96 {
+    for n in 0..64 {
         let pad: String = (0..(1 << 20) / 32).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
         rollout.extend_from_slice(format!("{{\"n\":{n},\"said\":\"{CANARY}\",\"pad\":\"{pad}\"}}\n").as_bytes());
     }
-    let archive = tar_gz(&[("sessions/big.jsonl", &rollout), ("memories/notes.md", CANARY.as_bytes())]);
+    let mut notes = format!("{CANARY}\n");
+    for _ in 0..512 {
+        let line: String = (0..(64 << 10) / 32).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
+        notes.push_str(&line);
+        notes.push('\n');
+    }
+    let archive = tar_gz(&[("sessions/big.jsonl", &rollout), ("memories/notes.md", notes.as_bytes())]);
     let res = http
         .post(format!("{}/v1/workspaces/imp/import", first.base))
         .bearer_auth(&key)
@@ -85,22 +91,25 @@ async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Ba
     let job_id = job["job_id"].as_str().unwrap().to_owned();
     let workspace = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/imp"));
     let started = Instant::now();
-    while staging_files(&workspace).is_empty() {
+    while import_leftovers(&env, &workspace, &tenant_id).await.is_empty() {
         assert!(started.elapsed() < Duration::from_secs(60), "the import never staged");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut first = first;
     first.signal("-KILL");
     first.exit().await;
-    assert!(!staging_files(&workspace).is_empty(), "the kill left staging files");
+    assert!(!import_leftovers(&env, &workspace, &tenant_id).await.is_empty(), "the kill left staged files");
 
     let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
     second.ready(&http).await;
     let job = wait_for_job(&http, &second.base, &key, &job_id, Duration::from_secs(120)).await;
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(staging_files(&workspace), Vec::<PathBuf>::new(), "no staging file anywhere in the workspace");
+    let data = dir.path().join("memoryd-data");
+    let read = crate::process::stored_file(&env, &data, &tenant_id, "imp", "sessions/big.jsonl").await;
+    assert_eq!(read.map(|bytes| bytes.len()), Some(rollout.len()), "the retry placed the whole rollout");
 
-    // Forgetting the imported conversation leaves no byte of it on the volume.
+    // Forgetting the imported conversation leaves no byte of it on the volume, nor in the bucket.
     let res = http
         .delete(format!("{}/v1/workspaces/imp/layouts/default/rollouts/big?mode=scrub", second.base))
         .bearer_auth(&key)
@@ -112,12 +121,18 @@ async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Ba
     let forget =
         wait_for_job(&http, &second.base, &key, forget["job_id"].as_str().unwrap(), Duration::from_secs(60)).await;
     assert_eq!(forget["state"], "succeeded", "{forget}");
-    let data = dir.path().join("memoryd-data");
-    for file in files_under(&data.join("workspaces")).into_iter().chain(files_under(&data.join("imports"))) {
+    for file in walk(&data.join("workspaces")).into_iter().chain(walk(&data.join("imports"))) {
         let bytes = std::fs::read(&file).unwrap_or_default();
         let holds = bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes());
         let is_memory_file = file.ends_with("memories/notes.md");
         assert!(!holds || is_memory_file, "{} holds the forgotten text", file.display());
+    }
+    // In a bucket: the notes, at their key and as their version, and nothing else.
+    let expected = if backend == Backend::Bucket { 2 } else { 0 };
+    let started = Instant::now();
+    while crate::s3::objects_holding(&env, CANARY).await != expected {
+        assert!(started.elapsed() < Duration::from_secs(30), "the bucket keeps the forgotten text");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -141,7 +156,7 @@ async fn an_upload_cut_by_a_kill_is_swept_at_start_up(backend: Backend) {
     let started = Instant::now();
     loop {
         socket.write_all(&chunk).await.unwrap();
-        if files_under(&imports).iter().any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
+        if walk(&imports).iter().any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(20), "the upload never reached the disk");
@@ -150,13 +165,13 @@ async fn an_upload_cut_by_a_kill_is_swept_at_start_up(backend: Backend) {
     first.signal("-KILL");
     first.exit().await;
     drop(socket);
-    assert_eq!(files_under(&imports).len(), 1, "the kill left the partial upload");
+    assert_eq!(walk(&imports).len(), 1, "the kill left the partial upload");
     // Silent past the body timeout, it is no upload's: the next start removes it.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
     second.ready(&http).await;
     let started = Instant::now();
-    while !files_under(&imports).is_empty() {
+    while !walk(&imports).is_empty() {
         assert!(started.elapsed() < Duration::from_secs(20), "the cut upload was never swept");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

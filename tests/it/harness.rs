@@ -253,7 +253,8 @@ impl TestApp {
         };
         let store = memoryd::store::connect(&self.database_url).await.unwrap();
         let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
-        let mut paths: Vec<String> = store.current_files(id, &ws).await.unwrap().files.into_iter().map(|f| f.0).collect();
+        let mut paths: Vec<String> =
+            store.current_files(id, &ws).await.unwrap().files.into_iter().map(|f| f.0).collect();
         paths.extend(store.export_view(id, &ws).await.unwrap().rollouts.into_iter().map(|r| r.rollout_path));
         for path in paths {
             let bytes = self.file_bytes(tenant, workspace, &path).await.unwrap_or_else(|| panic!("{path} unreadable"));

@@ -13,8 +13,7 @@ const MIB: u64 = 1 << 20;
 /// The process's memory may grow by less than this for any one archive.
 const BOUND: u64 = 128 * MIB;
 
-// Not yet on the object store (issue 63): imports are refused there for now.
-crate::both_databases!(archives_built_to_exhaust_memory_take_a_bounded_buffer,);
+crate::every_backend!(archives_built_to_exhaust_memory_take_a_bounded_buffer,);
 
 /// A field of `/proc/<pid>/status`, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {

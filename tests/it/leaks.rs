@@ -38,9 +38,7 @@ fn files_of(dir: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(an_imported_workspaces_secrets_are_redacted, an_imported_sdk_memory_keeps_its_prose_offline,);
+crate::every_backend!(an_imported_workspaces_secrets_are_redacted, an_imported_sdk_memory_keeps_its_prose_offline,);
 
 async fn close(app: &TestApp, t: &Tenant, session: &str) -> Value {
     let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).await;

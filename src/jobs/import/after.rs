@@ -63,4 +63,3 @@ async fn refused_at_finish(
         _ => false,
     }
 }
-

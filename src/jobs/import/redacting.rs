@@ -65,4 +65,3 @@ impl<R: Read> Read for LineRedactor<'_, R> {
         Ok(n)
     }
 }
-
