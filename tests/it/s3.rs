@@ -60,10 +60,23 @@ pub(crate) fn bucket() -> Arc<dyn ObjectStore> {
 /// How many objects hold `needle` under the bucket a memoryd process's
 /// `env` names in `MEMORYD_STORAGE` (none named: 0).
 pub(crate) async fn objects_holding(env: &[(&str, String)], needle: &str) -> usize {
-    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else { return 0 };
+    keys_holding(env, needle).await.len()
+}
+
+/// The keys (below the prefix) of the objects that hold `needle`, as [`objects_holding`] counts them.
+pub(crate) async fn keys_holding(env: &[(&str, String)], needle: &str) -> Vec<String> {
+    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else { return Vec::new() };
     let prefix = url.strip_prefix(&format!("s3://{BUCKET}/")).expect("the tests' bucket");
     let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
-    objects_under(prefix).await.values().filter(|bytes| holds(bytes)).count()
+    objects_under(prefix).await.into_iter().filter(|(_, bytes)| holds(bytes)).map(|(key, _)| key).collect()
+}
+
+/// The keys under `prefix`, below it (no object is read).
+pub(crate) async fn keys_under(prefix: &str) -> Vec<String> {
+    use futures_util::TryStreamExt;
+    let listed: Vec<_> = bucket().list(Some(&prefix.into())).try_collect().await.unwrap();
+    let below = format!("{prefix}/");
+    listed.into_iter().map(|meta| meta.location.as_ref().strip_prefix(&below).unwrap().to_owned()).collect()
 }
 
 /// Every object under `prefix`: key below the prefix → bytes.
