@@ -9,6 +9,7 @@ mod agent_memory;
 mod batches;
 mod bounds;
 mod bucket_files;
+mod bucket_kills;
 mod buckets;
 mod churn;
 mod coalesce;
