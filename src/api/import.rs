@@ -107,8 +107,10 @@ pub async fn import_workspace(
         bucket.put_archive(tenant, &workspace, job_id, &archive).await.map_err(ApiError::internal)?;
     }
     let queued = state.store.queue_import(tenant, &workspace, job_id, received, storage_limit).await;
+    // Refused: its archive goes. Unknown (the database failed): the sweep
+    // removes it once no job will read it.
     if let Some(bucket) = bucket
-        && !matches!(queued, Ok(ImportQueued::Job(_)))
+        && matches!(queued, Ok(ImportQueued::NotEmpty | ImportQueued::Forgetting | ImportQueued::OverQuota { .. }))
     {
         bucket.remove_archive(tenant, &workspace, job_id).await;
     }

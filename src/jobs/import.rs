@@ -75,7 +75,7 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         )));
     }
     if let Some(bucket) = ctx.volumes.bucket() {
-        in_bucket::prepare(bucket, claimed, &archive).await?;
+        in_bucket::fetch(bucket, claimed, &archive).await?;
     }
     let root = ctx.volumes.workspace_root(tenant, &workspace).map_err(|e| AttemptError::fatal(e.to_string()))?;
     // An earlier attempt killed mid-stage left its files anywhere in the workspace.
@@ -116,7 +116,7 @@ async fn import(ctx: &WorkerContext, claimed: &ClaimedJob) -> Result<Completion,
         }
     }
     let staged = match ctx.volumes.bucket() {
-        Some(bucket) => in_bucket::stage(bucket, claimed, archive, plan, ctx.volumes.imports_dir()).await,
+        Some(bucket) => in_bucket::stage(ctx, bucket, claimed, archive, plan).await,
         None => {
             tokio::task::spawn_blocking(move || {
                 let (manifest, counts) = stage(&archive, &root, &mut plan, &publisher, scope)?;

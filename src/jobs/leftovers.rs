@@ -114,8 +114,9 @@ pub(super) async fn remove_orphaned_archives(store: &DynStore, volumes: &Volumes
         let name = entry.file_name();
         // An archive, or (files in a bucket) one being fetched or an entry being uploaded.
         let job_of = |n: &str| {
-            let stem = [".tar.gz", ".download", ".entry"].iter().find_map(|suffix| n.strip_suffix(suffix))?;
-            uuid::Uuid::parse_str(stem).ok()
+            let (job, rest) = n.split_once('.')?;
+            let known = rest == "tar.gz" || rest.ends_with(".download") || rest.ends_with(".entry");
+            uuid::Uuid::parse_str(job).ok().filter(|_| known)
         };
         let Some(job_id) = name.to_str().and_then(job_of) else {
             continue;

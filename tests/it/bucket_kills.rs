@@ -10,17 +10,9 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+/// The paths of the twelve files round `round`'s consolidation adds.
 fn round_files(round: u64) -> Vec<String> {
-    (0..12).map(|i| format!("memories/skills/r{round}/f{i}.md")).collect()
-}
-
-fn add_all(files: &[String], text: &str) -> Reply {
-    let mut patch = String::from("*** Begin Patch\n");
-    for file in files {
-        patch.push_str(&format!("*** Add File: {file}\n+{text}\n"));
-    }
-    patch.push_str("*** End Patch");
-    Reply::Calls(vec![("apply_patch", json!({"patch": patch}))])
+    crate::publish::round_files(round).iter().map(|file| format!("memories/{file}")).collect()
 }
 
 /// Each round's replica has a data dir of its own; it is killed at moments
@@ -64,7 +56,7 @@ async fn a_replica_killed_mid_publish_leaves_all_or_nothing_and_its_leftovers_sw
         }
         let session = format!("s{round}");
         fake.push(Reply::artifacts("r", "summary", "raw").now());
-        fake.push(add_all(&round_files(round), &session).now());
+        fake.push(crate::publish::add_all(&crate::publish::round_files(round), &session).now());
         fake.push(Reply::Text("done").now());
         let before = fake.phase_two_requests().len();
         post_segment(&http, &memoryd.base, &key, &session, json!({"rollout_id": format!("r{round}"), "input": "hi"}))

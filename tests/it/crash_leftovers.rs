@@ -55,6 +55,14 @@ async fn import_leftovers(env: &[(&str, String)], workspace: &Path, tenant: &str
     keys.into_iter().filter(|key| !key.starts_with(".memoryd/")).collect()
 }
 
+/// The keys of memoryd's own objects of workspace `imp` in the bucket.
+async fn import_leftovers_own(env: &[(&str, String)], tenant: &str) -> Vec<String> {
+    let (_, url) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE").unwrap();
+    let prefix = url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)).unwrap();
+    let keys = crate::s3::keys_under(&format!("{prefix}/{tenant}/imp")).await;
+    keys.into_iter().filter(|key| key.starts_with(".memoryd/")).collect()
+}
+
 async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Backend) {
     const CANARY: &str = "CANARY-IMPORTED-TEXT-5150";
     let dir = tempfile::tempdir().unwrap();
@@ -126,6 +134,12 @@ async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Ba
         let holds = bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes());
         let is_memory_file = file.ends_with("memories/notes.md");
         assert!(!holds || is_memory_file, "{} holds the forgotten text", file.display());
+    }
+    let imports = format!(".memoryd/imports/{job_id}.tar.gz");
+    let started = Instant::now();
+    while backend == Backend::Bucket && import_leftovers_own(&env, &tenant_id).await.contains(&imports) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the archive stays in the bucket");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // In a bucket: the notes, at their key and as their versions (the
     // killed attempt's too, until the sweep), and nothing else.

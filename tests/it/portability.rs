@@ -582,9 +582,15 @@ async fn an_import_refused_at_its_finish_places_nothing_and_drops_its_archive(ba
     // Staging has begun (its folder exists; in a bucket, its first entry
     // is being written for upload): the checks are behind it.
     let sessions = app.workspace_dir(&t, "late").join("sessions");
-    let entry = app.data_dir.join(format!("imports/{}.entry", job["job_id"].as_str().unwrap()));
+    let entry_of_job = format!("{}.", job["job_id"].as_str().unwrap());
+    let uploading = || {
+        let names = std::fs::read_dir(app.data_dir.join("imports")).into_iter().flatten().flatten();
+        names
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .any(|n| n.starts_with(&entry_of_job) && n.ends_with(".entry"))
+    };
     let started = std::time::Instant::now();
-    while !sessions.exists() && !entry.exists() {
+    while !sessions.exists() && !uploading() {
         assert!(started.elapsed() < std::time::Duration::from_secs(60), "the import never staged");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }

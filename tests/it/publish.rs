@@ -98,11 +98,11 @@ async fn a_worker_paused_past_its_lease_changes_no_visible_file() {
 }
 
 /// The twelve files round `round`'s consolidation adds.
-fn round_files(round: u64) -> Vec<String> {
+pub(crate) fn round_files(round: u64) -> Vec<String> {
     (0..12).map(|i| format!("skills/r{round}/f{i}.md")).collect()
 }
 
-fn add_all(files: &[String], text: &str) -> Reply {
+pub(crate) fn add_all(files: &[String], text: &str) -> Reply {
     let mut patch = String::from("*** Begin Patch\n");
     for file in files {
         patch.push_str(&format!("*** Add File: memories/{file}\n+{text}\n"));

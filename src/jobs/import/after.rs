@@ -1,14 +1,14 @@
 //! What follows an import's finish, on either storage.
 
+use crate::bucket::imports::UploadedRollout;
 use crate::jobs::WorkerContext;
-use crate::store::journal_records::RolloutAt;
 use crate::store::{ClaimedJob, ImportedRollout};
 
 /// After an import's finish, done with its archive whatever the outcome
-/// (here and in the bucket); where files live in a bucket, what an import
-/// that did not land uploaded goes too: every file's object while the
-/// database holds nothing of the workspace, else the rollouts it does not
-/// know. Whether the finish refused to land the import.
+/// (here and in the bucket); where files live in a bucket, the
+/// conversations an import that did not land uploaded go too (its versions
+/// went with the publish it did not record). Whether the finish refused to
+/// land the import.
 pub(crate) async fn after_finish(
     ctx: &WorkerContext,
     claimed: &ClaimedJob,
@@ -29,21 +29,15 @@ pub(crate) async fn after_finish(
     if !failed && !refused {
         return false;
     }
-    let removed = match ctx.store.workspace_empty(tenant, workspace).await {
-        Ok(true) => bucket.remove_unrecorded_files(tenant, workspace).await.map(|_| ()).map_err(|e| e.to_string()),
-        Ok(false) => {
-            let mut unknown = Vec::new();
-            for rollout in &rollouts {
-                let at = RolloutAt { tenant, workspace, layout: &rollout.layout, rollout: &rollout.rollout_id };
-                if matches!(ctx.store.rollout_parts(at).await, Ok(None)) {
-                    unknown.push(rollout.rollout_path.clone());
-                }
-            }
-            bucket.remove_rollouts(tenant, workspace, &unknown).await.map_err(|e| crate::error_chain(&e))
-        }
-        Err(e) => Err(crate::error_chain(&e)),
-    };
-    if let Err(e) = removed {
+    // What a landed import uploaded is the workspace's; what one that did not land uploaded goes.
+    let uploaded: Vec<UploadedRollout> = rollouts
+        .into_iter()
+        .filter_map(|r| {
+            let e_tag = r.object_etag?;
+            Some(UploadedRollout { layout: r.layout, rollout_id: r.rollout_id, path: r.rollout_path, e_tag })
+        })
+        .collect();
+    if let Err(e) = bucket.remove_uploaded_rollouts(ctx.store.as_ref(), tenant, workspace, &uploaded).await {
         tracing::warn!(%job_id, error = %e, "removing what an import uploaded failed");
     }
     refused
