@@ -104,7 +104,10 @@ pub async fn import_workspace(
     // archive waits for it there, and this replica's copy goes.
     let bucket = state.volumes.bucket();
     if let Some(bucket) = bucket {
-        bucket.put_archive(tenant, &workspace, job_id, &archive).await.map_err(ApiError::internal)?;
+        bucket.put_archive(tenant, &workspace, job_id, &archive).await.map_err(|e| {
+            tracing::warn!(error = %crate::error_chain(&e), "the object store is unavailable");
+            ApiError::Unavailable("The object store is unavailable; try again shortly.".into())
+        })?;
     }
     let queued = state.store.queue_import(tenant, &workspace, job_id, received, storage_limit).await;
     // Refused: its archive goes. Unknown (the database failed): the sweep

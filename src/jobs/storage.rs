@@ -3,6 +3,8 @@
 //! change behind them (a tail cut after a crash, a file an operator removed,
 //! a publish two jobs raced on): every so often the volume is walked, and a
 //! workspace whose bytes differ from its counter is corrected and logged.
+//! Where files live in a bucket the database records what readers see: the
+//! rollouts' committed lengths and the current files' bytes are the truth.
 
 use crate::store::{DynStore, HISTORY_SCOPE, StorageScope, StoreResult};
 use crate::workspace::{Volumes, folder_files};
@@ -41,33 +43,14 @@ fn walk(volumes: &Volumes) -> BTreeMap<(Uuid, String), i64> {
     found
 }
 
-/// Walks the volume and corrects every workspace counter that differs from
+/// Walks the volume (where files live in a bucket: reads what the database
+/// records of them) and corrects every workspace counter that differs from
 /// it. A counter that changes while the walk runs is left for the next one.
 pub async fn reconcile_storage(store: &DynStore, volumes: &Volumes) -> StoreResult<Reconciled> {
-    if volumes.bucket().is_some() {
-        // The data dir holds copies there, not the files: the counters stand
-        // as the finishes and appends kept them.
-        return Ok(Reconciled::default());
-    }
-    let counted: BTreeMap<(Uuid, String), StorageScope> = store
-        .storage_scopes()
-        .await?
-        .into_iter()
-        .filter(|s| s.scope != HISTORY_SCOPE)
-        .map(|s| ((s.tenant, s.scope.clone()), s))
-        .collect();
-    let volumes = volumes.clone();
-    let walked = tokio::task::spawn_blocking(move || walk(&volumes))
-        .await
-        .map_err(|e| crate::store::StoreError::Corrupt(format!("walking the volume panicked: {e}")))?;
+    let found =
+        if volumes.bucket().is_some() { store.storage_as_recorded().await? } else { walked(store, volumes).await? };
     let mut report = Reconciled::default();
-    let mut scopes: Vec<&(Uuid, String)> = counted.keys().chain(walked.keys()).collect();
-    scopes.sort_unstable();
-    scopes.dedup();
-    for key in scopes {
-        let seen =
-            counted.get(key).cloned().unwrap_or_else(|| StorageScope { tenant: key.0, scope: key.1.clone(), bytes: 0 });
-        let actual = walked.get(key).copied().unwrap_or(0);
+    for (seen, actual) in found {
         if actual == seen.bytes {
             continue;
         }
@@ -76,7 +59,7 @@ pub async fn reconcile_storage(store: &DynStore, volumes: &Volumes) -> StoreResu
                 report.corrected += 1;
                 report.drift += seen.bytes.abs_diff(actual);
                 tracing::warn!(
-                    tenant_id = %seen.tenant, workspace = %seen.scope, counted = seen.bytes, on_disk = actual,
+                    tenant_id = %seen.tenant, workspace = %seen.scope, counted = seen.bytes, found = actual,
                     "a workspace's storage counter had drifted; corrected"
                 );
             }
@@ -88,4 +71,33 @@ pub async fn reconcile_storage(store: &DynStore, volumes: &Volumes) -> StoreResu
         }
     }
     Ok(report)
+}
+
+/// Every workspace's counter beside the bytes its folder holds on the volume.
+async fn walked(store: &DynStore, volumes: &Volumes) -> StoreResult<Vec<(StorageScope, i64)>> {
+    let counted: BTreeMap<(Uuid, String), StorageScope> = store
+        .storage_scopes()
+        .await?
+        .into_iter()
+        .filter(|s| s.scope != HISTORY_SCOPE)
+        .map(|s| ((s.tenant, s.scope.clone()), s))
+        .collect();
+    let volumes = volumes.clone();
+    let walked = tokio::task::spawn_blocking(move || walk(&volumes))
+        .await
+        .map_err(|e| crate::store::StoreError::Corrupt(format!("walking the volume panicked: {e}")))?;
+    let mut scopes: Vec<&(Uuid, String)> = counted.keys().chain(walked.keys()).collect();
+    scopes.sort_unstable();
+    scopes.dedup();
+    Ok(scopes
+        .into_iter()
+        .map(|key| {
+            let seen = counted.get(key).cloned().unwrap_or_else(|| StorageScope {
+                tenant: key.0,
+                scope: key.1.clone(),
+                bytes: 0,
+            });
+            (seen, walked.get(key).copied().unwrap_or(0))
+        })
+        .collect())
 }

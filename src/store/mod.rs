@@ -446,6 +446,10 @@ pub trait UsageStore: Send + Sync {
     async fn usage_history(&self, tenant: TenantId, from: &str, to: &str) -> StoreResult<UsageHistory>;
     /// Every tenant's storage by scope, for the reconciling walk.
     async fn storage_scopes(&self) -> StoreResult<Vec<StorageScope>>;
+    /// Where files live in a bucket, the database is what readers see: each
+    /// workspace's counted bytes beside its rollouts' committed lengths and
+    /// its current files' bytes, read in one snapshot.
+    async fn storage_as_recorded(&self) -> StoreResult<Vec<(StorageScope, i64)>>;
     /// Sets a scope's bytes to what a walk found, unless they changed since
     /// `seen` was read (the walk may have missed that change); `false` then.
     async fn correct_storage(&self, scope: &StorageScope, actual: i64) -> StoreResult<bool>;

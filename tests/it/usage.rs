@@ -4,21 +4,18 @@
 
 use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{ADMIN_TOKEN, Backend, Tenant, TestApp, status_code_body, use_model};
+use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body, use_model};
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::path::Path;
 
-every_backend!(a_spent_token_budget_holds_the_tenants_model_jobs_until_it_is_raised);
-
-const MEMORY: &str = "/v1/workspaces/default/layouts/default";
-
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
+every_backend!(
+    a_spent_token_budget_holds_the_tenants_model_jobs_until_it_is_raised,
     a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_frees_it,
     usage_counts_what_the_tenant_did,
+    a_drifted_storage_counter_is_corrected_to_the_files,
 );
+
+const MEMORY: &str = "/v1/workspaces/default/layouts/default";
 
 async fn set_limits(app: &TestApp, t: &Tenant, limits: Value) {
     let res = app
@@ -40,16 +37,13 @@ async fn today(app: &TestApp, t: &Tenant) -> (Value, i64) {
     (today, usage["storage_bytes"].as_i64().unwrap())
 }
 
-/// The bytes of every file under `dir`.
-fn bytes_under(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| if e.path().is_dir() { bytes_under(&e.path()) } else { e.metadata().map_or(0, |m| m.len()) })
-        .sum()
+/// The bytes of the workspace's files under `dir` ("" for all of them) as memoryd's readers see them.
+async fn bytes_under(app: &TestApp, t: &Tenant, dir: &str) -> u64 {
+    let files = app.all_files(t, "default").await;
+    files.iter().filter(|(path, _)| path.starts_with(dir)).map(|(_, bytes)| bytes.len() as u64).sum()
 }
 
-/// The walk that corrects drift finds none: the counters match the disk.
+/// The walk that corrects drift finds none: the counters match the files.
 async fn counters_match_the_disk(app: &TestApp) {
     let state = &app.server.as_ref().unwrap().state;
     let report = memoryd::jobs::reconcile_storage(&state.store, &state.volumes).await.unwrap();
@@ -59,11 +53,10 @@ async fn counters_match_the_disk(app: &TestApp) {
 async fn a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_frees_it(backend: Backend) {
     let app = TestApp::start(backend).await;
     let t = app.tenant().await;
-    let workspace = app.workspace_dir(&t, "default");
     let said = |text: &str| json!({"rollout_id": "chat-1", "input": text, "final_output": "noted"});
     assert_eq!(app.post_segment(&t.key, "s1", "default", said("first")).await.status(), 201);
     let (_, stored) = today(&app, &t).await;
-    assert_eq!(stored as u64, bytes_under(&workspace), "storage is the workspace's bytes");
+    assert_eq!(stored as u64, bytes_under(&app, &t, "").await, "storage is the workspace's bytes");
     assert!(stored > 0);
 
     // Room for a little more than is kept: a second line does not fit.
@@ -71,7 +64,7 @@ async fn a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_fr
     let (status, code, body) =
         status_code_body(app.post_segment(&t.key, "s1", "default", said("a second, longer line")).await).await;
     assert_eq!((status, code.as_str()), (403, "quota_exceeded"), "{body}");
-    assert_eq!(bytes_under(&workspace), stored as u64, "nothing was written");
+    assert_eq!(bytes_under(&app, &t, "").await, stored as u64, "nothing was written");
     let (status, code, _) = status_code_body(app.post_segment(&t.key, "new", "default", said("x")).await).await;
     assert_eq!((status, code.as_str()), (403, "quota_exceeded"));
     let res = app.request(Method::GET, "/v1/sessions/new", &t.key).send().await.unwrap();
@@ -89,8 +82,8 @@ async fn a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_fr
     app.publishes_done().await;
     let (_, with_memory) = today(&app, &t).await;
     assert!(with_memory > stored, "{with_memory} after publishing, {stored} before");
-    assert_eq!(counted(&app, &t, "default").await, bytes_under(&workspace));
-    assert_eq!(with_memory as u64, bytes_under(&workspace) + counted(&app, &t, "").await, "files and history");
+    assert_eq!(counted(&app, &t, "default").await, bytes_under(&app, &t, "").await);
+    assert_eq!(with_memory as u64, bytes_under(&app, &t, "").await + counted(&app, &t, "").await, "files and history");
     counters_match_the_disk(&app).await;
 
     // Forgetting the conversation frees what it took.
@@ -107,8 +100,8 @@ async fn a_storage_quota_refuses_the_append_that_would_pass_it_and_forgetting_fr
     assert_eq!(done["state"], "succeeded", "{done}");
     let (_, after_forget) = today(&app, &t).await;
     assert!(after_forget < with_memory, "{after_forget} after the forget, {with_memory} before");
-    assert_eq!(counted(&app, &t, "default").await, bytes_under(&workspace));
-    assert_eq!(after_forget as u64, bytes_under(&workspace) + counted(&app, &t, "").await, "files and history");
+    assert_eq!(counted(&app, &t, "default").await, bytes_under(&app, &t, "").await);
+    assert_eq!(after_forget as u64, bytes_under(&app, &t, "").await + counted(&app, &t, "").await, "files and history");
     counters_match_the_disk(&app).await;
     assert_eq!(app.post_segment(&t.key, "s2", "default", said("one more")).await.status(), 201, "room again");
 }
@@ -181,8 +174,7 @@ async fn usage_counts_what_the_tenant_did(backend: Backend) {
         let body = json!({"rollout_id": rollout, "input": said});
         assert_eq!(app.post_segment(&t.key, session, "default", body).await.status(), 201);
     }
-    let sessions_dir = app.workspace_dir(&t, "default").join("sessions");
-    let ingested = bytes_under(&sessions_dir);
+    let ingested = bytes_under(&app, &t, "sessions/").await;
     for session in ["a", "b"] {
         let closed = app.json(Method::POST, &format!("/v1/sessions/{session}/close?wait=30"), &t.key).await;
         assert_eq!(closed["state"], "closed", "{closed}");
@@ -234,4 +226,25 @@ async fn usage_counts_what_the_tenant_did(backend: Backend) {
     let res = app.request(Method::GET, "/v1/admin/tenants/00000000-0000-0000-0000-000000000000/usage", ADMIN_TOKEN);
     assert_eq!(res.send().await.unwrap().status(), 404);
     assert_eq!(app.request(Method::GET, "/v1/usage", "not-a-key").send().await.unwrap().status(), 401);
+}
+
+/// A counter set off behind memoryd's back (a crash between a file and its
+/// counter, an operator) is corrected by the reconciling pass to the bytes
+/// of the files as readers see them (the volume's folder, or in a bucket
+/// what the database records), and the drift reported.
+async fn a_drifted_storage_counter_is_corrected_to_the_files(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let t = app.tenant().await;
+    let body = json!({"rollout_id": "chat-1", "input": "I prefer green tea.", "final_output": "noted"});
+    assert_eq!(app.post_segment(&t.key, "s1", "default", body).await.status(), 201);
+    let files = bytes_under(&app, &t, "").await;
+    assert_eq!(counted(&app, &t, "default").await, files);
+    let mut db = Database::connect(backend, &app.database_url).await;
+    db.run("UPDATE storage_usage SET bytes = bytes + 1000 WHERE scope = 'default'").await;
+    assert_eq!(today(&app, &t).await.1 as u64, files + counted(&app, &t, "").await + 1000, "drifted");
+    let state = &app.server.as_ref().unwrap().state;
+    let report = memoryd::jobs::reconcile_storage(&state.store, &state.volumes).await.unwrap();
+    assert_eq!(report, memoryd::jobs::Reconciled { corrected: 1, drift: 1000 });
+    assert_eq!(counted(&app, &t, "default").await, files, "corrected to the files");
+    counters_match_the_disk(&app).await;
 }

@@ -378,6 +378,35 @@ impl UsageStore for SqlStore<DB> {
             .collect()
     }
 
+    async fn storage_as_recorded(&self) -> StoreResult<Vec<(StorageScope, i64)>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_SNAPSHOT).await?;
+        let counted = sqlx::query("SELECT tenant_id, scope, bytes FROM storage_usage WHERE scope <> $1")
+            .bind(HISTORY_SCOPE)
+            .fetch_all(&mut *tx)
+            .await?;
+        let recorded = sqlx::query(
+            "SELECT tenant_id, workspace, CAST(SUM(bytes) AS BIGINT) AS bytes FROM (
+                 SELECT tenant_id, workspace, committed_len AS bytes FROM rollouts
+                 UNION ALL SELECT tenant_id, workspace, bytes FROM workspace_files
+             ) files GROUP BY tenant_id, workspace",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut scopes: std::collections::BTreeMap<(TenantId, String), (i64, i64)> = Default::default();
+        for row in &counted {
+            scopes.entry((row.try_get("tenant_id")?, row.try_get("scope")?)).or_default().0 = row.try_get("bytes")?;
+        }
+        for row in &recorded {
+            scopes.entry((row.try_get("tenant_id")?, row.try_get("workspace")?)).or_default().1 =
+                row.try_get("bytes")?;
+        }
+        Ok(scopes
+            .into_iter()
+            .map(|((tenant, scope), (bytes, actual))| (StorageScope { tenant, scope, bytes }, actual))
+            .collect())
+    }
+
     async fn correct_storage(&self, seen: &StorageScope, actual: i64) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
         let corrected = sqlx::query(
