@@ -140,17 +140,9 @@ async fn two_replicas_with_no_shared_folder_serve_one_tenant() {
 
 /// Every file under `dir` that holds `needle`.
 fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return found };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_holding(&path, needle));
-        } else if std::fs::read(&path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle)) {
-            found.push(path);
-        }
-    }
-    found
+    let holds =
+        |path: &std::path::PathBuf| std::fs::read(path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle));
+    crate::harness::walk(dir).into_iter().filter(holds).collect()
 }
 
 /// A workspace forgotten through one replica: the bucket's prefix is empty,

@@ -81,9 +81,7 @@ async fn a_replica_killed_mid_publish_leaves_all_or_nothing_and_its_leftovers_sw
     last.ready(&http).await;
     let (tenant_id, key) = tenant.unwrap();
     settled_runs(&http, &last.base, &key).await;
-    let prefix = env.iter().find(|(n, _)| *n == "MEMORYD_STORAGE").unwrap().1.clone();
-    let prefix =
-        format!("{}/{tenant_id}/default", prefix.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)).unwrap());
+    let prefix = format!("{}/{tenant_id}/default", crate::s3::prefix_of(&env).unwrap());
     let store = memoryd::store::connect(&env.iter().find(|(n, _)| *n == "DATABASE_URL").unwrap().1).await.unwrap();
     let workspace = memoryd::domain::ids::WorkspaceName::parse("default").unwrap();
     let started = Instant::now();

@@ -17,8 +17,8 @@ fn staging_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
+// The volume's own mechanisms: a rollout file written past its commit, an
+// upload cut short in the data dir's imports folder.
 crate::both_databases!(
     rollout_files_past_their_commit_are_repaired_at_start_up,
     an_upload_cut_by_a_kill_is_swept_at_start_up,
@@ -44,23 +44,21 @@ fn memoryd_env(extra: Vec<(&'static str, String)>, database: &[(&'static str, St
     env
 }
 
+/// The keys of workspace `imp`'s objects in the bucket, memoryd's own
+/// (`own`) or its files'.
+async fn keys_of_imp(env: &[(&str, String)], tenant: &str, own: bool) -> Vec<String> {
+    let prefix = crate::s3::prefix_of(env).expect("files in a bucket");
+    let keys = crate::s3::keys_under(&format!("{prefix}/{tenant}/imp")).await;
+    keys.into_iter().filter(|key| key.starts_with(".memoryd/") == own).collect()
+}
+
 /// What an import killed mid-stage leaves that no reader sees: staging
 /// files in the workspace's folder; in a bucket, objects no finish recorded.
 async fn import_leftovers(env: &[(&str, String)], workspace: &Path, tenant: &str) -> Vec<String> {
-    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else {
-        return staging_files(workspace).iter().map(|p| p.display().to_string()).collect();
-    };
-    let prefix = url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)).unwrap();
-    let keys = crate::s3::keys_under(&format!("{prefix}/{tenant}/imp")).await;
-    keys.into_iter().filter(|key| !key.starts_with(".memoryd/")).collect()
-}
-
-/// The keys of memoryd's own objects of workspace `imp` in the bucket.
-async fn import_leftovers_own(env: &[(&str, String)], tenant: &str) -> Vec<String> {
-    let (_, url) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE").unwrap();
-    let prefix = url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)).unwrap();
-    let keys = crate::s3::keys_under(&format!("{prefix}/{tenant}/imp")).await;
-    keys.into_iter().filter(|key| key.starts_with(".memoryd/")).collect()
+    match crate::s3::prefix_of(env) {
+        None => staging_files(workspace).iter().map(|p| p.display().to_string()).collect(),
+        Some(_) => keys_of_imp(env, tenant, false).await,
+    }
 }
 
 async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Backend) {
@@ -137,7 +135,7 @@ async fn a_killed_import_leaves_nothing_after_its_retry_and_a_forget(backend: Ba
     }
     let imports = format!(".memoryd/imports/{job_id}.tar.gz");
     let started = Instant::now();
-    while backend == Backend::Bucket && import_leftovers_own(&env, &tenant_id).await.contains(&imports) {
+    while backend == Backend::Bucket && keys_of_imp(&env, &tenant_id, true).await.contains(&imports) {
         assert!(started.elapsed() < Duration::from_secs(10), "the archive stays in the bucket");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -179,8 +179,8 @@ pub(crate) async fn stored_file(
     path: &str,
 ) -> Option<Vec<u8>> {
     let setting = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
-    let prefix = setting("MEMORYD_STORAGE").and_then(|url| url.strip_prefix(&format!("s3://{}/", crate::s3::BUCKET)));
-    let bucket = prefix.map(|p| (setting("DATABASE_URL").expect("a bucket is on Postgres"), p));
+    let prefix = crate::s3::prefix_of(env);
+    let bucket = prefix.as_deref().map(|p| (setting("DATABASE_URL").expect("a bucket is on Postgres"), p));
     crate::harness::stored_file(data_dir, bucket, tenant, workspace, path).await
 }
 

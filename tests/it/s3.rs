@@ -65,10 +65,16 @@ pub(crate) async fn objects_holding(env: &[(&str, String)], needle: &str) -> usi
 
 /// The keys (below the prefix) of the objects that hold `needle`, as [`objects_holding`] counts them.
 pub(crate) async fn keys_holding(env: &[(&str, String)], needle: &str) -> Vec<String> {
-    let Some((_, url)) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE") else { return Vec::new() };
-    let prefix = url.strip_prefix(&format!("s3://{BUCKET}/")).expect("the tests' bucket");
+    let Some(prefix) = prefix_of(env) else { return Vec::new() };
     let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
-    objects_under(prefix).await.into_iter().filter(|(_, bytes)| holds(bytes)).map(|(key, _)| key).collect()
+    objects_under(&prefix).await.into_iter().filter(|(_, bytes)| holds(bytes)).map(|(key, _)| key).collect()
+}
+
+/// The key prefix in the tests' bucket that a memoryd process's `env` names
+/// in `MEMORYD_STORAGE` (none named: its files are on the volume).
+pub(crate) fn prefix_of(env: &[(&str, String)]) -> Option<String> {
+    let (_, url) = env.iter().find(|(name, _)| *name == "MEMORYD_STORAGE")?;
+    Some(url.strip_prefix(&format!("s3://{BUCKET}/")).expect("the tests' bucket").to_owned())
 }
 
 /// The keys under `prefix`, below it (no object is read).
