@@ -117,14 +117,15 @@ async fn open_core(config: Config) -> Result<(Core, Provider), StartError> {
     let provider = provider(&config)?;
     let store = store::connect_waiting(&config.database_url(), config.database_wait).await?;
     let mut volumes = Volumes::new(&config.data_dir, config.quotas.min_free_bytes);
+    let pause = Some(config.test_publish_pause).filter(|pause| !pause.is_zero());
     if let Some(bucket) = bucket(&config)? {
+        let bucket = bucket.with_pause_after_first_place(pause);
         volumes = volumes.with_bucket(bucket, config.quotas.cache_bytes)?;
     }
     let appends = crate::ingest::AppendQueue::new(store.clone(), volumes.clone());
     let shutdown = CancellationToken::new();
     let console =
         Arc::new(crate::api::ConsoleKeys::new(config.console.secret.as_deref(), config.console.secure_cookies));
-    let pause = Some(config.test_publish_pause).filter(|pause| !pause.is_zero());
     let publisher = Publisher::new(&config.data_dir).with_pause_after_first_rename(pause);
     let default_limits = default_limits(&config.quotas.default_limits)?;
     let key = crate::events::seal::SecretsKey::load(config.events.secrets_key.as_deref(), &config.data_dir)?;

@@ -119,7 +119,8 @@ pub struct Config {
     /// journal moves into its object (none: a minute).
     #[arg(skip)]
     pub test_idle_rollout: Option<Duration>,
-    /// A test hook: every publish stops this long after its first rename.
+    /// A test hook: every publish stops this long after its first rename (on
+    /// a bucket: a pass of chores, after placing its first file).
     #[arg(long = "test-publish-pause-ms", hide = true, default_value = "0", value_parser = millis)]
     pub test_publish_pause: Duration,
 }

@@ -151,3 +151,8 @@ pub fn event_streams(delta: f64) {
 pub fn job_stage(kind: &str, stage: &'static str, elapsed: Duration) {
     histogram!("memoryd_job_stage_seconds", "kind" => kind.to_owned(), "stage" => stage).record(elapsed.as_secs_f64());
 }
+
+/// Whether this replica's last probe of the object store was answered.
+pub fn object_store_up(up: bool) {
+    gauge!("memoryd_object_store_up").set(if up { 1.0 } else { 0.0 });
+}

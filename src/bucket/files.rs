@@ -244,7 +244,15 @@ impl Bucket {
             // Places first: a place copies from the current version, never a replaced one.
             // Futures made before they are streamed: a stream's closures over
             // borrowed items would not be `Send` for every lifetime.
-            let places: Vec<_> = places.into_iter().map(|path| self.place(store, tenant, workspace, path)).collect();
+            let mut places = places.into_iter();
+            if let Some(pause) = self.pause_after_first_place
+                && places.len() > 1
+                && let Some(first) = places.next()
+            {
+                self.place(store, tenant, workspace, first).await?;
+                tokio::time::sleep(pause).await;
+            }
+            let places: Vec<_> = places.map(|path| self.place(store, tenant, workspace, path)).collect();
             futures_util::stream::iter(places).buffer_unordered(REQUESTS_AT_ONCE).try_collect::<()>().await?;
             self.remove_objects(replaced).await?;
             store.chores_done(tenant, workspace, &chores).await?;
@@ -286,8 +294,6 @@ impl Bucket {
     }
 }
 
-/// A version's key taken apart: tenant, workspace, publish, path in the
-/// workspace (`rest` is a key below the bucket's prefix).
 /// An object of memoryd's own folder, by its key below the bucket's prefix.
 enum OwnObject<'k> {
     Version {

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod copy;
 pub mod files;
 pub mod imports;
+mod reach;
 pub mod recent;
 pub mod rollouts;
 
@@ -22,6 +23,9 @@ use uuid::Uuid;
 /// rollout or a multipart part on a slow link (600 s, as the model's).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// How long a request is retried (its first try included) before it fails.
+const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Workspace files in a bucket: where it is, and a client for it.
 #[derive(Debug, Clone)]
 pub struct Bucket {
@@ -31,6 +35,10 @@ pub struct Bucket {
     /// Workspaces whose chores a pass not yet begun will do.
     chores_wanted: Arc<std::sync::Mutex<std::collections::HashSet<(Uuid, WorkspaceName)>>>,
     recent: Arc<recent::RecentObjects>,
+    reach: Arc<reach::Reach>,
+    /// A test hook: a pass of chores placing several files waits this long
+    /// after placing its first, so that tests can look at a run half placed.
+    pause_after_first_place: Option<std::time::Duration>,
 }
 
 /// A replica does a workspace's chores one caller at a time: jobs finishing
@@ -51,7 +59,14 @@ impl Bucket {
             chore_turns: Arc::new(ChoreTurns(turns)),
             chores_wanted: Arc::default(),
             recent: Arc::default(),
+            reach: Arc::default(),
+            pause_after_first_place: None,
         }
+    }
+
+    /// The test hook of [`Bucket::pause_after_first_place`] (none: no pause).
+    pub fn with_pause_after_first_place(self, pause: Option<std::time::Duration>) -> Self {
+        Self { pause_after_first_place: pause, ..self }
     }
 
     /// Drops this replica's copies in memory of a workspace's objects (a
@@ -198,6 +213,12 @@ impl BucketUrl {
         if self.prefix.is_empty() { tenant.to_string() } else { format!("{}/{tenant}", self.prefix) }
     }
 
+    /// A key no object has, which the reachability probe asks for (no
+    /// tenant's: tenants' keys start with their id).
+    fn own_probe_key(&self) -> String {
+        if self.prefix.is_empty() { ".memoryd-probe".into() } else { format!("{}/.memoryd-probe", self.prefix) }
+    }
+
     /// The key prefix of one tenant's workspace.
     pub fn workspace_prefix(&self, tenant: Uuid, workspace: &WorkspaceName) -> String {
         format!("{}/{}", self.tenant_prefix(tenant), workspace.as_str())
@@ -252,6 +273,11 @@ impl BucketUrl {
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(&self.bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch);
+        // A store that does not answer is given up on within about 15 s (not
+        // the client's 3 minutes): a request then answers 503 and a job's
+        // attempt fails, to be retried once the store answers again.
+        let retry = object_store::RetryConfig { retry_timeout: RETRY_TIMEOUT, ..Default::default() };
+        builder = builder.with_retry(retry);
         if std::env::var_os("AWS_TIMEOUT").is_none() {
             let limit = format!("{}s", timeout.as_secs().max(1));
             builder = builder.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), limit);

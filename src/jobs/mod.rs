@@ -380,6 +380,17 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, shutdown: Cancel
             });
             continue;
         }
+        // While the object store does not answer, a job could only fail its
+        // attempt; it waits in the queue instead, spending none.
+        if let Some(bucket) = ctx.volumes.bucket()
+            && !bucket.reachable().await
+        {
+            tokio::select! {
+                _ = tokio::time::sleep(ctx.settings.poll) => {}
+                _ = shutdown.cancelled() => {}
+            }
+            continue;
+        }
         // Registered before the claim, so a wake while it runs is not missed.
         let woken = ctx.wake.notified();
         tokio::pin!(woken);

@@ -228,17 +228,17 @@ async fn appends_stop_at_the_free_space_watermark(backend: Backend) {
     assert_eq!(jobs[0]["state"], "succeeded");
 }
 
-/// A TCP proxy in front of Postgres that can cut every connection and refuse
-/// new ones, then let them through again: a lost database, without touching
-/// the shared server.
-struct CuttableProxy {
-    port: u16,
+/// A TCP proxy in front of Postgres (or the S3 server) that can cut every
+/// connection and refuse new ones, then let them through again: a lost
+/// database or object store, without touching the shared server.
+pub(crate) struct CuttableProxy {
+    pub(crate) port: u16,
     open: Arc<AtomicBool>,
     cut: watch::Sender<u64>,
 }
 
 impl CuttableProxy {
-    async fn start(upstream: String) -> Self {
+    pub(crate) async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
@@ -263,12 +263,12 @@ impl CuttableProxy {
         Self { port, open, cut }
     }
 
-    fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.open.store(false, Ordering::SeqCst);
         self.cut.send_modify(|generation| *generation += 1);
     }
 
-    fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
 }

@@ -81,6 +81,16 @@ impl Database {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// The one text a `SELECT …` answers.
+    pub async fn text(&mut self, sql: &str) -> String {
+        let sql_text = || sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Self::Postgres(c) => sqlx::query_scalar::<_, String>(sql_text()).fetch_one(c).await,
+            Self::Sqlite(c) => sqlx::query_scalar::<_, String>(sql_text()).fetch_one(c).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// The one number a `SELECT count(*) …` answers.
     pub async fn count(&mut self, sql: &str) -> i64 {
         let sql_text = || sqlx::AssertSqlSafe(sql.to_owned());
@@ -292,6 +302,12 @@ impl TestApp {
         }
     }
 
+    /// A workspace file as a reader outside memoryd sees it: the volume's
+    /// file, or the object at its plain key in a bucket; `None` when absent.
+    pub async fn outside_bytes(&self, tenant: &Tenant, workspace: &str, path: &str) -> Option<Vec<u8>> {
+        outside_file(&self.data_dir, self.bucket_prefix.as_deref(), &tenant.id, workspace, path).await
+    }
+
     /// [`Self::file_bytes`] as text, which must be there.
     pub async fn file_text(&self, tenant: &Tenant, workspace: &str, path: &str) -> String {
         let bytes = self.file_bytes(tenant, workspace, path).await;
@@ -389,6 +405,22 @@ pub async fn stored_file(
         }
     }
     None
+}
+
+/// A workspace file of the deployment with data dir `data_dir` as a reader
+/// outside memoryd sees it: the volume's file, or the object at its plain
+/// key under `bucket_prefix`; `None` when absent.
+pub async fn outside_file(
+    data_dir: &Path,
+    bucket_prefix: Option<&str>,
+    tenant: &str,
+    workspace: &str,
+    path: &str,
+) -> Option<Vec<u8>> {
+    match bucket_prefix {
+        None => std::fs::read(data_dir.join("workspaces").join(tenant).join(workspace).join(path)).ok(),
+        Some(prefix) => crate::s3::object(&format!("{prefix}/{tenant}/{workspace}/{path}")).await,
+    }
 }
 
 /// Every file under `dir` (none when it is not there).

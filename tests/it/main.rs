@@ -10,6 +10,7 @@ mod batches;
 mod bounds;
 mod bucket_files;
 mod bucket_kills;
+mod bucket_outage;
 mod buckets;
 mod churn;
 mod coalesce;

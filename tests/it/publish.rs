@@ -3,7 +3,7 @@
 //! or killed while it publishes.
 
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{Backend, isolated_postgres_url};
+use crate::harness::{Backend, Tenant, TestApp, isolated_postgres_url, outside_file};
 use crate::process::{Memoryd, database_env, get_json, jobs_of_kind, model_env, new_tenant, post_segment, spawn_round};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -17,9 +17,7 @@ fn patch_all(files: &[&str], text: &str) -> Reply {
     Reply::Calls(vec![("apply_patch", json!({"patch": patch}))])
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
+crate::every_backend!(
     a_kill_during_a_publish_leaves_all_of_a_run_or_none,
     a_read_never_sees_half_a_run,
     a_job_shown_succeeded_has_its_files_in_place,
@@ -112,8 +110,10 @@ pub(crate) fn add_all(files: &[String], text: &str) -> Reply {
 }
 
 /// Kill -9 at moments around the end of consolidations that each add twelve
-/// files; after every restart each earlier run's files are all there — when
-/// the database records that run as succeeded with them — or none is.
+/// files; after every restart each earlier run's files are all where readers
+/// outside memoryd find them — when the database records that run as
+/// succeeded with them — or none is (in a bucket: at their plain keys, once
+/// the jobs API has shown the run's job).
 async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
     let fake = FakeLlm::start().await;
     fake.set_default(Reply::artifacts("r", "summary", "raw").now());
@@ -125,11 +125,11 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
     env.push(("MEMORYD_RETRY_BASE_MS", "50".into()));
     env.push(("MEMORYD_WORKER_CONCURRENCY", "1".into()));
     let http = reqwest::Client::new();
+    let (data_dir, prefix) = (dir.path().join("memoryd-data"), crate::s3::prefix_of(&env));
     let mut tenant: Option<(String, String)> = None;
     let mut published = 0;
     for round in 0..7u64 {
         let (mut memoryd, tenant_id, key) = spawn_round(dir.path(), round, &env, &http, &mut tenant).await;
-        let memories = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/memories"));
         wait_for("the recovered queue", Duration::from_secs(30), async || {
             phase_two_jobs(&http, &memoryd.base, &key)
                 .await
@@ -140,7 +140,12 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
         let runs = get_json(&http, &memoryd.base, &key, "/v1/workspaces/default/layouts/default/runs").await;
         for earlier in 0..round {
             let files = round_files(earlier);
-            let present = files.iter().filter(|f| memories.join(f).exists()).count();
+            let mut present = 0;
+            for file in &files {
+                let path = format!("memories/{file}");
+                let found = outside_file(&data_dir, prefix.as_deref(), &tenant_id, "default", &path).await;
+                present += usize::from(found.is_some());
+            }
             let recorded = runs["runs"].as_array().unwrap().iter().any(|r| {
                 r["state"] == "succeeded"
                     && r["files_changed"]
@@ -173,11 +178,36 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
     assert!(published > 0, "no run was ever published; the test proved nothing");
 }
 
-/// A publish held between its first rename and the rest (a test hook): an API
-/// read in that window completes it first, so it never sees the new
-/// `raw_memories.md` with the old `MEMORY.md`.
+/// A publish held with its first file in place for readers outside memoryd
+/// and the rest not (a test hook): `(the first, one held back)`. A volume
+/// renames `raw_memories.md` first; a bucket's chores place the paths in
+/// order, `MEMORY.md` first.
+fn first_and_held(app: &TestApp) -> (&'static str, &'static str) {
+    match app.bucket_prefix {
+        None => ("memories/raw_memories.md", "memories/MEMORY.md"),
+        Some(_) => ("memories/MEMORY.md", "memories/raw_memories.md"),
+    }
+}
+
+async fn outside_text(app: &TestApp, t: &Tenant, path: &str) -> String {
+    String::from_utf8(app.outside_bytes(t, "default", path).await.unwrap_or_default()).unwrap()
+}
+
+/// Waits until the held publish has its first file, with `said` in it, in
+/// place for outside readers; its held-back file is still without it.
+async fn wait_until_held(app: &TestApp, t: &Tenant, said: &str) {
+    let (first, held) = first_and_held(app);
+    wait_for("the first file in place", Duration::from_secs(30), async || {
+        outside_text(app, t, first).await.contains(said)
+    })
+    .await;
+    assert!(!outside_text(app, t, held).await.contains(said), "{held} is held back");
+}
+
+/// A publish held with one file in place and the rest not (a test hook):
+/// an API read in that window sees the whole run, never the new
+/// `raw_memories.md` with the old `MEMORY.md` or the other way round.
 async fn a_read_never_sees_half_a_run(backend: Backend) {
-    use crate::harness::TestApp;
     use reqwest::Method;
     let app = TestApp::start_with(backend, |c| c.test_publish_pause = std::time::Duration::from_millis(3000)).await;
     let t = app.tenant().await;
@@ -194,27 +224,31 @@ async fn a_read_never_sees_half_a_run(backend: Backend) {
     say("s2", "chat-2", "I switched to black coffee.").await;
     app.json(Method::POST, "/v1/sessions/s2/close", &t.key).await;
 
-    // The worker renamed raw_memories.md, its first file, and is held there.
-    let memories = app.workspace_dir(&t, "default").join("memories");
-    wait_for("the first rename", Duration::from_secs(30), async || {
-        std::fs::read_to_string(memories.join("raw_memories.md")).is_ok_and(|t| t.contains("black coffee"))
-    })
-    .await;
-    assert!(!std::fs::read_to_string(memories.join("MEMORY.md")).unwrap().contains("black coffee"), "held");
+    wait_until_held(&app, &t, "black coffee").await;
     let base = "/v1/workspaces/default/layouts/default";
+    let raw = app.request(Method::GET, &format!("{base}/files/raw_memories.md"), &t.key).send().await.unwrap();
+    let raw = raw.text().await.unwrap();
+    assert!(raw.contains("black coffee"), "half a run: {raw}");
     let memory = app.request(Method::GET, &format!("{base}/files/MEMORY.md"), &t.key).send().await.unwrap();
     let memory = memory.text().await.unwrap();
     assert!(memory.contains("black coffee") && memory.contains("green tea"), "half a run: {memory}");
     let instructions = app.json(Method::GET, &format!("{base}/instructions"), &t.key).await;
     assert!(instructions["instructions"].as_str().unwrap().contains("black coffee"), "{instructions}");
-    let selection = std::fs::read_to_string(memories.join("phase_two_selection.json")).unwrap();
-    assert!(selection.contains("chat-2"), "the whole run is in place: {selection}");
+    let selection = app.file_text(&t, "default", "memories/phase_two_selection.json").await;
+    assert!(selection.contains("chat-2"), "the whole run is what readers see: {selection}");
 }
 
-/// The job of the one consolidation (a manifest that writes `MEMORY.md`)
-/// pending in `data_dir`: a run held mid-publish.
-fn held_consolidation(data_dir: &std::path::Path) -> String {
-    let consolidations: Vec<Value> = std::fs::read_dir(data_dir.join("publish"))
+/// The job of the consolidation held mid-publish: on a volume the one
+/// pending manifest that writes `MEMORY.md`; in a bucket the phase two
+/// finished last (its finish is committed, its chores held).
+async fn held_consolidation(app: &TestApp, backend: Backend) -> String {
+    if app.bucket_prefix.is_some() {
+        let mut db = crate::harness::Database::connect(backend, &app.database_url).await;
+        let sql = "SELECT CAST(id AS TEXT) FROM jobs WHERE kind = 'phase_two' AND state = 'succeeded' \
+                   ORDER BY finished_at DESC LIMIT 1";
+        return db.text(sql).await;
+    }
+    let consolidations: Vec<Value> = std::fs::read_dir(app.data_dir.join("publish"))
         .unwrap()
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
@@ -225,15 +259,14 @@ fn held_consolidation(data_dir: &std::path::Path) -> String {
     consolidations[0]["scope"]["job_id"].as_str().unwrap().to_owned()
 }
 
-/// A run held between its first rename and the rest (a test hook) has its
+/// A run held with one file in place and the rest not (a test hook) has its
 /// job's finish committed: the job, read alone or in a listing, shows
-/// `succeeded` only with every file of the run in place on the volume.
+/// `succeeded` only with every file of the run where readers outside
+/// memoryd find them (the volume's files; a bucket's plain keys).
 async fn a_job_shown_succeeded_has_its_files_in_place(backend: Backend) {
-    use crate::harness::TestApp;
     use reqwest::Method;
     let app = TestApp::start_with(backend, |c| c.test_publish_pause = std::time::Duration::from_millis(3000)).await;
     let t = app.tenant().await;
-    let memories = app.workspace_dir(&t, "default").join("memories");
     let statements = [
         ("I prefer green tea in the morning.", "green tea"),
         ("I switched to black coffee.", "black coffee"),
@@ -249,12 +282,8 @@ async fn a_job_shown_succeeded_has_its_files_in_place(backend: Backend) {
             continue;
         }
         app.json(Method::POST, &format!("/v1/sessions/{session}/close"), &t.key).await;
-        wait_for("the first rename", Duration::from_secs(30), async || {
-            std::fs::read_to_string(memories.join("raw_memories.md")).is_ok_and(|t| t.contains(drink))
-        })
-        .await;
-        assert!(!std::fs::read_to_string(memories.join("MEMORY.md")).unwrap().contains(drink), "held");
-        let job_id = held_consolidation(&app.data_dir);
+        wait_until_held(&app, &t, drink).await;
+        let job_id = held_consolidation(&app, backend).await;
         let shown = if n == 1 {
             app.json(Method::GET, &format!("/v1/jobs/{job_id}"), &t.key).await
         } else {
@@ -262,9 +291,11 @@ async fn a_job_shown_succeeded_has_its_files_in_place(backend: Backend) {
             listed["jobs"].as_array().unwrap().iter().find(|j| j["job_id"] == job_id.as_str()).unwrap().clone()
         };
         assert_eq!(shown["state"], "succeeded", "the finish is committed: {shown}");
-        let memory = std::fs::read_to_string(memories.join("MEMORY.md")).unwrap();
-        assert!(memory.contains(drink), "a job shown succeeded has its MEMORY.md in place: {memory}");
-        let selection = std::fs::read_to_string(memories.join("phase_two_selection.json")).unwrap();
+        for path in ["memories/MEMORY.md", "memories/raw_memories.md"] {
+            let text = outside_text(&app, &t, path).await;
+            assert!(text.contains(drink), "a job shown succeeded has its {path} in place: {text}");
+        }
+        let selection = outside_text(&app, &t, "memories/phase_two_selection.json").await;
         assert!(selection.contains(&format!("chat-{n}")), "and its selection: {selection}");
     }
 }

@@ -88,18 +88,22 @@ pub(crate) async fn keys_under(prefix: &str) -> Vec<String> {
 /// Every object under `prefix`: key below the prefix → bytes.
 pub(crate) async fn objects_under(prefix: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
     use futures_util::TryStreamExt;
-    let bucket = bucket();
-    let listed: Vec<_> = bucket.list(Some(&prefix.into())).try_collect().await.unwrap();
+    let listed: Vec<_> = bucket().list(Some(&prefix.into())).try_collect().await.unwrap();
     let mut objects = std::collections::BTreeMap::new();
     for meta in listed {
         // Removed since the listing (a chore, a sweep): not there.
-        let bytes = match bucket.get(&meta.location).await {
-            Ok(got) => got.bytes().await.unwrap(),
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => panic!("{e}"),
-        };
+        let Some(bytes) = object(meta.location.as_ref()).await else { continue };
         let key = meta.location.as_ref().strip_prefix(&format!("{prefix}/")).unwrap().to_owned();
-        objects.insert(key, bytes.to_vec());
+        objects.insert(key, bytes);
     }
     objects
+}
+
+/// The bytes of the object at `key` in the tests' bucket; `None` when absent.
+pub(crate) async fn object(key: &str) -> Option<Vec<u8>> {
+    match bucket().get(&key.into()).await {
+        Ok(got) => Some(got.bytes().await.unwrap().to_vec()),
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => panic!("{key}: {e}"),
+    }
 }
