@@ -176,8 +176,8 @@ async fn a_forgotten_workspace_leaves_no_object_and_no_copy_on_any_replica() {
 async fn versions_and_archives_nobody_reads_are_swept() {
     let app = TestApp::start(Backend::Bucket).await;
     let t = app.tenant().await;
-    let archive = crate::portability::tar_gz(&[("memories/MEMORY.md", b"kept")]);
-    assert_eq!(crate::portability::imported(&app, &t, "ws", archive).await["state"], "succeeded");
+    let archive = crate::imports::tar_gz(&[("memories/MEMORY.md", b"kept")]);
+    assert_eq!(crate::imports::imported(&app, &t, "ws", archive).await["state"], "succeeded");
     let prefix = app.bucket_prefix.clone().unwrap();
     let own = format!("{prefix}/{}/ws/.memoryd", t.id);
     // The import's own archive goes right after its job's finish.

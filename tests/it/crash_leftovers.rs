@@ -3,7 +3,7 @@
 //! than what the database committed; and a resume that replays a backlog.
 
 use crate::harness::{Backend, walk};
-use crate::portability::tar_gz;
+use crate::imports::tar_gz;
 use crate::process::{Memoryd, database_env, get_json, new_tenant, post_segment};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -17,14 +17,15 @@ fn staging_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-// The volume's own mechanisms: a rollout file written past its commit, an
-// upload cut short in the data dir's imports folder.
-crate::both_databases!(
-    rollout_files_past_their_commit_are_repaired_at_start_up,
+// The volume's own mechanism: a rollout file written past its commit (in a
+// bucket what is not yet in a rollout's object is in the journal, whose
+// rows a transaction writes whole).
+crate::both_databases!(rollout_files_past_their_commit_are_repaired_at_start_up);
+
+crate::every_backend!(
+    a_killed_import_leaves_nothing_after_its_retry_and_a_forget,
     an_upload_cut_by_a_kill_is_swept_at_start_up,
 );
-
-crate::every_backend!(a_killed_import_leaves_nothing_after_its_retry_and_a_forget);
 
 async fn wait_for_job(http: &reqwest::Client, base: &str, key: &str, job_id: &str, limit: Duration) -> Value {
     let started = Instant::now();

@@ -4,7 +4,7 @@
 //! is stored went missing.
 
 use crate::harness::{Backend, isolated_postgres_url};
-use crate::process::{Memoryd, database_env, jobs_of_kind, new_tenant, settle, spawn_round};
+use crate::process::{Memoryd, database_env, jobs_of_kind, new_tenant, settle, spawn_round, stored_file};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -78,13 +78,13 @@ fn segment(i: usize) -> Value {
     json!({"rollout_id": "r", "input": format!("turn {i}: {}", "w".repeat(2000)), "final_output": "ok"})
 }
 
-// Not yet on the object store (issue 63): files it has no folder for, imports,
-// the volume's own mechanisms, or reads of the volume to be moved to the harness.
-crate::both_databases!(
-    a_full_disk_answers_507_and_recovers_by_itself,
-    appends_stop_at_the_free_space_watermark,
-    a_killed_attempts_temporary_files_are_removed,
-);
+// In a bucket the data volume holds only the replica's copies: a full one
+// still answers 507 or 503, never 500, and loses nothing acknowledged.
+crate::every_backend!(a_full_disk_answers_507_and_recovers_by_itself, appends_stop_at_the_free_space_watermark);
+
+// The temporary files a volume's publish leaves (a bucket's jobs write
+// versions, swept as `bucket_kills` checks, and copies wiped at start-up).
+crate::both_databases!(a_killed_attempts_temporary_files_are_removed);
 
 /// One append; its status, code and `Retry-After`.
 async fn append(http: &reqwest::Client, base: &str, key: &str, session: &str, i: usize) -> (StatusCode, String, bool) {
@@ -101,10 +101,11 @@ async fn append(http: &reqwest::Client, base: &str, key: &str, session: &str, i:
     (status, body["code"].as_str().unwrap_or("").to_owned(), retry_after)
 }
 
-/// The lines of rollout `r` on disk, checked to be whole segments in order.
-fn rollout_turns(data_dir: &Path, tenant: &str) -> Vec<usize> {
-    let file = data_dir.join(format!("workspaces/{tenant}/default/sessions/r.jsonl"));
-    let text = std::fs::read_to_string(file).unwrap();
+/// The lines of rollout `r` as memoryd's readers see them (a memoryd
+/// started with `env`), checked to be whole segments in order.
+async fn rollout_turns(env: &[(&'static str, String)], data_dir: &Path, tenant: &str) -> Vec<usize> {
+    let bytes = stored_file(env, data_dir, tenant, "default", "sessions/r.jsonl").await;
+    let text = String::from_utf8(bytes.expect("rollout r")).unwrap();
     text.lines()
         .map(|line| {
             let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a torn line ({e}): {line:.80}"));
@@ -182,7 +183,7 @@ async fn a_full_disk_answers_507_and_recovers_by_itself(backend: Backend) {
         acknowledged.push(i);
     }
     assert_eq!(status_of(&http, format!("{base}/readyz")).await, 200);
-    assert_eq!(rollout_turns(&data_dir, &tenant), acknowledged, "each acknowledged segment once, in order");
+    assert_eq!(rollout_turns(&env, &data_dir, &tenant).await, acknowledged, "each acknowledged segment once, in order");
     let log = memoryd.log_text();
     assert!(!log.contains("non-zero transaction depth"), "a connection kept a dead transaction");
     assert!(!log.contains("vanished"), "the real cause of a failure was hidden");
@@ -212,7 +213,7 @@ async fn appends_stop_at_the_free_space_watermark(backend: Backend) {
     assert_eq!(ready.status(), 503);
     let problem: Value = ready.json().await.unwrap();
     assert!(problem["detail"].as_str().unwrap().contains("free"), "{problem}");
-    assert_eq!(rollout_turns(&data_dir, &tenant), vec![0], "nothing was written below the watermark");
+    assert_eq!(rollout_turns(&env, &data_dir, &tenant).await, vec![0], "nothing was written below the watermark");
     // A close is taken, but its jobs wait in the queue without spending attempts.
     let res = http.post(format!("{base}/v1/sessions/s/close")).bearer_auth(&key).send().await.unwrap();
     assert_eq!(res.status(), 202);
@@ -223,7 +224,7 @@ async fn appends_stop_at_the_free_space_watermark(backend: Backend) {
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(append(&http, &base, &key, "t", 2).await.0, 201);
     assert_eq!(status_of(&http, format!("{base}/readyz")).await, 200);
-    assert_eq!(rollout_turns(&data_dir, &tenant), vec![0, 2]);
+    assert_eq!(rollout_turns(&env, &data_dir, &tenant).await, vec![0, 2]);
     let jobs = settle(&http, &base, &key, 1, Duration::from_secs(20)).await;
     assert_eq!(jobs[0]["state"], "succeeded");
 }
@@ -293,8 +294,8 @@ async fn a_lost_database_answers_503_fast_and_service_resumes() {
     let (proxied, _) = through_proxy(&url, proxy.port);
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let (memoryd, tenant, key, mut acknowledged) =
-        with_three_segments(dir.path(), &[("DATABASE_URL", proxied)], &http).await;
+    let env = [("DATABASE_URL", proxied)];
+    let (memoryd, tenant, key, mut acknowledged) = with_three_segments(dir.path(), &env, &http).await;
     let base = memoryd.base.clone();
 
     assert_eq!(status_of(&http, format!("{base}/metrics")).await, 200);
@@ -342,7 +343,7 @@ async fn a_lost_database_answers_503_fast_and_service_resumes() {
     acknowledged.push(i + 1);
     assert_eq!(status_of(&http, format!("{base}/readyz")).await, 200);
     let data_dir = dir.path().join("memoryd-data");
-    assert_eq!(rollout_turns(&data_dir, &tenant), acknowledged);
+    assert_eq!(rollout_turns(&env, &data_dir, &tenant).await, acknowledged);
     assert!(!memoryd.log_text().contains("\"status\":500"), "a request answered 500");
 }
 

@@ -5,7 +5,7 @@
 use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, Tenant, TestApp, use_model};
-use crate::portability::{imported, tar_gz};
+use crate::imports::{imported, tar_gz};
 use reqwest::Method;
 use serde_json::{Value, json};
 

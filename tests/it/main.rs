@@ -26,6 +26,7 @@ mod group_commit;
 mod hardening;
 mod history;
 mod hostile;
+mod imports;
 mod ingest;
 mod jobs;
 mod journal;

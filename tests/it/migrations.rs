@@ -203,7 +203,7 @@ async fn jobs_queued_by_the_previous_release_run_to_completion(backend: Backend)
     let create = json!({"command": "create", "path": "notes/upgrade.md", "file_text": "kept\n"});
     let edit_body = json!({"operations": [create], "reason": "the upgrade"});
     let edit = queue(format!("{LAYOUT}/memory/edits?wait=0"), Method::POST, Some(edit_body)).await;
-    let (status, _, import) = crate::portability::import(&queuing, &t, "copy", archive).await;
+    let (status, _, import) = crate::imports::import(&queuing, &t, "copy", archive).await;
     assert_eq!(status, 202, "{import}");
     let import = import["job_id"].as_str().unwrap().to_owned();
     queuing.server.take().unwrap().shutdown().await.unwrap();

@@ -195,7 +195,7 @@ async fn outside_text(app: &TestApp, t: &Tenant, path: &str) -> String {
 
 /// Waits until the held publish has its first file, with `said` in it, in
 /// place for outside readers; its held-back file is still without it.
-async fn wait_until_held(app: &TestApp, t: &Tenant, said: &str) {
+pub(crate) async fn wait_until_held(app: &TestApp, t: &Tenant, said: &str) {
     let (first, held) = first_and_held(app);
     wait_for("the first file in place", Duration::from_secs(30), async || {
         outside_text(app, t, first).await.contains(said)

@@ -5,8 +5,8 @@
 
 use crate::every_backend;
 use crate::harness::{ADMIN_TOKEN, Backend, Database, Tenant, TestApp, status_code_body};
-use crate::portability::import;
-use crate::process::{Memoryd, database_env, new_tenant};
+use crate::imports::import;
+use crate::process::{Memoryd, database_env, new_tenant, stored_file};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reqwest::Method;
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 every_backend!(
     citations_are_read_in_linear_time_while_the_server_answers,
+    searches_end_keep_to_their_budget_and_take_only_their_own_cursors,
     revoking_a_key_refuses_the_keys_it_made_on_every_replica,
     keys_are_capped_and_paged,
     the_summary_cannot_end_its_block_nor_an_edit_hide_a_file,
@@ -22,10 +23,6 @@ every_backend!(
 );
 
 const MEMORY: &str = "/v1/workspaces/default/layouts/default/memory";
-
-// Its memory files (3.7 MB of them) are written into the volume's folder:
-// an edit takes a megabyte at most. What it tests follows the reading.
-crate::both_databases!(searches_end_keep_to_their_budget_and_take_only_their_own_cursors,);
 
 async fn get(http: &reqwest::Client, base: &str, key: &str, path: &str) -> (u16, String, Value) {
     status_code_body(http.get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap()).await
@@ -61,13 +58,68 @@ async fn every_match(http: &reqwest::Client, base: &str, key: &str, query: &str)
     panic!("the cursors of {query} never end: {} matches so far", seen.len());
 }
 
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() { found.extend(files_under(&path)) } else { found.push(path) }
+/// Where a test's memoryd keeps its files: its settings and data dir.
+struct Files<'a> {
+    env: &'a [(&'static str, String)],
+    data_dir: std::path::PathBuf,
+    tenant: &'a str,
+}
+
+impl Files<'_> {
+    /// The texts of workspace `default`'s memory files as memoryd's readers see them.
+    async fn memory_texts(&self) -> Vec<String> {
+        let paths: Vec<String> = match crate::s3::prefix_of(self.env) {
+            None => {
+                let root = self.data_dir.join(format!("workspaces/{}/default", self.tenant));
+                let found = crate::harness::walk(&root.join("memories"));
+                found.iter().map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned()).collect()
+            }
+            Some(_) => {
+                let url = &self.env.iter().find(|(name, _)| *name == "DATABASE_URL").unwrap().1;
+                let store = memoryd::store::connect(url).await.unwrap();
+                let workspace = memoryd::domain::ids::WorkspaceName::parse("default").unwrap();
+                let current = store.current_files(self.tenant.parse().unwrap(), &workspace).await.unwrap();
+                current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with("memories/")).collect()
+            }
+        };
+        let mut texts = Vec::new();
+        for path in paths {
+            let bytes = stored_file(self.env, &self.data_dir, self.tenant, "default", &path).await.unwrap();
+            texts.push(String::from_utf8(bytes).unwrap());
+        }
+        texts
     }
-    found
+
+    /// Writes memory file `path` (under `memories/`): into the volume's
+    /// folder, or in a bucket through memory edits of under a megabyte
+    /// each (a create, then inserts at its end), `text` being whole lines.
+    async fn write_memory(&self, http: &reqwest::Client, base: &str, key: &str, path: &str, text: &str) {
+        if crate::s3::prefix_of(self.env).is_none() {
+            let file = self.data_dir.join(format!("workspaces/{}/default/memories/{path}", self.tenant));
+            return std::fs::write(file, text).unwrap();
+        }
+        let (mut lines, mut rest) = (0, text);
+        while !rest.is_empty() {
+            let mut end = rest.len().min(900_000);
+            end = rest[..end].rfind('\n').map_or(rest.len(), |at| at + 1);
+            let chunk = &rest[..end];
+            let operation = if lines == 0 {
+                json!({"command": "create", "path": path, "file_text": chunk})
+            } else {
+                json!({"command": "insert", "path": path, "insert_line": lines, "insert_text": chunk})
+            };
+            let res = http
+                .post(format!("{base}{MEMORY}/edits?wait=60"))
+                .bearer_auth(key)
+                .json(&json!({"operations": [operation]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+            lines += chunk.lines().count();
+            rest = &rest[end..];
+        }
+    }
 }
 
 /// The text an answer holds: matched lines and context together.
@@ -80,15 +132,16 @@ fn text_bytes(found: &Value) -> usize {
 
 async fn searches_end_keep_to_their_budget_and_take_only_their_own_cursors(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &database_env(backend).await);
+    let env = database_env(backend).await;
+    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &env);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     memoryd.ready(&http).await;
     let (tenant, key) = new_tenant(&http, &memoryd.base).await;
     closed_conversation(&http, &memoryd.base, &key, "s1", "chat-1").await;
-    let memories = dir.path().join(format!("memoryd-data/workspaces/{tenant}/default/memories"));
+    let files = Files { env: &env, data_dir: dir.path().join("memoryd-data"), tenant: &tenant };
 
     // A regex that matches empty at the end of a file ending in a newline: each line once, and an end.
-    let lines: usize = files_under(&memories).iter().map(|f| std::fs::read_to_string(f).unwrap().lines().count()).sum();
+    let lines: usize = files.memory_texts().await.iter().map(|text| text.lines().count()).sum();
     let seen = every_match(&http, &memoryd.base, &key, "query=%5E&regex=true&limit=3").await;
     assert_eq!(seen.len(), lines, "each line of the folder once");
     let mut unique = seen.clone();
@@ -100,7 +153,7 @@ async fn searches_end_keep_to_their_budget_and_take_only_their_own_cursors(backe
     // Made-up cursors are refused: a position the client wrote, garbage, another route's.
     let written = URL_SAFE_NO_PAD.encode(r#"["MEMORY.md",1000000000000]"#);
     let listed = get(&http, &memoryd.base, &key, &format!("{MEMORY}/list?path=rollout_summaries")).await.2;
-    std::fs::write(memories.join("many.md"), "x\n".repeat(5000)).unwrap();
+    files.write_memory(&http, &memoryd.base, &key, "many.md", &"x\n".repeat(5000)).await;
     let page = get(&http, &memoryd.base, &key, &format!("{MEMORY}/search?query=x&limit=1")).await.2;
     let search_cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let (other_tenant, other_key) = new_tenant(&http, &memoryd.base).await;
@@ -116,7 +169,7 @@ async fn searches_end_keep_to_their_budget_and_take_only_their_own_cursors(backe
 
     // Long lines with wide context: the answer keeps to its budget and says where to go on.
     let line = format!("{}\n", "needle ".repeat(600));
-    std::fs::write(memories.join("big.md"), line.repeat(3.7e6 as usize / line.len())).unwrap();
+    files.write_memory(&http, &memoryd.base, &key, "big.md", &line.repeat(3.7e6 as usize / line.len())).await;
     let wide = format!("{MEMORY}/search?query=needle&path=big.md&limit=200&context=20");
     let res = http.get(format!("{}{wide}", memoryd.base)).bearer_auth(&key).send().await.unwrap();
     let found: Value = res.json().await.unwrap();
