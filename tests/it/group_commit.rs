@@ -4,6 +4,7 @@
 
 use crate::harness::{Backend, Database, TestApp, status_code_body};
 use crate::process::{Memoryd, database_env, spawn_round};
+use crate::s3::replica_env;
 use memoryd::ingest::QueueLoad;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -272,19 +273,20 @@ async fn acknowledged_segments_survive_sigkill_under_load(backend: Backend) {
     }
 }
 
-/// Two replicas on one Postgres and one volume, appending to shared rollouts
-/// at once: their groups lock the same rows and must neither interleave
-/// lines nor wait for each other forever.
-#[tokio::test]
-async fn two_replicas_keep_shared_rollouts_whole_and_ordered() {
+crate::replicated!(two_replicas_keep_shared_rollouts_whole_and_ordered);
+
+/// Two replicas on one Postgres (and one volume, or one bucket), appending
+/// to shared rollouts at once: their groups lock the same rows and must
+/// neither interleave lines nor wait for each other forever.
+async fn two_replicas_keep_shared_rollouts_whole_and_ordered(backend: Backend) {
     const APPENDERS: usize = 16;
     const ROLLOUTS: usize = 4;
     const EACH: u64 = 25;
     let dir = tempfile::tempdir().unwrap();
-    let env = database_env(Backend::Postgres).await;
+    let env = database_env(backend).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
     let replicas =
-        [Memoryd::spawn(dir.path(), "a", &["serve"], &env), Memoryd::spawn(dir.path(), "b", &["serve"], &env)];
+        ["a", "b"].map(|name| Memoryd::spawn(dir.path(), name, &["serve"], &replica_env(&env, dir.path(), name)));
     for replica in &replicas {
         replica.ready(&http).await;
     }
@@ -320,17 +322,14 @@ async fn two_replicas_keep_shared_rollouts_whole_and_ordered() {
         indexes.push(task.await.unwrap());
     }
 
-    let sessions = dir.path().join(format!("memoryd-data/workspaces/{tenant_id}/default/sessions"));
+    let data_dir = dir.path().join("memoryd-data");
     for r in 0..ROLLOUTS {
-        let file = std::fs::read_dir(&sessions)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().contains(&format!("r-{r}")))
-            .expect("the rollout file exists");
-        let text = std::fs::read_to_string(&file).unwrap();
+        let path = format!("sessions/r-{r}.jsonl");
+        let stored = crate::process::stored_file(&env, &data_dir, &tenant_id, "default", &path).await;
+        let text = String::from_utf8(stored.expect("the rollout is stored")).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let writers: Vec<usize> = (0..APPENDERS).filter(|i| i % ROLLOUTS == r).collect();
-        assert_eq!(lines.len(), writers.len() * EACH as usize, "every append once: {}", file.display());
+        assert_eq!(lines.len(), writers.len() * EACH as usize, "every append once: {path}");
         let mut taken = vec![false; lines.len()];
         for i in writers {
             let mut previous = None;

@@ -369,6 +369,17 @@ macro_rules! both_databases {
     };
 }
 
+/// Runs each listed test body once against Postgres, its replicas sharing
+/// one volume, and once with the workspace files in an object store, each
+/// replica with a data dir of its own (`s3::replica_env`): tests of several
+/// replicas, which SQLite does not serve.
+#[macro_export]
+macro_rules! replicated {
+    ($($name:ident),* $(,)?) => {
+        $($crate::backend_rows!([postgres => Postgres, bucket => Bucket] $name);)*
+    };
+}
+
 /// A workspace file of the deployment with data dir `data_dir` as memoryd's
 /// readers see it: on the volume, or (`bucket`: its database and key prefix)
 /// the current version of a memory file or a rollout's object and journal.

@@ -4,6 +4,7 @@
 use crate::every_backend;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Backend, isolated_postgres_url, postgres_url};
+use crate::s3::replica_env;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -436,8 +437,12 @@ async fn a_job_that_kills_its_worker_runs_out_of_attempts(backend: Backend) {
     assert!(failure["error"].as_str().unwrap_or_default().starts_with("out of attempts"), "{status}");
 }
 
-#[tokio::test]
-async fn two_processes_on_one_postgres_run_each_job_once() {
+crate::replicated!(
+    two_processes_on_one_postgres_run_each_job_once,
+    two_processes_never_run_phase_two_of_one_layout_at_once
+);
+
+async fn two_processes_on_one_postgres_run_each_job_once(backend: Backend) {
     const ROLLOUTS: usize = 50;
     let fake = FakeLlm::start().await;
     fake.set_default(
@@ -446,12 +451,12 @@ async fn two_processes_on_one_postgres_run_each_job_once() {
     );
     let dir = tempfile::tempdir().unwrap();
     let mut env = model_env(&fake);
-    env.extend(database_env(Backend::Postgres).await);
+    env.extend(database_env(backend).await);
     env.push(("MEMORYD_WORKER_CONCURRENCY", "4".into()));
     env.push(("MEMORYD_LOG", "debug".into()));
     let http = reqwest::Client::new();
-    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &env);
-    let worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &env);
+    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &replica_env(&env, dir.path(), "api"));
+    let worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &replica_env(&env, dir.path(), "worker"));
     api.ready(&http).await;
     let (_, key) = new_tenant(&http, &api.base).await;
     for i in 0..ROLLOUTS {
@@ -519,18 +524,17 @@ async fn concurrent_phase_one_figure() {
     );
 }
 
-#[tokio::test]
-async fn two_processes_never_run_phase_two_of_one_layout_at_once() {
+async fn two_processes_never_run_phase_two_of_one_layout_at_once(backend: Backend) {
     const SESSIONS: usize = 4;
     let fake = FakeLlm::start().await;
     fake.set_default(Reply::artifacts("x", "s", "m").now());
     fake.set_agent_default(Reply::Text("done").after(Duration::from_millis(300)));
     let dir = tempfile::tempdir().unwrap();
     let mut env = model_env(&fake);
-    env.extend(database_env(Backend::Postgres).await);
+    env.extend(database_env(backend).await);
     let http = reqwest::Client::new();
-    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &env);
-    let _worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &env);
+    let api = Memoryd::spawn(dir.path(), "api", &["serve"], &replica_env(&env, dir.path(), "api"));
+    let _worker = Memoryd::spawn(dir.path(), "worker", &["worker"], &replica_env(&env, dir.path(), "worker"));
     api.ready(&http).await;
     let (_, key) = new_tenant(&http, &api.base).await;
     for i in 0..SESSIONS {

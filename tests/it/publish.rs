@@ -3,8 +3,9 @@
 //! or killed while it publishes.
 
 use crate::fake_llm::{FakeLlm, Reply};
-use crate::harness::{Backend, Tenant, TestApp, isolated_postgres_url, outside_file};
+use crate::harness::{Backend, Tenant, TestApp, outside_file};
 use crate::process::{Memoryd, database_env, get_json, jobs_of_kind, model_env, new_tenant, post_segment, spawn_round};
+use crate::s3::replica_env;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -39,20 +40,22 @@ async fn phase_two_jobs(http: &reqwest::Client, base: &str, key: &str) -> Vec<Va
     jobs_of_kind(http, base, key, "phase_two").await
 }
 
-/// Two replicas on one Postgres. The first is stopped (SIGSTOP) after its
-/// agent's first turn has rewritten `MEMORY.md` in its working copy, and
-/// stays stopped past its lease; the second takes the job over and finishes
-/// it. Nothing of the first's run is ever visible, before or after it wakes.
-#[tokio::test]
-async fn a_worker_paused_past_its_lease_changes_no_visible_file() {
+crate::replicated!(a_worker_paused_past_its_lease_changes_no_visible_file);
+
+/// Two replicas on one Postgres (and one volume or bucket). The first is
+/// stopped (SIGSTOP) after its agent's first turn has rewritten `MEMORY.md`
+/// in its working copy, and stays stopped past its lease; the second takes
+/// the job over and finishes it. Nothing of the first's run is ever
+/// visible, before or after it wakes.
+async fn a_worker_paused_past_its_lease_changes_no_visible_file(backend: Backend) {
     let fake = FakeLlm::start().await;
     fake.set_default(Reply::artifacts("r", "summary", "raw").now());
     let dir = tempfile::tempdir().unwrap();
     let mut env = model_env(&fake);
-    env.push(("DATABASE_URL", isolated_postgres_url().await));
+    env.extend(database_env(backend).await);
     env.push(("MEMORYD_JOB_LEASE_SECS", "2".into()));
     let http = reqwest::Client::new();
-    let first = Memoryd::spawn(dir.path(), "first", &["serve"], &env);
+    let first = Memoryd::spawn(dir.path(), "first", &["serve"], &replica_env(&env, dir.path(), "first"));
     first.ready(&http).await;
     let (tenant, key) = new_tenant(&http, &first.base).await;
     post_segment(&http, &first.base, &key, "s", json!({"rollout_id": "r", "input": "hi"})).await;
@@ -65,7 +68,7 @@ async fn a_worker_paused_past_its_lease_changes_no_visible_file() {
         .await;
     first.signal("-STOP");
 
-    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &env);
+    let second = Memoryd::spawn(dir.path(), "second", &["serve"], &replica_env(&env, dir.path(), "second"));
     second.ready(&http).await;
     let memory = "/v1/workspaces/default/layouts/default/files/MEMORY.md";
     assert_eq!(get_text(&http, &second.base, &key, memory).await, "", "the paused run's edit is not visible");
@@ -87,8 +90,9 @@ async fn a_worker_paused_past_its_lease_changes_no_visible_file() {
     first.signal("-CONT");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(get_text(&http, &second.base, &key, memory).await, "from the new owner");
-    let on_disk = dir.path().join(format!("memoryd-data/workspaces/{tenant}/default/memories/MEMORY.md"));
-    assert_eq!(std::fs::read_to_string(on_disk).unwrap(), "from the new owner");
+    let (data_dir, prefix) = (dir.path().join("memoryd-data"), crate::s3::prefix_of(&env));
+    let outside = outside_file(&data_dir, prefix.as_deref(), &tenant, "default", "memories/MEMORY.md").await;
+    assert_eq!(outside.as_deref(), Some(&b"from the new owner"[..]), "where readers outside memoryd look");
     let jobs = phase_two_jobs(&http, &second.base, &key).await;
     assert_eq!((jobs.len(), jobs[0]["attempts"].as_i64()), (1, Some(2)));
     let log = first.log_text();

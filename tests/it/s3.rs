@@ -107,3 +107,17 @@ pub(crate) async fn object(key: &str) -> Option<Vec<u8>> {
         Err(e) => panic!("{key}: {e}"),
     }
 }
+
+/// `env` for replica `name` of several started in `dir`: with a bucket, a
+/// data dir of its own (replicas share no folder); on a volume, `dir`'s.
+pub(crate) fn replica_env(
+    env: &[(&'static str, String)],
+    dir: &std::path::Path,
+    name: &str,
+) -> Vec<(&'static str, String)> {
+    let mut env = env.to_vec();
+    if prefix_of(&env).is_some() {
+        env.push(("MEMORYD_DATA_DIR", dir.join(format!("{name}-data")).display().to_string()));
+    }
+    env
+}
