@@ -7,6 +7,7 @@
 use super::AppState;
 use super::error::ApiError;
 use super::extract::TenantAuth;
+use crate::bucket::rollouts::RolloutError;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::domain::portability::{MANIFEST_NAME, manifest};
 use crate::store::journal_records::RolloutAt;
@@ -63,8 +64,8 @@ pub(crate) async fn workspace_archive(
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
     drop(readable);
-    if state.volumes.bucket().is_some() {
-        taken = with_rollouts_of_the_bucket(state, tenant, &workspace, &view, taken).await?;
+    if let Some(bucket) = state.volumes.bucket() {
+        taken = with_rollouts_of_the_bucket(state, bucket, tenant, &workspace, &view, taken).await?;
     }
 
     let (entries, exported_rollouts) = entries_taken(&taken.files, &view, &layouts);
@@ -109,9 +110,11 @@ pub(crate) async fn workspace_archive(
 
 /// The snapshot with each rollout of the view added at its committed
 /// length: in a bucket, a rollout is its object and journal (SPEC §6.1),
-/// no file the snapshot could link. One rollout in memory at a time.
+/// no file the snapshot could link. Each is streamed into the snapshot's
+/// folder: no rollout is held in memory whole.
 async fn with_rollouts_of_the_bucket(
     state: &AppState,
+    bucket: &crate::bucket::Bucket,
     tenant: uuid::Uuid,
     workspace: &WorkspaceName,
     view: &crate::domain::portability::ExportView,
@@ -125,14 +128,19 @@ async fn with_rollouts_of_the_bucket(
         };
         let at = RolloutAt { tenant, workspace, layout: &layout, rollout: &id };
         let (path, len) = (&rollout.rollout_path, rollout.committed_len);
-        let Some(bytes) = state.volumes.committed_prefix(state.store.as_ref(), at, path, len, len).await? else {
-            continue;
+        let linked = taken.place_for(path).map_err(ApiError::internal)?;
+        let mut file = tokio::fs::File::create(&linked).await.map_err(ApiError::internal)?;
+        let written = match bucket.write_rollout(state.store.as_ref(), at, path, len, &mut file).await {
+            // Its object removed since its parts were read: forgotten meanwhile.
+            Err(RolloutError::Objects(object_store::Error::NotFound { .. })) | Ok(None) => None,
+            Ok(Some(written)) if written == len => Some(written),
+            Ok(Some(written)) => return Err(ApiError::internal(format!("{written} bytes of {len} committed"))),
+            Err(e) => return Err(e.into()),
         };
-        let relative = path.clone();
-        taken = tokio::task::spawn_blocking(move || taken.add(&relative, &bytes, modified).map(|()| taken))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?;
+        match written {
+            Some(written) => taken.record(path, linked, written, modified),
+            None => tokio::fs::remove_file(&linked).await.map_err(ApiError::internal)?,
+        }
     }
     Ok(taken)
 }

@@ -23,6 +23,8 @@ pub enum RolloutError {
     Store(#[from] StoreError),
     #[error("the rollout's parts do not join up: {0}")]
     Torn(String),
+    #[error("writing the rollout's copy failed: {0}")]
+    Copy(#[from] std::io::Error),
 }
 
 /// The rollout's bytes from its parts: the object's first `object_len`
@@ -54,9 +56,100 @@ impl Bucket {
         at: RolloutAt<'_>,
         rollout_path: &str,
     ) -> Result<Option<Vec<u8>>, RolloutError> {
+        self.rollout_prefix(store, at, rollout_path, u64::MAX).await
+    }
+
+    /// The rollout's first `limit` bytes (fewer when it is shorter): no
+    /// more of its object is fetched. `None` as for [`Bucket::rollout_bytes`].
+    pub async fn rollout_prefix(
+        &self,
+        store: &dyn RolloutJournalStore,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, RolloutError> {
         let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
-        let object = self.object_prefix(at, rollout_path, &parts).await?;
-        joined(&parts, object).map(Some)
+        if parts.object_len >= limit {
+            let object = self.object_prefix(at, rollout_path, &parts, limit).await?;
+            if object.len() as u64 != limit {
+                return Err(RolloutError::Torn(format!("{} bytes of an object of {}", object.len(), parts.object_len)));
+            }
+            return Ok(Some(object));
+        }
+        let object = self.object_prefix(at, rollout_path, &parts, parts.object_len).await?;
+        let mut bytes = joined(&parts, object)?;
+        bytes.truncate(limit.min(bytes.len() as u64) as usize);
+        Ok(Some(bytes))
+    }
+
+    /// Writes the rollout as one file to `file`, up to `limit` bytes (a
+    /// committed length read earlier: a line boundary): its object streamed
+    /// in pieces, then its journal's lines, so that no reader holds a whole
+    /// rollout in memory. The bytes written; `None` for a rollout the
+    /// database does not know (or is forgetting).
+    pub async fn write_rollout(
+        &self,
+        store: &dyn RolloutJournalStore,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+        limit: u64,
+        file: &mut tokio::fs::File,
+    ) -> Result<Option<u64>, RolloutError> {
+        use tokio::io::AsyncWriteExt;
+        let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
+        let from_object = parts.object_len.min(limit);
+        let mut written = self.stream_object_prefix(at, rollout_path, &parts, from_object, file).await?;
+        if written != from_object {
+            return Err(RolloutError::Torn(format!("{written} bytes of an object of {}", parts.object_len)));
+        }
+        for (start, lines) in &parts.journal {
+            if written == limit {
+                break;
+            }
+            if *start != written {
+                return Err(RolloutError::Torn(format!("a line at {start} after {written} bytes")));
+            }
+            let taken = &lines[..lines.len().min((limit - written) as usize)];
+            file.write_all(taken).await?;
+            written += taken.len() as u64;
+        }
+        if written != parts.committed_len.min(limit) {
+            return Err(RolloutError::Torn(format!("{written} bytes of {} committed", parts.committed_len)));
+        }
+        file.flush().await?;
+        Ok(Some(written))
+    }
+
+    /// Writes the object's first `len` bytes to `file`, from this replica's
+    /// copy in memory when it has the recorded version, else streamed.
+    async fn stream_object_prefix(
+        &self,
+        at: RolloutAt<'_>,
+        rollout_path: &str,
+        parts: &RolloutParts,
+        len: u64,
+        file: &mut tokio::fs::File,
+    ) -> Result<u64, RolloutError> {
+        use futures_util::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        if len == 0 {
+            return Ok(0);
+        }
+        let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
+        let kept = parts.object_etag.as_deref().and_then(|etag| self.recent.get(key.as_ref(), etag));
+        if let Some(kept) = kept.filter(|kept| kept.len() as u64 >= len) {
+            file.write_all(&kept[..len as usize]).await?;
+            return Ok(len);
+        }
+        let options = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
+        let mut pieces = self.objects.get_opts(&key, options).await?.into_stream();
+        let mut written = 0;
+        while let Some(piece) = pieces.next().await {
+            let piece = piece?;
+            file.write_all(&piece).await?;
+            written += piece.len() as u64;
+        }
+        Ok(written)
     }
 
     /// Moves the rollout's journal into its object: the object rewritten
@@ -77,7 +170,7 @@ impl Bucket {
             return Ok(None);
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
-        let bytes = joined(&parts, self.object_prefix(at, rollout_path, &parts).await?)?;
+        let bytes = joined(&parts, self.object_prefix(at, rollout_path, &parts, parts.object_len).await?)?;
         let mut written = self.put_over(&key, bytes.clone(), parts.object_etag.as_deref()).await?;
         if written.is_none() {
             // The version recorded was replaced by a rewrite whose record was
@@ -154,8 +247,8 @@ impl Bucket {
         at: RolloutAt<'_>,
         rollout_path: &str,
         parts: &RolloutParts,
+        len: u64,
     ) -> Result<Vec<u8>, RolloutError> {
-        let len = parts.object_len;
         if len == 0 {
             return Ok(Vec::new());
         }

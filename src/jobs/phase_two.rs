@@ -230,32 +230,30 @@ async fn conversations_into_the_copy(
     let (tenant, workspace, layout) = (claimed.tenant_id, &claimed.job.workspace, &claimed.job.layout);
     let failed = |e: &dyn std::fmt::Display| AttemptError::retryable(format!("reading a conversation failed: {e}"));
     // Futures made before they are streamed: a stream's closures over
-    // borrowed items would not be `Send` for every lifetime.
-    let reads: Vec<_> = selection
+    // borrowed items would not be `Send` for every lifetime. Each streams
+    // its conversation into the copy: none is held in memory whole.
+    let copies: Vec<_> = selection
         .selected
         .iter()
         .filter(|s| !selection.retained.contains(&s.rollout_id))
         .map(|item| async move {
-            let Some(rollout) = RolloutId::parse(&item.rollout_id) else { return Ok(None) };
+            let Some(rollout) = RolloutId::parse(&item.rollout_id) else { return Ok(()) };
             let at = crate::store::journal_records::RolloutAt { tenant, workspace, layout, rollout: &rollout };
-            let bytes =
-                bucket.rollout_bytes(ctx.store.as_ref(), at, &item.rollout_path).await.map_err(|e| failed(&e))?;
-            Ok::<_, AttemptError>(bytes.map(|bytes| (item, bytes)))
+            let path = confine(root, &item.rollout_path)
+                .map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
+            tokio::fs::create_dir_all(path.parent().unwrap_or(&path)).await.map_err(|e| failed(&e))?;
+            let mut file = tokio::fs::File::create(&path).await.map_err(|e| failed(&e))?;
+            let written = bucket.write_rollout(ctx.store.as_ref(), at, &item.rollout_path, u64::MAX, &mut file).await;
+            if written.map_err(|e| failed(&e))?.is_none() {
+                // Forgotten meanwhile: the copy does not have it either.
+                drop(file);
+                tokio::fs::remove_file(&path).await.map_err(|e| failed(&e))?;
+            }
+            Ok::<_, AttemptError>(())
         })
         .collect();
-    let mut read = futures_util::stream::iter(reads).buffer_unordered(crate::bucket::files::REQUESTS_AT_ONCE);
-    while let Some(read) = read.try_next().await? {
-        let Some((item, bytes)) = read else { continue };
-        let path =
-            confine(root, &item.rollout_path).map_err(|e| AttemptError::fatal(format!("rollout path refused: {e}")))?;
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            std::fs::create_dir_all(path.parent().unwrap_or(&path))?;
-            std::fs::write(&path, bytes)
-        })
-        .await
-        .map_err(|e| failed(&e))?
-        .map_err(|e| failed(&e))?;
-    }
+    let mut copied = futures_util::stream::iter(copies).buffer_unordered(crate::bucket::files::REQUESTS_AT_ONCE);
+    while copied.try_next().await?.is_some() {}
     Ok(())
 }
 

@@ -41,18 +41,22 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Adds a file the links could not take (a rollout whose object and
-    /// journal live in a bucket), written under the snapshot's folder.
-    pub fn add(&mut self, relative: &str, bytes: &[u8], modified: u64) -> io::Result<()> {
+    /// Where a file the links could not take (a rollout whose object and
+    /// journal live in a bucket) is written under the snapshot's folder (its
+    /// folders made); [`Snapshot::record`] then adds it.
+    pub fn place_for(&self, relative: &str) -> io::Result<PathBuf> {
         let linked = super::confine(self._dir.path(), relative).map_err(io::Error::other)?;
         if let Some(parent) = linked.parent() {
             fs::create_dir_all(parent)?;
         }
-        fs::write(&linked, bytes)?;
-        let file = SnapshotFile { relative: relative.to_owned(), linked, len: bytes.len() as u64, modified };
+        Ok(linked)
+    }
+
+    /// Adds the file written at `linked` (from [`Snapshot::place_for`]).
+    pub fn record(&mut self, relative: &str, linked: PathBuf, len: u64, modified: u64) {
+        let file = SnapshotFile { relative: relative.to_owned(), linked, len, modified };
         let at = self.files.partition_point(|f| f.relative.as_str() < relative);
         self.files.insert(at, file);
-        Ok(())
     }
 }
 

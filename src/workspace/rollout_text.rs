@@ -1,7 +1,6 @@
-//! A rollout's acknowledged bytes for the readers that are not phase one
-//! (the console, exports, a consolidation's copy), wherever the rollout
+//! A rollout's acknowledged bytes for the console, wherever the rollout
 //! lives: its file's committed prefix on a volume; its object and journal
-//! read as one file in a bucket (SPEC §6.1).
+//! read as one file in a bucket (SPEC §6.1), no more of it than is shown.
 
 use super::{Volumes, confine};
 use crate::bucket::rollouts::RolloutError;
@@ -22,16 +21,15 @@ impl Volumes {
     ) -> Result<Option<Vec<u8>>, RolloutError> {
         let wanted = committed_len.min(cap);
         if let Some(bucket) = self.bucket() {
-            let read = match bucket.rollout_bytes(store, at, rollout_path).await {
+            let read = match bucket.rollout_prefix(store, at, rollout_path, wanted).await {
                 // Its object removed since its parts were read: forgotten meanwhile.
                 Err(RolloutError::Objects(object_store::Error::NotFound { .. })) => return Ok(None),
                 read => read?,
             };
-            let Some(mut bytes) = read else { return Ok(None) };
+            let Some(bytes) = read else { return Ok(None) };
             if (bytes.len() as u64) < wanted {
                 return Err(RolloutError::Torn(format!("{} bytes of {wanted} committed", bytes.len())));
             }
-            bytes.truncate(wanted as usize);
             return Ok(Some(bytes));
         }
         let path = confine(&self.workspace_root(at.tenant, at.workspace)?, rollout_path)?;

@@ -1,6 +1,7 @@
 //! Archives built to take memoryd's memory (SPEC §2.7), imported into the
 //! real binary: each is refused, or taken, while the process's peak resident
-//! memory grows by less than 128 MiB over what it held before the upload.
+//! memory grows by less than 128 MiB over what it held before the upload;
+//! and an export of a large conversation, streamed rather than held.
 
 use crate::harness::Backend;
 use crate::process::{Memoryd, database_env, new_tenant};
@@ -13,7 +14,10 @@ const MIB: u64 = 1 << 20;
 /// The process's memory may grow by less than this for any one archive.
 const BOUND: u64 = 128 * MIB;
 
-crate::every_backend!(archives_built_to_exhaust_memory_take_a_bounded_buffer,);
+crate::every_backend!(
+    archives_built_to_exhaust_memory_take_a_bounded_buffer,
+    an_export_holds_no_conversation_in_memory_whole,
+);
 
 /// A field of `/proc/<pid>/status`, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {
@@ -223,4 +227,36 @@ async fn archives_built_to_exhaust_memory_take_a_bounded_buffer(backend: Backend
     }
     let log = memoryd.log_text();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A conversation of 42 MiB (fourteen segments of 3 MiB), consolidated, then
+/// exported: the export streams it (from its file, or its object in a
+/// bucket), and memoryd's peak memory grows by less than half of it.
+async fn an_export_holds_no_conversation_in_memory_whole(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let env = database_env(backend).await;
+    let memoryd = Memoryd::spawn(dir.path(), "memoryd", &["serve"], &env);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+    memoryd.ready(&http).await;
+    let (_, key) = new_tenant(&http, &memoryd.base).await;
+    for turn in 0..14 {
+        let said = format!("turn {turn}: {}", "w".repeat(3 * MIB as usize));
+        let body = serde_json::json!({"rollout_id": "long", "input": said, "final_output": "ok"});
+        crate::process::post_segment(&http, &memoryd.base, &key, "s", body).await;
+    }
+    let res = http.post(format!("{}/v1/sessions/s/close?wait=120", memoryd.base)).bearer_auth(&key).send().await;
+    assert_eq!(res.unwrap().status(), 200);
+
+    let pid = memoryd.child.id();
+    let before = reset_peak(pid);
+    let mut res =
+        http.get(format!("{}/v1/workspaces/default/export", memoryd.base)).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut exported = 0;
+    while let Some(chunk) = res.chunk().await.unwrap() {
+        exported += chunk.len() as u64;
+    }
+    let grown = status_bytes(pid, "VmHWM:").saturating_sub(before);
+    assert!(exported > 0, "the archive arrived");
+    assert!(grown < 21 * MIB, "an export of a 42 MiB conversation grew memoryd by {} MiB", grown / MIB);
 }
