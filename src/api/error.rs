@@ -303,6 +303,7 @@ impl From<crate::bucket::rollouts::RolloutError> for ApiError {
         match err {
             RolloutError::Store(e) => e.into(),
             RolloutError::Objects(e) => crate::bucket::files::FilesError::Objects(e).into(),
+            RolloutError::Copy(e) => Self::from_disk(e),
             other => Self::internal(other),
         }
     }
@@ -319,6 +320,18 @@ impl From<crate::ingest::IngestError> for ApiError {
             }
             other => Self::internal(other),
         }
+    }
+}
+
+impl ApiError {
+    /// A failure to write the data volume: 507 when it is full (never a
+    /// 500 for a full disk), else a fault of memoryd's own.
+    pub fn from_disk(e: std::io::Error) -> Self {
+        if crate::store::io_failure(&e) == crate::store::Failure::StorageFull {
+            tracing::warn!(error = %e, "the data volume is full");
+            return Self::InsufficientStorage(STORAGE_FULL.into());
+        }
+        Self::internal(e)
     }
 }
 

@@ -128,8 +128,8 @@ async fn with_rollouts_of_the_bucket(
         };
         let at = RolloutAt { tenant, workspace, layout: &layout, rollout: &id };
         let (path, len) = (&rollout.rollout_path, rollout.committed_len);
-        let linked = taken.place_for(path).map_err(ApiError::internal)?;
-        let mut file = tokio::fs::File::create(&linked).await.map_err(ApiError::internal)?;
+        let linked = taken.place_for(path).map_err(ApiError::from_disk)?;
+        let mut file = tokio::fs::File::create(&linked).await.map_err(ApiError::from_disk)?;
         let written = match bucket.write_rollout(state.store.as_ref(), at, path, len, &mut file).await {
             // Its object removed since its parts were read: forgotten meanwhile.
             Err(RolloutError::Objects(object_store::Error::NotFound { .. })) | Ok(None) => None,

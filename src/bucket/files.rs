@@ -113,11 +113,12 @@ impl Bucket {
 
     /// The files a layout starts with in a workspace (R-LAY-3): its empty
     /// `MEMORY.md` and `memory_summary.md`, made current where the workspace
-    /// has none, and placed for outside readers. A bucket has no folders: a
+    /// has none, and placed for outside readers soon (an append waits for
+    /// no request to the object store). A bucket has no folders: a
     /// consolidation's copy gets the layout's from `ensure_layout`.
     pub async fn add_starting_files(
         &self,
-        store: &dyn WorkspaceFilesStore,
+        store: crate::store::DynStore,
         tenant: TenantId,
         workspace: &WorkspaceName,
         memories_dir: &str,
@@ -128,7 +129,7 @@ impl Bucket {
         }
         let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
         if store.add_empty_files(tenant, workspace, &paths, Uuid::new_v4()).await? {
-            self.do_chores(store, tenant, workspace).await?;
+            self.chores_soon(store, tenant, workspace);
         }
         Ok(())
     }

@@ -23,8 +23,8 @@ use uuid::Uuid;
 /// rollout or a multipart part on a slow link (600 s, as the model's).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// How long a request is retried (its first try included) before it fails.
-const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+/// How many times a failed request is tried again.
+const RETRIES: usize = 5;
 
 /// Workspace files in a bucket: where it is, and a client for it.
 #[derive(Debug, Clone)]
@@ -273,10 +273,13 @@ impl BucketUrl {
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(&self.bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch);
-        // A store that does not answer is given up on within about 15 s (not
-        // the client's 3 minutes): a request then answers 503 and a job's
-        // attempt fails, to be retried once the store answers again.
-        let retry = object_store::RetryConfig { retry_timeout: RETRY_TIMEOUT, ..Default::default() };
+        // A request that fails is tried again five times, backing off from
+        // 0.1 s (the AWS SDKs' standard mode tries three), within the
+        // client's 3 minutes: a store that refuses connections is given up on
+        // within seconds — a request then answers 503, a job's attempt fails
+        // to be retried once it answers again — where ten retries took about
+        // a minute. A long transfer keeps its retries.
+        let retry = object_store::RetryConfig { max_retries: RETRIES, ..Default::default() };
         builder = builder.with_retry(retry);
         if std::env::var_os("AWS_TIMEOUT").is_none() {
             let limit = format!("{}s", timeout.as_secs().max(1));

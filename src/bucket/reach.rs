@@ -18,17 +18,28 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 pub(crate) struct Reach(tokio::sync::Mutex<Option<(Instant, bool)>>);
 
-/// Whether a probe's outcome means the store answered: found or not, or
-/// refused for want of rights, it answered; a transport failure, a server
-/// error or no answer in time is an outage.
+/// Whether a probe's outcome means the store answered: any answer does
+/// (found or not, refused for want of rights, a status memoryd does not
+/// expect), but no answer in time or a request that could not be made (a
+/// connection refused or cut: a `reqwest` error under the store's) does not.
+/// A server error is retried by the client past the probe's time.
 fn answered(
     outcome: &Result<Result<object_store::ObjectMeta, object_store::Error>, tokio::time::error::Elapsed>,
 ) -> bool {
-    use object_store::Error;
-    matches!(
-        outcome,
-        Ok(Ok(_) | Err(Error::NotFound { .. } | Error::PermissionDenied { .. } | Error::Unauthenticated { .. }))
-    )
+    match outcome {
+        Err(_) => false,
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+            while let Some(error) = cause {
+                if error.downcast_ref::<reqwest::Error>().is_some() {
+                    return false;
+                }
+                cause = error.source();
+            }
+            true
+        }
+    }
 }
 
 impl Bucket {

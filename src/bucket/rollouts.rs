@@ -47,6 +47,29 @@ pub fn joined(parts: &RolloutParts, object: Vec<u8>) -> Result<Vec<u8>, RolloutE
     Ok(bytes)
 }
 
+/// The journal's lines that follow the object's first `min(object_len,
+/// limit)` bytes, up to `limit` bytes of rollout in all (a committed length:
+/// a line boundary): none when the object holds them all.
+fn journal_up_to(parts: &RolloutParts, limit: u64) -> Result<Vec<&[u8]>, RolloutError> {
+    let mut written = parts.object_len.min(limit);
+    let mut pieces = Vec::new();
+    for (start, lines) in &parts.journal {
+        if written == limit {
+            break;
+        }
+        if *start != written {
+            return Err(RolloutError::Torn(format!("a line at {start} after {written} bytes")));
+        }
+        let piece = &lines[..lines.len().min((limit - written) as usize)];
+        pieces.push(piece);
+        written += piece.len() as u64;
+    }
+    if written != parts.committed_len.min(limit) {
+        return Err(RolloutError::Torn(format!("{written} bytes of {} committed", parts.committed_len)));
+    }
+    Ok(pieces)
+}
+
 impl Bucket {
     /// The rollout as one file: what was acknowledged, all of it. `None`
     /// for a rollout the database does not know (or is forgetting).
@@ -98,26 +121,16 @@ impl Bucket {
         use tokio::io::AsyncWriteExt;
         let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
         let from_object = parts.object_len.min(limit);
-        let mut written = self.stream_object_prefix(at, rollout_path, &parts, from_object, file).await?;
+        let written = self.stream_object_prefix(at, rollout_path, &parts, from_object, file).await?;
         if written != from_object {
             return Err(RolloutError::Torn(format!("{written} bytes of an object of {}", parts.object_len)));
         }
-        for (start, lines) in &parts.journal {
-            if written == limit {
-                break;
-            }
-            if *start != written {
-                return Err(RolloutError::Torn(format!("a line at {start} after {written} bytes")));
-            }
-            let taken = &lines[..lines.len().min((limit - written) as usize)];
-            file.write_all(taken).await?;
-            written += taken.len() as u64;
-        }
-        if written != parts.committed_len.min(limit) {
-            return Err(RolloutError::Torn(format!("{written} bytes of {} committed", parts.committed_len)));
+        let pieces = journal_up_to(&parts, limit)?;
+        for piece in &pieces {
+            file.write_all(piece).await?;
         }
         file.flush().await?;
-        Ok(Some(written))
+        Ok(Some(written + pieces.iter().map(|p| p.len() as u64).sum::<u64>()))
     }
 
     /// Writes the object's first `len` bytes to `file`, from this replica's
@@ -287,5 +300,21 @@ mod tests {
         ] {
             assert!(matches!(joined(&p, object), Err(RolloutError::Torn(_))), "{p:?}");
         }
+    }
+    #[test]
+    fn a_rollout_is_cut_at_its_limit_wherever_that_falls() {
+        let rollout = parts(12, 4, &[(4, "b\nc\n"), (8, "d\ne\n")]);
+        let joined = |limit| journal_up_to(&rollout, limit).map(|pieces| pieces.concat());
+        assert_eq!(joined(2).unwrap(), b"", "within the object: no journal line");
+        assert_eq!(joined(4).unwrap(), b"", "the object's end");
+        assert_eq!(joined(6).unwrap(), b"b\n", "within a journal row, at a line's end");
+        assert_eq!(joined(10).unwrap(), b"b\nc\nd\n");
+        assert_eq!(joined(12).unwrap(), b"b\nc\nd\ne\n");
+        assert_eq!(joined(u64::MAX).unwrap(), b"b\nc\nd\ne\n", "no limit: all that is committed");
+        let gap = parts(12, 4, &[(5, "b\nc\n")]);
+        assert!(matches!(journal_up_to(&gap, u64::MAX), Err(RolloutError::Torn(_))), "a row not where the last ends");
+        let short = parts(12, 4, &[(4, "b\n")]);
+        assert!(matches!(journal_up_to(&short, u64::MAX), Err(RolloutError::Torn(_))), "less than committed");
+        assert_eq!(journal_up_to(&short, 6).unwrap().concat(), b"b\n", "what the limit asks for is there");
     }
 }

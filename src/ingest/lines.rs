@@ -6,9 +6,7 @@ use super::{GroupResult, IngestError};
 use crate::bucket::Bucket;
 use crate::domain::ids::WorkspaceName;
 use crate::domain::layout::ValidLayout;
-use crate::store::{
-    AppendBatch, AppendOutcome, AppendPosition, AppendRequest, AppendStart, JournalLines, TenantId, WorkspaceFilesStore,
-};
+use crate::store::{AppendBatch, AppendOutcome, AppendPosition, AppendRequest, AppendStart, JournalLines, TenantId};
 use crate::workspace::{LineAppend, append_all_durably, confine, ensure_layout};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -102,11 +100,11 @@ pub(super) fn write_lines(files: Vec<FileLines>) -> Vec<(usize, u64, Result<u64,
 /// Where rollouts live in an object store: the group's lines are kept in
 /// the rollouts' journal, in the transaction that records them (SPEC §6.1).
 /// The layouts that got their first rollout in a workspace then get their
-/// starting files (R-LAY-3) before the appends are answered.
+/// starting files (R-LAY-3) current before the appends are answered.
 pub(super) async fn journal_group(
     mut batch: Box<dyn AppendBatch + '_>,
     bucket: &Bucket,
-    store: &dyn WorkspaceFilesStore,
+    store: &crate::store::DynStore,
     files: &[FileLines],
     outcomes: Vec<AppendOutcome>,
 ) -> GroupResult {
@@ -140,7 +138,7 @@ pub(super) async fn journal_group(
         return GroupResult::Failed(err);
     }
     for (tenant, workspace, memories_dir) in starting {
-        if let Err(e) = bucket.add_starting_files(store, tenant, &workspace, &memories_dir).await {
+        if let Err(e) = bucket.add_starting_files(store.clone(), tenant, &workspace, &memories_dir).await {
             // The lines are durable; the layout's next new rollout tries again.
             tracing::warn!(error = %crate::error_chain(&e), "making a layout's starting files failed");
         }

@@ -153,7 +153,7 @@ fn start_groups(shared: &Arc<Shared>) {
             let shared = &finished.shared;
             let (reqs, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|q| (q.req, q.reply)).unzip();
             crate::metrics::append_group(reqs.iter().map(|r| r.segments.len()).sum());
-            let answers = append_group(shared.store.as_ref(), &shared.volumes, &reqs).await;
+            let answers = append_group(&shared.store, &shared.volumes, &reqs).await;
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(answer);
             }
@@ -282,7 +282,7 @@ const DEADLOCK_RETRIES: u32 = 3;
 /// one commit. Answers come in the order of `reqs`. An append whose line could
 /// not be written fails alone: the transaction is rolled back and the rest
 /// are carried out again without it, so nothing of it is left behind.
-pub async fn append_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest]) -> Vec<Answer> {
+pub async fn append_group(store: &DynStore, volumes: &Volumes, reqs: &[AppendRequest]) -> Vec<Answer> {
     let mut answers: Vec<Option<Answer>> = reqs.iter().map(|_| None).collect();
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
     pending.sort_by(|&a, &b| lock_order(&reqs[a]).cmp(&lock_order(&reqs[b])));
@@ -341,7 +341,7 @@ enum GroupResult {
     NotWritten(Vec<(usize, IngestError)>),
 }
 
-async fn try_group(store: &dyn Store, volumes: &Volumes, reqs: &[AppendRequest], pending: &[usize]) -> GroupResult {
+async fn try_group(store: &DynStore, volumes: &Volumes, reqs: &[AppendRequest], pending: &[usize]) -> GroupResult {
     let group: Vec<&AppendRequest> = pending.iter().map(|&i| &reqs[i]).collect();
     let mut batch = match store.begin_appends(&group).await {
         Ok(batch) => batch,

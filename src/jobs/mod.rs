@@ -340,6 +340,16 @@ async fn attempt_job(
     }
 }
 
+/// Gives the jobs claimed but not started back to the queue (their attempt
+/// not spent) for any worker to claim.
+async fn give_back(ctx: &WorkerContext, claimed: &mut std::collections::VecDeque<(ClaimedJob, std::time::Instant)>) {
+    for (job, _) in claimed.drain(..) {
+        if let Err(e) = ctx.store.release_job(job.job.job_id, job.token).await {
+            tracing::warn!(job_id = %job.job.job_id, error = %crate::error_chain(&e), "giving back a claimed job failed; its lease will expire");
+        }
+    }
+}
+
 /// Batches claimed per worker slot: a claim costs about the same for one job
 /// or many (it visits every tenant with queued jobs: 2–3 ms at 300 tenants on
 /// Postgres, twice that on busy cores), and a second batch's jobs wait
@@ -360,6 +370,18 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, shutdown: Cancel
     let mut running = JoinSet::new();
     while !shutdown.is_cancelled() {
         while running.try_join_next().is_some() {}
+        // While the object store does not answer, a job could only fail its
+        // attempt: the ones claimed are given back, and none is claimed.
+        if let Some(bucket) = ctx.volumes.bucket()
+            && !bucket.reachable().await
+        {
+            give_back(&ctx, &mut claimed).await;
+            tokio::select! {
+                _ = tokio::time::sleep(ctx.settings.poll) => {}
+                _ = shutdown.cancelled() => {}
+            }
+            continue;
+        }
         if let Some((job, claimed_at)) = claimed.pop_front() {
             let slot = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the slots are never closed"),
@@ -378,17 +400,6 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, shutdown: Cancel
                 }
                 drop(slot);
             });
-            continue;
-        }
-        // While the object store does not answer, a job could only fail its
-        // attempt; it waits in the queue instead, spending none.
-        if let Some(bucket) = ctx.volumes.bucket()
-            && !bucket.reachable().await
-        {
-            tokio::select! {
-                _ = tokio::time::sleep(ctx.settings.poll) => {}
-                _ = shutdown.cancelled() => {}
-            }
             continue;
         }
         // Registered before the claim, so a wake while it runs is not missed.
@@ -423,11 +434,7 @@ async fn dispatch(ctx: Arc<WorkerContext>, kinds: Vec<JobKind>, shutdown: Cancel
             }
         }
     }
-    for (job, _) in claimed {
-        if let Err(e) = ctx.store.release_job(job.job.job_id, job.token).await {
-            tracing::warn!(job_id = %job.job.job_id, error = %crate::error_chain(&e), "giving back a claimed job failed; its lease will expire");
-        }
-    }
+    give_back(&ctx, &mut claimed).await;
     while running.join_next().await.is_some() {}
 }
 

@@ -5,6 +5,7 @@
 //! attempt changes no file.
 
 use super::{Attempt, AttemptError, Completion, WorkerContext};
+use crate::bucket::rollouts::RolloutError;
 use crate::domain::ids::{LayoutName, RolloutId, WorkspaceName};
 use crate::domain::layout::ValidLayout;
 use crate::domain::page::{MAX_LIMIT, PageRequest};
@@ -244,7 +245,13 @@ async fn conversations_into_the_copy(
             tokio::fs::create_dir_all(path.parent().unwrap_or(&path)).await.map_err(|e| failed(&e))?;
             let mut file = tokio::fs::File::create(&path).await.map_err(|e| failed(&e))?;
             let written = bucket.write_rollout(ctx.store.as_ref(), at, &item.rollout_path, u64::MAX, &mut file).await;
-            if written.map_err(|e| failed(&e))?.is_none() {
+            let forgotten = match written {
+                Ok(written) => written.is_none(),
+                // Its object removed since its parts were read.
+                Err(RolloutError::Objects(object_store::Error::NotFound { .. })) => true,
+                Err(e) => return Err(failed(&e)),
+            };
+            if forgotten {
                 // Forgotten meanwhile: the copy does not have it either.
                 drop(file);
                 tokio::fs::remove_file(&path).await.map_err(|e| failed(&e))?;

@@ -40,6 +40,11 @@ pub(super) async fn bucket_sweeper(ctx: Arc<WorkerContext>, shutdown: Cancellati
             let store = ctx.store.as_ref();
             cache.drop_stale(store).await;
             bucket.drop_expired_copies();
+            // The object store down: what follows could only fail (and log
+            // so for each workspace); it is all left for when it answers.
+            if !bucket.reachable().await {
+                return;
+            }
             rewrite_idle_rollouts(ctx, bucket).await;
             let late = Utc::now() - chrono::Duration::seconds(30);
             match store.workspaces_with_chores(late, 100).await {

@@ -276,42 +276,72 @@ fn manifests(name: &str) -> Vec<serde_yaml::Value> {
         .collect()
 }
 
-/// The Kubernetes manifests (scripts/test.sh checks them against the API's
-/// schemas): several replicas that share the workspaces' volume, probes on
-/// memoryd's health routes at the port it listens on, the image's user, a
-/// start that may wait for the database, a grace past memoryd's own.
-#[test]
-fn the_kubernetes_manifests_run_several_replicas_as_memoryd_expects() {
-    let docs = manifests("deploy/kubernetes/memoryd.yaml");
-    let of = |kind: &str| docs.iter().find(|d| d["kind"].as_str() == Some(kind)).unwrap_or_else(|| panic!("{kind}"));
-    let deployment = of("Deployment");
-    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2);
+/// What every memoryd manifest says (scripts/test.sh checks them against
+/// the API's schemas): several replicas, probes on memoryd's health routes at
+/// the port it listens on, the image's user, a start that may wait for the
+/// database, a grace past memoryd's own, the data dir mounted where it is
+/// named. Its documents, by kind, and its container.
+fn checked_manifest(name: &str) -> (Vec<serde_yaml::Value>, serde_yaml::Value) {
+    let docs = manifests(name);
+    let deployment = docs.iter().find(|d| d["kind"].as_str() == Some("Deployment")).expect("a Deployment").clone();
+    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2, "{name}");
     let pod = &deployment["spec"]["template"]["spec"];
-    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(10001), "the image's user");
-    assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > 30, "past memoryd's 30 s of shutdown");
-    let container = &pod["containers"][0];
-    let env = |name: &str| {
-        container["env"].as_sequence().unwrap().iter().find(|e| e["name"].as_str() == Some(name)).cloned().unwrap()
-    };
-    assert_eq!(env("MEMORYD_LISTEN")["value"].as_str(), Some("0.0.0.0:8080"));
+    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(10001), "{name}: the image's user");
+    assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > 30, "{name}: past memoryd's 30 s of shutdown");
+    let container = pod["containers"][0].clone();
+    assert_eq!(env_of(&container, "MEMORYD_LISTEN")["value"].as_str(), Some("0.0.0.0:8080"));
     assert_eq!(container["ports"][0]["containerPort"].as_u64(), Some(8080));
-    assert!(env("DATABASE_URL")["valueFrom"]["secretKeyRef"].is_mapping(), "the URL holds a password: a Secret");
-    assert!(env("MEMORYD_ADMIN_TOKEN")["valueFrom"]["secretKeyRef"].is_mapping());
-    let wait: u64 = env("MEMORYD_DATABASE_WAIT_SECS")["value"].as_str().unwrap().parse().unwrap();
+    let secret = |name: &str| env_of(&container, name)["valueFrom"]["secretKeyRef"].is_mapping();
+    assert!(secret("DATABASE_URL") && secret("MEMORYD_ADMIN_TOKEN"), "{name}: secrets in a Secret");
+    let wait: u64 = env_of(&container, "MEMORYD_DATABASE_WAIT_SECS")["value"].as_str().unwrap().parse().unwrap();
     let startup = &container["startupProbe"];
     let patience = startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
-    assert!(patience > wait, "the startup probe outlasts the wait for the database");
+    assert!(patience > wait, "{name}: the startup probe outlasts the wait for the database");
     for (probe, path) in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
-        assert_eq!(container[probe]["httpGet"]["path"].as_str(), Some(path), "{probe}");
+        assert_eq!(container[probe]["httpGet"]["path"].as_str(), Some(path), "{name}: {probe}");
     }
     let mount = &container["volumeMounts"][0];
-    assert_eq!(mount["mountPath"].as_str(), env("MEMORYD_DATA_DIR")["value"].as_str());
-    let claim = of("PersistentVolumeClaim");
+    assert_eq!(mount["mountPath"].as_str(), env_of(&container, "MEMORYD_DATA_DIR")["value"].as_str());
+    let service = docs.iter().find(|d| d["kind"].as_str() == Some("Service")).expect("a Service");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"].as_str(), Some("http"));
+    let data = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap().clone();
+    (docs, data)
+}
+
+fn env_of(container: &serde_yaml::Value, name: &str) -> serde_yaml::Value {
+    let env = container["env"].as_sequence().unwrap();
+    env.iter().find(|e| e["name"].as_str() == Some(name)).cloned().unwrap_or_else(|| panic!("no {name}"))
+}
+
+/// On a shared volume: one `ReadWriteMany` claim, the data dir of every replica.
+#[test]
+fn the_kubernetes_manifests_run_several_replicas_as_memoryd_expects() {
+    let (docs, data) = checked_manifest("deploy/kubernetes/memoryd.yaml");
+    let claim = docs.iter().find(|d| d["kind"].as_str() == Some("PersistentVolumeClaim")).expect("a claim");
     assert_eq!(claim["spec"]["accessModes"][0].as_str(), Some("ReadWriteMany"), "replicas share the workspaces");
-    let claimed = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
-    assert_eq!(claimed["persistentVolumeClaim"]["claimName"], claim["metadata"]["name"]);
-    assert_eq!(of("Service")["spec"]["ports"][0]["targetPort"].as_str(), Some("http"));
+    assert_eq!(data["persistentVolumeClaim"]["claimName"], claim["metadata"]["name"]);
     let postgres = manifests("deploy/kubernetes/postgres.yaml");
     let check = &postgres[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"];
     assert!(check.as_sequence().unwrap().iter().any(|w| w.as_str() == Some("127.0.0.1")), "pg_isready over TCP");
+}
+
+/// In a bucket: stateless replicas (no claim; each data dir an `emptyDir`
+/// larger than the copies it may keep), the bucket and its credentials from
+/// a Secret by the `AWS_*` names memoryd reads.
+#[test]
+fn the_bucket_manifest_runs_stateless_replicas() {
+    let (docs, data) = checked_manifest("deploy/kubernetes/memoryd-bucket.yaml");
+    assert!(docs.iter().all(|d| d["kind"].as_str() != Some("PersistentVolumeClaim")), "no shared volume");
+    let size = data["emptyDir"]["sizeLimit"].as_str().expect("a bounded emptyDir");
+    let gib: u64 = size.strip_suffix("Gi").expect("in Gi").parse().unwrap();
+    let deployment = docs.iter().find(|d| d["kind"].as_str() == Some("Deployment")).unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let cache: u64 = env_of(container, "MEMORYD_CACHE_BYTES")["value"].as_str().unwrap().parse().unwrap();
+    assert!(cache < gib << 30, "the copies fit the data dir with room for uploads and exports");
+    for name in ["MEMORYD_STORAGE", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        let secret = &env_of(container, name)["valueFrom"]["secretKeyRef"];
+        assert_eq!(secret["name"].as_str(), Some("memoryd-bucket"), "{name}");
+    }
+    let ephemeral = container["resources"]["limits"]["ephemeral-storage"].as_str().unwrap();
+    assert!(ephemeral.strip_suffix("Gi").unwrap().parse::<u64>().unwrap() > gib, "the pod may use its data dir");
 }
