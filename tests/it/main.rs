@@ -7,6 +7,7 @@ mod harness;
 mod admin;
 mod agent_memory;
 mod batches;
+mod bench_runs;
 mod bounds;
 mod bucket_files;
 mod bucket_kills;
