@@ -11,6 +11,7 @@
 use super::Bucket;
 use crate::store::journal_records::RolloutAt;
 use crate::store::{RolloutJournalStore, RolloutParts, StoreError};
+use object_store::path::Path as ObjectKey;
 use object_store::{GetOptions, GetRange, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 #[derive(Debug, thiserror::Error)]
@@ -92,16 +93,14 @@ impl Bucket {
         limit: u64,
     ) -> Result<Option<Vec<u8>>, RolloutError> {
         let Some(parts) = store.rollout_parts(at).await? else { return Ok(None) };
-        if parts.object_len >= limit {
-            let object = self.object_prefix(at, rollout_path, &parts, limit).await?;
-            if object.len() as u64 != limit {
-                return Err(RolloutError::Torn(format!("{} bytes of an object of {}", object.len(), parts.object_len)));
-            }
-            return Ok(Some(object));
+        let from_object = parts.object_len.min(limit);
+        let mut bytes = self.object_prefix(at, rollout_path, &parts, from_object).await?;
+        if bytes.len() as u64 != from_object {
+            return Err(RolloutError::Torn(format!("{} bytes of an object of {}", bytes.len(), parts.object_len)));
         }
-        let object = self.object_prefix(at, rollout_path, &parts, parts.object_len).await?;
-        let mut bytes = joined(&parts, object)?;
-        bytes.truncate(limit.min(bytes.len() as u64) as usize);
+        for piece in journal_up_to(&parts, limit)? {
+            bytes.extend_from_slice(piece);
+        }
         Ok(Some(bytes))
     }
 
@@ -149,13 +148,11 @@ impl Bucket {
             return Ok(0);
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
-        let kept = parts.object_etag.as_deref().and_then(|etag| self.recent.get(key.as_ref(), etag));
-        if let Some(kept) = kept.filter(|kept| kept.len() as u64 >= len) {
-            file.write_all(&kept[..len as usize]).await?;
+        if let Some(kept) = self.kept_prefix(&key, parts, len) {
+            file.write_all(&kept).await?;
             return Ok(len);
         }
-        let options = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
-        let mut pieces = self.objects.get_opts(&key, options).await?.into_stream();
+        let mut pieces = self.first_bytes(&key, len).await?.into_stream();
         let mut written = 0;
         while let Some(piece) = pieces.next().await {
             let piece = piece?;
@@ -266,13 +263,23 @@ impl Bucket {
             return Ok(Vec::new());
         }
         let key = self.url.object_key(at.tenant, at.workspace, rollout_path)?;
-        let kept = parts.object_etag.as_deref().and_then(|etag| self.recent.get(key.as_ref(), etag));
-        if let Some(kept) = kept.filter(|kept| kept.len() as u64 >= len) {
-            return Ok(kept[..len as usize].to_vec());
+        if let Some(kept) = self.kept_prefix(&key, parts, len) {
+            return Ok(kept.to_vec());
         }
+        Ok(self.first_bytes(&key, len).await?.bytes().await?.to_vec())
+    }
+
+    /// This replica's copy in memory of the object's first `len` bytes,
+    /// when it holds the version the database records.
+    fn kept_prefix(&self, key: &ObjectKey, parts: &RolloutParts, len: u64) -> Option<bytes::Bytes> {
+        let kept = self.recent.get(key.as_ref(), parts.object_etag.as_deref()?)?;
+        (kept.len() as u64 >= len).then(|| kept.slice(..len as usize))
+    }
+
+    /// A read of the object's first `len` bytes.
+    async fn first_bytes(&self, key: &ObjectKey, len: u64) -> Result<object_store::GetResult, object_store::Error> {
         let options = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
-        let bytes = self.objects.get_opts(&key, options).await?.bytes().await?;
-        Ok(bytes.to_vec())
+        self.objects.get_opts(key, options).await
     }
 }
 

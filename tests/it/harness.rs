@@ -242,10 +242,7 @@ impl TestApp {
             let found = walk(&root.join(dir));
             return found.iter().map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned()).collect();
         };
-        let store = memoryd::store::connect(&self.database_url).await.unwrap();
-        let (id, ws) = (tenant.id.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
-        let current = store.current_files(id, &ws).await.unwrap();
-        current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with(&format!("{dir}/"))).collect()
+        current_files_under(&self.database_url, &tenant.id, workspace, dir).await
     }
 
     /// Every file of a workspace as memoryd's readers see it, by path:
@@ -432,6 +429,15 @@ pub async fn outside_file(
         None => std::fs::read(data_dir.join("workspaces").join(tenant).join(workspace).join(path)).ok(),
         Some(prefix) => crate::s3::object(&format!("{prefix}/{tenant}/{workspace}/{path}")).await,
     }
+}
+
+/// The paths of a workspace's current memory files under folder `dir` (a
+/// bucket's: the database records them), of the deployment on `database_url`.
+pub async fn current_files_under(database_url: &str, tenant: &str, workspace: &str, dir: &str) -> Vec<String> {
+    let store = memoryd::store::connect(database_url).await.unwrap();
+    let (id, ws) = (tenant.parse().unwrap(), memoryd::domain::ids::WorkspaceName::parse(workspace).unwrap());
+    let current = store.current_files(id, &ws).await.unwrap();
+    current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with(&format!("{dir}/"))).collect()
 }
 
 /// Every file under `dir` (none when it is not there).

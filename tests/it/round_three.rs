@@ -76,10 +76,7 @@ impl Files<'_> {
             }
             Some(_) => {
                 let url = &self.env.iter().find(|(name, _)| *name == "DATABASE_URL").unwrap().1;
-                let store = memoryd::store::connect(url).await.unwrap();
-                let workspace = memoryd::domain::ids::WorkspaceName::parse("default").unwrap();
-                let current = store.current_files(self.tenant.parse().unwrap(), &workspace).await.unwrap();
-                current.files.into_iter().map(|(path, _)| path).filter(|p| p.starts_with("memories/")).collect()
+                crate::harness::current_files_under(url, self.tenant, "default", "memories").await
             }
         };
         let mut texts = Vec::new();
