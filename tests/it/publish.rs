@@ -173,8 +173,10 @@ async fn a_kill_during_a_publish_leaves_all_of_a_run_or_none(backend: Backend) {
         wait_for("the final turn", Duration::from_secs(20), async || fake.phase_two_requests().len() >= before + 2)
             .await;
         // 0 to 72 ms: from before the finish commits to after its renames,
-        // even on a loaded machine.
-        tokio::time::sleep(Duration::from_millis(round * round * 2)).await;
+        // even on a loaded machine; ten times that in a bucket, whose publish
+        // first writes each file as an object (0 to 720 ms, as bucket_kills).
+        let scale = if prefix.is_some() { 20 } else { 2 };
+        tokio::time::sleep(Duration::from_millis(round * round * scale)).await;
         memoryd.signal("-KILL");
         memoryd.exit().await;
     }
